@@ -1,0 +1,23 @@
+# Install rules: the shared library, the one public header, a pkg-config
+# file and a CMake package (find_package(regcache) -> regcache::regcache).
+include(CMakePackageConfigHelpers)
+
+install(TARGETS regcache EXPORT regcacheTargets
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  PUBLIC_HEADER DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(FILES ${PROJECT_SOURCE_DIR}/include/regcache.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+
+install(EXPORT regcacheTargets NAMESPACE regcache::
+  DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/regcache)
+configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/regcacheConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/regcacheConfig.cmake
+  INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/regcache)
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/regcacheConfigVersion.cmake
+  COMPATIBILITY SameMajorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/regcacheConfig.cmake
+  ${PROJECT_BINARY_DIR}/regcacheConfigVersion.cmake
+  DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/regcache)
+
+configure_file(${PROJECT_SOURCE_DIR}/cmake/regcache.pc.in
+  ${PROJECT_BINARY_DIR}/regcache.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/regcache.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

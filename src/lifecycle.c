@@ -1,0 +1,104 @@
+/* Creating and destroying caches, and what a cache reports about itself. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cache.h"
+#include "hook_link.h"
+#include "last_error.h"
+#include "registry.h"
+#include "verbs_backend.h"
+
+static unsigned log2_of(size_t pow2)
+{
+    return (unsigned)__builtin_ctzll((unsigned long long)pow2);
+}
+
+static int resolve_validation(int requested)
+{
+    if (requested != REGCACHE_VALIDATE_AUTO)
+        return requested;
+    /* Trusting frees is only safe when the hook provably sees them all. */
+    return rc_hook_active() ? REGCACHE_VALIDATE_HOOKS : REGCACHE_VALIDATE_TAG_CHECK;
+}
+
+int regcache_create(const struct regcache_params *params, regcache_t **out)
+{
+    if (out)
+        *out = NULL;
+    if (!params || !out)
+        return REGCACHE_ERR_INVALID;
+    rc_clear_error();
+
+    struct regcache *c;
+    /* The page index shards are cache-line aligned. */
+    if (posix_memalign((void **)&c, 64, sizeof(*c))) {
+        rc_set_error("out of memory allocating the cache");
+        return REGCACHE_ERR_NO_MEMORY;
+    }
+    memset(c, 0, sizeof(*c));
+    int rc = rc_options_resolve(params, &c->opts);
+    if (rc) {
+        free(c);
+        return rc;
+    }
+    const struct regcache_params *p = &c->opts.params;
+    if (p->backend) {
+        c->backend = *p->backend;
+    } else {
+        rc = rc_verbs_backend_create(p, &c->backend, &c->method_used);
+        if (rc) {
+            free(c);
+            return rc;
+        }
+        c->builtin = true;
+    }
+    c->shift = log2_of(p->alignment);
+    c->host_page = (size_t)sysconf(_SC_PAGESIZE);
+    c->validation = resolve_validation(p->validation);
+    c->tag_check = c->validation == REGCACHE_VALIDATE_TAG_CHECK;
+    rc_memory_select(&c->backend, &c->mem);
+    rc_page_index_init(&c->index, c->shift);
+    rc_itree_init(&c->tree);
+    for (int i = 0; i <= RC_MAX_DEVICES; i++)
+        rc_lru_init(&c->dev[i].lru);
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_cond_init(&c->registered, NULL);
+    c->fork_generation = rc_fork_generation();
+    rc_registry_add(c);
+    *out = c;
+    return REGCACHE_OK;
+}
+
+void regcache_destroy(regcache_t *c)
+{
+    if (!c)
+        return;
+    bool child = c->fork_generation != rc_fork_generation();
+    /* A fork child's registry no longer lists inherited caches. */
+    if (!child)
+        rc_registry_remove(c);
+    rc_cache_drain(c);
+    if (c->opts.stats_dump)
+        rc_stats_dump(c);
+    rc_page_index_fini(&c->index);
+    for (int i = 0; i <= RC_MAX_DEVICES; i++)
+        rc_lru_fini(&c->dev[i].lru);
+    if (c->builtin)
+        rc_verbs_backend_destroy(&c->backend);
+    pthread_cond_destroy(&c->registered);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+}
+
+int regcache_validation_mode(const regcache_t *c)
+{
+    return c ? c->validation : REGCACHE_ERR_INVALID;
+}
+
+int regcache_method_used(const regcache_t *c)
+{
+    if (!c)
+        return REGCACHE_ERR_INVALID;
+    return c->builtin ? c->method_used : 0;
+}

@@ -1,0 +1,32 @@
+/* How the cache learns what memory an address is: the CUDA driver, or a
+ * custom backend's query callback.  The cache never calls CUDA directly. */
+#ifndef RC_MEMORY_H
+#define RC_MEMORY_H
+
+#include "regcache.h"
+
+struct rc_memory {
+    /* Full description of the memory at [addr, addr+len), on a miss.  For
+     * GPU memory it also sets CU_POINTER_ATTRIBUTE_SYNC_MEMOPS the first time
+     * it sees an allocation (before its first registration).  Returns
+     * REGCACHE_OK, NOT_GPU (unknown or freed memory: host memory is
+     * reported as REGCACHE_MEM_HOST, not as an error, when it can be told
+     * apart), or CUDA. */
+    int (*query)(void *ctx, const void *addr, size_t len,
+                 struct regcache_mem_info *info);
+    /* The hit path's tag check: the buffer id now at addr.  REGCACHE_OK, or
+     * NOT_GPU when the memory is gone.  Must be as cheap as one
+     * cuPointerGetAttribute(BUFFER_ID). */
+    int (*read_tag)(void *ctx, const void *addr, uint64_t *buffer_id);
+    void *ctx;
+};
+
+/* Fill *m with the CUDA driver's implementation.  REGCACHE_ERR_UNSUPPORTED
+ * (and m untouched) when no driver can be loaded. */
+int rc_cuda_memory(struct rc_memory *m);
+
+/* The cache's choice: backend->query when the backend has one, else the
+ * CUDA driver, else every range described as host memory. */
+void rc_memory_select(const struct regcache_backend *backend, struct rc_memory *m);
+
+#endif

@@ -1,0 +1,18 @@
+/* Parameters: defaults, REGCACHE_* environment overrides, validation. */
+#ifndef RC_OPTIONS_H
+#define RC_OPTIONS_H
+
+#include <stdbool.h>
+
+#include "regcache.h"
+
+struct rc_options {
+    struct regcache_params params; /* caller's params with overrides */
+    bool stats_dump;               /* REGCACHE_STATS: print stats at destroy */
+};
+
+/* Copy *in (honouring in->size), apply the environment, check the result.
+ * REGCACHE_ERR_INVALID with rc_set_error() naming the field or variable. */
+int rc_options_resolve(const struct regcache_params *in, struct rc_options *out);
+
+#endif

@@ -1,0 +1,146 @@
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fake_backend.h"
+
+#define HANDLE_MAGIC 0x5ca1ab1eu
+
+static int fake_reg(void *arg, void *addr, size_t len, int device, void **handle)
+{
+    struct fake_backend *f = arg;
+    if (f->during_reg)
+        f->during_reg(f->during_reg_arg);
+    pthread_mutex_lock(&f->lock);
+    int err = 0;
+    size_t slot = device > 0 ? 1 : 0;
+    if (f->fail_count > 0) {
+        f->fail_count--;
+        err = f->fail_errno;
+    } else if (f->capacity && f->live_bytes[slot] + len > f->capacity) {
+        err = ENOSPC;
+    }
+    pthread_mutex_unlock(&f->lock);
+    if (err)
+        return err;
+    struct fake_handle *h = malloc(sizeof(*h));
+    if (!h)
+        return ENOMEM;
+    h->start = (uintptr_t)addr;
+    h->len = len;
+    h->id = fake_id_at(f, (uintptr_t)addr);
+    h->device = device;
+    h->magic = HANDLE_MAGIC;
+    atomic_fetch_add(&f->regs, 1);
+    atomic_fetch_add(&f->live, 1);
+    atomic_fetch_add(&f->live_bytes[slot], len);
+    *handle = h;
+    return 0;
+}
+
+static void fake_dereg(void *arg, void *handle)
+{
+    struct fake_backend *f = arg;
+    struct fake_handle *h = handle;
+    /* A double dereg or a foreign handle would trip this. */
+    if (h->magic != HANDLE_MAGIC)
+        abort();
+    h->magic = 0;
+    atomic_fetch_add(&f->deregs, 1);
+    atomic_fetch_sub(&f->live, 1);
+    atomic_fetch_sub(&f->live_bytes[h->device > 0 ? 1 : 0], h->len);
+    free(h);
+}
+
+static struct fake_alloc *find_locked(struct fake_backend *f, uintptr_t addr)
+{
+    for (int i = 0; i < f->nallocs; i++) {
+        struct fake_alloc *a = &f->allocs[i];
+        if (a->live && addr >= a->base && addr < a->base + a->size)
+            return a;
+    }
+    return NULL;
+}
+
+static int fake_query(void *arg, const void *addr, size_t len, struct regcache_mem_info *info)
+{
+    struct fake_backend *f = arg;
+    atomic_fetch_add(&f->queries, 1);
+    pthread_mutex_lock(&f->lock);
+    struct fake_alloc *a = find_locked(f, (uintptr_t)addr);
+    if (a) {
+        info->base = a->base;
+        info->size = a->size;
+        info->buffer_id = a->id;
+        info->device = a->device;
+        info->type = a->type;
+    } else {
+        /* Unknown memory looks like host memory, as CUDA reports it. */
+        info->base = (uintptr_t)addr;
+        info->size = len;
+        info->buffer_id = 0;
+        info->device = REGCACHE_DEVICE_HOST;
+        info->type = REGCACHE_MEM_HOST;
+    }
+    pthread_mutex_unlock(&f->lock);
+    return REGCACHE_OK;
+}
+
+void fake_init(struct fake_backend *f)
+{
+    memset(f, 0, sizeof(*f));
+    pthread_mutex_init(&f->lock, NULL);
+    f->next_id = 1000;
+    f->ops.reg = fake_reg;
+    f->ops.dereg = fake_dereg;
+    f->ops.query = fake_query;
+    f->ops.arg = f;
+}
+
+uint64_t fake_alloc(struct fake_backend *f, uintptr_t base, size_t size, int device, int type)
+{
+    pthread_mutex_lock(&f->lock);
+    struct fake_alloc *a = &f->allocs[f->nallocs++];
+    a->base = base;
+    a->size = size;
+    a->device = device;
+    a->type = type;
+    a->id = ++f->next_id;
+    a->live = true;
+    uint64_t id = a->id;
+    pthread_mutex_unlock(&f->lock);
+    return id;
+}
+
+void fake_free(struct fake_backend *f, uintptr_t base)
+{
+    pthread_mutex_lock(&f->lock);
+    struct fake_alloc *a = find_locked(f, base);
+    if (a)
+        a->live = false;
+    pthread_mutex_unlock(&f->lock);
+}
+
+uint64_t fake_realloc(struct fake_backend *f, uintptr_t base)
+{
+    pthread_mutex_lock(&f->lock);
+    struct fake_alloc *a = find_locked(f, base);
+    uint64_t id = a ? (a->id = ++f->next_id) : 0;
+    pthread_mutex_unlock(&f->lock);
+    return id;
+}
+
+uint64_t fake_id_at(struct fake_backend *f, uintptr_t addr)
+{
+    pthread_mutex_lock(&f->lock);
+    struct fake_alloc *a = find_locked(f, addr);
+    uint64_t id = a ? a->id : 0;
+    pthread_mutex_unlock(&f->lock);
+    return id;
+}
+
+void fake_params(struct fake_backend *f, struct regcache_params *p)
+{
+    regcache_params_init(p);
+    p->backend = &f->ops;
+}

@@ -1,0 +1,160 @@
+/* REGCACHE_* environment variables override params. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "fake_backend.h"
+
+#define MiB (1024ul * 1024ul)
+#define ALLOC(i) ((uintptr_t)0x7f0000000000ull + (uintptr_t)(i) * 2 * MiB)
+
+static struct fake_backend fb;
+
+static const char *const vars[] = {
+    "REGCACHE_METHOD",    "REGCACHE_VALIDATION",       "REGCACHE_ALIGNMENT",
+    "REGCACHE_MAX_BYTES", "REGCACHE_MAX_ENTRIES",      "REGCACHE_WHOLE_ALLOCATION",
+    "REGCACHE_HOST_MEMORY", "REGCACHE_STATS",
+};
+
+static int clean_env(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
+        unsetenv(vars[i]);
+    return 0;
+}
+
+static regcache_t *create_with_env(void)
+{
+    struct regcache_params p;
+    regcache_t *c;
+    fake_init(&fb);
+    for (int i = 0; i < 4; i++)
+        fake_alloc(&fb, ALLOC(i), MiB, 0, REGCACHE_MEM_DEVICE);
+    fake_params(&fb, &p);
+    assert_int_equal(regcache_create(&p, &c), REGCACHE_OK);
+    return c;
+}
+
+static void put_get(regcache_t *c, uintptr_t addr)
+{
+    regcache_entry_t *e;
+    assert_int_equal(regcache_get(c, (void *)addr, 10, &e), REGCACHE_OK);
+    regcache_put(c, e);
+}
+
+static void max_entries_and_bytes(void **state)
+{
+    (void)state;
+    setenv("REGCACHE_MAX_ENTRIES", "2", 1);
+    regcache_t *c = create_with_env();
+    for (int i = 0; i < 4; i++)
+        put_get(c, ALLOC(i));
+    struct regcache_stats s;
+    regcache_get_stats(c, &s);
+    assert_int_equal(s.entries, 2);
+    regcache_destroy(c);
+
+    unsetenv("REGCACHE_MAX_ENTRIES");
+    setenv("REGCACHE_MAX_BYTES", "1M", 1);
+    c = create_with_env();
+    for (int i = 0; i < 4; i++)
+        put_get(c, ALLOC(i));
+    regcache_get_stats(c, &s);
+    assert_int_equal(s.entries, 1);
+    assert_int_equal(s.bytes, MiB);
+    regcache_destroy(c);
+}
+
+static void validation_alignment_whole(void **state)
+{
+    (void)state;
+    setenv("REGCACHE_VALIDATION", "hooks", 1);
+    setenv("REGCACHE_ALIGNMENT", "4096", 1);
+    setenv("REGCACHE_WHOLE_ALLOCATION", "off", 1);
+    regcache_t *c = create_with_env();
+    assert_int_equal(regcache_validation_mode(c), REGCACHE_VALIDATE_HOOKS);
+    regcache_entry_t *e;
+    assert_int_equal(regcache_get(c, (void *)(ALLOC(0) + 5000), 10, &e), REGCACHE_OK);
+    uintptr_t start;
+    size_t len;
+    regcache_entry_range(e, &start, &len);
+    assert_int_equal(start, ALLOC(0) + 4096);
+    assert_int_equal(len, 4096);
+    regcache_put(c, e);
+    regcache_destroy(c);
+}
+
+static void host_memory(void **state)
+{
+    (void)state;
+    setenv("REGCACHE_HOST_MEMORY", "1", 1);
+    regcache_t *c = create_with_env();
+    put_get(c, ALLOC(10)); /* not a declared allocation: host memory */
+    regcache_destroy(c);
+}
+
+static void bad_values_are_refused(void **state)
+{
+    (void)state;
+    static const char *const bad[][2] = {
+        {"REGCACHE_METHOD", "rdma"},      {"REGCACHE_VALIDATION", "sometimes"},
+        {"REGCACHE_MAX_BYTES", "12Q"},    {"REGCACHE_MAX_ENTRIES", "-3"},
+        {"REGCACHE_ALIGNMENT", "3000"},   {"REGCACHE_WHOLE_ALLOCATION", "maybe"},
+        {"REGCACHE_STATS", "2"},          {"REGCACHE_MAX_BYTES", "99999999999999999999G"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct regcache_params p;
+        regcache_t *c;
+        fake_init(&fb);
+        fake_params(&fb, &p);
+        setenv(bad[i][0], bad[i][1], 1);
+        assert_int_equal(regcache_create(&p, &c), REGCACHE_ERR_INVALID);
+        assert_null(c);
+        if (strcmp(bad[i][0], "REGCACHE_ALIGNMENT"))
+            assert_non_null(strstr(regcache_last_error(), bad[i][0]));
+        unsetenv(bad[i][0]);
+    }
+}
+
+static void stats_dump_at_destroy(void **state)
+{
+    (void)state;
+    setenv("REGCACHE_STATS", "1", 1);
+    regcache_t *c = create_with_env();
+    put_get(c, ALLOC(0));
+    put_get(c, ALLOC(0));
+    /* Capture stderr in a file and look for the counters. */
+    FILE *tmp = tmpfile();
+    int saved = dup(2);
+    dup2(fileno(tmp), 2);
+    regcache_destroy(c);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    char buf[512] = {0};
+    rewind(tmp);
+    size_t n = fread(buf, 1, sizeof(buf) - 1, tmp);
+    fclose(tmp);
+    assert_true(n > 0);
+    assert_non_null(strstr(buf, "hits 1 misses 1 registrations 1 deregistrations 1"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(max_entries_and_bytes, clean_env, clean_env),
+        cmocka_unit_test_setup_teardown(validation_alignment_whole, clean_env, clean_env),
+        cmocka_unit_test_setup_teardown(host_memory, clean_env, clean_env),
+        cmocka_unit_test_setup_teardown(bad_values_are_refused, clean_env, clean_env),
+        cmocka_unit_test_setup_teardown(stats_dump_at_destroy, clean_env, clean_env),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
