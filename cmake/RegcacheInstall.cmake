@@ -18,6 +18,10 @@ install(FILES ${PROJECT_BINARY_DIR}/regcacheConfig.cmake
   ${PROJECT_BINARY_DIR}/regcacheConfigVersion.cmake
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/regcache)
 
+# The .pc file finds its prefix relative to itself, so an installed tree
+# can be moved (or installed with --prefix at install time).
+file(RELATIVE_PATH REGCACHE_PC_TO_PREFIX
+  /prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig /prefix)
 configure_file(${PROJECT_SOURCE_DIR}/cmake/regcache.pc.in
   ${PROJECT_BINARY_DIR}/regcache.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/regcache.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -6,7 +6,6 @@
 
 #include "bar1_budget.h"
 #include "cache.h"
-#include "clock.h"
 #include "hook_link.h"
 #include "last_error.h"
 #include "registry.h"
@@ -21,6 +20,16 @@
 static inline void count(atomic_uint_fast64_t *c)
 {
     atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
+}
+
+/* The LRU clock.  It advances only on slow paths (each registration and
+ * each eviction), so put() stamps an entry with a plain load of a line that
+ * every core keeps shared: entries used since the last miss tie, and all of
+ * them rank after entries that were not.  A timestamp counter would cost
+ * more than the rest of put() on virtual machines. */
+static inline uint64_t rc_clock_tick(struct regcache *c)
+{
+    return atomic_fetch_add_explicit(&c->clock, 1, memory_order_relaxed) + 1;
 }
 
 static inline bool forked(const struct regcache *c)
@@ -124,7 +133,7 @@ static size_t evict_locked(struct regcache *c, struct rc_device *d, size_t max_b
     size_t n = 0;
     while (atomic_load_explicit(&d->bytes, memory_order_relaxed) > max_bytes ||
            atomic_load_explicit(&d->entries, memory_order_relaxed) > max_entries) {
-        struct regcache_entry *e = rc_lru_pop_unused(&d->lru);
+        struct regcache_entry *e = rc_lru_pop_unused(&d->lru, rc_clock_tick(c));
         if (!e)
             break;
         unlink_locked(c, e);
@@ -396,7 +405,7 @@ static void update_peak(struct regcache *c)
  * LRU heap cannot grow, and then leaves the entry out of everything. */
 static int publish_locked(struct regcache *c, struct regcache_entry *e, struct rc_device *d)
 {
-    atomic_store_explicit(&e->last_use, rc_now(), memory_order_relaxed);
+    atomic_store_explicit(&e->last_use, rc_clock_tick(c), memory_order_relaxed);
     if (rc_lru_push(&d->lru, e) != REGCACHE_OK) {
         rc_itree_remove(&c->tree, &e->node);
         rc_set_error("out of memory growing the LRU heap");
@@ -565,8 +574,12 @@ void regcache_put(regcache_t *cache, regcache_entry_t *e)
     if (!e)
         return;
     struct regcache *c = e->cache;
-    /* Stamp before releasing: once the count drops the evictor may free e. */
-    atomic_store_explicit(&e->last_use, rc_now(), memory_order_relaxed);
+    /* Everything put needs from e is read before the release: once the
+     * count drops, an evictor may free it. */
+    struct rc_device *d = &c->dev[e->device_slot];
+    atomic_store_explicit(&e->last_use,
+                          atomic_load_explicit(&c->clock, memory_order_relaxed),
+                          memory_order_relaxed);
     unsigned old = atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel);
     if (old == (RC_DETACHED | 1)) {
         /* Last holder of an invalidated entry. */
@@ -580,7 +593,6 @@ void regcache_put(regcache_t *cache, regcache_entry_t *e)
     }
     /* Held entries may push a device past its budget; the budget binds
      * again as soon as they become unused. */
-    struct rc_device *d = &c->dev[e->device_slot];
     if (old == 1 &&
         (atomic_load_explicit(&d->bytes, memory_order_relaxed) > limit(d->max_bytes) ||
          atomic_load_explicit(&d->entries, memory_order_relaxed) > limit(d->max_entries)))

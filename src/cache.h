@@ -43,6 +43,7 @@ struct regcache {
     bool tag_check;
     unsigned fork_generation;
     unsigned shift; /* log2(alignment) */
+    atomic_uint_fast64_t clock; /* LRU clock, see rc_clock_tick() */
 
     struct regcache_backend backend;
     bool builtin;

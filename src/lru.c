@@ -1,6 +1,5 @@
 #include <stdlib.h>
 
-#include "clock.h"
 #include "entry.h"
 #include "lru.h"
 #include "regcache.h"
@@ -82,13 +81,12 @@ void rc_lru_remove(struct rc_lru *lru, struct regcache_entry *e)
     sift_down(lru, last->heap_idx);
 }
 
-struct regcache_entry *rc_lru_pop_unused(struct rc_lru *lru)
+struct regcache_entry *rc_lru_pop_unused(struct rc_lru *lru, uint64_t now)
 {
     /* Every pass either evicts, raises a key to a later use, or moves a held
      * entry behind the others; twice the size bounds the work when all are
      * held. */
     size_t budget = 2 * lru->count + 2;
-    uint64_t now = rc_now();
     while (lru->count && budget--) {
         struct regcache_entry *e = lru->heap[0];
         uint64_t used = atomic_load_explicit(&e->last_use, memory_order_relaxed);

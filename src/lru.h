@@ -3,6 +3,7 @@
 #define RC_LRU_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 struct regcache_entry;
 
@@ -25,7 +26,8 @@ void rc_lru_fini(struct rc_lru *lru);
 int rc_lru_push(struct rc_lru *lru, struct regcache_entry *e);
 void rc_lru_remove(struct rc_lru *lru, struct regcache_entry *e);
 /* Remove and return the least recently used entry nobody holds, claimed for
- * eviction (see rc_entry_claim_unused); NULL when every entry is held. */
-struct regcache_entry *rc_lru_pop_unused(struct rc_lru *lru);
+ * eviction (see rc_entry_claim_unused); NULL when every entry is held.
+ * `now` is the current LRU clock, later than every stamp. */
+struct regcache_entry *rc_lru_pop_unused(struct rc_lru *lru, uint64_t now);
 
 #endif

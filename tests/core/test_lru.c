@@ -44,7 +44,7 @@ static void pops_in_order_of_last_use(void **state)
     uint64_t last = 0;
     int popped = 0;
     struct regcache_entry *v;
-    while ((v = rc_lru_pop_unused(&lru)) != NULL) {
+    while ((v = rc_lru_pop_unused(&lru, 1u << 30)) != NULL) {
         uint64_t t = atomic_load(&v->last_use);
         assert_true(t >= last);
         /* No unused entry still in the heap was used earlier. */
@@ -80,8 +80,8 @@ static void remove_from_the_middle(void **state)
     assert_int_equal(e[7].heap_idx, RC_LRU_NONE);
     static const int order[] = {6, 5, 4, 2, 1, 0};
     for (int i = 0; i < 6; i++)
-        assert_ptr_equal(rc_lru_pop_unused(&lru), &e[order[i]]);
-    assert_null(rc_lru_pop_unused(&lru));
+        assert_ptr_equal(rc_lru_pop_unused(&lru, 1u << 30), &e[order[i]]);
+    assert_null(rc_lru_pop_unused(&lru, 1u << 30));
     rc_lru_fini(&lru);
 }
 
@@ -96,7 +96,7 @@ static void all_held_returns_null(void **state)
         atomic_store(&e[i].refs, 2);
         rc_lru_push(&lru, &e[i]);
     }
-    assert_null(rc_lru_pop_unused(&lru));
+    assert_null(rc_lru_pop_unused(&lru, 1u << 30));
     assert_int_equal(lru.count, 4);
     rc_lru_fini(&lru);
 }

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Install the Debian packages regcache builds, tests and benchmarks with.
+# Does nothing when they are all present; needs root otherwise.
+set -euo pipefail
+pkgs=(cmake make gcc clang pkg-config libibverbs-dev ibverbs-providers ibverbs-utils
+      rdma-core libcmocka-dev uthash-dev libucx-dev gnuplot-nox python3
+      qemu-system-x86 kmod iproute2 xz-utils util-linux)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" -ne 0 ]; then
+  echo "regcache: missing Debian packages: ${missing[*]} (run as root to install them)" >&2
+  exit 1
+fi
+apt-get update -qq
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# check-install.sh BUILD_DIR SOURCE_DIR WORK_DIR: install BUILD_DIR into a
+# prefix, then build and run consumer.c against it twice: with pkg-config
+# and with find_package(regcache).  Also checks that the library exports
+# nothing but regcache_* symbols.
+set -euo pipefail
+build=$1 src=$2 work=$3
+rm -rf "$work"; mkdir -p "$work"
+prefix=$work/prefix
+cmake --install "$build" --prefix "$prefix" >/dev/null
+lib=$(ls "$prefix"/lib*/libregcache.so | head -n1)
+libdir=$(dirname "$lib")
+
+bad=$(nm -D --defined-only "$lib" | awk '{print $3}' | grep -v '^regcache_' || true)
+if [ -n "$bad" ]; then echo "exported symbols outside regcache_*: $bad"; exit 1; fi
+echo "exports: $(nm -D --defined-only "$lib" | wc -l) symbols, all regcache_*"
+readelf -d "$lib" | grep -q 'SONAME.*libregcache.so.0' || { echo "no SONAME"; exit 1; }
+
+export PKG_CONFIG_PATH=$libdir/pkgconfig
+# shellcheck disable=SC2046
+cc -Wall -Wextra -Werror "$src/consumer.c" -o "$work/consumer-pc" $(pkg-config --cflags --libs regcache)
+LD_LIBRARY_PATH=$libdir "$work/consumer-pc"
+
+mkdir -p "$work/cmake-src"
+cp "$src/consumer.c" "$work/cmake-src/"
+cp "$src/CMakeLists.consumer.txt" "$work/cmake-src/CMakeLists.txt"
+cmake -S "$work/cmake-src" -B "$work/cmake-build" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+cmake --build "$work/cmake-build" >/dev/null
+LD_LIBRARY_PATH=$libdir "$work/cmake-build/consumer"
+echo "install check passed"
