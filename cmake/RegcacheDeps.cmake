@@ -1,7 +1,7 @@
 # Third-party pieces: libibverbs (pkg-config), the CUDA driver header (the
 # library dlopens libcuda, so only cuda.h is needed; NVML is dlopened too and
 # its few declarations live in src/bar1_budget.c because the toolkit does not
-# always ship nvml.h), uthash (header only) and pthreads.
+# always ship nvml.h) and pthreads.
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(IBVERBS REQUIRED IMPORTED_TARGET libibverbs)
 find_package(Threads REQUIRED)
@@ -9,4 +9,3 @@ find_package(Threads REQUIRED)
 find_path(CUDA_HEADERS_DIR cuda.h
   HINTS ${REGCACHE_CUDA_INCLUDE_DIR} $ENV{CUDA_HOME}/include /usr/local/cuda/include
   REQUIRED)
-find_path(UTHASH_DIR uthash.h REQUIRED)

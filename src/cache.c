@@ -420,9 +420,13 @@ static int publish_locked(struct regcache *c, struct regcache_entry *e, struct r
 
 static struct regcache_entry *new_entry(struct regcache *c, const struct rc_want *w)
 {
-    struct regcache_entry *e = calloc(1, sizeof(*e));
-    if (!e)
+    struct regcache_entry *e;
+    /* Aligned so that the hit path's fields share one cache line. */
+    if (posix_memalign((void **)&e, 64, sizeof(*e)))
         return NULL;
+    memset(e, 0, sizeof(*e));
+    e->pages = e->pages_inline;
+    e->pages_cap = RC_INLINE_PAGES;
     e->node.start = w->reg_start;
     e->node.end = w->reg_end;
     e->match_start = w->match_start;

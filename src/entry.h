@@ -10,7 +10,6 @@
 
 #include "interval_tree.h"
 
-struct rc_page_node;
 struct regcache;
 
 /* The top bit of refs marks an entry that has left the cache (invalidated,
@@ -26,9 +25,12 @@ enum rc_entry_state {
     RC_READY
 };
 
+#define RC_INLINE_PAGES 2
+
 struct regcache_entry {
-    struct rc_itree_node node; /* registered range, in cache->tree */
+    /* First cache line: everything a hit and its put touch. */
     atomic_uint refs;
+    int device_slot;
     /* Requests inside [match_start, match_end) are served by this entry:
      * the registered range clipped to the allocation, so two allocations
      * packed into one page never serve each other. */
@@ -36,20 +38,25 @@ struct regcache_entry {
     uint64_t buffer_id; /* 0: host memory, never tag-checked */
     void *handle;       /* backend handle (struct ibv_mr * when built-in) */
     struct regcache *cache;
-    int device_slot;
-    enum rc_entry_state state;
-    bool registered; /* the backend holds a registration for it */
     /* Written by every put without the lock; read by the evictor. */
     atomic_uint_fast64_t last_use;
-    /* Owned by the LRU heap under the cache lock. */
+
+    /* The rest is touched under the cache lock only. */
+    struct rc_itree_node node; /* registered range, in cache->tree */
+    enum rc_entry_state state;
+    bool registered; /* the backend holds a registration for it */
+    /* Owned by the LRU heap. */
     uint64_t heap_key;
     size_t heap_idx;
-    struct rc_page_node *pages; /* page index nodes that point here */
-    /* Under the cache lock: a detached entry that still has holders sits on
-     * the cache's zombie list so destroy can reclaim it; a victim sits on a
-     * caller's local list between detach and deregistration. */
+    /* Pages under which the page index lists this entry. */
+    uintptr_t *pages;
+    uint32_t npages, pages_cap;
+    uintptr_t pages_inline[RC_INLINE_PAGES];
+    /* A detached entry that still has holders sits on the cache's zombie
+     * list so destroy can reclaim it; a victim sits on a caller's local list
+     * between detach and deregistration. */
     struct regcache_entry *link_next, *link_prev;
-};
+} __attribute__((aligned(64)));
 
 /* Take a reference unless the entry has left the cache. */
 static inline bool rc_entry_try_hold(struct regcache_entry *e)

@@ -58,7 +58,13 @@ int regcache_create(const struct regcache_params *params, regcache_t **out)
     c->validation = resolve_validation(p->validation);
     c->tag_check = c->validation == REGCACHE_VALIDATE_TAG_CHECK;
     rc_memory_select(&c->backend, &c->mem);
-    rc_page_index_init(&c->index, c->shift);
+    if (rc_page_index_init(&c->index, c->shift) != REGCACHE_OK) {
+        if (c->builtin)
+            rc_verbs_backend_destroy(&c->backend);
+        free(c);
+        rc_set_error("out of memory allocating the page index");
+        return REGCACHE_ERR_NO_MEMORY;
+    }
     rc_itree_init(&c->tree);
     for (int i = 0; i <= RC_MAX_DEVICES; i++)
         rc_lru_init(&c->dev[i].lru);

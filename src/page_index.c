@@ -1,63 +1,48 @@
 #include <stdlib.h>
+#include <string.h>
 
 #include "entry.h"
 #include "page_index.h"
 #include "regcache.h"
 
-/* Keys are page numbers: a multiplicative mix spreads them over buckets for
- * a fraction of the cost of uthash's default byte-wise hash. */
+#define INITIAL_SLOTS 16u
+
+/* Page numbers are dense and aligned: a multiplicative mix spreads them;
+ * the top bits pick the shard, the low bits the slot. */
 static inline uint64_t page_hash(uintptr_t page)
 {
     uint64_t h = (uint64_t)page * 0x9e3779b97f4a7c15ull;
     return h ^ (h >> 29);
 }
 
-#define HASH_FUNCTION(keyptr, keylen, hashv) \
-    ((hashv) = (unsigned)page_hash(*(const uintptr_t *)(keyptr)))
-#define HASH_KEYCMP(a, b, n) (*(const uintptr_t *)(a) != *(const uintptr_t *)(b))
-/* A library must not exit on malloc failure: uthash then leaves the item out
- * (hh.tbl == NULL), and the page merely misses the fast path. */
-#define HASH_NONFATAL_OOM 1
-#include <uthash.h>
-
-/* One node per (page, entry).  The first node of a page is in the hash;
- * others for the same page (allocations packed into one page, or a stale
- * entry next to its replacement) chain behind it. */
-struct rc_page_node {
-    uintptr_t page;
-    struct regcache_entry *entry;
-    struct rc_page_node *chain;      /* next node of the same page */
-    struct rc_page_node *entry_next; /* next node of the same entry */
-    UT_hash_handle hh;
-};
-
-static inline struct rc_shard *shard_of(struct rc_page_index *idx, uintptr_t page)
+static inline struct rc_shard *shard_of(struct rc_page_index *idx, uint64_t h)
 {
-    return &idx->shards[(page_hash(page) >> 58) % RC_SHARDS];
+    return &idx->shards[h >> 58];
 }
 
-void rc_page_index_init(struct rc_page_index *idx, unsigned shift)
+int rc_page_index_init(struct rc_page_index *idx, unsigned shift)
 {
     idx->shift = shift;
     for (int i = 0; i < RC_SHARDS; i++) {
-        atomic_init(&idx->shards[i].lock.locked, 0);
-        idx->shards[i].table = NULL;
-        atomic_init(&idx->shards[i].hits, 0);
+        struct rc_shard *s = &idx->shards[i];
+        atomic_init(&s->lock.locked, 0);
+        atomic_init(&s->hits, 0);
+        s->used = 0;
+        s->mask = INITIAL_SLOTS - 1;
+        s->slots = calloc(INITIAL_SLOTS, sizeof(*s->slots));
+        if (!s->slots) {
+            rc_page_index_fini(idx);
+            return REGCACHE_ERR_NO_MEMORY;
+        }
     }
+    return REGCACHE_OK;
 }
 
 void rc_page_index_fini(struct rc_page_index *idx)
 {
     for (int i = 0; i < RC_SHARDS; i++) {
-        struct rc_page_node *head, *tmp;
-        HASH_ITER(hh, idx->shards[i].table, head, tmp) {
-            HASH_DEL(idx->shards[i].table, head);
-            while (head) {
-                struct rc_page_node *next = head->chain;
-                free(head);
-                head = next;
-            }
-        }
+        free(idx->shards[i].slots);
+        idx->shards[i].slots = NULL;
     }
 }
 
@@ -65,17 +50,17 @@ struct regcache_entry *rc_page_index_hold(struct rc_page_index *idx, uintptr_t s
                                           uintptr_t end)
 {
     uintptr_t page = start >> idx->shift;
-    struct rc_shard *s = shard_of(idx, page);
-    struct rc_page_node *n;
+    uint64_t h = page_hash(page);
+    struct rc_shard *s = shard_of(idx, h);
     struct regcache_entry *found = NULL;
 
     rc_spin_lock(&s->lock);
-    HASH_FIND(hh, s->table, &page, sizeof(page), n);
-    for (; n; n = n->chain) {
-        /* The entry cannot be freed while we hold the shard lock: removal
-         * unlinks its nodes under this lock before anyone frees it. */
-        if (rc_entry_covers(n->entry, start, end) && rc_entry_try_hold(n->entry)) {
-            found = n->entry;
+    for (uint32_t i = (uint32_t)h & s->mask; s->slots[i].entry; i = (i + 1) & s->mask) {
+        struct regcache_entry *e = s->slots[i].entry;
+        /* e cannot be freed while we hold the shard lock: removal clears
+         * its slots under this lock before anyone frees it. */
+        if (s->slots[i].page == page && rc_entry_covers(e, start, end) && rc_entry_try_hold(e)) {
+            found = e;
             atomic_store_explicit(&s->hits,
                                   atomic_load_explicit(&s->hits, memory_order_relaxed) + 1,
                                   memory_order_relaxed);
@@ -86,76 +71,115 @@ struct regcache_entry *rc_page_index_hold(struct rc_page_index *idx, uintptr_t s
     return found;
 }
 
-int rc_page_index_add(struct rc_page_index *idx, struct regcache_entry *e, uintptr_t start)
+static void insert_slot(struct rc_slot *slots, uint32_t mask, uintptr_t page,
+                        struct regcache_entry *e)
 {
-    uintptr_t page = start >> idx->shift;
-    for (struct rc_page_node *n = e->pages; n; n = n->entry_next)
-        if (n->page == page)
-            return REGCACHE_OK;
+    uint32_t i = (uint32_t)page_hash(page) & mask;
+    while (slots[i].entry)
+        i = (i + 1) & mask;
+    slots[i].page = page;
+    slots[i].entry = e;
+}
 
-    struct rc_page_node *node = malloc(sizeof(*node));
-    if (!node)
+/* Writers are serialised by the cache lock, so the new table is built from
+ * the old one without the shard lock; readers are shut out only for the
+ * pointer swap. */
+static int grow(struct rc_shard *s)
+{
+    uint32_t n = (s->mask + 1) * 2;
+    struct rc_slot *slots = calloc(n, sizeof(*slots));
+    if (!slots)
         return REGCACHE_ERR_NO_MEMORY;
-    node->page = page;
-    node->entry = e;
-    node->chain = NULL;
-
-    struct rc_shard *s = shard_of(idx, page);
-    struct rc_page_node *head;
+    for (uint32_t i = 0; i <= s->mask; i++)
+        if (s->slots[i].entry)
+            insert_slot(slots, n - 1, s->slots[i].page, s->slots[i].entry);
+    struct rc_slot *old = s->slots;
     rc_spin_lock(&s->lock);
-    HASH_FIND(hh, s->table, &page, sizeof(page), head);
-    if (head) {
-        node->chain = head->chain;
-        head->chain = node;
-    } else {
-        HASH_ADD(hh, s->table, page, sizeof(node->page), node);
-        if (!node->hh.tbl) {
-            rc_spin_unlock(&s->lock);
-            free(node);
-            return REGCACHE_ERR_NO_MEMORY;
-        }
-    }
+    s->slots = slots;
+    s->mask = n - 1;
     rc_spin_unlock(&s->lock);
-
-    node->entry_next = e->pages;
-    e->pages = node;
+    free(old);
     return REGCACHE_OK;
 }
 
-static void unlink_node(struct rc_shard *s, struct rc_page_node *node)
+static int remember_page(struct regcache_entry *e, uintptr_t page)
 {
-    struct rc_page_node *head;
-    HASH_FIND(hh, s->table, &node->page, sizeof(node->page), head);
-    if (head == node) {
-        struct rc_page_node *next = node->chain;
-        HASH_DEL(s->table, node);
-        /* If the re-add fails the rest of the chain only loses its fast
-         * path; the nodes stay on their entries' lists and are freed there. */
-        if (next)
-            HASH_ADD(hh, s->table, page, sizeof(next->page), next);
-        return;
+    if (e->npages == e->pages_cap) {
+        uint32_t cap = e->pages_cap * 2;
+        uintptr_t *pages = malloc(cap * sizeof(*pages));
+        if (!pages)
+            return REGCACHE_ERR_NO_MEMORY;
+        memcpy(pages, e->pages, e->npages * sizeof(*pages));
+        if (e->pages != e->pages_inline)
+            free(e->pages);
+        e->pages = pages;
+        e->pages_cap = cap;
     }
-    for (struct rc_page_node *p = head; p; p = p->chain) {
-        if (p->chain == node) {
-            p->chain = node->chain;
-            return;
+    e->pages[e->npages++] = page;
+    return REGCACHE_OK;
+}
+
+int rc_page_index_add(struct rc_page_index *idx, struct regcache_entry *e, uintptr_t start)
+{
+    uintptr_t page = start >> idx->shift;
+    for (uint32_t i = 0; i < e->npages; i++)
+        if (e->pages[i] == page)
+            return REGCACHE_OK;
+
+    struct rc_shard *s = shard_of(idx, page_hash(page));
+    /* At most half full keeps probe runs short. */
+    if ((s->used + 1) * 2 > s->mask + 1 && grow(s) != REGCACHE_OK)
+        return REGCACHE_ERR_NO_MEMORY;
+    if (remember_page(e, page) != REGCACHE_OK)
+        return REGCACHE_ERR_NO_MEMORY;
+    rc_spin_lock(&s->lock);
+    insert_slot(s->slots, s->mask, page, e);
+    s->used++;
+    rc_spin_unlock(&s->lock);
+    return REGCACHE_OK;
+}
+
+/* Linear-probing deletion by shifting later members of the run back, so
+ * lookups never need tombstones. */
+static void delete_slot(struct rc_shard *s, uint32_t i)
+{
+    uint32_t j = i;
+    for (;;) {
+        j = (j + 1) & s->mask;
+        if (!s->slots[j].entry)
+            break;
+        uint32_t home = (uint32_t)page_hash(s->slots[j].page) & s->mask;
+        /* Move j into the hole unless its home lies cyclically in (i, j]. */
+        bool stays = i <= j ? (i < home && home <= j) : (i < home || home <= j);
+        if (!stays) {
+            s->slots[i] = s->slots[j];
+            i = j;
         }
     }
+    s->slots[i].entry = NULL;
+    s->used--;
 }
 
 void rc_page_index_remove_entry(struct rc_page_index *idx, struct regcache_entry *e)
 {
-    struct rc_page_node *n = e->pages;
-    while (n) {
-        struct rc_page_node *next = n->entry_next;
-        struct rc_shard *s = shard_of(idx, n->page);
+    for (uint32_t k = 0; k < e->npages; k++) {
+        uintptr_t page = e->pages[k];
+        uint64_t h = page_hash(page);
+        struct rc_shard *s = shard_of(idx, h);
         rc_spin_lock(&s->lock);
-        unlink_node(s, n);
+        for (uint32_t i = (uint32_t)h & s->mask; s->slots[i].entry; i = (i + 1) & s->mask) {
+            if (s->slots[i].entry == e && s->slots[i].page == page) {
+                delete_slot(s, i);
+                break;
+            }
+        }
         rc_spin_unlock(&s->lock);
-        free(n);
-        n = next;
     }
-    e->pages = NULL;
+    if (e->pages != e->pages_inline)
+        free(e->pages);
+    e->pages = e->pages_inline;
+    e->npages = 0;
+    e->pages_cap = RC_INLINE_PAGES;
 }
 
 uint64_t rc_page_index_hits(const struct rc_page_index *idx)

@@ -23,7 +23,8 @@ static void stamp(struct regcache_entry *e, uint64_t t)
 static void pops_in_order_of_last_use(void **state)
 {
     (void)state;
-    struct regcache_entry *e = calloc(N, sizeof(*e));
+    struct regcache_entry *e = aligned_alloc(64, N * sizeof(*e));
+    memset(e, 0, N * sizeof(*e));
     struct rc_lru lru;
     rc_lru_init(&lru);
     uint32_t seed = 7;
