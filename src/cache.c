@@ -1,5 +1,6 @@
 /* The cache policy: hits, misses, registration, eviction, invalidation. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -361,6 +362,7 @@ static int register_entry(struct regcache *c, struct regcache_entry *e, struct r
     int err = 0;
     for (int round = 0; round <= RC_EVICT_ROUNDS; round++) {
         void *handle = NULL;
+        rc_clear_error();
         err = c->backend.reg(c->backend.arg, (void *)e->node.start, len, device, &handle);
         if (!err) {
             e->handle = handle;
@@ -370,8 +372,11 @@ static int register_entry(struct regcache *c, struct regcache_entry *e, struct r
         }
         count(&c->stats.reg_failures);
         if (!exhausted(err)) {
-            rc_set_error("registering %zu bytes at %p failed: %s", len, (void *)e->node.start,
-                         strerror(err));
+            /* Keep what the backend itself said (a CUDA export error, say). */
+            char detail[160];
+            snprintf(detail, sizeof(detail), "%s", regcache_last_error());
+            rc_set_error("registering %zu bytes at %p failed: %s%s%s", len,
+                         (void *)e->node.start, strerror(err), detail[0] ? ": " : "", detail);
             return REGCACHE_ERR_BACKEND;
         }
         struct regcache_entry *victims = NULL;

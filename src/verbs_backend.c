@@ -1,0 +1,224 @@
+#include "verbs_backend.h"
+
+#include "cuda_seam.h"
+#include "dmabuf_export.h"
+#include "last_error.h"
+#include "verbs_seam.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct verbs_backend {
+    struct ibv_pd *pd;
+    int access;
+    int method; /* REGCACHE_METHOD_DMABUF, _PEERMEM, or 0: host memory only */
+};
+
+#define PEERMEM_HINT "load nvidia_peermem (modprobe nvidia-peermem)"
+
+/* A provider that fails without setting errno must still read as a
+ * failure, so callers zero errno first and fall back to EIO. */
+static int failed_errno(void)
+{
+    return errno ? errno : EIO;
+}
+
+/* Neither export failure means "resources exhausted", so the cache reports
+ * a backend error instead of evicting; the export's rc_set_error() message
+ * says what went wrong.  UNSUPPORTED -> EOPNOTSUPP, anything else -> EIO. */
+static int export_errno(int status)
+{
+    return status == REGCACHE_ERR_UNSUPPORTED ? EOPNOTSUPP : EIO;
+}
+
+static int reg_va(const struct verbs_backend *b, void *addr, size_t len,
+                  struct ibv_mr **mr)
+{
+    errno = 0;
+    *mr = rc_verbs_seam()->reg_mr(b->pd, addr, len, b->access);
+    return *mr ? 0 : failed_errno();
+}
+
+/* The iova is the virtual address, so that the MR's keys work with the
+ * addresses peers already use, exactly as for ibv_reg_mr. */
+static int reg_dmabuf(const struct verbs_backend *b, void *addr, size_t len,
+                      struct ibv_mr **mr)
+{
+    int fd, err;
+    uint64_t offset;
+    int status = rc_dmabuf_export((uintptr_t)addr, len, &fd, &offset);
+
+    if (status != REGCACHE_OK)
+        return export_errno(status);
+    errno = 0;
+    *mr = rc_verbs_seam()->reg_dmabuf_mr(b->pd, offset, len, (uintptr_t)addr,
+                                         fd, b->access);
+    err = *mr ? 0 : failed_errno();
+    /* A registered MR holds its own reference on the dmabuf. */
+    close(fd);
+    return err;
+}
+
+static int verbs_reg(void *arg, void *addr, size_t len, int device,
+                     void **handle)
+{
+    const struct verbs_backend *b = arg;
+    struct ibv_mr *mr;
+    int err;
+
+    if (device == REGCACHE_DEVICE_HOST || b->method == REGCACHE_METHOD_PEERMEM)
+        err = reg_va(b, addr, len, &mr);
+    else if (b->method == REGCACHE_METHOD_DMABUF)
+        err = reg_dmabuf(b, addr, len, &mr);
+    else
+        return EOPNOTSUPP; /* host-only backend asked to pin GPU memory */
+    if (err == 0)
+        *handle = mr;
+    return err;
+}
+
+static void verbs_dereg(void *arg, void *handle)
+{
+    (void)arg;
+    /* Fails only for an MR still bound to memory windows, which the
+     * cache's user must not create on cached MRs: nothing to undo. */
+    (void)rc_verbs_seam()->dereg_mr(handle);
+}
+
+/* The method is fixed per cache, so every visible GPU must be able to
+ * export. */
+static int gpus_export_dmabuf(char *why, size_t n)
+{
+    const struct rc_cuda_api *cu = rc_cuda_api();
+    int count = 0;
+
+    if (!cu) {
+        /* rc_cuda_api() has just said why. */
+        snprintf(why, n, "no CUDA driver: %s", regcache_last_error());
+        return 0;
+    }
+    if (cu->DeviceGetCount(&count) != CUDA_SUCCESS || count <= 0) {
+        snprintf(why, n, "no CUDA device");
+        return 0;
+    }
+    for (int d = 0; d < count; d++) {
+        if (!rc_dmabuf_supported(d)) {
+            snprintf(why, n, "CUDA device %d cannot export dmabuf", d);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* fd -1 gets past libibverbs into the provider: one that implements dmabuf
+ * MRs fails on the fd (EBADF), one that does not fails with EOPNOTSUPP
+ * (libibverbs or the provider) or EPROTONOSUPPORT (kernel without the
+ * method).  Any other answer cannot be trusted, so it counts as "no". */
+static int provider_takes_dmabuf(struct ibv_pd *pd, int access, char *why,
+                                 size_t n)
+{
+    const struct rc_verbs_seam *v = rc_verbs_seam();
+    char buf[128];
+    struct ibv_mr *mr;
+    int err;
+
+    errno = 0;
+    mr = v->reg_dmabuf_mr(pd, 0, 4096, 0, -1, access);
+    err = errno;
+    if (mr) {
+        /* The provider implements the call and ignored the bad fd. */
+        (void)v->dereg_mr(mr);
+        return 1;
+    }
+    if (err == EBADF)
+        return 1;
+    if (err == EOPNOTSUPP || err == EPROTONOSUPPORT)
+        snprintf(why, n, "verbs provider lacks ibv_reg_dmabuf_mr (%s)",
+                 strerror_r(err, buf, sizeof(buf)));
+    else
+        snprintf(why, n, "verbs provider's dmabuf probe failed unexpectedly "
+                 "(errno %d: %s)", err, strerror_r(err, buf, sizeof(buf)));
+    return 0;
+}
+
+static int dmabuf_usable(const struct regcache_params *params, char *why,
+                         size_t n)
+{
+    return gpus_export_dmabuf(why, n) &&
+           provider_takes_dmabuf(params->pd, params->access, why, n);
+}
+
+static int select_method(const struct regcache_params *params, int *method)
+{
+    char why[256];
+
+    switch (params->method) {
+    case REGCACHE_METHOD_DMABUF:
+        if (!dmabuf_usable(params, why, sizeof(why))) {
+            rc_set_error("method DMABUF unavailable: %s", why);
+            return REGCACHE_ERR_UNSUPPORTED;
+        }
+        *method = REGCACHE_METHOD_DMABUF;
+        return REGCACHE_OK;
+    case REGCACHE_METHOD_PEERMEM:
+        if (!rc_verbs_peermem_loaded()) {
+            rc_set_error("method PEERMEM unavailable: the nvidia_peermem "
+                         "kernel module is not loaded; " PEERMEM_HINT);
+            return REGCACHE_ERR_UNSUPPORTED;
+        }
+        *method = REGCACHE_METHOD_PEERMEM;
+        return REGCACHE_OK;
+    case REGCACHE_METHOD_AUTO:
+        if (dmabuf_usable(params, why, sizeof(why)))
+            *method = REGCACHE_METHOD_DMABUF;
+        else if (rc_verbs_peermem_loaded())
+            *method = REGCACHE_METHOD_PEERMEM;
+        else if (params->host_memory)
+            *method = 0;
+        else {
+            /* The advice first: the message buffer may cut the details. */
+            rc_set_error("no GPU registration method: " PEERMEM_HINT " or "
+                         "use a GPU driver and verbs provider with dmabuf "
+                         "support (dmabuf: %s)", why);
+            return REGCACHE_ERR_UNSUPPORTED;
+        }
+        return REGCACHE_OK;
+    }
+    rc_set_error("unknown registration method %d", (int)params->method);
+    return REGCACHE_ERR_INVALID;
+}
+
+int rc_verbs_backend_create(const struct regcache_params *params,
+                            struct regcache_backend *backend, int *method_used)
+{
+    struct verbs_backend *b;
+    int method = 0;
+    int status;
+
+    if (!params || !params->pd) {
+        rc_set_error("the built-in verbs backend needs params.pd");
+        return REGCACHE_ERR_INVALID;
+    }
+    status = select_method(params, &method);
+    if (status != REGCACHE_OK)
+        return status;
+    b = malloc(sizeof(*b));
+    if (!b)
+        return REGCACHE_ERR_NO_MEMORY;
+    b->pd = params->pd;
+    b->access = params->access;
+    b->method = method;
+    *backend = (struct regcache_backend){
+        .reg = verbs_reg, .dereg = verbs_dereg, .arg = b, .query = NULL};
+    *method_used = method;
+    return REGCACHE_OK;
+}
+
+void rc_verbs_backend_destroy(struct regcache_backend *backend)
+{
+    free(backend->arg);
+    backend->arg = NULL;
+}

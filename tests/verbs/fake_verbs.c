@@ -1,0 +1,174 @@
+#include "fake_verbs.h"
+
+#include "verbs_seam.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <infiniband/verbs.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct fake_verbs fake_verbs;
+
+static struct ibv_mr *new_mr(struct ibv_pd *pd, uint64_t addr, size_t len)
+{
+    static uint32_t next_key = 1;
+    struct ibv_mr *mr = calloc(1, sizeof(*mr));
+
+    if (!mr) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    mr->pd = pd;
+    mr->addr = (void *)(uintptr_t)addr;
+    mr->length = len;
+    mr->lkey = mr->rkey = next_key++;
+    fake_verbs.live_mrs++;
+    return mr;
+}
+
+/* Fail the call if a failure is still queued. */
+static int take_failure(int *failures, int err)
+{
+    if (*failures <= 0)
+        return 0;
+    (*failures)--;
+    errno = err;
+    return 1;
+}
+
+static struct ibv_mr *fake_reg_mr(struct ibv_pd *pd, void *addr, size_t len,
+                                  int access)
+{
+    fake_verbs.reg_mr_calls++;
+    fake_verbs.last_reg_mr.pd = pd;
+    fake_verbs.last_reg_mr.addr = addr;
+    fake_verbs.last_reg_mr.len = len;
+    fake_verbs.last_reg_mr.access = access;
+    if (take_failure(&fake_verbs.reg_mr_failures, fake_verbs.reg_mr_errno))
+        return NULL;
+    return new_mr(pd, (uintptr_t)addr, len);
+}
+
+static struct ibv_mr *fake_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset,
+                                         size_t len, uint64_t iova, int fd,
+                                         int access)
+{
+    int probe = fd == -1;
+    struct fake_dmabuf_call *rec =
+        probe ? &fake_verbs.last_probe : &fake_verbs.last_dmabuf;
+
+    if (probe)
+        fake_verbs.probe_calls++;
+    else
+        fake_verbs.dmabuf_calls++;
+    rec->pd = pd;
+    rec->offset = offset;
+    rec->len = len;
+    rec->iova = iova;
+    rec->fd = fd;
+    rec->fd_was_open = fd >= 0 && fcntl(fd, F_GETFD) != -1;
+    rec->access = access;
+    if (probe) {
+        errno = fake_verbs.probe_errno;
+        return fake_verbs.probe_errno ? NULL : new_mr(pd, iova, len);
+    }
+    if (take_failure(&fake_verbs.dmabuf_failures, fake_verbs.dmabuf_errno))
+        return NULL;
+    return new_mr(pd, iova, len);
+}
+
+static int fake_dereg_mr(struct ibv_mr *mr)
+{
+    fake_verbs.dereg_calls++;
+    fake_verbs.live_mrs--;
+    free(mr);
+    return 0;
+}
+
+static const struct rc_verbs_seam fake_seam = {
+    .reg_mr = fake_reg_mr,
+    .reg_dmabuf_mr = fake_reg_dmabuf_mr,
+    .dereg_mr = fake_dereg_mr,
+};
+
+void fake_verbs_install(void)
+{
+    memset(&fake_verbs, 0, sizeof(fake_verbs));
+    fake_verbs.probe_errno = EBADF;
+    rc_verbs_seam_override(&fake_seam);
+}
+
+void fake_verbs_uninstall(void)
+{
+    rc_verbs_seam_override(NULL);
+}
+
+static char sysfs_root[64];
+static char module_dir[PATH_MAX];
+
+void fake_sysfs_remove(void)
+{
+    char path[PATH_MAX];
+
+    rc_verbs_sysfs_root_override(NULL);
+    if (!sysfs_root[0])
+        return;
+    if (module_dir[0])
+        rmdir(module_dir);
+    snprintf(path, sizeof(path), "%s/module", sysfs_root);
+    rmdir(path);
+    rmdir(sysfs_root);
+    sysfs_root[0] = module_dir[0] = '\0';
+}
+
+void fake_sysfs_module(const char *name)
+{
+    char path[PATH_MAX];
+
+    fake_sysfs_remove();
+    strcpy(sysfs_root, "/tmp/regcache-sysfs-XXXXXX");
+    if (!mkdtemp(sysfs_root)) {
+        perror("mkdtemp");
+        abort();
+    }
+    snprintf(path, sizeof(path), "%s/module", sysfs_root);
+    if (mkdir(path, 0700) != 0) {
+        perror("mkdir");
+        abort();
+    }
+    if (name) {
+        snprintf(module_dir, sizeof(module_dir), "%s/module/%s", sysfs_root,
+                 name);
+        if (mkdir(module_dir, 0700) != 0) {
+            perror("mkdir");
+            abort();
+        }
+    }
+    rc_verbs_sysfs_root_override(sysfs_root);
+}
+
+struct ibv_pd *fake_pd(void)
+{
+    static struct ibv_pd pd;
+    return &pd;
+}
+
+int fake_count_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    int n = 0;
+
+    if (!d)
+        abort();
+    while ((e = readdir(d)))
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}

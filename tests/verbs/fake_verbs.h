@@ -1,0 +1,55 @@
+/* A stand-in RDMA provider behind the verbs seam, and a stand-in sysfs for
+ * the peermem module check.  It records every call and fails on request. */
+#ifndef FAKE_VERBS_H
+#define FAKE_VERBS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct ibv_pd;
+
+struct fake_dmabuf_call {
+    struct ibv_pd *pd;
+    uint64_t offset, iova;
+    size_t len;
+    int fd, fd_was_open, access;
+};
+
+struct fake_verbs {
+    /* What the fake answers. */
+    int probe_errno;        /* reg_dmabuf_mr with fd -1 fails with this;
+                               0 = it returns an MR */
+    int reg_mr_failures;    /* the next N reg_mr calls fail ... */
+    int reg_mr_errno;       /* ... with this errno (0: errno left at 0) */
+    int dmabuf_failures;    /* same for reg_dmabuf_mr with a real fd */
+    int dmabuf_errno;
+
+    /* What it saw. */
+    int reg_mr_calls, dmabuf_calls, probe_calls, dereg_calls, live_mrs;
+    struct {
+        struct ibv_pd *pd;
+        void *addr;
+        size_t len;
+        int access;
+    } last_reg_mr;
+    struct fake_dmabuf_call last_dmabuf, last_probe;
+};
+
+extern struct fake_verbs fake_verbs;
+
+/* Reset the record and route the library's verbs calls to the fake. */
+void fake_verbs_install(void);
+void fake_verbs_uninstall(void);
+
+/* Make the library see (or not see) kernel module `name` ("nvidia_peermem",
+ * "nv_peer_mem"); NULL = no module.  Uses a private temporary sysfs. */
+void fake_sysfs_module(const char *name);
+void fake_sysfs_remove(void);
+
+/* A protection domain the fake accepts; never dereferenced. */
+struct ibv_pd *fake_pd(void);
+
+/* Open file descriptors of this process, from /proc/self/fd. */
+int fake_count_fds(void);
+
+#endif

@@ -1,0 +1,214 @@
+/* The built-in verbs backend under the cache (params.backend == NULL), with
+ * libibverbs and the CUDA driver replaced: the cache must evict and retry
+ * when ibv_reg_mr runs out of resources, and hand out the verbs MR. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <infiniband/verbs.h>
+
+#include "fake_cuda.h"
+#include "fake_verbs.h"
+#include "regcache.h"
+
+#define BLOCK ((size_t)65536)
+
+static int setup(void **state)
+{
+    (void)state;
+    fake_verbs_install();
+    fake_cuda_install();
+    fake_sysfs_module(NULL);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    assert_int_equal(fake_verbs.live_mrs, 0);
+    fake_sysfs_remove();
+    fake_cuda_uninstall();
+    fake_verbs_uninstall();
+    return 0;
+}
+
+/* A built-in cache for host memory only: no GPU, no peermem. */
+static regcache_t *host_cache(void)
+{
+    struct regcache_params p;
+    regcache_t *c = NULL;
+
+    fake_cuda.device_count = 0;
+    assert_int_equal(regcache_params_init(&p), REGCACHE_OK);
+    p.pd = fake_pd();
+    p.host_memory = 1;
+    assert_int_equal(regcache_create(&p, &c), REGCACHE_OK);
+    assert_int_equal(regcache_method_used(c), 0);
+    return c;
+}
+
+static void stats_of(regcache_t *c, struct regcache_stats *s)
+{
+    assert_int_equal(regcache_get_stats(c, s), REGCACHE_OK);
+}
+
+static void test_entry_mr_is_the_verbs_mr(void **state)
+{
+    regcache_t *c = host_cache();
+    char *buf = aligned_alloc(BLOCK, BLOCK);
+    regcache_entry_t *e;
+    struct ibv_mr *mr;
+    uintptr_t start;
+    size_t len;
+    (void)state;
+
+    assert_int_equal(regcache_get(c, buf + 100, 200, &e), REGCACHE_OK);
+    mr = regcache_entry_mr(e);
+    assert_non_null(mr);
+    assert_ptr_equal(mr, regcache_entry_handle(e));
+    regcache_entry_range(e, &start, &len);
+    assert_int_equal(fake_verbs.reg_mr_calls, 1);
+    assert_ptr_equal(mr->pd, fake_pd());
+    assert_int_equal((uintptr_t)mr->addr, start);
+    assert_int_equal(mr->length, len);
+    assert_true(start <= (uintptr_t)buf + 100);
+    assert_true(start + len >= (uintptr_t)buf + 300);
+    assert_int_equal(fake_verbs.last_reg_mr.access,
+                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                         IBV_ACCESS_REMOTE_READ);
+    regcache_put(c, e);
+    regcache_destroy(c);
+    free(buf);
+}
+
+/* Each "resources exhausted" errno from ibv_reg_mr makes the cache evict
+ * the unused entry and register again. */
+static void test_exhausted_reg_mr_evicts_and_retries(void **state)
+{
+    static const int exhausted[] = {ENOMEM, ENOSPC, EAGAIN, EFAULT};
+    char *a = aligned_alloc(BLOCK, BLOCK);
+    char *b = aligned_alloc(BLOCK, BLOCK);
+    (void)state;
+
+    for (size_t i = 0; i < sizeof(exhausted) / sizeof(exhausted[0]); i++) {
+        regcache_t *c = host_cache();
+        regcache_entry_t *ea, *eb;
+        struct regcache_stats s;
+
+        assert_int_equal(regcache_get(c, a, BLOCK, &ea), REGCACHE_OK);
+        regcache_put(c, ea);
+        fake_verbs.reg_mr_failures = 1;
+        fake_verbs.reg_mr_errno = exhausted[i];
+        assert_int_equal(regcache_get(c, b, BLOCK, &eb), REGCACHE_OK);
+        assert_ptr_equal(regcache_entry_mr(eb)->addr, b);
+        stats_of(c, &s);
+        assert_int_equal(s.reg_failures, 1);
+        assert_int_equal(s.evictions, 1);
+        assert_int_equal(s.registrations, 2);
+        assert_int_equal(s.deregistrations, 1);
+        assert_int_equal(s.entries, 1);
+        assert_int_equal(fake_verbs.live_mrs, 1);
+        regcache_put(c, eb);
+        regcache_destroy(c);
+        assert_int_equal(fake_verbs.live_mrs, 0);
+        fake_verbs_install();
+    }
+    free(a);
+    free(b);
+}
+
+/* Exhaustion with nothing unused to evict is NO_SPACE; any other errno is
+ * a backend failure that evicts nothing. */
+static void test_reg_mr_failures_that_cannot_be_retried(void **state)
+{
+    regcache_t *c = host_cache();
+    char *a = aligned_alloc(BLOCK, BLOCK);
+    char *b = aligned_alloc(BLOCK, BLOCK);
+    regcache_entry_t *ea, *eb;
+    struct regcache_stats s;
+    (void)state;
+
+    assert_int_equal(regcache_get(c, a, BLOCK, &ea), REGCACHE_OK);
+    fake_verbs.reg_mr_failures = 100;
+    fake_verbs.reg_mr_errno = ENOMEM;
+    assert_int_equal(regcache_get(c, b, BLOCK, &eb), REGCACHE_ERR_NO_SPACE);
+    assert_null(eb);
+    fake_verbs.reg_mr_failures = 1;
+    fake_verbs.reg_mr_errno = EINVAL;
+    assert_int_equal(regcache_get(c, b, BLOCK, &eb), REGCACHE_ERR_BACKEND);
+    assert_null(eb);
+    stats_of(c, &s);
+    assert_int_equal(s.evictions, 0);
+    assert_int_equal(s.entries, 1);
+    regcache_put(c, ea);
+    regcache_destroy(c);
+    free(a);
+    free(b);
+}
+
+/* GPU memory through dmabuf: the entry's MR has the registered range's
+ * start as iova and its place in the exported dmabuf as offset, and no fd
+ * is left open. */
+static void test_gpu_memory_through_dmabuf(void **state)
+{
+    struct regcache_params p;
+    regcache_t *c = NULL;
+    regcache_entry_t *e;
+    char *gpu = (char *)fake_cuda.alloc_base;
+    int fds = fake_count_fds();
+    uintptr_t start;
+    size_t len;
+    (void)state;
+
+    assert_int_equal(regcache_params_init(&p), REGCACHE_OK);
+    p.pd = fake_pd();
+    p.whole_allocation = 0;
+    assert_int_equal(regcache_create(&p, &c), REGCACHE_OK);
+    assert_int_equal(regcache_method_used(c), REGCACHE_METHOD_DMABUF);
+    assert_int_equal(regcache_get(c, gpu + 3 * BLOCK + 10, 100, &e),
+                     REGCACHE_OK);
+    regcache_entry_range(e, &start, &len);
+    assert_int_equal(start, (uintptr_t)gpu + 3 * BLOCK);
+    assert_int_equal(len, BLOCK);
+    assert_int_equal(fake_verbs.dmabuf_calls, 1);
+    assert_int_equal(fake_verbs.last_dmabuf.iova, start);
+    assert_int_equal(fake_verbs.last_dmabuf.offset,
+                     start - fake_cuda.export_ptr);
+    assert_int_equal(fake_verbs.last_dmabuf.len, len);
+    assert_int_equal((uintptr_t)regcache_entry_mr(e)->addr, start);
+    assert_int_equal(fake_count_fds(), fds);
+    regcache_put(c, e);
+    regcache_destroy(c);
+}
+
+static void test_create_says_what_to_load(void **state)
+{
+    struct regcache_params p;
+    regcache_t *c = NULL;
+    (void)state;
+
+    fake_cuda.device_count = 0;
+    assert_int_equal(regcache_params_init(&p), REGCACHE_OK);
+    p.pd = fake_pd();
+    assert_int_equal(regcache_create(&p, &c), REGCACHE_ERR_UNSUPPORTED);
+    assert_non_null(strstr(regcache_last_error(), "modprobe nvidia-peermem"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+        T(test_entry_mr_is_the_verbs_mr),
+        T(test_exhausted_reg_mr_evicts_and_retries),
+        T(test_reg_mr_failures_that_cannot_be_retried),
+        T(test_gpu_memory_through_dmabuf),
+        T(test_create_says_what_to_load),
+#undef T
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
