@@ -1,0 +1,102 @@
+/* The default per-device byte budget, from NVML's BAR1 reading. */
+#include "bar1_budget.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "cuda_seam.h"
+
+/* NVML is loaded at run time, so its few types are declared here rather than
+ * needing nvml.h at build time.  Layouts as in nvml.h. */
+struct nvml_bar1 {
+    unsigned long long total, free, used;
+};
+typedef int (*nvml_init_fn)(void);
+typedef int (*nvml_by_bus_id_fn)(const char *bus_id, void **device);
+typedef int (*nvml_bar1_fn)(void *device, struct nvml_bar1 *bar1);
+
+static struct {
+    nvml_init_fn init, shutdown;
+    nvml_by_bus_id_fn by_bus_id;
+    nvml_bar1_fn bar1;
+} nvml;
+static int nvml_loaded;
+static pthread_once_t nvml_once = PTHREAD_ONCE_INIT;
+
+#define CACHED_DEVICES 64
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static size_t cached_budget[CACHED_DEVICES];
+static unsigned char cached[CACHED_DEVICES];
+
+#define MIB (1024ull * 1024ull)
+
+/* The reserve leaves BAR1 to what the budget does not count: the driver's
+ * own mappings, other processes and libraries on the same GPU (BAR1 belongs
+ * to the GPU, not to a process), and entries held past the budget.  A tenth
+ * scales with large BARs; the 32 MiB floor keeps room for a few
+ * communication buffers on the 256 MiB BAR1 of consumer GPUs. */
+size_t rc_bar1_budget_rule(unsigned long long total, unsigned long long free)
+{
+    unsigned long long reserve = total / 10 > 32 * MIB ? total / 10 : 32 * MIB;
+    if (free <= reserve)
+        return 1; /* 0 would mean unlimited: keep nothing unused instead */
+    unsigned long long budget = free - reserve;
+    return budget > SIZE_MAX ? SIZE_MAX : (size_t)budget;
+}
+
+/* dlsym into a function pointer field (memcpy: object to function pointer,
+ * as POSIX allows for dlsym results). */
+static int nvml_symbol(void *lib, const char *name, void *field)
+{
+    void *fn = dlsym(lib, name);
+    memcpy(field, &fn, sizeof fn);
+    return fn != NULL;
+}
+
+static void load_nvml(void)
+{
+    /* Never closed: NVML stays usable for later devices. */
+    void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    nvml_loaded = lib != NULL && nvml_symbol(lib, "nvmlInit_v2", &nvml.init) &&
+                  nvml_symbol(lib, "nvmlShutdown", &nvml.shutdown) &&
+                  nvml_symbol(lib, "nvmlDeviceGetHandleByPciBusId_v2", &nvml.by_bus_id) &&
+                  nvml_symbol(lib, "nvmlDeviceGetBAR1MemoryInfo", &nvml.bar1);
+}
+
+/* NVML numbers devices its own way (all GPUs, ignoring
+ * CUDA_VISIBLE_DEVICES); the PCI bus id names the same GPU in both. */
+static size_t read_budget(int device)
+{
+    const struct rc_cuda_api *api = rc_cuda_api();
+    CUdevice dev;
+    char bus_id[32];
+    if (api == NULL || api->DeviceGet(&dev, device) != CUDA_SUCCESS ||
+        api->DeviceGetPCIBusId(bus_id, sizeof bus_id, dev) != CUDA_SUCCESS)
+        return 0;
+    pthread_once(&nvml_once, load_nvml);
+    if (!nvml_loaded || nvml.init() != 0)
+        return 0;
+    void *handle = NULL;
+    struct nvml_bar1 bar1;
+    size_t budget = 0;
+    if (nvml.by_bus_id(bus_id, &handle) == 0 && nvml.bar1(handle, &bar1) == 0)
+        budget = rc_bar1_budget_rule(bar1.total, bar1.free);
+    nvml.shutdown();
+    return budget;
+}
+
+size_t rc_bar1_budget(int device)
+{
+    if (device < 0 || device >= CACHED_DEVICES)
+        return 0;
+    pthread_mutex_lock(&cache_lock);
+    if (!cached[device]) {
+        cached_budget[device] = read_budget(device);
+        cached[device] = 1;
+    }
+    size_t budget = cached_budget[device];
+    pthread_mutex_unlock(&cache_lock);
+    return budget;
+}

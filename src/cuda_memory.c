@@ -1,0 +1,160 @@
+/* What the CUDA driver says about an address: the rc_memory of the driver. */
+#include <stdint.h>
+
+#include "cuda_seam.h"
+#include "last_error.h"
+#include "memory.h"
+
+/* What one cuPointerGetAttributes call reports about a pointer.  For memory
+ * the driver does not know (malloc, freed, unmapped VMM) the call succeeds
+ * and leaves every value zero. */
+struct pointer_facts {
+    unsigned long long buffer_id;
+    unsigned int type; /* CUmemorytype; 0 = not CUDA memory */
+    unsigned int managed;
+    int device;
+    CUdeviceptr range_start;
+    size_t range_size;
+    CUdeviceptr mapping_start;
+    size_t mapping_size;
+    unsigned int sync_memops;
+    unsigned int legacy_ipc; /* cuMemAlloc memory */
+    CUmemoryPool pool;       /* cuMemAllocAsync memory */
+};
+
+static CUresult read_facts(const struct rc_cuda_api *api, uintptr_t addr,
+                           struct pointer_facts *f)
+{
+    *f = (struct pointer_facts){ 0 };
+    const struct {
+        CUpointer_attribute attr;
+        void *value;
+    } ask[] = {
+        { CU_POINTER_ATTRIBUTE_BUFFER_ID, &f->buffer_id },
+        { CU_POINTER_ATTRIBUTE_MEMORY_TYPE, &f->type },
+        { CU_POINTER_ATTRIBUTE_IS_MANAGED, &f->managed },
+        { CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, &f->device },
+        { CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, &f->range_start },
+        { CU_POINTER_ATTRIBUTE_RANGE_SIZE, &f->range_size },
+        { CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, &f->mapping_start },
+        { CU_POINTER_ATTRIBUTE_MAPPING_SIZE, &f->mapping_size },
+        { CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, &f->sync_memops },
+        { CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, &f->legacy_ipc },
+        { CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, &f->pool },
+    };
+    enum { N = sizeof ask / sizeof ask[0] };
+    CUpointer_attribute attrs[N];
+    void *values[N];
+    for (unsigned int i = 0; i < N; i++) {
+        attrs[i] = ask[i].attr;
+        values[i] = ask[i].value;
+    }
+    return api->PointerGetAttributes(N, attrs, values, (CUdeviceptr)addr);
+}
+
+/*
+ * The allocation that holds the pointer.  RANGE_START/RANGE_SIZE is the
+ * allocation for cuMemAlloc, pool (cuMemAllocAsync) and managed memory, but
+ * the whole address reservation, unmapped parts included, for VMM memory
+ * (cuMemCreate + cuMemMap), where MAPPING_BASE/SIZE is the mapping.  For the
+ * others MAPPING is a driver chunk shared with other allocations (2 MiB for
+ * cuMemAlloc, 32 MiB for a pool: measured on driver 580, see tests/gpu), so
+ * it is used only for memory that is neither cuMemAlloc nor pool memory, and
+ * then only to narrow the range.
+ */
+static void allocation_of(const struct pointer_facts *f, uintptr_t *base, size_t *size)
+{
+    uintptr_t start = f->range_start;
+    uintptr_t end = start + f->range_size;
+    if (!f->legacy_ipc && f->pool == NULL && f->mapping_size != 0) {
+        uintptr_t mstart = f->mapping_start;
+        uintptr_t mend = mstart + f->mapping_size;
+        start = mstart > start ? mstart : start;
+        end = mend < end ? mend : end;
+    }
+    *base = start;
+    *size = end - start;
+}
+
+static void describe_host(uintptr_t addr, size_t len, struct regcache_mem_info *info)
+{
+    *info = (struct regcache_mem_info){ .base = addr, .size = len, .buffer_id = 0,
+                                        .device = REGCACHE_DEVICE_HOST,
+                                        .type = REGCACHE_MEM_HOST };
+}
+
+/* Registrations of device memory need synchronous memory operations to stay
+ * ordered with the NIC's accesses; set once per allocation, before its first
+ * registration (the query on a miss is that moment). */
+static int sync_memops(const struct rc_cuda_api *api, uintptr_t addr)
+{
+    unsigned int one = 1;
+    CUresult r = api->PointerSetAttribute(&one, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS,
+                                          (CUdeviceptr)addr);
+    /* VMM (cuMemCreate) memory refuses the attribute with NOT_SUPPORTED:
+     * there is nothing to set on it. */
+    if (r == CUDA_SUCCESS || r == CUDA_ERROR_NOT_SUPPORTED)
+        return REGCACHE_OK;
+    return rc_cuda_error(api, "cuPointerSetAttribute(SYNC_MEMOPS)", r);
+}
+
+static int cuda_query(void *ctx, const void *addr, size_t len,
+                      struct regcache_mem_info *info)
+{
+    const struct rc_cuda_api *api = ctx;
+    uintptr_t a = (uintptr_t)addr;
+    struct pointer_facts f;
+    CUresult r = read_facts(api, a, &f);
+    /* INVALID_VALUE: a pointer the driver has never seen, as some drivers
+     * report it; like type 0, that is host memory as far as CUDA knows. */
+    if (r == CUDA_ERROR_INVALID_VALUE || (r == CUDA_SUCCESS && f.type == 0) ||
+        (r == CUDA_SUCCESS && f.type == CU_MEMORYTYPE_HOST && !f.managed)) {
+        describe_host(a, len, info);
+        return REGCACHE_OK;
+    }
+    if (r != CUDA_SUCCESS)
+        return rc_cuda_error(api, "cuPointerGetAttributes", r);
+
+    uintptr_t base;
+    size_t size;
+    allocation_of(&f, &base, &size);
+    *info = (struct regcache_mem_info){ .base = base, .size = size,
+                                        .buffer_id = f.buffer_id, .device = f.device,
+                                        .type = f.managed ? REGCACHE_MEM_MANAGED
+                                                          : REGCACHE_MEM_DEVICE };
+    if (f.managed)
+        return REGCACHE_OK;
+    if (len > base + size - a) {
+        rc_set_error("range %p+%zu extends past the end of its CUDA allocation "
+                     "%#jx+%zu",
+                     addr, len, (uintmax_t)base, size);
+        return REGCACHE_ERR_RANGE;
+    }
+    return f.sync_memops ? REGCACHE_OK : sync_memops(api, a);
+}
+
+/* The hit path: one driver call, nothing else. */
+static int cuda_read_tag(void *ctx, const void *addr, uint64_t *buffer_id)
+{
+    const struct rc_cuda_api *api = ctx;
+    unsigned long long id = 0;
+    CUresult r = api->PointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID,
+                                          (CUdeviceptr)addr);
+    if (r == CUDA_SUCCESS) {
+        *buffer_id = id;
+        return REGCACHE_OK;
+    }
+    if (r == CUDA_ERROR_INVALID_VALUE)
+        return REGCACHE_ERR_NOT_GPU; /* freed or unmapped */
+    return rc_cuda_error(api, "cuPointerGetAttribute(BUFFER_ID)", r);
+}
+
+int rc_cuda_memory(struct rc_memory *m)
+{
+    const struct rc_cuda_api *api = rc_cuda_api();
+    if (api == NULL)
+        return REGCACHE_ERR_UNSUPPORTED;
+    *m = (struct rc_memory){ .query = cuda_query, .read_tag = cuda_read_tag,
+                             .ctx = (void *)api };
+    return REGCACHE_OK;
+}

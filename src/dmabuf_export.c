@@ -1,0 +1,120 @@
+/* dmabuf export of GPU memory (see dmabuf_export.h). */
+#include "dmabuf_export.h"
+
+#include <unistd.h>
+
+#include "cuda_seam.h"
+#include "last_error.h"
+#include "regcache.h"
+
+/* The export needs a current context; a thread that has none (a progress
+ * thread of the middleware) borrows the context the memory belongs to, or
+ * the primary context of its device for memory that belongs to no context
+ * (pools, VMM). */
+struct borrowed {
+    int pushed;
+    int retained;
+    CUdevice device;
+};
+
+static int borrow_context(const struct rc_cuda_api *api, uintptr_t addr,
+                          struct borrowed *b)
+{
+    *b = (struct borrowed){ 0 };
+    CUcontext current = NULL;
+    CUresult r = api->CtxGetCurrent(&current);
+    if (r != CUDA_SUCCESS)
+        return rc_cuda_error(api, "cuCtxGetCurrent", r);
+    if (current != NULL)
+        return REGCACHE_OK;
+
+    CUcontext owner = NULL;
+    int ordinal = -1;
+    CUpointer_attribute attrs[] = { CU_POINTER_ATTRIBUTE_CONTEXT,
+                                    CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL };
+    void *data[] = { &owner, &ordinal };
+    r = api->PointerGetAttributes(2, attrs, data, (CUdeviceptr)addr);
+    if (r != CUDA_SUCCESS)
+        return rc_cuda_error(api, "cuPointerGetAttributes(CONTEXT)", r);
+    if (owner == NULL) {
+        if (ordinal < 0) {
+            rc_set_error("dmabuf export: %#jx is not GPU memory", (uintmax_t)addr);
+            return REGCACHE_ERR_CUDA;
+        }
+        r = api->DeviceGet(&b->device, ordinal);
+        if (r != CUDA_SUCCESS)
+            return rc_cuda_error(api, "cuDeviceGet", r);
+        r = api->DevicePrimaryCtxRetain(&owner, b->device);
+        if (r != CUDA_SUCCESS)
+            return rc_cuda_error(api, "cuDevicePrimaryCtxRetain", r);
+        b->retained = 1;
+    }
+    r = api->CtxPushCurrent(owner);
+    if (r != CUDA_SUCCESS) {
+        if (b->retained)
+            api->DevicePrimaryCtxRelease(b->device);
+        return rc_cuda_error(api, "cuCtxPushCurrent", r);
+    }
+    b->pushed = 1;
+    return REGCACHE_OK;
+}
+
+static int give_back(const struct rc_cuda_api *api, const struct borrowed *b)
+{
+    if (!b->pushed)
+        return REGCACHE_OK;
+    CUcontext popped;
+    CUresult r = api->CtxPopCurrent(&popped);
+    if (b->retained)
+        api->DevicePrimaryCtxRelease(b->device);
+    return r == CUDA_SUCCESS ? REGCACHE_OK : rc_cuda_error(api, "cuCtxPopCurrent", r);
+}
+
+int rc_dmabuf_export(uintptr_t addr, size_t len, int *fd, uint64_t *offset)
+{
+    const struct rc_cuda_api *api = rc_cuda_api();
+    if (api == NULL)
+        return REGCACHE_ERR_UNSUPPORTED;
+    /* The driver exports whole host pages only. */
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t start = addr & ~(page - 1);
+    uintptr_t end = (addr + len + page - 1) & ~(page - 1);
+
+    struct borrowed b;
+    int rc = borrow_context(api, addr, &b);
+    if (rc != REGCACHE_OK)
+        return rc;
+    int out = -1;
+    CUresult r = api->MemGetHandleForAddressRange(&out, (CUdeviceptr)start,
+                                                  end - start,
+                                                  CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+    rc = give_back(api, &b);
+    if (r != CUDA_SUCCESS) {
+        if (r == CUDA_ERROR_NOT_SUPPORTED) {
+            rc_set_error("cuMemGetHandleForAddressRange: the driver cannot export "
+                         "%#jx+%zu as a dmabuf (CUDA_ERROR_NOT_SUPPORTED)",
+                         (uintmax_t)start, (size_t)(end - start));
+            return REGCACHE_ERR_UNSUPPORTED;
+        }
+        return rc_cuda_error(api, "cuMemGetHandleForAddressRange(DMA_BUF_FD)", r);
+    }
+    if (rc != REGCACHE_OK) {
+        close(out);
+        return rc;
+    }
+    *fd = out;
+    *offset = addr - start;
+    return REGCACHE_OK;
+}
+
+int rc_dmabuf_supported(int device)
+{
+    const struct rc_cuda_api *api = rc_cuda_api();
+    CUdevice dev;
+    int supported = 0;
+    if (api == NULL || api->DeviceGet(&dev, device) != CUDA_SUCCESS ||
+        api->DeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED,
+                                dev) != CUDA_SUCCESS)
+        return 0;
+    return supported != 0;
+}

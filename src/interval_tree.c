@@ -1,0 +1,208 @@
+/* AVL interval tree, see interval_tree.h.  Everything is iterative over the
+ * parent links, so no operation needs a stack whatever the tree holds. */
+#include "interval_tree.h"
+
+static int height(const struct rc_itree_node *n)
+{
+    return n ? n->balance_or_height : 0;
+}
+
+/* Recompute n's height and max_end; its children's must already be right. */
+static void pull(struct rc_itree_node *n)
+{
+    int hl = height(n->left), hr = height(n->right);
+    uintptr_t max_end = n->end;
+
+    if (n->left && n->left->max_end > max_end)
+        max_end = n->left->max_end;
+    if (n->right && n->right->max_end > max_end)
+        max_end = n->right->max_end;
+    n->max_end = max_end;
+    n->balance_or_height = 1 + (hl > hr ? hl : hr);
+}
+
+/* Hang `to` where `from` hung under `parent` (NULL: the root). */
+static void replace_child(struct rc_itree *t, struct rc_itree_node *parent,
+                          struct rc_itree_node *from, struct rc_itree_node *to)
+{
+    if (!parent)
+        t->root = to;
+    else if (parent->left == from)
+        parent->left = to;
+    else
+        parent->right = to;
+    if (to)
+        to->parent = parent;
+}
+
+/* Lift x's right child (lift_right) or left child above x; returns it.  One
+ * body for both directions: they differ only in which links they swap. */
+static struct rc_itree_node *rotate(struct rc_itree *t, struct rc_itree_node *x,
+                                    int lift_right)
+{
+    struct rc_itree_node **x_side = lift_right ? &x->right : &x->left;
+    struct rc_itree_node *y = *x_side;
+    struct rc_itree_node **y_inner = lift_right ? &y->left : &y->right;
+
+    *x_side = *y_inner;
+    if (*x_side)
+        (*x_side)->parent = x;
+    replace_child(t, x->parent, x, y);
+    *y_inner = x;
+    x->parent = y;
+    pull(x);
+    pull(y);
+    return y;
+}
+
+/* Restore the AVL bound at n, whose subtrees are valid AVL trees differing
+ * in height by at most 2; returns the node now at n's place. */
+static struct rc_itree_node *rebalance(struct rc_itree *t, struct rc_itree_node *n)
+{
+    int diff = height(n->left) - height(n->right);
+
+    if (diff > 1 || diff < -1) {
+        int heavy_right = diff < 0;
+        struct rc_itree_node *c = heavy_right ? n->right : n->left;
+        struct rc_itree_node *outer = heavy_right ? c->right : c->left;
+        struct rc_itree_node *inner = heavy_right ? c->left : c->right;
+
+        /* A taller inner grandchild would stay just as unbalanced after one
+         * rotation at n: bring it outside first (double rotation). */
+        if (height(outer) < height(inner))
+            rotate(t, c, !heavy_right);
+        return rotate(t, n, heavy_right);
+    }
+    pull(n);
+    return n;
+}
+
+/* After a change below n, fix heights, balance and max_end up to the root.
+ * Going all the way up costs O(log n) and spares tracking when max_end stops
+ * changing, which can be above where the height stops changing. */
+static void retrace(struct rc_itree *t, struct rc_itree_node *n)
+{
+    while (n)
+        n = rebalance(t, n)->parent;
+}
+
+void rc_itree_init(struct rc_itree *t)
+{
+    t->root = NULL;
+    t->count = 0;
+}
+
+void rc_itree_insert(struct rc_itree *t, struct rc_itree_node *n)
+{
+    struct rc_itree_node *parent = NULL, **link = &t->root;
+
+    /* Equal starts go right, so a new duplicate follows the older ones. */
+    while (*link) {
+        parent = *link;
+        link = n->start < parent->start ? &parent->left : &parent->right;
+    }
+    n->left = n->right = NULL;
+    n->parent = parent;
+    n->balance_or_height = 1;
+    n->max_end = n->end;
+    *link = n;
+    t->count++;
+    retrace(t, parent);
+}
+
+void rc_itree_remove(struct rc_itree *t, struct rc_itree_node *n)
+{
+    struct rc_itree_node *lowest_changed;
+
+    if (n->left && n->right) {
+        /* n's in-order successor s takes n's place, which keeps the order. */
+        struct rc_itree_node *s = n->right;
+
+        while (s->left)
+            s = s->left;
+        if (s == n->right) {
+            lowest_changed = s;
+        } else {
+            lowest_changed = s->parent;
+            lowest_changed->left = s->right;
+            if (s->right)
+                s->right->parent = lowest_changed;
+            s->right = n->right;
+            n->right->parent = s;
+        }
+        s->left = n->left;
+        n->left->parent = s;
+        replace_child(t, n->parent, n, s);
+    } else {
+        lowest_changed = n->parent;
+        replace_child(t, n->parent, n, n->left ? n->left : n->right);
+    }
+    t->count--;
+    retrace(t, lowest_changed);
+}
+
+/* Walk down-left from n while the left subtree still holds a range ending
+ * after `after`: the first node of n's subtree, in order, that a query
+ * starting at `after` cannot skip.  With after == 0 it is the leftmost node,
+ * since every end is above 0. */
+static struct rc_itree_node *descend_left(struct rc_itree_node *n, uintptr_t after)
+{
+    while (n->left && n->left->max_end > after)
+        n = n->left;
+    return n;
+}
+
+/* The in-order next node above n once n's right subtree is done: the first
+ * ancestor reached from its left side, or NULL at the end. */
+static struct rc_itree_node *climb(struct rc_itree_node *n)
+{
+    while (n->parent && n == n->parent->right)
+        n = n->parent;
+    return n->parent;
+}
+
+int rc_itree_visit_overlaps(const struct rc_itree *t, uintptr_t start,
+                            uintptr_t end,
+                            int (*fn)(struct rc_itree_node *n, void *arg),
+                            void *arg)
+{
+    struct rc_itree_node *n = t->root;
+
+    if (end <= start || !n || n->max_end <= start)
+        return 0;
+    n = descend_left(n, start);
+    /* In order, and never entering a subtree whose max_end is not past
+     * start: what is skipped ends too early to overlap. */
+    while (n) {
+        int rc;
+
+        /* Everything after n in order starts at or after n->start. */
+        if (n->start >= end)
+            return 0;
+        if (n->end > start && (rc = fn(n, arg)) != 0)
+            return rc;
+        if (n->right && n->right->max_end > start)
+            n = descend_left(n->right, start);
+        else
+            n = climb(n);
+    }
+    return 0;
+}
+
+void rc_itree_visit_all(struct rc_itree *t,
+                        void (*fn)(struct rc_itree_node *n, void *arg),
+                        void *arg)
+{
+    struct rc_itree_node *n = t->root ? descend_left(t->root, 0) : NULL;
+
+    while (n) {
+        /* Take n's successor before fn may remove n.  Removal rotates nodes
+         * but keeps the in-order sequence of the others, so the successor
+         * found now is still the right next node afterwards. */
+        struct rc_itree_node *next =
+            n->right ? descend_left(n->right, 0) : climb(n);
+
+        fn(n, arg);
+        n = next;
+    }
+}
