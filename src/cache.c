@@ -269,6 +269,12 @@ static int classify(const struct regcache *c, const struct regcache_mem_info *in
         return REGCACHE_ERR_BACKEND;
     }
 
+    if (c->builtin && c->method_used == 0) {
+        rc_set_error("%p is GPU memory, but this cache found no GPU registration method "
+                     "(host memory only): load nvidia_peermem or use a verbs provider with "
+                     "dmabuf support", (void *)w->start);
+        return REGCACHE_ERR_UNSUPPORTED;
+    }
     if (info->device < 0 || info->device >= RC_MAX_DEVICES) {
         rc_set_error("device ordinal %d is outside 0..%d", info->device, RC_MAX_DEVICES - 1);
         return REGCACHE_ERR_UNSUPPORTED;

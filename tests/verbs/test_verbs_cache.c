@@ -186,6 +186,23 @@ static void test_gpu_memory_through_dmabuf(void **state)
     regcache_destroy(c);
 }
 
+/* A cache that found only the host method refuses GPU memory up front,
+ * saying what is missing, and never reaches verbs. */
+static void test_host_only_cache_refuses_gpu_memory(void **state)
+{
+    regcache_t *c = host_cache();
+    regcache_entry_t *e = NULL;
+    (void)state;
+
+    fake_cuda.device_count = 1; /* the memory is a GPU allocation */
+    assert_int_equal(regcache_get(c, (char *)fake_cuda.alloc_base + 10, 100, &e),
+                     REGCACHE_ERR_UNSUPPORTED);
+    assert_null(e);
+    assert_non_null(strstr(regcache_last_error(), "nvidia_peermem"));
+    assert_int_equal(fake_verbs.reg_mr_calls + fake_verbs.dmabuf_calls, 0);
+    regcache_destroy(c);
+}
+
 static void test_create_says_what_to_load(void **state)
 {
     struct regcache_params p;
@@ -208,6 +225,7 @@ int main(void)
         T(test_reg_mr_failures_that_cannot_be_retried),
         T(test_gpu_memory_through_dmabuf),
         T(test_create_says_what_to_load),
+        T(test_host_only_cache_refuses_gpu_memory),
 #undef T
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
