@@ -344,7 +344,7 @@ static void test_sorted_inserts_stay_balanced(void **state)
 
 #define POOL 2048
 #define RANDOM_OPS 1000000
-#define CHECK_EVERY 1000
+#define CHECK_EVERY 250
 
 static uint64_t rng_state;
 
