@@ -280,6 +280,13 @@ REGCACHE_API int regcache_invalidate(regcache_t *cache, const void *addr,
 REGCACHE_API void regcache_notify_free(const void *addr, size_t len);
 
 /*
+ * The number of caches alive in this process (created, not yet destroyed;
+ * a fork child counts none of its parent's).  The preload hook reads it to
+ * skip its per-free range query while there is no cache.  Thread safe.
+ */
+REGCACHE_API int regcache_cache_count(void);
+
+/*
  * Deregister every unused entry.  Held entries are untouched.
  * Errors: INVALID (NULL), FORKED.  Thread safe.
  */

@@ -252,9 +252,11 @@ static int classify(const struct regcache *c, const struct regcache_mem_info *in
                          "params.host_memory or REGCACHE_HOST_MEMORY=1)", (void *)w->start);
             return REGCACHE_ERR_NOT_GPU;
         }
-        /* Host memory has no buffer id: its entries live until invalidated
-         * by the application (README, "Host memory"). */
-        w->buffer_id = 0;
+        /* Pageable host memory has no buffer id: its entries live until
+         * invalidated by the application (README, "Host memory").  Pinned
+         * memory from cuMemAllocHost has one, and is tag-checked like GPU
+         * memory. */
+        w->buffer_id = info->buffer_id;
         w->device = REGCACHE_DEVICE_HOST;
         w->slot = RC_HOST_SLOT;
         if (round_out(w->start, w->end, c->host_page, &w->reg_start, &w->reg_end))

@@ -60,6 +60,11 @@ void rc_registry_remove(struct regcache *c)
     pthread_mutex_unlock(&registry_lock);
 }
 
+int regcache_cache_count(void)
+{
+    return atomic_load_explicit(&registry_count, memory_order_acquire);
+}
+
 void regcache_notify_free(const void *addr, size_t len)
 {
     uintptr_t start = (uintptr_t)addr;

@@ -1,0 +1,91 @@
+/* The wrappers handed out: for each kind, RC_HOOK_SLOTS trampolines, each
+ * bound to the real function stored in its slot.  A slot is claimed for a
+ * real function the first time the driver hands that function out and is
+ * never released, so a trampoline once returned stays valid; lookups of the
+ * same function (another version asked, a second dlsym) share it.  The
+ * table is static: wrapping allocates nothing and takes no lock. */
+#include <dlfcn.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "hook.h"
+
+/* The variants one kind can meet: for cuMemFreeAsync the default-stream and
+ * per-thread functions, for the context kinds the old and new symbols; twice
+ * the most seen leaves room for drivers that differ per version. */
+#define RC_HOOK_SLOTS 8
+
+static _Atomic(void *) slots[RC_HOOK_KINDS][RC_HOOK_SLOTS];
+static atomic_int escaped;
+
+#define RC_HOOK_TRAMPOLINE(name, params, slot, ...)                             \
+    static CUresult name##_##slot params                                       \
+    {                                                                          \
+        return rc_hook_##name(atomic_load_explicit(&slots[RC_HOOK_##name][slot], \
+                                                   memory_order_acquire),      \
+                              __VA_ARGS__);                                    \
+    }
+#define RC_HOOK_TRAMPOLINES(name, params, ...)                                  \
+    RC_HOOK_TRAMPOLINE(name, params, 0, __VA_ARGS__)                           \
+    RC_HOOK_TRAMPOLINE(name, params, 1, __VA_ARGS__)                           \
+    RC_HOOK_TRAMPOLINE(name, params, 2, __VA_ARGS__)                           \
+    RC_HOOK_TRAMPOLINE(name, params, 3, __VA_ARGS__)                           \
+    RC_HOOK_TRAMPOLINE(name, params, 4, __VA_ARGS__)                           \
+    RC_HOOK_TRAMPOLINE(name, params, 5, __VA_ARGS__)                           \
+    RC_HOOK_TRAMPOLINE(name, params, 6, __VA_ARGS__)                           \
+    RC_HOOK_TRAMPOLINE(name, params, 7, __VA_ARGS__)
+RC_HOOK_KIND_LIST(RC_HOOK_TRAMPOLINES)
+
+#define RC_HOOK_TRAMPOLINE_ROW(name, params, ...)                               \
+    [RC_HOOK_##name] = { (void *)name##_0, (void *)name##_1, (void *)name##_2,  \
+                         (void *)name##_3, (void *)name##_4, (void *)name##_5,  \
+                         (void *)name##_6, (void *)name##_7 },
+static void *const trampolines[RC_HOOK_KINDS][RC_HOOK_SLOTS] = {
+    RC_HOOK_KIND_LIST(RC_HOOK_TRAMPOLINE_ROW)
+};
+
+static void note_escape(void)
+{
+    atomic_store_explicit(&escaped, 1, memory_order_release);
+}
+
+int rc_hook_escaped(void)
+{
+    return atomic_load_explicit(&escaped, memory_order_acquire);
+}
+
+int rc_hook_is_own(void *fn)
+{
+    Dl_info mine, theirs;
+    return fn != NULL && dladdr((void *)rc_hook_is_own, &mine) && dladdr(fn, &theirs) &&
+           mine.dli_fbase == theirs.dli_fbase;
+}
+
+void *rc_hook_wrap(int kind, void *real)
+{
+    if (real == NULL || kind == RC_HOOK_NOT_OURS)
+        return real;
+    if (kind == RC_HOOK_LEGACY) {
+        note_escape();
+        return real;
+    }
+    /* An exported wrapper reached through a handle of the hook itself, or a
+     * trampoline, is wrapped already. */
+    if (rc_hook_is_own(real))
+        return real;
+    for (int i = 0; i < RC_HOOK_SLOTS; i++) {
+        void *held = atomic_load_explicit(&slots[kind][i], memory_order_acquire);
+        if (held == NULL) {
+            /* Publish the real function before anyone can be handed the
+             * trampoline that reads it. */
+            if (atomic_compare_exchange_strong_explicit(&slots[kind][i], &held, real,
+                                                        memory_order_acq_rel,
+                                                        memory_order_acquire))
+                return trampolines[kind][i];
+        }
+        if (held == real)
+            return trampolines[kind][i];
+    }
+    note_escape();
+    return real;
+}

@@ -1,0 +1,171 @@
+/* The hook under a driver-API program (linked with -lcuda, so its calls
+ * bind to the hook's exports): cuMemAlloc, stream-ordered allocations (also
+ * the per-thread-stream variants fetched through cuGetProcAddress), VMM
+ * mappings, pinned host memory, and a primary context reset.  Run by
+ * gpu-test.sh with the hook in LD_PRELOAD. */
+#include <cuda.h>
+#include <stdio.h>
+
+#include "gpu_backend.h"
+
+#define CU(call)                                                               \
+    do {                                                                       \
+        CUresult r_ = (call);                                                  \
+        if (r_ != CUDA_SUCCESS) {                                              \
+            printf("%s:%d: %s failed: %d\n", __FILE__, __LINE__, #call, r_);   \
+            return 1;                                                          \
+        }                                                                      \
+    } while (0)
+
+static CUdevice device;
+static CUstream stream;
+
+static int plain_alloc(uintptr_t *ptr, size_t size, void *ctx)
+{
+    (void)ctx;
+    CUdeviceptr p;
+    CU(cuMemAlloc(&p, size));
+    *ptr = p;
+    return 0;
+}
+
+static int plain_free(uintptr_t ptr, size_t size, void *ctx)
+{
+    (void)size, (void)ctx;
+    CU(cuMemFree(ptr));
+    return 0;
+}
+
+static int async_alloc(uintptr_t *ptr, size_t size, void *ctx)
+{
+    (void)ctx;
+    CUdeviceptr p;
+    CU(cuMemAllocAsync(&p, size, stream));
+    CU(cuStreamSynchronize(stream));
+    *ptr = p;
+    return 0;
+}
+
+static int async_free(uintptr_t ptr, size_t size, void *ctx)
+{
+    (void)size, (void)ctx;
+    CU(cuMemFreeAsync(ptr, stream));
+    return 0;
+}
+
+/* The per-thread-default-stream functions, as the runtime fetches them. */
+static CUresult (*ptsz_alloc_fn)(CUdeviceptr *, size_t, CUstream);
+static CUresult (*ptsz_free_fn)(CUdeviceptr, CUstream);
+
+static int ptsz_alloc(uintptr_t *ptr, size_t size, void *ctx)
+{
+    (void)ctx;
+    CUdeviceptr p;
+    CU(ptsz_alloc_fn(&p, size, CU_STREAM_PER_THREAD));
+    CU(cuStreamSynchronize(CU_STREAM_PER_THREAD));
+    *ptr = p;
+    return 0;
+}
+
+static int ptsz_free(uintptr_t ptr, size_t size, void *ctx)
+{
+    (void)size, (void)ctx;
+    CU(ptsz_free_fn(ptr, CU_STREAM_PER_THREAD));
+    return 0;
+}
+
+static int vmm_alloc(uintptr_t *ptr, size_t size, void *ctx)
+{
+    (void)ctx;
+    CUmemAllocationProp prop = { 0 };
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = device;
+    CUmemAccessDesc access = { prop.location, CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+    CUdeviceptr p;
+    CUmemGenericAllocationHandle handle;
+    CU(cuMemAddressReserve(&p, size, 0, 0, 0));
+    CU(cuMemCreate(&handle, size, &prop, 0));
+    CU(cuMemMap(p, size, 0, handle, 0));
+    /* The mapping keeps the memory: the handle can go now. */
+    CU(cuMemRelease(handle));
+    CU(cuMemSetAccess(p, size, &access, 1));
+    *ptr = p;
+    return 0;
+}
+
+static int vmm_free(uintptr_t ptr, size_t size, void *ctx)
+{
+    (void)ctx;
+    CU(cuMemUnmap(ptr, size));
+    CU(cuMemAddressFree(ptr, size));
+    return 0;
+}
+
+static int host_alloc(uintptr_t *ptr, size_t size, void *ctx)
+{
+    (void)ctx;
+    void *p;
+    CU(cuMemAllocHost(&p, size));
+    *ptr = (uintptr_t)p;
+    return 0;
+}
+
+static int host_free(uintptr_t ptr, size_t size, void *ctx)
+{
+    (void)size, (void)ctx;
+    CU(cuMemFreeHost((void *)ptr));
+    return 0;
+}
+
+/* The primary context goes with two cached allocations in it. */
+static int context_reset(void)
+{
+    regcache_t *cache;
+    if (gb_create(REGCACHE_VALIDATE_AUTO, 0, &cache) != REGCACHE_OK)
+        return 1;
+    uintptr_t a, b;
+    if (plain_alloc(&a, 2 << 20, NULL) || plain_alloc(&b, 2 << 20, NULL) ||
+        gb_touch(cache, a, 2 << 20) || gb_touch(cache, b, 2 << 20))
+        return 1;
+    long before = gb_deregs();
+    CU(cuDevicePrimaryCtxReset(device));
+    int failed = gb_expect_deregs("driver cuDevicePrimaryCtxReset", before, 2);
+    regcache_destroy(cache);
+    return failed;
+}
+
+int main(void)
+{
+    int count = 0;
+    if (cuInit(0) != CUDA_SUCCESS || cuDeviceGetCount(&count) != CUDA_SUCCESS || count == 0) {
+        printf("skipped: no CUDA device\n");
+        return 77;
+    }
+    CUcontext ctx;
+    CU(cuDeviceGet(&device, 0));
+    CU(cuDevicePrimaryCtxRetain(&ctx, device));
+    CU(cuCtxSetCurrent(ctx));
+    CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    CUdriverProcAddressQueryResult status;
+    CU(cuGetProcAddress("cuMemAllocAsync", (void **)&ptsz_alloc_fn, 12000,
+                        CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &status));
+    CU(cuGetProcAddress("cuMemFreeAsync", (void **)&ptsz_free_fn, 12000,
+                        CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &status));
+
+    const struct gb_memory memories[] = {
+        { "driver cuMemAlloc/cuMemFree", 0, plain_alloc, plain_free, NULL },
+        { "driver cuMemAllocAsync/cuMemFreeAsync", 0, async_alloc, async_free, NULL },
+        { "driver per-thread-stream async via cuGetProcAddress", 0, ptsz_alloc, ptsz_free,
+          NULL },
+        { "driver VMM cuMemMap/cuMemUnmap", 0, vmm_alloc, vmm_free, NULL },
+        { "driver cuMemAllocHost/cuMemFreeHost", 1, host_alloc, host_free, NULL },
+    };
+    int failed = 0;
+    for (size_t i = 0; i < sizeof memories / sizeof memories[0]; i++)
+        failed |= gb_run(&memories[i]);
+    CU(cuStreamDestroy(stream));
+    failed |= context_reset();
+    printf("driver program: %s\n", failed ? "FAIL" : "PASS");
+    return failed;
+}

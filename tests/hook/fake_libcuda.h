@@ -1,0 +1,48 @@
+/* A test double of libcuda.so.1 (built as a library of that name): the
+ * memory functions the hook wraps, cuGetProcAddress in both forms, and a log
+ * of every call in the order it ran, which the tests read to see that the
+ * cache let go of a range before the driver freed it.  Addresses are made
+ * up and never touched.  Single-threaded. */
+#ifndef FAKE_LIBCUDA_H
+#define FAKE_LIBCUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define FAKECUDA_SLOT_SIZE ((size_t)1 << 20) /* largest allocation */
+
+enum fakecuda_event_type {
+    FAKECUDA_CALL, /* a driver function ran (after its work, for allocations;
+                      before it, for frees) */
+    FAKECUDA_DEREG /* the test backend deregistered a range */
+};
+
+struct fakecuda_event {
+    enum fakecuda_event_type type;
+    const char *fn; /* the driver function (its exported name); NULL for
+                       FAKECUDA_DEREG */
+    uintptr_t addr;
+    size_t len;
+    int live; /* FAKECUDA_DEREG: was addr still allocated at that moment */
+};
+
+/* Forget every allocation and event. */
+void fakecuda_reset(void);
+/* The log so far; returns its length. */
+size_t fakecuda_events(const struct fakecuda_event **events);
+void fakecuda_log_dereg(uintptr_t addr, size_t len);
+
+/* Allocate (host: pinned host memory) or free without calling any driver
+ * entry point, as a free the hook never saw. */
+uintptr_t fakecuda_alloc_unhooked(size_t size, int host);
+void fakecuda_free_unhooked(uintptr_t addr);
+
+/* The allocation holding addr: 0 and its base, size, buffer id and whether
+ * it is host memory, or -1 when addr is not allocated. */
+int fakecuda_describe(uintptr_t addr, uintptr_t *base, size_t *size, uint64_t *id,
+                      int *host);
+
+/* The fake's own definition of an exported name (never a wrapper). */
+void *fakecuda_own(const char *symbol);
+
+#endif
