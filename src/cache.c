@@ -58,6 +58,7 @@ static void victim_push(struct regcache_entry **list, struct regcache_entry *e)
 
 static void zombie_push(struct regcache *c, struct regcache_entry *e)
 {
+    e->zombie = true;
     e->link_prev = NULL;
     e->link_next = c->zombies;
     if (c->zombies)
@@ -67,6 +68,7 @@ static void zombie_push(struct regcache *c, struct regcache_entry *e)
 
 static void zombie_unlink(struct regcache *c, struct regcache_entry *e)
 {
+    e->zombie = false;
     if (e->link_prev)
         e->link_prev->link_next = e->link_next;
     else
@@ -75,22 +77,49 @@ static void zombie_unlink(struct regcache *c, struct regcache_entry *e)
         e->link_next->link_prev = e->link_prev;
 }
 
-static void destroy_entry(struct regcache *c, struct regcache_entry *e)
+static void deregister(struct regcache *c, struct regcache_entry *e)
 {
     if (e->registered && !forked(c)) {
         c->backend.dereg(c->backend.arg, e->handle);
         count(&c->stats.deregistrations);
     }
-    free(e);
+    e->registered = false;
 }
 
+/* Deregister entries nobody holds any more and give their memory back to
+ * the pool.  A fork child's inherited cache leaves its pool alone: the
+ * registrations are the parent's and destroy frees the slabs. */
 static void release_victims(struct regcache *c, struct regcache_entry *list)
 {
+    for (struct regcache_entry *e = list; e; e = e->link_next)
+        deregister(c, e);
+    if (!list || forked(c))
+        return;
+    pthread_mutex_lock(&c->lock);
     while (list) {
         struct regcache_entry *next = list->link_next;
-        destroy_entry(c, list);
+        rc_entry_pool_put(&c->pool, list);
         list = next;
     }
+    pthread_mutex_unlock(&c->lock);
+}
+
+/* Drop one reference and return the count before; the last reference of
+ * a detached entry releases it.  e must not be touched afterwards. */
+static unsigned drop(struct regcache *c, struct regcache_entry *e)
+{
+    unsigned old = atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel);
+    if (old != (RC_DETACHED | 1))
+        return old;
+    if (!forked(c)) {
+        pthread_mutex_lock(&c->lock);
+        if (e->zombie)
+            zombie_unlink(c, e);
+        pthread_mutex_unlock(&c->lock);
+    }
+    e->link_next = NULL;
+    release_victims(c, e);
+    return old;
 }
 
 /* Under the lock: take e out of the tree, the page index, the LRU and the
@@ -431,26 +460,35 @@ static int publish_locked(struct regcache *c, struct regcache_entry *e, struct r
     return REGCACHE_OK;
 }
 
+/* Under the lock: an entry from the pool, set up as pending and held by
+ * the registering thread.  Its refs read RC_DETACHED while it sits in the
+ * pool, so no stale reader can have raised them: the plain store is safe,
+ * and from here on refs change only atomically. */
 static struct regcache_entry *new_entry(struct regcache *c, const struct rc_want *w)
 {
-    struct regcache_entry *e;
-    /* Aligned so that the hit path's fields share one cache line. */
-    if (posix_memalign((void **)&e, 64, sizeof(*e)))
+    struct regcache_entry *e = rc_entry_pool_get(&c->pool);
+    if (!e)
         return NULL;
-    memset(e, 0, sizeof(*e));
-    e->pages = e->pages_inline;
-    e->pages_cap = RC_INLINE_PAGES;
+    atomic_store_explicit(&e->match_start, w->match_start, memory_order_relaxed);
+    atomic_store_explicit(&e->match_end, w->match_end, memory_order_relaxed);
+    e->device_slot = w->slot;
+    e->buffer_id = w->buffer_id;
+    e->handle = NULL;
+    e->cache = c;
+    atomic_store_explicit(&e->last_use, 0, memory_order_relaxed);
+    memset(&e->node, 0, sizeof(e->node));
     e->node.start = w->reg_start;
     e->node.end = w->reg_end;
-    e->match_start = w->match_start;
-    e->match_end = w->match_end;
-    e->buffer_id = w->buffer_id;
-    e->cache = c;
-    e->device_slot = w->slot;
     e->state = RC_PENDING;
+    e->registered = false;
+    e->zombie = false;
+    e->heap_key = 0;
     e->heap_idx = RC_LRU_NONE;
-    atomic_init(&e->refs, 1); /* the registering thread's hold */
-    atomic_init(&e->last_use, 0);
+    e->pages = e->pages_inline;
+    e->npages = 0;
+    e->pages_cap = RC_INLINE_PAGES;
+    e->link_next = e->link_prev = NULL;
+    atomic_store_explicit(&e->refs, 1, memory_order_release);
     return e;
 }
 
@@ -498,8 +536,10 @@ static int miss(struct regcache *c, const struct rc_want *w, regcache_entry_t **
         rc = publish_locked(c, e, d);
         if (rc == REGCACHE_OK)
             rc_page_index_add(&c->index, e, w->start);
-    } else if (!invalidated) {
+    }
+    if (rc != REGCACHE_OK && !invalidated) {
         rc_itree_remove(&c->tree, &e->node);
+        rc_entry_detach(e);
     }
     pthread_cond_broadcast(&c->registered);
     pthread_mutex_unlock(&c->lock);
@@ -508,7 +548,9 @@ static int miss(struct regcache *c, const struct rc_want *w, regcache_entry_t **
         *out = e;
         return REGCACHE_OK;
     }
-    destroy_entry(c, e);
+    /* Detached now: the last reference (this thread's, or a hit that
+     * raced into the recycled entry) deregisters it. */
+    drop(c, e);
     return rc != REGCACHE_OK ? rc : -EAGAIN;
 }
 
@@ -544,9 +586,22 @@ static void tag_invalidate(struct regcache *c, struct regcache_entry *e)
         detach_locked(c, e, &victims);
         count(&c->stats.invalidations_tag);
     }
-    count(&c->stats.tag_failed_hits);
     pthread_mutex_unlock(&c->lock);
     release_victims(c, victims);
+}
+
+/* A reference the page index took on an entry that was replaced while it
+ * looked. */
+static void release_stale(struct regcache_entry *e)
+{
+    drop(e->cache, e);
+}
+
+static inline void count_hit(struct regcache *c)
+{
+    uintptr_t sp = (uintptr_t)__builtin_frame_address(0);
+    unsigned i = (unsigned)(((uint64_t)(sp >> 16) * 0x9e3779b97f4a7c15ull) >> 58) % RC_HIT_COUNTERS;
+    atomic_fetch_add_explicit(&c->hits[i].n, 1, memory_order_relaxed);
 }
 
 int regcache_get(regcache_t *c, const void *addr, size_t len, regcache_entry_t **out)
@@ -559,18 +614,19 @@ int regcache_get(regcache_t *c, const void *addr, size_t len, regcache_entry_t *
     if (forked(c))
         return REGCACHE_ERR_FORKED;
 
-    /* One hash probe under a shard spinlock; the reference is taken inside
-     * it, so the entry cannot be freed between lookup and hold. */
-    struct regcache_entry *e = rc_page_index_hold(&c->index, start, start + len);
+    /* One lock-free probe of the page index: the only shared line it
+     * writes is the entry's reference count. */
+    struct regcache_entry *e = rc_page_index_hold(&c->index, start, start + len, release_stale);
     if (e) {
         uint64_t id;
         if (!c->tag_check || !e->buffer_id ||
             (c->mem.read_tag(c->mem.ctx, addr, &id) == REGCACHE_OK && id == e->buffer_id)) {
+            count_hit(c);
             *out = e;
             return REGCACHE_OK;
         }
         tag_invalidate(c, e);
-        regcache_put(c, e);
+        drop(c, e);
     }
     return slow_get(c, start, start + len, out);
 }
@@ -592,22 +648,12 @@ void regcache_put(regcache_t *cache, regcache_entry_t *e)
         return;
     struct regcache *c = e->cache;
     /* Everything put needs from e is read before the release: once the
-     * count drops, an evictor may free it. */
+     * count drops, an evictor may recycle it. */
     struct rc_device *d = &c->dev[e->device_slot];
     atomic_store_explicit(&e->last_use,
                           atomic_load_explicit(&c->clock, memory_order_relaxed),
                           memory_order_relaxed);
-    unsigned old = atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel);
-    if (old == (RC_DETACHED | 1)) {
-        /* Last holder of an invalidated entry. */
-        if (!forked(c)) {
-            pthread_mutex_lock(&c->lock);
-            zombie_unlink(c, e);
-            pthread_mutex_unlock(&c->lock);
-        }
-        destroy_entry(c, e);
-        return;
-    }
+    unsigned old = drop(c, e);
     /* Held entries may push a device past its budget; the budget binds
      * again as soon as they become unused. */
     if (old == 1 &&

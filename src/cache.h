@@ -7,6 +7,7 @@
 #include <stdbool.h>
 
 #include "entry.h"
+#include "entry_pool.h"
 #include "interval_tree.h"
 #include "lru.h"
 #include "memory.h"
@@ -28,8 +29,16 @@ struct rc_device {
     bool budget_set;
 };
 
+/* Hits are counted where threads do not share a line: each thread adds to
+ * the counter its stack address picks (threads' stacks are megabytes
+ * apart).  A cache-wide counter would be the one line every hit writes. */
+#define RC_HIT_COUNTERS 64
+struct rc_hit_counter {
+    atomic_uint_fast64_t n;
+} __attribute__((aligned(64)));
+
 struct rc_counters {
-    atomic_uint_fast64_t slow_hits, tag_failed_hits, misses, registrations, deregistrations,
+    atomic_uint_fast64_t slow_hits, misses, registrations, deregistrations,
         evictions, invalidations_tag, invalidations_notify, invalidations_explicit,
         reg_failures, peak_bytes;
 };
@@ -44,6 +53,7 @@ struct regcache {
     unsigned fork_generation;
     unsigned shift; /* log2(alignment) */
     atomic_uint_fast64_t clock; /* LRU clock, see rc_clock_tick() */
+    struct rc_hit_counter hits[RC_HIT_COUNTERS];
 
     struct regcache_backend backend;
     bool builtin;
@@ -52,11 +62,12 @@ struct regcache {
     size_t host_page;
     struct rc_options opts;
 
-    pthread_mutex_t lock; /* tree, LRU heaps, budgets, zombies */
+    pthread_mutex_t lock; /* tree, LRU heaps, budgets, zombies, pool */
     pthread_cond_t registered; /* a pending registration finished */
     struct rc_itree tree;
     struct rc_device dev[RC_MAX_DEVICES + 1];
     struct regcache_entry *zombies; /* detached but still held */
+    struct rc_entry_pool pool;
     struct rc_counters stats;
 
     struct regcache *registry_next, *registry_prev;

@@ -1,5 +1,12 @@
 /* A cached registration and the reference-count protocol that lets the hit
- * path hold it without the cache lock. */
+ * path hold it without any lock.
+ *
+ * Entries are type-stable: their memory comes from the cache's entry pool
+ * and returns there, never to malloc, until the cache is destroyed.  A hit
+ * may therefore reach an entry that was just recycled for another range;
+ * the reference it takes is then harmless (the page index's validation
+ * notices and gives it back), where on freed memory it would be a write
+ * into someone else's allocation. */
 #ifndef RC_ENTRY_H
 #define RC_ENTRY_H
 
@@ -33,8 +40,10 @@ struct regcache_entry {
     int device_slot;
     /* Requests inside [match_start, match_end) are served by this entry:
      * the registered range clipped to the allocation, so two allocations
-     * packed into one page never serve each other. */
-    uintptr_t match_start, match_end;
+     * packed into one page never serve each other.  Atomic because the
+     * lock-free hit path may read them while a recycled entry is being
+     * set up (it then fails validation and retries). */
+    _Atomic uintptr_t match_start, match_end;
     uint64_t buffer_id; /* 0: host memory, never tag-checked */
     void *handle;       /* backend handle (struct ibv_mr * when built-in) */
     struct regcache *cache;
@@ -45,6 +54,7 @@ struct regcache_entry {
     struct rc_itree_node node; /* registered range, in cache->tree */
     enum rc_entry_state state;
     bool registered; /* the backend holds a registration for it */
+    bool zombie;     /* on the cache's zombie list */
     /* Owned by the LRU heap. */
     uint64_t heap_key;
     size_t heap_idx;
@@ -97,7 +107,9 @@ static inline bool rc_entry_is_detached(const struct regcache_entry *e)
 
 static inline bool rc_entry_covers(const struct regcache_entry *e, uintptr_t start, uintptr_t end)
 {
-    return start >= e->match_start && end <= e->match_end;
+    struct regcache_entry *m = (struct regcache_entry *)e;
+    return start >= atomic_load_explicit(&m->match_start, memory_order_acquire) &&
+           end <= atomic_load_explicit(&m->match_end, memory_order_acquire);
 }
 
 #endif

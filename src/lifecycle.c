@@ -66,6 +66,7 @@ int regcache_create(const struct regcache_params *params, regcache_t **out)
         return REGCACHE_ERR_NO_MEMORY;
     }
     rc_itree_init(&c->tree);
+    rc_entry_pool_init(&c->pool);
     for (int i = 0; i <= RC_MAX_DEVICES; i++)
         rc_lru_init(&c->dev[i].lru);
     pthread_mutex_init(&c->lock, NULL);
@@ -88,6 +89,7 @@ void regcache_destroy(regcache_t *c)
     if (c->opts.stats_dump)
         rc_stats_dump(c);
     rc_page_index_fini(&c->index);
+    rc_entry_pool_fini(&c->pool);
     for (int i = 0; i <= RC_MAX_DEVICES; i++)
         rc_lru_fini(&c->dev[i].lru);
     if (c->builtin)

@@ -1,9 +1,11 @@
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "entry.h"
 #include "page_index.h"
 #include "regcache.h"
+#include "spinlock.h"
 
 #define INITIAL_SLOTS 16u
 
@@ -20,17 +22,25 @@ static inline struct rc_shard *shard_of(struct rc_page_index *idx, uint64_t h)
     return &idx->shards[h >> 58];
 }
 
+static struct rc_slot_table *new_table(uint32_t slots)
+{
+    struct rc_slot_table *t = calloc(1, sizeof(*t) + slots * sizeof(struct rc_slot));
+    if (t)
+        t->mask = slots - 1;
+    return t;
+}
+
 int rc_page_index_init(struct rc_page_index *idx, unsigned shift)
 {
     idx->shift = shift;
+    idx->retired = NULL;
     for (int i = 0; i < RC_SHARDS; i++) {
         struct rc_shard *s = &idx->shards[i];
-        atomic_init(&s->lock.locked, 0);
-        atomic_init(&s->hits, 0);
+        atomic_init(&s->seq, 0);
         s->used = 0;
-        s->mask = INITIAL_SLOTS - 1;
-        s->slots = calloc(INITIAL_SLOTS, sizeof(*s->slots));
-        if (!s->slots) {
+        struct rc_slot_table *t = new_table(INITIAL_SLOTS);
+        atomic_init(&s->table, t);
+        if (!t) {
             rc_page_index_fini(idx);
             return REGCACHE_ERR_NO_MEMORY;
         }
@@ -41,64 +51,102 @@ int rc_page_index_init(struct rc_page_index *idx, unsigned shift)
 void rc_page_index_fini(struct rc_page_index *idx)
 {
     for (int i = 0; i < RC_SHARDS; i++) {
-        free(idx->shards[i].slots);
-        idx->shards[i].slots = NULL;
+        free(atomic_load_explicit(&idx->shards[i].table, memory_order_relaxed));
+        atomic_store_explicit(&idx->shards[i].table, NULL, memory_order_relaxed);
+    }
+    while (idx->retired) {
+        struct rc_slot_table *next = idx->retired->retired_next;
+        free(idx->retired);
+        idx->retired = next;
     }
 }
 
+/* A writer is inside the shard (it holds the cache lock and is moving a few
+ * slots).  Spin briefly; if it was preempted, let it run. */
+static void wait_for_writer(unsigned *spins)
+{
+    if (++*spins < 128)
+        rc_cpu_relax();
+    else
+        sched_yield();
+}
+
 struct regcache_entry *rc_page_index_hold(struct rc_page_index *idx, uintptr_t start,
-                                          uintptr_t end)
+                                          uintptr_t end,
+                                          void (*release)(struct regcache_entry *e))
 {
     uintptr_t page = start >> idx->shift;
     uint64_t h = page_hash(page);
     struct rc_shard *s = shard_of(idx, h);
-    struct regcache_entry *found = NULL;
+    unsigned spins = 0;
 
-    rc_spin_lock(&s->lock);
-    for (uint32_t i = (uint32_t)h & s->mask; s->slots[i].entry; i = (i + 1) & s->mask) {
-        struct regcache_entry *e = s->slots[i].entry;
-        /* e cannot be freed while we hold the shard lock: removal clears
-         * its slots under this lock before anyone frees it. */
-        if (s->slots[i].page == page && rc_entry_covers(e, start, end) && rc_entry_try_hold(e)) {
-            found = e;
-            atomic_store_explicit(&s->hits,
-                                  atomic_load_explicit(&s->hits, memory_order_relaxed) + 1,
-                                  memory_order_relaxed);
-            break;
+    for (;;) {
+        uint64_t seq = atomic_load_explicit(&s->seq, memory_order_acquire);
+        if (seq & 1) {
+            wait_for_writer(&spins);
+            continue;
         }
+        struct rc_slot_table *t = atomic_load_explicit(&s->table, memory_order_acquire);
+        struct regcache_entry *e, *found = NULL;
+        /* Acquire loads (plain loads on x86) keep the second look at seq
+         * after everything the probe read. */
+        for (uint32_t i = (uint32_t)h & t->mask;
+             (e = atomic_load_explicit(&t->slots[i].entry, memory_order_acquire)) != NULL;
+             i = (i + 1) & t->mask) {
+            if (atomic_load_explicit(&t->slots[i].page, memory_order_acquire) == page &&
+                rc_entry_covers(e, start, end) && rc_entry_try_hold(e)) {
+                found = e;
+                break;
+            }
+        }
+        if (atomic_load_explicit(&s->seq, memory_order_relaxed) == seq)
+            return found;
+        if (found)
+            release(found);
+        wait_for_writer(&spins);
     }
-    rc_spin_unlock(&s->lock);
-    return found;
 }
 
-static void insert_slot(struct rc_slot *slots, uint32_t mask, uintptr_t page,
-                        struct regcache_entry *e)
+static void write_begin(struct rc_shard *s)
 {
-    uint32_t i = (uint32_t)page_hash(page) & mask;
-    while (slots[i].entry)
-        i = (i + 1) & mask;
-    slots[i].page = page;
-    slots[i].entry = e;
+    /* An acquire RMW: no slot store can become visible before the odd
+     * count does. */
+    atomic_fetch_add_explicit(&s->seq, 1, memory_order_acq_rel);
 }
 
-/* Writers are serialised by the cache lock, so the new table is built from
- * the old one without the shard lock; readers are shut out only for the
- * pointer swap. */
-static int grow(struct rc_shard *s)
+static void write_end(struct rc_shard *s)
 {
-    uint32_t n = (s->mask + 1) * 2;
-    struct rc_slot *slots = calloc(n, sizeof(*slots));
-    if (!slots)
+    uint64_t seq = atomic_load_explicit(&s->seq, memory_order_relaxed);
+    atomic_store_explicit(&s->seq, seq + 1, memory_order_release);
+}
+
+static void insert_slot(struct rc_slot_table *t, uintptr_t page, struct regcache_entry *e)
+{
+    uint32_t i = (uint32_t)page_hash(page) & t->mask;
+    while (atomic_load_explicit(&t->slots[i].entry, memory_order_relaxed))
+        i = (i + 1) & t->mask;
+    atomic_store_explicit(&t->slots[i].page, page, memory_order_relaxed);
+    atomic_store_explicit(&t->slots[i].entry, e, memory_order_relaxed);
+}
+
+/* The new table is filled while readers keep using the old one (writers
+ * are serialised by the cache lock); only the pointer swap is a write. */
+static int grow(struct rc_page_index *idx, struct rc_shard *s)
+{
+    struct rc_slot_table *old = atomic_load_explicit(&s->table, memory_order_relaxed);
+    struct rc_slot_table *t = new_table((old->mask + 1) * 2);
+    if (!t)
         return REGCACHE_ERR_NO_MEMORY;
-    for (uint32_t i = 0; i <= s->mask; i++)
-        if (s->slots[i].entry)
-            insert_slot(slots, n - 1, s->slots[i].page, s->slots[i].entry);
-    struct rc_slot *old = s->slots;
-    rc_spin_lock(&s->lock);
-    s->slots = slots;
-    s->mask = n - 1;
-    rc_spin_unlock(&s->lock);
-    free(old);
+    for (uint32_t i = 0; i <= old->mask; i++) {
+        struct regcache_entry *e = atomic_load_explicit(&old->slots[i].entry, memory_order_relaxed);
+        if (e)
+            insert_slot(t, atomic_load_explicit(&old->slots[i].page, memory_order_relaxed), e);
+    }
+    write_begin(s);
+    atomic_store_explicit(&s->table, t, memory_order_release);
+    write_end(s);
+    old->retired_next = idx->retired;
+    idx->retired = old;
     return REGCACHE_OK;
 }
 
@@ -127,37 +175,41 @@ int rc_page_index_add(struct rc_page_index *idx, struct regcache_entry *e, uintp
             return REGCACHE_OK;
 
     struct rc_shard *s = shard_of(idx, page_hash(page));
+    struct rc_slot_table *t = atomic_load_explicit(&s->table, memory_order_relaxed);
     /* At most half full keeps probe runs short. */
-    if ((s->used + 1) * 2 > s->mask + 1 && grow(s) != REGCACHE_OK)
+    if ((s->used + 1) * 2 > t->mask + 1 && grow(idx, s) != REGCACHE_OK)
         return REGCACHE_ERR_NO_MEMORY;
     if (remember_page(e, page) != REGCACHE_OK)
         return REGCACHE_ERR_NO_MEMORY;
-    rc_spin_lock(&s->lock);
-    insert_slot(s->slots, s->mask, page, e);
+    t = atomic_load_explicit(&s->table, memory_order_relaxed);
+    write_begin(s);
+    insert_slot(t, page, e);
+    write_end(s);
     s->used++;
-    rc_spin_unlock(&s->lock);
     return REGCACHE_OK;
 }
 
 /* Linear-probing deletion by shifting later members of the run back, so
  * lookups never need tombstones. */
-static void delete_slot(struct rc_shard *s, uint32_t i)
+static void delete_slot(struct rc_slot_table *t, uint32_t i)
 {
     uint32_t j = i;
     for (;;) {
-        j = (j + 1) & s->mask;
-        if (!s->slots[j].entry)
+        j = (j + 1) & t->mask;
+        struct regcache_entry *e = atomic_load_explicit(&t->slots[j].entry, memory_order_relaxed);
+        if (!e)
             break;
-        uint32_t home = (uint32_t)page_hash(s->slots[j].page) & s->mask;
+        uintptr_t page = atomic_load_explicit(&t->slots[j].page, memory_order_relaxed);
+        uint32_t home = (uint32_t)page_hash(page) & t->mask;
         /* Move j into the hole unless its home lies cyclically in (i, j]. */
         bool stays = i <= j ? (i < home && home <= j) : (i < home || home <= j);
         if (!stays) {
-            s->slots[i] = s->slots[j];
+            atomic_store_explicit(&t->slots[i].page, page, memory_order_relaxed);
+            atomic_store_explicit(&t->slots[i].entry, e, memory_order_relaxed);
             i = j;
         }
     }
-    s->slots[i].entry = NULL;
-    s->used--;
+    atomic_store_explicit(&t->slots[i].entry, NULL, memory_order_relaxed);
 }
 
 void rc_page_index_remove_entry(struct rc_page_index *idx, struct regcache_entry *e)
@@ -166,27 +218,23 @@ void rc_page_index_remove_entry(struct rc_page_index *idx, struct regcache_entry
         uintptr_t page = e->pages[k];
         uint64_t h = page_hash(page);
         struct rc_shard *s = shard_of(idx, h);
-        rc_spin_lock(&s->lock);
-        for (uint32_t i = (uint32_t)h & s->mask; s->slots[i].entry; i = (i + 1) & s->mask) {
-            if (s->slots[i].entry == e && s->slots[i].page == page) {
-                delete_slot(s, i);
+        struct rc_slot_table *t = atomic_load_explicit(&s->table, memory_order_relaxed);
+        for (uint32_t i = (uint32_t)h & t->mask;
+             atomic_load_explicit(&t->slots[i].entry, memory_order_relaxed);
+             i = (i + 1) & t->mask) {
+            if (atomic_load_explicit(&t->slots[i].entry, memory_order_relaxed) == e &&
+                atomic_load_explicit(&t->slots[i].page, memory_order_relaxed) == page) {
+                write_begin(s);
+                delete_slot(t, i);
+                write_end(s);
+                s->used--;
                 break;
             }
         }
-        rc_spin_unlock(&s->lock);
     }
     if (e->pages != e->pages_inline)
         free(e->pages);
     e->pages = e->pages_inline;
     e->npages = 0;
     e->pages_cap = RC_INLINE_PAGES;
-}
-
-uint64_t rc_page_index_hits(const struct rc_page_index *idx)
-{
-    uint64_t sum = 0;
-    for (int i = 0; i < RC_SHARDS; i++)
-        sum += atomic_load_explicit(&((struct rc_shard *)&idx->shards[i])->hits,
-                                    memory_order_relaxed);
-    return sum;
 }

@@ -1,14 +1,17 @@
 /* The hit path's index: a sharded hash from an aligned page number to the
  * entries that served requests starting in that page.  The interval tree
  * answers overlap queries under the cache lock; this index answers "which
- * entry serves a request starting here" with one probe under a per-shard
- * spinlock, so hits on different pages never contend.
+ * entry serves a request starting here" without taking any lock.
  *
  * Each shard is an open-addressing table of 16-byte slots (page, entry)
- * rather than uthash: a lookup touches one slot line and then the entry,
- * where uthash walks bucket, handle and key in separate allocations.  At
- * 100k entries that is the difference between fitting the last-level cache
- * and missing it on every hit. */
+ * guarded by a sequence counter: writers (serialised by the cache lock) make
+ * it odd while they change slots, readers probe without writing anything
+ * shared and check afterwards that the counter did not move.  A hit thus
+ * writes only the entry's own reference count: threads hitting different
+ * entries never share a written cache line.  Readers may look at a slot
+ * table that a writer has just replaced, or at an entry that was just
+ * recycled: tables are kept until the index is destroyed and entries are
+ * type-stable (entry.h), so such a reader only fails validation. */
 #ifndef RC_PAGE_INDEX_H
 #define RC_PAGE_INDEX_H
 
@@ -16,50 +19,53 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "spinlock.h"
-
 struct regcache_entry;
 
 #define RC_SHARDS 64
 
 struct rc_slot {
-    uintptr_t page;
-    struct regcache_entry *entry; /* NULL: empty */
+    _Atomic uintptr_t page;
+    _Atomic(struct regcache_entry *) entry; /* NULL: empty */
+};
+
+struct rc_slot_table {
+    uint32_t mask; /* slots - 1; a power of two */
+    struct rc_slot_table *retired_next;
+    struct rc_slot slots[];
 };
 
 struct rc_shard {
-    rc_spinlock_t lock;
-    uint32_t mask; /* slots - 1; slots is a power of two */
-    uint32_t used;
-    struct rc_slot *slots;
-    /* Hits counted under the shard lock: a per-shard counter costs a plain
-     * increment where a cache-wide one would be a contended atomic. */
-    atomic_uint_fast64_t hits;
+    atomic_uint_fast64_t seq; /* odd while a writer changes the shard */
+    _Atomic(struct rc_slot_table *) table;
+    uint32_t used; /* writers only */
 } __attribute__((aligned(64)));
 
 struct rc_page_index {
     unsigned shift; /* log2 of the page size */
+    struct rc_slot_table *retired; /* replaced tables, freed at fini */
     struct rc_shard shards[RC_SHARDS];
 };
 
 /* REGCACHE_ERR_NO_MEMORY if the first tables cannot be allocated. */
 int rc_page_index_init(struct rc_page_index *idx, unsigned shift);
+/* Free every table; no reader may be inside the index. */
 void rc_page_index_fini(struct rc_page_index *idx);
 
 /* The hit path: find an entry covering [start, end) indexed under start's
- * page and take a reference on it.  NULL if none. */
+ * page and take a reference on it; NULL if none.  A reference taken on an
+ * entry that turns out to have been replaced meanwhile is handed to
+ * `release` and the probe starts over. */
 struct regcache_entry *rc_page_index_hold(struct rc_page_index *idx, uintptr_t start,
-                                          uintptr_t end);
+                                          uintptr_t end,
+                                          void (*release)(struct regcache_entry *e));
 
 /* Under the cache lock: let requests starting in start's page find e.
  * REGCACHE_ERR_NO_MEMORY if the table cannot grow (the entry stays valid;
  * only the fast path misses it). */
 int rc_page_index_add(struct rc_page_index *idx, struct regcache_entry *e, uintptr_t start);
 
-/* Under the cache lock: forget every page of e.  Once this returns no
- * hit-path lookup can reach e. */
+/* Under the cache lock: forget every page of e.  Once this returns no new
+ * lookup can reach e. */
 void rc_page_index_remove_entry(struct rc_page_index *idx, struct regcache_entry *e);
-
-uint64_t rc_page_index_hits(const struct rc_page_index *idx);
 
 #endif

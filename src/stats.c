@@ -14,9 +14,9 @@ int regcache_get_stats(const regcache_t *c, struct regcache_stats *s)
     if (!c || !s)
         return REGCACHE_ERR_INVALID;
     const struct rc_counters *k = &c->stats;
-    /* A hit that then failed its tag check was counted by the page index
-     * before the check ran. */
-    s->hits = rc_page_index_hits(&c->index) + load(&k->slow_hits) - load(&k->tag_failed_hits);
+    s->hits = load(&k->slow_hits);
+    for (int i = 0; i < RC_HIT_COUNTERS; i++)
+        s->hits += load(&c->hits[i].n);
     s->misses = load(&k->misses);
     s->registrations = load(&k->registrations);
     s->deregistrations = load(&k->deregistrations);

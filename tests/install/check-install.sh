@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# check-install.sh BUILD_DIR SOURCE_DIR WORK_DIR: install BUILD_DIR into a
-# prefix, then build and run consumer.c against it twice: with pkg-config
-# and with find_package(regcache).  Also checks that the library exports
-# nothing but regcache_* symbols.
+# check-install.sh BUILD_DIR SOURCE_DIR WORK_DIR [CFLAGS]: install BUILD_DIR
+# into a prefix, then build and run consumer.c against it twice: with
+# pkg-config and with find_package(regcache).  Also checks that the library
+# exports nothing but regcache_* symbols.  CFLAGS (a ;-list from CMake) are
+# the sanitizer flags of a sanitized build.
 set -euo pipefail
-build=$1 src=$2 work=$3
+build=$1 src=$2 work=$3 cflags=${4:-}
+cflags=${cflags//;/ }
 rm -rf "$work"; mkdir -p "$work"
 prefix=$work/prefix
 cmake --install "$build" --prefix "$prefix" >/dev/null
@@ -18,13 +20,15 @@ readelf -d "$lib" | grep -q 'SONAME.*libregcache.so.0' || { echo "no SONAME"; ex
 
 export PKG_CONFIG_PATH=$libdir/pkgconfig
 # shellcheck disable=SC2046
-cc -Wall -Wextra -Werror "$src/consumer.c" -o "$work/consumer-pc" $(pkg-config --cflags --libs regcache)
+# shellcheck disable=SC2086
+cc -Wall -Wextra -Werror $cflags "$src/consumer.c" -o "$work/consumer-pc" $(pkg-config --cflags --libs regcache)
 LD_LIBRARY_PATH=$libdir "$work/consumer-pc"
 
 mkdir -p "$work/cmake-src"
 cp "$src/consumer.c" "$work/cmake-src/"
 cp "$src/CMakeLists.consumer.txt" "$work/cmake-src/CMakeLists.txt"
-cmake -S "$work/cmake-src" -B "$work/cmake-build" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+cmake -S "$work/cmake-src" -B "$work/cmake-build" -DCMAKE_PREFIX_PATH="$prefix" \
+  -DCMAKE_C_FLAGS="$cflags" -DCMAKE_EXE_LINKER_FLAGS="$cflags" >/dev/null
 cmake --build "$work/cmake-build" >/dev/null
 LD_LIBRARY_PATH=$libdir "$work/cmake-build/consumer"
 echo "install check passed"
