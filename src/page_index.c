@@ -1,4 +1,3 @@
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -8,19 +7,6 @@
 #include "spinlock.h"
 
 #define INITIAL_SLOTS 16u
-
-/* Page numbers are dense and aligned: a multiplicative mix spreads them;
- * the top bits pick the shard, the low bits the slot. */
-static inline uint64_t page_hash(uintptr_t page)
-{
-    uint64_t h = (uint64_t)page * 0x9e3779b97f4a7c15ull;
-    return h ^ (h >> 29);
-}
-
-static inline struct rc_shard *shard_of(struct rc_page_index *idx, uint64_t h)
-{
-    return &idx->shards[h >> 58];
-}
 
 static struct rc_slot_table *new_table(uint32_t slots)
 {
@@ -61,52 +47,6 @@ void rc_page_index_fini(struct rc_page_index *idx)
     }
 }
 
-/* A writer is inside the shard (it holds the cache lock and is moving a few
- * slots).  Spin briefly; if it was preempted, let it run. */
-static void wait_for_writer(unsigned *spins)
-{
-    if (++*spins < 128)
-        rc_cpu_relax();
-    else
-        sched_yield();
-}
-
-struct regcache_entry *rc_page_index_hold(struct rc_page_index *idx, uintptr_t start,
-                                          uintptr_t end,
-                                          void (*release)(struct regcache_entry *e))
-{
-    uintptr_t page = start >> idx->shift;
-    uint64_t h = page_hash(page);
-    struct rc_shard *s = shard_of(idx, h);
-    unsigned spins = 0;
-
-    for (;;) {
-        uint64_t seq = atomic_load_explicit(&s->seq, memory_order_acquire);
-        if (seq & 1) {
-            wait_for_writer(&spins);
-            continue;
-        }
-        struct rc_slot_table *t = atomic_load_explicit(&s->table, memory_order_acquire);
-        struct regcache_entry *e, *found = NULL;
-        /* Acquire loads (plain loads on x86) keep the second look at seq
-         * after everything the probe read. */
-        for (uint32_t i = (uint32_t)h & t->mask;
-             (e = atomic_load_explicit(&t->slots[i].entry, memory_order_acquire)) != NULL;
-             i = (i + 1) & t->mask) {
-            if (atomic_load_explicit(&t->slots[i].page, memory_order_acquire) == page &&
-                rc_entry_covers(e, start, end) && rc_entry_try_hold(e)) {
-                found = e;
-                break;
-            }
-        }
-        if (atomic_load_explicit(&s->seq, memory_order_relaxed) == seq)
-            return found;
-        if (found)
-            release(found);
-        wait_for_writer(&spins);
-    }
-}
-
 static void write_begin(struct rc_shard *s)
 {
     /* An acquire RMW: no slot store can become visible before the odd
@@ -122,7 +62,7 @@ static void write_end(struct rc_shard *s)
 
 static void insert_slot(struct rc_slot_table *t, uintptr_t page, struct regcache_entry *e)
 {
-    uint32_t i = (uint32_t)page_hash(page) & t->mask;
+    uint32_t i = (uint32_t)rc_page_hash(page) & t->mask;
     while (atomic_load_explicit(&t->slots[i].entry, memory_order_relaxed))
         i = (i + 1) & t->mask;
     atomic_store_explicit(&t->slots[i].page, page, memory_order_relaxed);
@@ -174,7 +114,7 @@ int rc_page_index_add(struct rc_page_index *idx, struct regcache_entry *e, uintp
         if (e->pages[i] == page)
             return REGCACHE_OK;
 
-    struct rc_shard *s = shard_of(idx, page_hash(page));
+    struct rc_shard *s = rc_shard_of(idx, rc_page_hash(page));
     struct rc_slot_table *t = atomic_load_explicit(&s->table, memory_order_relaxed);
     /* At most half full keeps probe runs short. */
     if ((s->used + 1) * 2 > t->mask + 1 && grow(idx, s) != REGCACHE_OK)
@@ -200,7 +140,7 @@ static void delete_slot(struct rc_slot_table *t, uint32_t i)
         if (!e)
             break;
         uintptr_t page = atomic_load_explicit(&t->slots[j].page, memory_order_relaxed);
-        uint32_t home = (uint32_t)page_hash(page) & t->mask;
+        uint32_t home = (uint32_t)rc_page_hash(page) & t->mask;
         /* Move j into the hole unless its home lies cyclically in (i, j]. */
         bool stays = i <= j ? (i < home && home <= j) : (i < home || home <= j);
         if (!stays) {
@@ -216,8 +156,8 @@ void rc_page_index_remove_entry(struct rc_page_index *idx, struct regcache_entry
 {
     for (uint32_t k = 0; k < e->npages; k++) {
         uintptr_t page = e->pages[k];
-        uint64_t h = page_hash(page);
-        struct rc_shard *s = shard_of(idx, h);
+        uint64_t h = rc_page_hash(page);
+        struct rc_shard *s = rc_shard_of(idx, h);
         struct rc_slot_table *t = atomic_load_explicit(&s->table, memory_order_relaxed);
         for (uint32_t i = (uint32_t)h & t->mask;
              atomic_load_explicit(&t->slots[i].entry, memory_order_relaxed);

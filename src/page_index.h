@@ -17,7 +17,11 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <sched.h>
 #include <stdint.h>
+
+#include "entry.h"
+#include "spinlock.h"
 
 struct regcache_entry;
 
@@ -51,14 +55,6 @@ int rc_page_index_init(struct rc_page_index *idx, unsigned shift);
 /* Free every table; no reader may be inside the index. */
 void rc_page_index_fini(struct rc_page_index *idx);
 
-/* The hit path: find an entry covering [start, end) indexed under start's
- * page and take a reference on it; NULL if none.  A reference taken on an
- * entry that turns out to have been replaced meanwhile is handed to
- * `release` and the probe starts over. */
-struct regcache_entry *rc_page_index_hold(struct rc_page_index *idx, uintptr_t start,
-                                          uintptr_t end,
-                                          void (*release)(struct regcache_entry *e));
-
 /* Under the cache lock: let requests starting in start's page find e.
  * REGCACHE_ERR_NO_MEMORY if the table cannot grow (the entry stays valid;
  * only the fast path misses it). */
@@ -67,5 +63,68 @@ int rc_page_index_add(struct rc_page_index *idx, struct regcache_entry *e, uintp
 /* Under the cache lock: forget every page of e.  Once this returns no new
  * lookup can reach e. */
 void rc_page_index_remove_entry(struct rc_page_index *idx, struct regcache_entry *e);
+
+/* Page numbers are dense and aligned: a multiplicative mix spreads them;
+ * the top bits pick the shard, the low bits the slot. */
+static inline uint64_t rc_page_hash(uintptr_t page)
+{
+    uint64_t h = (uint64_t)page * 0x9e3779b97f4a7c15ull;
+    return h ^ (h >> 29);
+}
+
+static inline struct rc_shard *rc_shard_of(struct rc_page_index *idx, uint64_t h)
+{
+    return &idx->shards[h >> 58];
+}
+
+/* A writer is inside the shard (it holds the cache lock and is moving a few
+ * slots).  Spin briefly; if it was preempted, let it run. */
+static inline void rc_wait_for_writer(unsigned *spins)
+{
+    if (++*spins < 128)
+        rc_cpu_relax();
+    else
+        sched_yield();
+}
+
+/* The hit path: find an entry covering [start, end) indexed under start's
+ * page and take a reference on it; NULL if none.  A reference taken on an
+ * entry that turns out to have been replaced meanwhile is handed to
+ * `release` and the probe starts over.  Inline: it is most of a hit. */
+static inline struct regcache_entry *rc_page_index_hold(struct rc_page_index *idx, uintptr_t start,
+                                          uintptr_t end,
+                                          void (*release)(struct regcache_entry *e))
+{
+    uintptr_t page = start >> idx->shift;
+    uint64_t h = rc_page_hash(page);
+    struct rc_shard *s = rc_shard_of(idx, h);
+    unsigned spins = 0;
+
+    for (;;) {
+        uint64_t seq = atomic_load_explicit(&s->seq, memory_order_acquire);
+        if (seq & 1) {
+            rc_wait_for_writer(&spins);
+            continue;
+        }
+        struct rc_slot_table *t = atomic_load_explicit(&s->table, memory_order_acquire);
+        struct regcache_entry *e, *found = NULL;
+        /* Acquire loads (plain loads on x86) keep the second look at seq
+         * after everything the probe read. */
+        for (uint32_t i = (uint32_t)h & t->mask;
+             (e = atomic_load_explicit(&t->slots[i].entry, memory_order_acquire)) != NULL;
+             i = (i + 1) & t->mask) {
+            if (atomic_load_explicit(&t->slots[i].page, memory_order_acquire) == page &&
+                rc_entry_covers(e, start, end) && rc_entry_try_hold(e)) {
+                found = e;
+                break;
+            }
+        }
+        if (atomic_load_explicit(&s->seq, memory_order_relaxed) == seq)
+            return found;
+        if (found)
+            release(found);
+        rc_wait_for_writer(&spins);
+    }
+}
 
 #endif
