@@ -83,9 +83,10 @@ static void describe_host(uintptr_t addr, size_t len, struct regcache_mem_info *
                                         .type = REGCACHE_MEM_HOST };
 }
 
-/* Registrations of device memory need synchronous memory operations to stay
- * ordered with the NIC's accesses; set once per allocation, before its first
- * registration (the query on a miss is that moment). */
+/* GPUDirect RDMA's rule: with SYNC_MEMOPS set, a cuMemcpy or cuMemset on
+ * the memory has finished when it returns, so the NIC never reads data the
+ * GPU is still writing.  Set once per allocation, before its first
+ * registration (a miss's query is that moment). */
 static int sync_memops(const struct rc_cuda_api *api, uintptr_t addr)
 {
     unsigned int one = 1;

@@ -1,0 +1,412 @@
+#include "fake_driver.h"
+
+#include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "cuda_seam.h"
+
+struct drv_state drv;
+
+static struct drv_alloc *find(CUdeviceptr p)
+{
+    for (int i = 0; i < DRV_MAX_ALLOCS; i++) {
+        struct drv_alloc *a = &drv.allocs[i];
+        if (a->live && p >= a->base && p - a->base < a->size)
+            return a;
+    }
+    return NULL;
+}
+
+/* Count the call; the injected error for it, or CUDA_SUCCESS. */
+static CUresult enter(enum drv_call c)
+{
+    drv.calls[c]++;
+    return drv.fail[c];
+}
+
+static CUresult drv_init(unsigned int flags)
+{
+    (void)flags;
+    return CUDA_SUCCESS;
+}
+
+static CUresult drv_get_error_name(CUresult error, const char **name)
+{
+    static const struct {
+        CUresult code;
+        const char *name;
+    } names[] = {
+        { CUDA_SUCCESS, "CUDA_SUCCESS" },
+        { CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE" },
+        { CUDA_ERROR_NOT_INITIALIZED, "CUDA_ERROR_NOT_INITIALIZED" },
+        { CUDA_ERROR_DEINITIALIZED, "CUDA_ERROR_DEINITIALIZED" },
+        { CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED" },
+        { CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT" },
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (names[i].code == error) {
+            *name = names[i].name;
+            return CUDA_SUCCESS;
+        }
+    }
+    /* As the driver does for a code it does not know. */
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+/* What the driver writes for one attribute; zeros for unknown memory. */
+static void put_attribute(void *data, CUpointer_attribute attr, const struct drv_alloc *a)
+{
+    static const struct drv_alloc none = { .device = -2 };
+    if (a == NULL)
+        a = &none;
+    switch (attr) {
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+        *(unsigned long long *)data = a->id;
+        break;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+        *(unsigned int *)data = a->type;
+        break;
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+        *(unsigned int *)data = a->managed;
+        break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+        *(int *)data = a->device;
+        break;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+        *(CUdeviceptr *)data = a->range_start;
+        break;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+        *(size_t *)data = a->range_size;
+        break;
+    case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
+        *(CUdeviceptr *)data = a->map_start;
+        break;
+    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
+        *(size_t *)data = a->map_size;
+        break;
+    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
+        *(unsigned int *)data = a->sync_memops;
+        break;
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
+        *(CUcontext *)data = a->owner;
+        break;
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+        *(unsigned int *)data = a->legacy_ipc;
+        break;
+    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
+        *(CUmemoryPool *)data = a->pool;
+        break;
+    default:
+        abort(); /* the library asked for something the fake driver does not model */
+    }
+}
+
+static CUresult drv_pointer_get_attribute(void *data, CUpointer_attribute attr,
+                                           CUdeviceptr p)
+{
+    CUresult r = enter(FC_GET_ATTRIBUTE);
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct drv_alloc *a = find(p);
+    if (a == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    put_attribute(data, attr, a);
+    return CUDA_SUCCESS;
+}
+
+static CUresult drv_pointer_get_attributes(unsigned int count,
+                                            CUpointer_attribute *attrs,
+                                            void **data, CUdeviceptr p)
+{
+    CUresult r = enter(FC_GET_ATTRIBUTES);
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct drv_alloc *a = find(p);
+    if (a == NULL && drv.unknown_invalid)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned int i = 0; i < count; i++)
+        put_attribute(data[i], attrs[i], a);
+    return CUDA_SUCCESS;
+}
+
+static CUresult drv_pointer_set_attribute(const void *value, CUpointer_attribute attr,
+                                           CUdeviceptr p)
+{
+    CUresult r = enter(FC_SET_ATTRIBUTE);
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct drv_alloc *a = find(p);
+    if (a == NULL || attr != CU_POINTER_ATTRIBUTE_SYNC_MEMOPS)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (a->refuses_sync)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    a->sync_memops = *(const unsigned int *)value;
+    return CUDA_SUCCESS;
+}
+
+static CUresult drv_mem_get_address_range(CUdeviceptr *base, size_t *size, CUdeviceptr p)
+{
+    (void)base;
+    (void)size;
+    (void)p;
+    abort(); /* needs a current context on the real driver: not used */
+}
+
+static CUresult drv_mem_get_handle(void *handle, CUdeviceptr p, size_t size,
+                                    CUmemRangeHandleType type, unsigned long long flags)
+{
+    CUresult r = enter(FC_GET_HANDLE);
+    drv.export_ptr = p;
+    drv.export_size = size;
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (drv.current == NULL)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    struct drv_alloc *a = find(p);
+    if (type != CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD || flags != 0 || a == NULL ||
+        p % 4096 != 0 || size % 4096 != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    int fd = eventfd(0, EFD_CLOEXEC);
+    if (fd < 0)
+        abort();
+    *(int *)handle = fd;
+    return CUDA_SUCCESS;
+}
+
+static CUresult drv_device_get(CUdevice *device, int ordinal)
+{
+    CUresult r = enter(FC_DEVICE_GET);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (ordinal != 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    *device = 0;
+    return CUDA_SUCCESS;
+}
+
+static CUresult drv_device_get_count(int *count)
+{
+    *count = 1;
+    return CUDA_SUCCESS;
+}
+
+static CUresult drv_device_get_attribute(int *value, CUdevice_attribute attr,
+                                          CUdevice device)
+{
+    CUresult r = enter(FC_DEVICE_GET_ATTRIBUTE);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (device != 0 || attr != CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED)
+        return CUDA_ERROR_INVALID_VALUE;
+    *value = drv.dmabuf_supported;
+    return CUDA_SUCCESS;
+}
+
+/* A bus id no machine has, so NVML (where present) never finds it. */
+static CUresult drv_device_get_pci_bus_id(char *bus_id, int len, CUdevice device)
+{
+    CUresult r = enter(FC_BUS_ID);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (device != 0 || len < 13)
+        return CUDA_ERROR_INVALID_VALUE;
+    memcpy(bus_id, "00ff:fe:1f.7", 13);
+    return CUDA_SUCCESS;
+}
+
+static CUresult drv_ctx_get_current(CUcontext *ctx)
+{
+    CUresult r = enter(FC_CTX_GET_CURRENT);
+    if (r != CUDA_SUCCESS)
+        return r;
+    *ctx = drv.current;
+    return CUDA_SUCCESS;
+}
+
+static CUresult drv_ctx_push_current(CUcontext ctx)
+{
+    CUresult r = enter(FC_CTX_PUSH);
+    if (r != CUDA_SUCCESS)
+        return r;
+    drv.current = ctx;
+    drv.pushed++;
+    return CUDA_SUCCESS;
+}
+
+/* One level deep: the thread had no context before the push. */
+static CUresult drv_ctx_pop_current(CUcontext *ctx)
+{
+    CUresult r = enter(FC_CTX_POP);
+    if (r != CUDA_SUCCESS)
+        return r;
+    *ctx = drv.current;
+    drv.current = NULL;
+    drv.pushed--;
+    return CUDA_SUCCESS;
+}
+
+static CUresult drv_primary_ctx_retain(CUcontext *ctx, CUdevice device)
+{
+    CUresult r = enter(FC_PRIMARY_RETAIN);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (device != 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    *ctx = DRV_PRIMARY_CTX;
+    drv.retained++;
+    return CUDA_SUCCESS;
+}
+
+static CUresult drv_primary_ctx_release(CUdevice device)
+{
+    CUresult r = enter(FC_PRIMARY_RELEASE);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (device != 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    drv.retained--;
+    return CUDA_SUCCESS;
+}
+
+static const struct rc_cuda_api drv_api = {
+    .Init = drv_init,
+    .GetErrorName = drv_get_error_name,
+    .PointerGetAttribute = drv_pointer_get_attribute,
+    .PointerGetAttributes = drv_pointer_get_attributes,
+    .PointerSetAttribute = drv_pointer_set_attribute,
+    .MemGetAddressRange = drv_mem_get_address_range,
+    .MemGetHandleForAddressRange = drv_mem_get_handle,
+    .DeviceGet = drv_device_get,
+    .DeviceGetCount = drv_device_get_count,
+    .DeviceGetAttribute = drv_device_get_attribute,
+    .DeviceGetPCIBusId = drv_device_get_pci_bus_id,
+    .CtxGetCurrent = drv_ctx_get_current,
+    .CtxPushCurrent = drv_ctx_push_current,
+    .CtxPopCurrent = drv_ctx_pop_current,
+    .DevicePrimaryCtxRetain = drv_primary_ctx_retain,
+    .DevicePrimaryCtxRelease = drv_primary_ctx_release,
+};
+
+void drv_install(void)
+{
+    static uintptr_t arena;
+    /* One reservation for the process, so malloc never lands inside it;
+     * 2 MiB aligned like the driver's chunks, so that offsets in the arena
+     * round as device addresses do. */
+    if (arena == 0) {
+        const size_t align = (size_t)2 << 20;
+        void *p = mmap(NULL, DRV_ARENA_SIZE + align, PROT_NONE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED)
+            abort();
+        arena = ((uintptr_t)p + align - 1) & ~(uintptr_t)(align - 1);
+    }
+    memset(&drv, 0, sizeof drv);
+    drv.arena = arena;
+    drv.next_id = 100;
+    drv.dmabuf_supported = 1;
+    drv.current = DRV_PRIMARY_CTX;
+    rc_cuda_api_override(&drv_api);
+}
+
+void drv_uninstall(void)
+{
+    rc_cuda_api_override(NULL);
+}
+
+uintptr_t drv_addr(size_t offset)
+{
+    return drv.arena + offset;
+}
+
+static int add(struct drv_alloc a)
+{
+    for (int i = 0; i < DRV_MAX_ALLOCS; i++) {
+        if (drv.allocs[i].base == 0) {
+            a.live = 1;
+            a.id = drv.next_id++;
+            drv.allocs[i] = a;
+            return i;
+        }
+    }
+    abort();
+}
+
+/* The driver chunk of `chunk` bytes that holds [offset, offset+size). */
+static struct drv_alloc chunked(size_t offset, size_t size, size_t chunk)
+{
+    size_t first = offset / chunk * chunk;
+    size_t last = (offset + size + chunk - 1) / chunk * chunk;
+    return (struct drv_alloc){ .base = drv_addr(offset), .size = size,
+                                .range_start = drv_addr(offset), .range_size = size,
+                                .map_start = drv_addr(first), .map_size = last - first,
+                                .type = CU_MEMORYTYPE_DEVICE, .device = 0 };
+}
+
+int drv_legacy(size_t offset, size_t size)
+{
+    struct drv_alloc a = chunked(offset, size, (size_t)2 << 20);
+    a.owner = DRV_OTHER_CTX;
+    a.legacy_ipc = 1;
+    return add(a);
+}
+
+int drv_pool(size_t offset, size_t size)
+{
+    struct drv_alloc a = chunked(offset, size, (size_t)32 << 20);
+    a.pool = (CUmemoryPool)&drv.allocs[2];
+    return add(a);
+}
+
+int drv_vmm(size_t reserve_offset, size_t reserve_size, size_t offset, size_t size)
+{
+    return add((struct drv_alloc){ .base = drv_addr(offset), .size = size,
+                                    .range_start = drv_addr(reserve_offset),
+                                    .range_size = reserve_size,
+                                    .map_start = drv_addr(offset), .map_size = size,
+                                    .type = CU_MEMORYTYPE_DEVICE, .device = 0,
+                                    .refuses_sync = 1 });
+}
+
+int drv_managed(size_t offset, size_t size)
+{
+    struct drv_alloc a = chunked(offset, size, (size_t)2 << 20);
+    a.managed = 1;
+    a.sync_memops = 1;
+    return add(a);
+}
+
+int drv_pinned_host(size_t offset, size_t size)
+{
+    struct drv_alloc a = chunked(offset, size, (size_t)2 << 20);
+    a.type = CU_MEMORYTYPE_HOST;
+    return add(a);
+}
+
+void drv_free(int i)
+{
+    drv.allocs[i].live = 0;
+}
+
+void drv_realloc(int i)
+{
+    drv.allocs[i].live = 1;
+    drv.allocs[i].id = drv.next_id++;
+    drv.allocs[i].sync_memops = 0;
+}
+
+int drv_open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (d == NULL)
+        abort();
+    int n = 0;
+    while (readdir(d) != NULL)
+        n++;
+    closedir(d);
+    return n;
+}

@@ -1,0 +1,95 @@
+/* A scriptable CUDA driver behind the CUDA seam: allocations of every kind
+ * (legacy, pool, VMM, managed, pinned host) laid out in one reserved,
+ * never-touched address range, an error to inject per driver call, call
+ * counts, and a current-context model.  dmabuf exports hand out real file
+ * descriptors so that leaks show up in /proc/self/fd. */
+#ifndef FAKE_DRIVER_H
+#define FAKE_DRIVER_H
+
+#include <cuda.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum drv_call {
+    FC_GET_ATTRIBUTE,
+    FC_GET_ATTRIBUTES,
+    FC_SET_ATTRIBUTE,
+    FC_GET_HANDLE,
+    FC_DEVICE_GET,
+    FC_DEVICE_GET_ATTRIBUTE,
+    FC_BUS_ID,
+    FC_CTX_GET_CURRENT,
+    FC_CTX_PUSH,
+    FC_CTX_POP,
+    FC_PRIMARY_RETAIN,
+    FC_PRIMARY_RELEASE,
+    FC_COUNT
+};
+
+#define DRV_MAX_ALLOCS 8
+#define DRV_ARENA_SIZE ((size_t)64 << 20)
+
+struct drv_alloc {
+    int live;
+    uintptr_t base;   /* the allocation */
+    size_t size;
+    uintptr_t range_start; /* RANGE_START/SIZE as the driver reports them */
+    size_t range_size;
+    uintptr_t map_start;   /* MAPPING_BASE/SIZE */
+    size_t map_size;
+    unsigned long long id;
+    unsigned int type; /* CUmemorytype */
+    unsigned int managed;
+    int device;
+    unsigned int sync_memops;
+    int refuses_sync; /* VMM: SYNC_MEMOPS is NOT_SUPPORTED */
+    unsigned int legacy_ipc; /* cuMemAlloc memory */
+    CUmemoryPool pool;       /* pool memory */
+    CUcontext owner;  /* NULL for pool and VMM memory */
+};
+
+struct drv_state {
+    uintptr_t arena; /* DRV_ARENA_SIZE bytes of reserved address space */
+    struct drv_alloc allocs[DRV_MAX_ALLOCS];
+    unsigned long long next_id;
+    int unknown_invalid; /* unknown pointers: INVALID_VALUE, not zeros */
+    int dmabuf_supported;
+    CUresult fail[FC_COUNT]; /* returned by that call when non-zero */
+    unsigned int calls[FC_COUNT];
+    CUcontext current; /* the calling thread's context (NULL: none) */
+    int pushed;        /* contexts pushed and not popped */
+    int retained;      /* primary contexts retained and not released */
+    CUdeviceptr export_ptr; /* what the last export was asked for */
+    size_t export_size;
+};
+
+extern struct drv_state drv;
+
+/* Contexts the fake driver hands out. */
+#define DRV_PRIMARY_CTX ((CUcontext)&drv.allocs[0])
+#define DRV_OTHER_CTX ((CUcontext)&drv.allocs[1])
+
+/* Reset to one device with a current context, no allocations, and route
+ * the library's driver calls here. */
+void drv_install(void);
+void drv_uninstall(void);
+
+/* Allocations, `offset` bytes into the arena.  Each gets a new buffer id and
+ * returns its index in drv.allocs. */
+int drv_legacy(size_t offset, size_t size);   /* cuMemAlloc: 2 MiB chunk */
+int drv_pool(size_t offset, size_t size);     /* cuMemAllocAsync: 32 MiB chunk */
+int drv_vmm(size_t reserve_offset, size_t reserve_size, size_t offset,
+             size_t size);                     /* cuMemCreate + cuMemMap */
+int drv_managed(size_t offset, size_t size);
+int drv_pinned_host(size_t offset, size_t size);
+/* Free allocation i; `realloc` gives it back at the same place, new id. */
+void drv_free(int i);
+void drv_realloc(int i);
+
+/* Address `offset` bytes into the arena. */
+uintptr_t drv_addr(size_t offset);
+
+/* Open file descriptors of this process. */
+int drv_open_fds(void);
+
+#endif

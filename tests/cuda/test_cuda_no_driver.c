@@ -1,0 +1,59 @@
+/* Without libcuda.so.1 the library still loads and works: the seam reports
+ * why, and every CUDA-backed part declines instead of crashing. */
+#include <dlfcn.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "bar1_budget.h"
+#include "cuda_seam.h"
+#include "dmabuf_export.h"
+#include "last_error.h"
+#include "memory.h"
+#include "regcache.h"
+
+static void seam_is_null_and_says_why(void **state)
+{
+    (void)state;
+    assert_null(rc_cuda_api());
+    assert_non_null(strstr(regcache_last_error(), "libcuda.so.1"));
+    /* Loaded once; the reason is given again to every caller. */
+    rc_clear_error();
+    assert_null(rc_cuda_api());
+    assert_non_null(strstr(regcache_last_error(), "libcuda.so.1"));
+}
+
+static void cuda_parts_decline(void **state)
+{
+    (void)state;
+    struct rc_memory m = { 0 };
+    assert_int_equal(rc_cuda_memory(&m), REGCACHE_ERR_UNSUPPORTED);
+    assert_null(m.query);
+    assert_null(m.read_tag);
+    int fd = -1;
+    uint64_t offset = 7;
+    assert_int_equal(rc_dmabuf_export(0x10000, 4096, &fd, &offset), REGCACHE_ERR_UNSUPPORTED);
+    assert_int_equal(fd, -1);
+    assert_int_equal(offset, 7);
+    assert_int_equal(rc_dmabuf_supported(0), 0);
+    assert_int_equal(rc_bar1_budget(0), 0);
+}
+
+int main(void)
+{
+    void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (driver != NULL) {
+        printf("skipped: libcuda.so.1 is installed here\n");
+        return 77;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(seam_is_null_and_says_why),
+        cmocka_unit_test(cuda_parts_decline),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
