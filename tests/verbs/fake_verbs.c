@@ -1,4 +1,5 @@
 #include "fake_verbs.h"
+#include "fake_cuda.h"
 
 #include "verbs_seam.h"
 
@@ -12,6 +13,12 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
 
 struct fake_verbs fake_verbs;
 
@@ -171,4 +178,23 @@ int fake_count_fds(void)
         n += e->d_name[0] != '.';
     closedir(d);
     return n;
+}
+
+int fake_world_setup(void **state)
+{
+    (void)state;
+    fake_verbs_install();
+    fake_cuda_install();
+    fake_sysfs_module(NULL);
+    return 0;
+}
+
+int fake_world_teardown(void **state)
+{
+    (void)state;
+    assert_int_equal(fake_verbs.live_mrs, 0);
+    fake_sysfs_remove();
+    fake_cuda_uninstall();
+    fake_verbs_uninstall();
+    return 0;
 }

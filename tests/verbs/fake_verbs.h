@@ -52,4 +52,10 @@ struct ibv_pd *fake_pd(void);
 /* Open file descriptors of this process, from /proc/self/fd. */
 int fake_count_fds(void);
 
+/* The usual world of a verbs test, as cmocka setup and teardown: fake
+ * verbs, one fake GPU that exports dmabuf, no nvidia_peermem module.  The
+ * teardown fails the test if an MR was left registered. */
+int fake_world_setup(void **state);
+int fake_world_teardown(void **state);
+
 #endif

@@ -18,25 +18,6 @@
 
 #define BLOCK ((size_t)65536)
 
-static int setup(void **state)
-{
-    (void)state;
-    fake_verbs_install();
-    fake_cuda_install();
-    fake_sysfs_module(NULL);
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    assert_int_equal(fake_verbs.live_mrs, 0);
-    fake_sysfs_remove();
-    fake_cuda_uninstall();
-    fake_verbs_uninstall();
-    return 0;
-}
-
 /* A built-in cache for host memory only: no GPU, no peermem. */
 static regcache_t *host_cache(void)
 {
@@ -219,7 +200,7 @@ static void test_create_says_what_to_load(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+#define T(f) cmocka_unit_test_setup_teardown(f, fake_world_setup, fake_world_teardown)
         T(test_entry_mr_is_the_verbs_mr),
         T(test_exhausted_reg_mr_evicts_and_retries),
         T(test_reg_mr_failures_that_cannot_be_retried),

@@ -27,25 +27,11 @@ static const int verbs_errnos[] = {ENOMEM, ENOSPC, EAGAIN, EFAULT,
 
 static struct regcache_backend be;
 
-static int setup(void **state)
-{
-    (void)state;
-    fake_verbs_install();
-    fake_cuda_install();
-    fake_sysfs_module(NULL);
-    return 0;
-}
-
 static int teardown(void **state)
 {
-    (void)state;
     if (be.arg)
         rc_verbs_backend_destroy(&be);
-    assert_int_equal(fake_verbs.live_mrs, 0);
-    fake_sysfs_remove();
-    fake_cuda_uninstall();
-    fake_verbs_uninstall();
-    return 0;
+    return fake_world_teardown(state);
 }
 
 static void make_backend(enum regcache_method method, int expect_method)
@@ -253,7 +239,7 @@ static void test_host_only_backend_refuses_gpu_memory(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+#define T(f) cmocka_unit_test_setup_teardown(f, fake_world_setup, teardown)
         T(test_host_memory_uses_reg_mr_on_any_method),
         T(test_peermem_registers_the_gpu_va),
         T(test_dmabuf_offset_iova_and_fd),

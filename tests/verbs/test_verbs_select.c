@@ -17,24 +17,6 @@
 
 #define ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ)
 
-static int setup(void **state)
-{
-    (void)state;
-    fake_verbs_install();
-    fake_cuda_install();
-    fake_sysfs_module(NULL);
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    fake_sysfs_remove();
-    fake_cuda_uninstall();
-    fake_verbs_uninstall();
-    return 0;
-}
-
 /* Create a backend; on success check its shape and destroy it. */
 static int create(enum regcache_method method, int host_memory,
                   int *method_used)
@@ -278,7 +260,7 @@ static void test_unknown_method_is_invalid(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+#define T(f) cmocka_unit_test_setup_teardown(f, fake_world_setup, fake_world_teardown)
         T(test_null_pd_is_invalid),
         T(test_auto_picks_dmabuf_when_provider_answers_ebadf),
         T(test_auto_falls_back_to_peermem_on_eopnotsupp),
