@@ -57,10 +57,11 @@ static CUresult read_facts(const struct rc_cuda_api *api, uintptr_t addr,
  * allocation for cuMemAlloc, pool (cuMemAllocAsync) and managed memory, but
  * the whole address reservation, unmapped parts included, for VMM memory
  * (cuMemCreate + cuMemMap), where MAPPING_BASE/SIZE is the mapping.  For the
- * others MAPPING is a driver chunk shared with other allocations (2 MiB for
- * cuMemAlloc, 32 MiB for a pool: measured on driver 580, see tests/gpu), so
- * it is used only for memory that is neither cuMemAlloc nor pool memory, and
- * then only to narrow the range.
+ * others MAPPING is a driver chunk: shared with other allocations (2 MiB for
+ * small cuMemAllocs), or one of several 32 MiB chunks of a large pool
+ * allocation (measured on driver 580, see tests/gpu).  So it is used only
+ * for memory that is neither cuMemAlloc nor pool memory, and only to narrow
+ * the range.
  */
 static void allocation_of(const struct pointer_facts *f, uintptr_t *base, size_t *size)
 {
@@ -111,6 +112,11 @@ static int cuda_query(void *ctx, const void *addr, size_t len,
     if (r == CUDA_ERROR_INVALID_VALUE || (r == CUDA_SUCCESS && f.type == 0) ||
         (r == CUDA_SUCCESS && f.type == CU_MEMORYTYPE_HOST && !f.managed)) {
         describe_host(a, len, info);
+        /* Pinned memory (cuMemAllocHost) has a buffer id: keeping it lets
+         * the tag check catch a free and reallocation of pinned memory as
+         * it does for GPU memory. */
+        if (r == CUDA_SUCCESS && f.type == CU_MEMORYTYPE_HOST)
+            info->buffer_id = f.buffer_id;
         return REGCACHE_OK;
     }
     if (r != CUDA_SUCCESS)

@@ -8,10 +8,11 @@
 struct rc_memory {
     /* Full description of the memory at [addr, addr+len), on a miss.  For
      * GPU memory it also sets CU_POINTER_ATTRIBUTE_SYNC_MEMOPS the first time
-     * it sees an allocation (before its first registration).  Returns
-     * REGCACHE_OK, NOT_GPU (unknown or freed memory: host memory is
-     * reported as REGCACHE_MEM_HOST, not as an error, when it can be told
-     * apart), or CUDA. */
+     * it sees an allocation (before its first registration).  Memory the
+     * driver does not know -- malloc memory, and also freed GPU memory,
+     * which the driver cannot tell apart from it -- is reported as
+     * REGCACHE_MEM_HOST with no buffer id.  Returns REGCACHE_OK, RANGE (the
+     * range runs past its allocation), or CUDA. */
     int (*query)(void *ctx, const void *addr, size_t len,
                  struct regcache_mem_info *info);
     /* The hit path's tag check: the buffer id now at addr.  REGCACHE_OK, or

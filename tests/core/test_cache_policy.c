@@ -228,6 +228,28 @@ static void host_memory_when_enabled(void **state)
     assert_int_equal(atomic_load(&f->fb.live), 0);
 }
 
+static void pinned_host_memory_is_tag_checked(void **state)
+{
+    struct fixture *f = *state;
+    /* cuMemAllocHost memory: host memory that has a buffer id. */
+    fake_alloc(&f->fb, ALLOC(0), MiB, REGCACHE_DEVICE_HOST, REGCACHE_MEM_HOST);
+    f->p.host_memory = 1;
+    f->p.validation = REGCACHE_VALIDATE_TAG_CHECK;
+    create(f);
+    regcache_put(f->c, get_ok(f, ALLOC(0) + 100, 10));
+    regcache_put(f->c, get_ok(f, ALLOC(0) + 100, 10));
+    assert_int_equal(stats(f).hits, 1);
+    uint64_t id = fake_realloc(&f->fb, ALLOC(0));
+    regcache_entry_t *e = get_ok(f, ALLOC(0) + 100, 10);
+    assert_int_equal(handle(e)->device, REGCACHE_DEVICE_HOST);
+    assert_int_equal(fake_id_at(&f->fb, ALLOC(0)), id);
+    struct regcache_stats s = stats(f);
+    assert_int_equal(s.invalidations_tag, 1);
+    assert_int_equal(s.registrations, 2);
+    assert_int_equal(atomic_load(&f->fb.live), 1);
+    regcache_put(f->c, e);
+}
+
 static void held_entry_is_never_evicted(void **state)
 {
     struct fixture *f = *state;
@@ -606,6 +628,7 @@ int main(void)
         T(request_spanning_two_allocations_is_refused),
         T(managed_and_host_memory),
         T(host_memory_when_enabled),
+        T(pinned_host_memory_is_tag_checked),
         T(held_entry_is_never_evicted),
         T(lru_order),
         T(max_bytes_budget),

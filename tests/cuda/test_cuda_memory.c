@@ -142,12 +142,14 @@ static void managed_is_reported_as_managed(void **state)
 static void host_memory_is_the_request_range(void **state)
 {
     (void)state;
-    drv_pinned_host(0, MIB);
+    int pinned = drv_pinned_host(0, MIB);
     char *heap = malloc(100);
     struct regcache_mem_info info;
-    /* Pinned host memory: the driver knows it, type HOST. */
+    /* Pinned host memory: the driver knows it, type HOST, with the buffer
+     * id that the tag check compares. */
     assert_int_equal(query(drv_addr(4096), 100, &info), REGCACHE_OK);
-    assert_info(&info, drv_addr(4096), 100, 0, REGCACHE_DEVICE_HOST, REGCACHE_MEM_HOST);
+    assert_info(&info, drv_addr(4096), 100, drv.allocs[pinned].id, REGCACHE_DEVICE_HOST,
+                REGCACHE_MEM_HOST);
     /* malloc memory: zeros from the driver. */
     assert_int_equal(query((uintptr_t)heap, 100, &info), REGCACHE_OK);
     assert_info(&info, (uintptr_t)heap, 100, 0, REGCACHE_DEVICE_HOST, REGCACHE_MEM_HOST);
