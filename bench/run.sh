@@ -19,27 +19,9 @@ if [ "${1:-}" = "--quick" ]; then
 fi
 out=${1:-$build/report}
 
-# Build: cmake gcc make pkg-config libibverbs-dev uthash-dev;
-# measured against: libucx-dev; plots: gnuplot-nox.
-packages="cmake gcc make pkg-config libibverbs-dev uthash-dev libucx-dev gnuplot-nox"
-if command -v dpkg-query >/dev/null 2>&1; then
-    missing=
-    for p in $packages; do
-        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
-            missing="$missing $p"
-    done
-    if [ -n "$missing" ]; then
-        if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-            echo "run.sh: installing$missing"
-            # shellcheck disable=SC2086  # one word per package
-            { apt-get update && DEBIAN_FRONTEND=noninteractive \
-                apt-get install -y --no-install-recommends $missing; } ||
-                echo "run.sh: could not install$missing; carrying on"
-        else
-            echo "run.sh: missing Debian packages:$missing (run as root to install)"
-        fi
-    fi
-fi
+# The project's one package list; the harness itself needs only the build
+# tools, and reports what it skipped when UCX or gnuplot are missing.
+"$src/cmake/debian-deps.sh" || echo "run.sh: carrying on without the missing packages"
 
 cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release \
     -DREGCACHE_TESTS=OFF -DREGCACHE_EXAMPLES=OFF

@@ -15,7 +15,7 @@ skip=${REGCACHE_SKIP_LABELS:-}
 # counts skips among the passes: leave them out and say so instead.
 if [ ! -e /dev/nvidiactl ]; then
   echo "regcache: no NVIDIA GPU here: the tests labelled gpu are not run" \
-       "(run tests/gpu/run-on-device.sh and tests/gpu_hook/run-on-device.sh on a GPU machine)"
+       "(run tests/gpu/run-on-device.sh on a GPU machine)"
   skip=${skip:+$skip|}gpu
 fi
 ctest --output-on-failure -j"$(nproc)" ${skip:+-LE "^($skip)\$"}
