@@ -126,7 +126,7 @@ static int write_plot(const char *dir, const struct plot *p)
     if (!gp)
         return -1;
     fprintf(gp,
-            "set terminal pngcairo size 1000,650 noenhanced\n"
+            "reset\nset terminal pngcairo size 1000,650 noenhanced\n"
             "set output '%s.png'\n"
             "set title '%s'\nset xlabel '%s'\nset ylabel '%s'\n"
             "set key outside right\nset grid\nset offsets graph 0.03, graph 0.03, 0, 0\n%s%s",
