@@ -4,7 +4,6 @@
 #include "entry.h"
 #include "page_index.h"
 #include "regcache.h"
-#include "spinlock.h"
 
 #define INITIAL_SLOTS 16u
 

@@ -21,7 +21,7 @@
 #include <stdint.h>
 
 #include "entry.h"
-#include "spinlock.h"
+#include "cpu_relax.h"
 
 struct regcache_entry;
 
