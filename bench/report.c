@@ -189,36 +189,39 @@ static void jnum(FILE *f, double v)
         fprintf(f, "%.3f", v);
 }
 
+/* ", "key": value" -- every field after a record's first. */
+static void jfield_str(FILE *f, const char *key, const char *v)
+{
+    fprintf(f, ", \"%s\": ", key);
+    jstr(f, v);
+}
+
+static void jfield_num(FILE *f, const char *key, double v)
+{
+    fprintf(f, ", \"%s\": ", key);
+    jnum(f, v);
+}
+
 static void jrow(FILE *f, const struct bench_row *r)
 {
     fputs("    {\"section\": ", f);
     jstr(f, r->section);
-    fputs(", \"name\": ", f);
-    jstr(f, r->name);
-    fputs(", \"impl\": ", f);
-    jstr(f, r->impl);
-    fputs(", \"mode\": ", f);
-    jstr(f, r->mode);
+    jfield_str(f, "name", r->name);
+    jfield_str(f, "impl", r->impl);
+    jfield_str(f, "mode", r->mode);
     fprintf(f, ", \"size_bytes\": %llu, \"entries\": %llu, \"threads\": %u",
             (unsigned long long)r->size, (unsigned long long)r->entries, r->threads);
-    fputs(", \"median_ns\": ", f);
-    jnum(f, r->median_ns);
-    fputs(", \"p99_ns\": ", f);
-    jnum(f, r->p99_ns);
-    fputs(", \"mops\": ", f);
-    jnum(f, r->mops);
-    fputs(", \"mops_low\": ", f);
-    jnum(f, r->mops_low);
-    fputs(", \"derived\": ", f);
-    jnum(f, r->derived);
-    fputs(", \"derived_what\": ", f);
-    jstr(f, r->derived_what);
+    jfield_num(f, "median_ns", r->median_ns);
+    jfield_num(f, "p99_ns", r->p99_ns);
+    jfield_num(f, "mops", r->mops);
+    jfield_num(f, "mops_low", r->mops_low);
+    jfield_num(f, "derived", r->derived);
+    jfield_str(f, "derived_what", r->derived_what);
     fputs(", \"goals\": [", f);
     for (unsigned g = 0; g < r->goals; g++) {
         fputs(g ? ", {\"goal\": " : "{\"goal\": ", f);
         jstr(f, r->goal[g].text);
-        fputs(", \"verdict\": ", f);
-        jstr(f, verdict_text(r->goal[g].verdict));
+        jfield_str(f, "verdict", verdict_text(r->goal[g].verdict));
         fputc('}', f);
     }
     fputs("], \"note\": ", f);
@@ -236,22 +239,17 @@ int bench_write_json(const char *path, const struct bench_machine *m,
     jstr(f, m->cpu);
     fprintf(f, ", \"cores\": %ld, \"load_avg_1min\": ", m->cores);
     jnum(f, m->load);
-    fputs(", \"gpu\": ", f);
-    jstr(f, m->gpu);
-    fputs(", \"driver\": ", f);
-    jstr(f, m->driver);
-    fputs(", \"regcache_version\": ", f);
-    jstr(f, m->regcache_version);
-    fputs(", \"ucx_version\": ", f);
-    jstr(f, m->ucx_version);
+    jfield_str(f, "gpu", m->gpu);
+    jfield_str(f, "driver", m->driver);
+    jfield_str(f, "regcache_version", m->regcache_version);
+    jfield_str(f, "ucx_version", m->ucx_version);
     fprintf(f, "},\n  \"settings\": {\"batches\": %u, \"batch_ops\": %u, \"pin_reps\": %u, "
                "\"mt_seconds\": %.3f, \"mt_runs\": %u},\n  \"skipped\": [",
             o->batches, o->batch_ops, o->pin_reps, o->mt_seconds, o->mt_runs);
     for (size_t i = 0; i < bench_skip_count(); i++) {
         fputs(i ? ",\n    {\"what\": " : "\n    {\"what\": ", f);
         jstr(f, bench_skip_what(i));
-        fputs(", \"why\": ", f);
-        jstr(f, bench_skip_why(i));
+        jfield_str(f, "why", bench_skip_why(i));
         fputc('}', f);
     }
     fputs("],\n  \"results\": [\n", f);
