@@ -240,6 +240,10 @@ void bench_rc_destroy(struct bench_rc *rc);
  * error returns -1 and fills why. */
 int bench_rc_target(struct bench_target *t, const struct bench_space *s,
                     enum bench_rc_mode mode, char *why, size_t why_len);
+/* The same, but each thread stays in a private slice of the regions (the
+ * first thread to run takes the first slice, and so on). */
+int bench_rc_private_target(struct bench_target *t, const struct bench_space *s,
+                            enum bench_rc_mode mode, char *why, size_t why_len);
 /* The same target around a cache made elsewhere (the real CUDA one); the
  * target does not own the cache. */
 int bench_rc_target_on(struct bench_target *t, regcache_t *cache,

@@ -62,6 +62,36 @@ static void entries_rows(const struct bench_opts *o, const struct bench_space *a
     }
 }
 
+/* The same thread counts when each thread has entries of its own: what
+ * the shared rows lose to entries' lines moving between cores. */
+static void private_thread_rows(const struct bench_opts *o, const struct bench_space *s)
+{
+    struct bench_target t;
+    char why[160];
+    int opened = bench_rc_private_target(&t, s, BENCH_HOOKS, why, sizeof(why)) == 0;
+    double one = 0;
+    for (size_t k = 0; k < BENCH_NELEM(bench_thread_counts); k++) {
+        struct bench_row *r = bench_row_add("threads", "regcache HOOKS hits, thread-private entries");
+        snprintf(r->impl, sizeof(r->impl), "regcache");
+        snprintf(r->mode, sizeof(r->mode), "HOOKS, private");
+        r->entries = s->regions;
+        r->threads = bench_thread_counts[k];
+        if (!opened) {
+            snprintf(r->note, sizeof(r->note), "failed: %s", why);
+            continue;
+        }
+        bench_measure_threads(r, &t, o);
+        if (r->threads == 1)
+            one = r->mops;
+        if (one > 0 && r->mops > 0) {
+            r->derived = r->mops / one;
+            snprintf(r->derived_what, sizeof(r->derived_what), "x one thread");
+        }
+    }
+    if (opened)
+        bench_target_close(&t);
+}
+
 static void thread_rows(const struct bench_opts *o, const struct bench_space *all,
                         int ucx)
 {
@@ -85,6 +115,7 @@ static void thread_rows(const struct bench_opts *o, const struct bench_space *al
         if (opened)
             bench_target_close(&t);
     }
+    private_thread_rows(o, &s);
 }
 
 static enum bench_verdict verdict(int met)

@@ -71,6 +71,7 @@ struct rc_target {
     regcache_t *cache;
     uintptr_t base;
     size_t regions;
+    atomic_uint next_slice; /* thread-private variant: slices handed out */
     uint64_t misses; /* the cache's miss count once populated */
     atomic_uint_fast64_t failures;
     int first_error;
@@ -83,6 +84,35 @@ static void rc_loop(void *ctx, uint64_t *rng, uint64_t count)
         regcache_entry_t *e;
         int st = regcache_get(t->cache, bench_pick(t->base, t->regions, rng),
                               BENCH_GET_SIZE, &e);
+        if (st != REGCACHE_OK) {
+            if (atomic_fetch_add(&t->failures, 1) == 0)
+                t->first_error = st;
+            continue;
+        }
+        regcache_put(t->cache, e);
+    }
+}
+
+/* Thread-private working sets, as a transport with buffers per queue pair
+ * uses the cache: the first time a thread runs the loop it takes the next
+ * of BENCH_PRIVATE_SLICES slices of the regions and stays inside it.
+ * Threads are new for every run, so each run hands out fresh slices. */
+#define BENCH_PRIVATE_SLICES 16
+static _Thread_local const struct rc_target *slice_owner;
+static _Thread_local uintptr_t slice_base;
+
+static void rc_private_loop(void *ctx, uint64_t *rng, uint64_t count)
+{
+    struct rc_target *t = ctx;
+    size_t per = t->regions / BENCH_PRIVATE_SLICES;
+    if (slice_owner != t) {
+        unsigned k = atomic_fetch_add(&t->next_slice, 1) % BENCH_PRIVATE_SLICES;
+        slice_owner = t;
+        slice_base = t->base + (uintptr_t)k * per * BENCH_REGION_SIZE;
+    }
+    for (uint64_t i = 0; i < count; i++) {
+        regcache_entry_t *e;
+        int st = regcache_get(t->cache, bench_pick(slice_base, per, rng), BENCH_GET_SIZE, &e);
         if (st != REGCACHE_OK) {
             if (atomic_fetch_add(&t->failures, 1) == 0)
                 t->first_error = st;
@@ -176,6 +206,15 @@ int bench_rc_target(struct bench_target *bt, const struct bench_space *s,
     }
     t->cache = t->rc.cache;
     return wrap(bt, t, s, why, why_len);
+}
+
+int bench_rc_private_target(struct bench_target *bt, const struct bench_space *s,
+                            enum bench_rc_mode mode, char *why, size_t why_len)
+{
+    if (bench_rc_target(bt, s, mode, why, why_len) != 0)
+        return -1;
+    bt->loop = rc_private_loop;
+    return 0;
 }
 
 int bench_rc_target_on(struct bench_target *bt, regcache_t *cache,
