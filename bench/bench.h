@@ -207,6 +207,10 @@ void bench_measure_hit(struct bench_row *r, const struct bench_target *t,
                        const struct bench_opts *o);
 void bench_measure_threads(struct bench_row *r, const struct bench_target *t,
                            const struct bench_opts *o);
+/* bench_measure_threads, then the speed-up over the one-thread row of the
+ * same series: *one holds that row's Mops/s (the series starts at 1). */
+void bench_measure_scaling(struct bench_row *r, const struct bench_target *t,
+                           const struct bench_opts *o, double *one);
 
 /* Aggregate Mops/s of `threads` threads hitting t at once over o->mt_runs
  * runs: the median, and in .p99 the slow tail (1st percentile of

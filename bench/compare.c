@@ -80,13 +80,7 @@ static void private_thread_rows(const struct bench_opts *o, const struct bench_s
             snprintf(r->note, sizeof(r->note), "failed: %s", why);
             continue;
         }
-        bench_measure_threads(r, &t, o);
-        if (r->threads == 1)
-            one = r->mops;
-        if (one > 0 && r->mops > 0) {
-            r->derived = r->mops / one;
-            snprintf(r->derived_what, sizeof(r->derived_what), "x one thread");
-        }
+        bench_measure_scaling(r, &t, o, &one);
     }
     if (opened)
         bench_target_close(&t);

@@ -447,21 +447,15 @@ static void real_threads(const struct bench_opts *o, CUdeviceptr dptr, long core
                 snprintf(r->note, sizeof(r->note), "failed: %s", why);
                 continue;
             }
-            bench_measure_threads(r, &t, o);
-            if (r->threads == 1)
-                one = r->mops;
-            if (one > 0 && r->mops > 0) {
-                r->derived = r->mops / one;
-                snprintf(r->derived_what, sizeof(r->derived_what), "x one thread");
-                if (r->threads == top)
-                    bench_row_goal(r,
-                                   cores < BENCH_GOAL_SCALING_CORES ? BENCH_NOT_JUDGED
-                                   : r->derived >= BENCH_GOAL_SCALING ? BENCH_MET
-                                                                      : BENCH_MISSED,
-                                   ">= %.0fx one thread on %d cores (is %.1fx on %ld)",
-                                   BENCH_GOAL_SCALING, BENCH_GOAL_SCALING_CORES,
-                                   r->derived, cores);
-            }
+            bench_measure_scaling(r, &t, o, &one);
+            if (r->derived > 0 && r->threads == top)
+                bench_row_goal(r,
+                               cores < BENCH_GOAL_SCALING_CORES ? BENCH_NOT_JUDGED
+                               : r->derived >= BENCH_GOAL_SCALING ? BENCH_MET
+                                                                  : BENCH_MISSED,
+                               ">= %.0fx one thread on %d cores (is %.1fx on %ld)",
+                               BENCH_GOAL_SCALING, BENCH_GOAL_SCALING_CORES,
+                               r->derived, cores);
         }
         if (ok)
             bench_target_close(&inner);

@@ -135,3 +135,15 @@ void bench_measure_threads(struct bench_row *r, const struct bench_target *t,
     r->mops = m.median;
     r->mops_low = m.p99;
 }
+
+void bench_measure_scaling(struct bench_row *r, const struct bench_target *t,
+                           const struct bench_opts *o, double *one)
+{
+    bench_measure_threads(r, t, o);
+    if (r->threads == 1)
+        *one = r->mops;
+    if (*one > 0 && r->mops > 0) {
+        r->derived = r->mops / *one;
+        snprintf(r->derived_what, sizeof(r->derived_what), "x one thread");
+    }
+}
