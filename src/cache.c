@@ -3,14 +3,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "bar1_budget.h"
 #include "cache.h"
-#include "hook_link.h"
 #include "last_error.h"
 #include "registry.h"
-#include "verbs_backend.h"
 
 /* How often a miss may evict and retry after the backend reports exhausted
  * resources, and how often it restarts when its memory is invalidated while
@@ -444,12 +441,12 @@ static void update_peak(struct regcache *c)
 }
 
 /* Under the lock: a registered entry joins the cache.  Fails only when the
- * LRU heap cannot grow, and then leaves the entry out of everything. */
+ * LRU heap cannot grow; the entry is then still pending in the tree, and
+ * the caller takes it out like any failed registration. */
 static int publish_locked(struct regcache *c, struct regcache_entry *e, struct rc_device *d)
 {
     atomic_store_explicit(&e->last_use, rc_clock_tick(c), memory_order_relaxed);
     if (rc_lru_push(&d->lru, e) != REGCACHE_OK) {
-        rc_itree_remove(&c->tree, &e->node);
         rc_set_error("out of memory growing the LRU heap");
         return REGCACHE_ERR_NO_MEMORY;
     }

@@ -3,20 +3,11 @@
 
 #include "hook_link.h"
 
-typedef void *(*dlsym_fn)(void *, const char *);
-
-/* The preload hook interposes dlsym, so look the hook up with glibc's own. */
-static dlsym_fn real_dlsym(void)
-{
-    dlsym_fn fn = (dlsym_fn)dlvsym(RTLD_DEFAULT, "dlsym", "GLIBC_2.34");
-    return fn ? fn : (dlsym_fn)dlvsym(RTLD_DEFAULT, "dlsym", "GLIBC_2.2.5");
-}
-
+/* A plain RTLD_DEFAULT lookup: the hook's own dlsym passes such lookups to
+ * glibc untouched, so this finds the hook's export exactly when the hook is
+ * in the process's global scope. */
 int rc_hook_active(void)
 {
-    dlsym_fn lookup = real_dlsym();
-    if (!lookup)
-        return 0;
-    int (*active)(void) = (int (*)(void))lookup(RTLD_DEFAULT, "regcache_hook_active");
+    int (*active)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "regcache_hook_active");
     return active ? active() : 0;
 }
