@@ -1,6 +1,6 @@
 /* The cache through its public API, learning about memory from the (fake)
  * CUDA driver: a custom backend without a query callback, so every miss and
- * tag check goes through rc_cuda_memory(). */
+ * tag check goes through rc_cuda_query(). */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>

@@ -1,4 +1,4 @@
-/* rc_cuda_memory(): how the driver's answers become regcache_mem_info, tag
+/* rc_cuda_query(): how the driver's answers become regcache_mem_info, tag
  * checks, SYNC_MEMOPS, and every driver error. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -10,7 +10,7 @@
 #include <cmocka.h>
 
 #include "fake_driver.h"
-#include "memory.h"
+#include "mem_query.h"
 #include "regcache.h"
 
 #define MIB ((size_t)1 << 20)
@@ -21,7 +21,7 @@ static int setup(void **state)
 {
     (void)state;
     drv_install();
-    assert_int_equal(rc_cuda_memory(&mem), REGCACHE_OK);
+    assert_int_equal(rc_cuda_query(&mem), REGCACHE_OK);
     return 0;
 }
 

@@ -14,7 +14,7 @@
 #include "cuda_seam.h"
 #include "dmabuf_export.h"
 #include "last_error.h"
-#include "memory.h"
+#include "mem_query.h"
 #include "regcache.h"
 
 static void seam_is_null_and_says_why(void **state)
@@ -32,7 +32,7 @@ static void cuda_parts_decline(void **state)
 {
     (void)state;
     struct rc_memory m = { 0 };
-    assert_int_equal(rc_cuda_memory(&m), REGCACHE_ERR_UNSUPPORTED);
+    assert_int_equal(rc_cuda_query(&m), REGCACHE_ERR_UNSUPPORTED);
     assert_null(m.query);
     assert_null(m.read_tag);
     int fd = -1;

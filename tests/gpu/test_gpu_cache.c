@@ -30,7 +30,7 @@
 #include "bar1_budget.h"
 #include "cuda_seam.h"
 #include "dmabuf_export.h"
-#include "memory.h"
+#include "mem_query.h"
 #include "regcache.h"
 
 #define MIB ((size_t)1 << 20)
@@ -785,7 +785,7 @@ static void figures(void **state)
     CK(cu.cuMemAlloc(&p, MIB));
     const struct rc_cuda_api *api = rc_cuda_api();
     struct rc_memory m;
-    assert_int_equal(rc_cuda_memory(&m), REGCACHE_OK);
+    assert_int_equal(rc_cuda_query(&m), REGCACHE_OK);
     unsigned long long id;
     uint64_t tag;
     struct timespec t0;

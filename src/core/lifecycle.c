@@ -4,7 +4,7 @@
 #include <unistd.h>
 
 #include "cache.h"
-#include "hook_link.h"
+#include "hook_detect.h"
 #include "last_error.h"
 #include "registry.h"
 #include "verbs_backend.h"

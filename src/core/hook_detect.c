@@ -1,7 +1,7 @@
 #include <dlfcn.h>
 #include <stddef.h>
 
-#include "hook_link.h"
+#include "hook_detect.h"
 
 /* A plain RTLD_DEFAULT lookup: the hook's own dlsym passes such lookups to
  * glibc untouched, so this finds the hook's export exactly when the hook is

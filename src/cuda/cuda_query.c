@@ -3,7 +3,7 @@
 
 #include "cuda_seam.h"
 #include "last_error.h"
-#include "memory.h"
+#include "mem_query.h"
 
 /* What one cuPointerGetAttributes call reports about a pointer.  For memory
  * the driver does not know (malloc, freed, unmapped VMM) the call succeeds
@@ -156,7 +156,7 @@ static int cuda_read_tag(void *ctx, const void *addr, uint64_t *buffer_id)
     return rc_cuda_error(api, "cuPointerGetAttribute(BUFFER_ID)", r);
 }
 
-int rc_cuda_memory(struct rc_memory *m)
+int rc_cuda_query(struct rc_memory *m)
 {
     const struct rc_cuda_api *api = rc_cuda_api();
     if (api == NULL)

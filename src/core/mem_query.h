@@ -24,7 +24,7 @@ struct rc_memory {
 
 /* Fill *m with the CUDA driver's implementation.  REGCACHE_ERR_UNSUPPORTED
  * (and m untouched) when no driver can be loaded. */
-int rc_cuda_memory(struct rc_memory *m);
+int rc_cuda_query(struct rc_memory *m);
 
 /* The cache's choice: backend->query when the backend has one, else the
  * CUDA driver, else every range described as host memory. */

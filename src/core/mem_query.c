@@ -1,6 +1,6 @@
 /* Choosing where the cache learns what memory is: the backend's own query,
  * the CUDA driver, or -- with neither -- every range taken as host memory. */
-#include "memory.h"
+#include "mem_query.h"
 
 static int backend_query(void *ctx, const void *addr, size_t len, struct regcache_mem_info *info)
 {
@@ -48,7 +48,7 @@ void rc_memory_select(const struct regcache_backend *backend, struct rc_memory *
         m->ctx = (void *)backend;
         return;
     }
-    if (rc_cuda_memory(m) == REGCACHE_OK)
+    if (rc_cuda_query(m) == REGCACHE_OK)
         return;
     m->query = host_query;
     m->read_tag = host_read_tag;

@@ -10,7 +10,7 @@
 #include "entry_pool.h"
 #include "interval_tree.h"
 #include "lru.h"
-#include "memory.h"
+#include "mem_query.h"
 #include "options.h"
 #include "page_index.h"
 
