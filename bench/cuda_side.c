@@ -228,10 +228,10 @@ static int raw_rows(const struct bench_opts *o, CUdeviceptr p, size_t size,
 /* A backend doing the CUDA half of a dmabuf registration (the verbs call
  * itself needs an RDMA device): export on reg, close on dereg.  The handle
  * is the fd plus one, so that fd 0 is not mistaken for "no handle". */
-static int export_reg(void *arg, void *addr, size_t len, int device, void **handle)
+static int export_reg(void *arg, void *addr, size_t len, int device, int rail, void **handle)
 {
     int fd = -1;
-    (void)arg, (void)device;
+    (void)arg, (void)device, (void)rail;
     if (cuda_export((CUdeviceptr)(uintptr_t)addr, len, &fd) != CUDA_SUCCESS)
         return EINVAL;
     *handle = (void *)(uintptr_t)(fd + 1);

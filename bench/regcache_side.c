@@ -14,9 +14,9 @@ const char *bench_rc_mode_name(enum bench_rc_mode mode)
 /* Any non-NULL handle will do: nothing is registered. */
 static char token;
 
-static int null_reg(void *arg, void *addr, size_t len, int device, void **handle)
+static int null_reg(void *arg, void *addr, size_t len, int device, int rail, void **handle)
 {
-    (void)arg, (void)addr, (void)len, (void)device;
+    (void)arg, (void)addr, (void)len, (void)device, (void)rail;
     *handle = &token;
     return 0;
 }

@@ -35,7 +35,7 @@ extern "C" {
 #endif
 
 #define REGCACHE_VERSION_MAJOR 0
-#define REGCACHE_VERSION_MINOR 1
+#define REGCACHE_VERSION_MINOR 2
 #define REGCACHE_VERSION_PATCH 0
 
 struct ibv_pd;
@@ -45,39 +45,71 @@ struct ibv_mr;
 /* Status codes                                                              */
 /* ------------------------------------------------------------------------ */
 
-enum regcache_status {
-    REGCACHE_OK = 0,
-    /* A NULL pointer, zero length, a range that wraps the address space, a
-     * params struct of an unknown size, or an out-of-range option. */
-    REGCACHE_ERR_INVALID = -1,
-    /* malloc() failed inside the cache. */
-    REGCACHE_ERR_NO_MEMORY = -2,
-    /* The range is not GPU memory (host memory while host_memory is off,
-     * memory CUDA does not know, or memory that has been freed). */
-    REGCACHE_ERR_NOT_GPU = -3,
-    /* The range is CUDA managed (unified) memory: GPUDirect RDMA cannot
-     * register it. */
-    REGCACHE_ERR_MANAGED = -4,
-    /* The registration backend ran out of resources (BAR1, pinned memory)
-     * and evicting every unused entry of the device did not make room. */
-    REGCACHE_ERR_NO_SPACE = -5,
-    /* The registration backend failed for another reason. */
-    REGCACHE_ERR_BACKEND = -6,
-    /* A CUDA driver call failed unexpectedly. */
-    REGCACHE_ERR_CUDA = -7,
-    /* The requested method is not available here (no nvidia-peermem module,
-     * no dmabuf support in the GPU or the verbs provider, no CUDA driver). */
-    REGCACHE_ERR_UNSUPPORTED = -8,
-    /* The cache was created before fork() and used in the child: the
-     * registrations belong to the parent.  Create a new cache in the child. */
-    REGCACHE_ERR_FORKED = -9,
-    /* The range is partly outside the allocation that holds its start (it
-     * spans two CUDA allocations). */
-    REGCACHE_ERR_RANGE = -10
-};
+/*
+ * The one table of status codes: X(NAME, value, message).  It generates the
+ * enum below, regcache_strerror() and regcache_err_name(), so a code, its
+ * name and its text cannot drift apart.
+ *
+ *   OK                 success.
+ *   ERR_INVALID        a NULL pointer, zero length, a range that wraps the
+ *                      address space, a params struct of an unknown size, an
+ *                      out-of-range option or rail, or a call that breaks the
+ *                      API's rules (regcache_last_error() says which).
+ *   ERR_NO_MEMORY      malloc() or mmap() failed inside the cache.
+ *   ERR_NOT_GPU        the range is not GPU memory: host memory while
+ *                      host_memory is off, memory CUDA does not know, or
+ *                      memory that has been freed.
+ *   ERR_MANAGED        CUDA managed (unified) memory: GPUDirect RDMA cannot
+ *                      register it.
+ *   ERR_NO_SPACE       the backend ran out of resources (BAR1, pinned memory)
+ *                      and evicting unused entries of the device did not make
+ *                      room.
+ *   ERR_BACKEND        the registration backend failed for another reason.
+ *   ERR_CUDA           a CUDA driver call failed unexpectedly.
+ *   ERR_UNSUPPORTED    the requested method is not available here (no
+ *                      nvidia-peermem, no dmabuf support in the GPU or the
+ *                      verbs provider, no CUDA driver).
+ *   ERR_FORKED         the cache was created before fork() and used in the
+ *                      child: its registrations belong to the parent.
+ *   ERR_RANGE          the range is not one contiguous piece of mapped memory
+ *                      (it spans two allocations, or a hole between VMM
+ *                      mappings).
+ *   ERR_HOLD_LIMIT     an entry already has 2^31-1 holders (gets without a
+ *                      put): further holds are refused rather than corrupting
+ *                      its count.
+ *   ERR_REENTRANT      a backend callback asked for the range it is
+ *                      registering: waiting for itself would never end.
+ *   ERR_NOT_RDMA_CAPABLE  VMM memory created without
+ *                      CUmemAllocationProp.allocFlags.gpuDirectRDMACapable:
+ *                      refused before the NIC is asked.
+ */
+#define REGCACHE_STATUS_TABLE(X)                                               \
+    X(OK, 0, "success")                                                        \
+    X(ERR_INVALID, -1, "invalid argument")                                     \
+    X(ERR_NO_MEMORY, -2, "out of host memory")                                 \
+    X(ERR_NOT_GPU, -3, "not GPU memory (host memory, unknown to CUDA, or already freed)") \
+    X(ERR_MANAGED, -4, "CUDA managed memory cannot be registered for GPUDirect RDMA") \
+    X(ERR_NO_SPACE, -5, "registration resources exhausted (BAR1 or pinned memory)") \
+    X(ERR_BACKEND, -6, "the registration backend failed")                      \
+    X(ERR_CUDA, -7, "a CUDA driver call failed")                               \
+    X(ERR_UNSUPPORTED, -8, "registration method not available on this system") \
+    X(ERR_FORKED, -9, "cache was inherited across fork(); create a new cache in the child") \
+    X(ERR_RANGE, -10, "range is not one contiguous piece of mapped memory")    \
+    X(ERR_HOLD_LIMIT, -11, "entry has too many holders (gets without put)")    \
+    X(ERR_REENTRANT, -12, "a backend callback asked for the range it is registering") \
+    X(ERR_NOT_RDMA_CAPABLE, -13, "VMM memory was created without the GPUDirect RDMA flag")
 
-/* Human-readable text for a status code; never NULL.  Thread safe. */
+#define REGCACHE_STATUS_ENUM(name, value, message) REGCACHE_##name = value,
+enum regcache_status { REGCACHE_STATUS_TABLE(REGCACHE_STATUS_ENUM) };
+#undef REGCACHE_STATUS_ENUM
+
+/* Human-readable text for a status code; "unknown status code" for others;
+ * never NULL.  Thread safe. */
 REGCACHE_API const char *regcache_strerror(int status);
+
+/* The code's name as in this header ("REGCACHE_ERR_RANGE"); "unknown" for
+ * others; never NULL.  Thread safe. */
+REGCACHE_API const char *regcache_err_name(int status);
 
 /* The library's version as "MAJOR.MINOR.PATCH"; never NULL.  Thread safe. */
 REGCACHE_API const char *regcache_version(void);
@@ -89,21 +121,37 @@ REGCACHE_API const char *regcache_version(void);
 /* Device ordinal reported for host (CPU) memory. */
 #define REGCACHE_DEVICE_HOST (-1)
 
+/* The most NICs ("rails") one cache serves; see params.rails. */
+#define REGCACHE_MAX_RAILS 8
+
 enum regcache_mem_type {
     REGCACHE_MEM_DEVICE = 1,  /* GPU memory (cuMemAlloc, pools, VMM) */
     REGCACHE_MEM_HOST = 2,    /* host memory, pinned or pageable */
     REGCACHE_MEM_MANAGED = 3  /* CUDA managed memory: never registered */
 };
 
+/* regcache_mem_info.flags */
+enum regcache_mem_flags {
+    /* The piece described is one mapping of a larger address reservation
+     * (CUDA VMM: cuMemMap).  A request may run on into the adjacent mapping
+     * when that one is flagged too: the cache then registers the mappings
+     * together, as one range, and validates each of them. */
+    REGCACHE_MEM_MAPPING = 1
+};
+
 /* What the cache knows about the memory holding an address.  Filled by the
- * CUDA driver, or by a custom backend's query callback. */
+ * CUDA driver, or by a custom backend's query callback (the cache zeroes it
+ * before each call, so a callback may leave fields it does not know). */
 struct regcache_mem_info {
-    uintptr_t base;     /* start of the allocation that holds the address */
+    uintptr_t base;     /* start of the allocation (or VMM mapping) that
+                           holds the address */
     size_t size;        /* its length in bytes */
-    uint64_t buffer_id; /* CU_POINTER_ATTRIBUTE_BUFFER_ID; 0 = no id (host):
-                           such entries are never tag-checked */
+    uint64_t buffer_id; /* CU_POINTER_ATTRIBUTE_BUFFER_ID; 0 = no id
+                           (pageable host memory): such entries are never
+                           tag-checked */
     int device;         /* CUDA device ordinal, or REGCACHE_DEVICE_HOST */
     int type;           /* enum regcache_mem_type */
+    unsigned flags;     /* enum regcache_mem_flags */
 };
 
 /*
@@ -112,22 +160,33 @@ struct regcache_mem_info {
  * params.method).
  *
  * reg:   register [addr, addr+len) of `device` (REGCACHE_DEVICE_HOST for host
- *        memory); store an opaque handle in *handle and return 0, or return an
- *        errno value.  ENOMEM, ENOSPC, EAGAIN and EFAULT mean "resources
- *        exhausted": the cache evicts unused entries of that device and
- *        retries.  Called without any cache lock held, possibly from several
- *        threads at once (for different ranges).
- * dereg: release a handle that reg returned.  Called without any cache lock
- *        held.  Must not call back into the cache.
+ *        memory) with NIC `rail` (0 .. params.rails-1); store an opaque
+ *        handle in *handle and return 0, or return an errno value.  ENOMEM,
+ *        ENOSPC and EAGAIN mean "resources exhausted": the cache evicts unused
+ *        entries of that device and retries.  EFAULT counts as exhaustion
+ *        only while the memory is still what the cache registered (the cache
+ *        asks again; nvidia-peermem reports a full BAR1 so), else the get
+ *        fails with NOT_GPU.
+ * dereg: release a handle that reg returned.
  * arg:   passed to both.
- * query: optional.  Describe the memory at [addr, addr+len) in *info and
- *        return REGCACHE_OK, or return a REGCACHE_ERR_* code (NOT_GPU for
- *        memory that is gone).  When set, the cache asks it instead of the
- *        CUDA driver, both on a miss and for tag checks; this is how a custom
+ * query: optional.  Describe the memory at addr in *info and return
+ *        REGCACHE_OK, or return a REGCACHE_ERR_* code (NOT_GPU for memory
+ *        that is gone).  When set, the cache asks it instead of the CUDA
+ *        driver, both on a miss and for tag checks; this is how a custom
  *        backend describes memory the driver does not know.
+ *
+ * What callbacks may do: the cache holds no lock of its own (neither a
+ * cache lock nor the process-wide one) while it calls reg, dereg or query,
+ * and calls them from several threads at once (for different ranges).  They
+ * may call any regcache function, with two exceptions: regcache_destroy() of
+ * the calling cache, and - from reg - a get overlapping the range being
+ * registered, which fails with REGCACHE_ERR_REENTRANT instead of waiting for
+ * itself.  An invalidation from reg of its own range is honoured: the
+ * registration is then handed out once and deregistered at its put.
  */
 struct regcache_backend {
-    int (*reg)(void *arg, void *addr, size_t len, int device, void **handle);
+    int (*reg)(void *arg, void *addr, size_t len, int device, int rail,
+               void **handle);
     void (*dereg)(void *arg, void *handle);
     void *arg;
     int (*query)(void *arg, const void *addr, size_t len,
@@ -175,10 +234,24 @@ struct regcache_params {
                                     README), unlimited for host memory */
     size_t max_entries;          /* per device entry limit; 0 = unlimited */
     int whole_allocation;        /* register the whole CUDA allocation that
-                                    holds a range (default 1) */
+                                    holds a range (default 1), where it is
+                                    at most whole_allocation_max */
     int host_memory;             /* accept host memory (default 0: refused
                                     with REGCACHE_ERR_NOT_GPU) */
     const struct regcache_backend *backend; /* NULL = built-in verbs */
+    /* Fields below were added in 0.2. */
+    size_t whole_allocation_max; /* the largest allocation registered whole;
+                                    larger ones register the request rounded
+                                    to alignment.  0 = a quarter of the
+                                    device's byte budget (no cap without a
+                                    budget) */
+    size_t rails;                /* NICs served by this cache, 1 (default)
+                                    to REGCACHE_MAX_RAILS: each entry holds
+                                    one registration per rail, made when a
+                                    get first asks for that rail */
+    struct ibv_pd *const *pds;   /* built-in backend with rails > 1: the
+                                    protection domain of each rail
+                                    (pds[0 .. rails-1]); pd is then unused */
 };
 
 /*
@@ -196,13 +269,15 @@ typedef struct regcache regcache_t;
 typedef struct regcache_entry regcache_entry_t;
 
 /*
- * Create a cache.  The built-in backend needs params->pd; it selects the
- * method now and fails with REGCACHE_ERR_UNSUPPORTED (and a message from
- * regcache_last_error()) if none is available.
+ * Create a cache.  The built-in backend needs params->pd (or params->pds
+ * for several rails); it selects the method now and fails with
+ * REGCACHE_ERR_UNSUPPORTED (and a message from regcache_last_error()) if
+ * none is available.
  * Errors: INVALID (NULL, unknown params size, alignment not a power of two
- * or below 4096, method/validation out of range, no pd for the built-in
- * backend, backend without reg or dereg), NO_MEMORY, UNSUPPORTED.
- * Thread safe.
+ * between 4096 and 1 GiB, method/validation out of range, rails outside
+ * 1..REGCACHE_MAX_RAILS, no pd for the built-in backend, backend without
+ * reg or dereg, a REGCACHE_* variable that does not parse), NO_MEMORY,
+ * UNSUPPORTED.  Thread safe.
  */
 REGCACHE_API int regcache_create(const struct regcache_params *params,
                                  regcache_t **cache);
@@ -210,7 +285,10 @@ REGCACHE_API int regcache_create(const struct regcache_params *params,
 /*
  * Deregister every entry and free the cache.  Entries still held are
  * deregistered too: their pointers become invalid.  NULL is a no-op.
- * Must not race with other calls on the same cache.
+ * Must not race with other calls on the same cache (regcache_notify_free()
+ * from other threads may: destroy waits for it to leave the cache).  In a
+ * fork child, an inherited cache is freed without deregistering anything
+ * and without waiting for any lock its parent's threads held.
  */
 REGCACHE_API void regcache_destroy(regcache_t *cache);
 
@@ -219,34 +297,55 @@ REGCACHE_API void regcache_destroy(regcache_t *cache);
 /* ------------------------------------------------------------------------ */
 
 /*
- * Return in *entry a held registration that covers [addr, addr+len).  A hit
- * costs a hash lookup (and, in TAG_CHECK mode, one buffer-id query); a miss
- * registers the range rounded to params.alignment (the whole allocation when
- * whole_allocation is on).  Concurrent misses on the same range register it
- * once.  The entry stays valid until regcache_put().
+ * Return in *entry a held registration that covers [addr, addr+len) on rail
+ * 0.  A hit costs a hash lookup and one atomic store on a line of the
+ * calling thread's own (and, in TAG_CHECK mode, one buffer-id query per
+ * mapping); a miss registers the range rounded to params.alignment (the
+ * whole allocation when whole_allocation is on and it fits).  Concurrent
+ * misses on the same range register it once.  The entry stays valid until
+ * regcache_put(), which any thread may call.
+ * A get that overlaps an invalidation of its memory (the memory was freed
+ * while the get registered it) is served a registration of its own that
+ * never enters the cache and is deregistered at its put.
  * Errors: INVALID (NULL cache/addr/entry, len 0, addr+len wraps), NOT_GPU,
- * MANAGED, RANGE, NO_SPACE, BACKEND, CUDA, NO_MEMORY, FORKED.  On error
- * *entry is set to NULL and nothing is left registered.
+ * MANAGED, RANGE, NOT_RDMA_CAPABLE, NO_SPACE, BACKEND, CUDA, NO_MEMORY,
+ * FORKED, HOLD_LIMIT, REENTRANT.  On error *entry is set to NULL, nothing
+ * is left registered and regcache_last_error() says why.
  * Thread safe.
  */
 REGCACHE_API int regcache_get(regcache_t *cache, const void *addr, size_t len,
                               regcache_entry_t **entry);
 
 /*
+ * regcache_get() on NIC `rail` (0 .. params.rails-1).  One entry serves all
+ * rails of an allocation: one memory query, one dmabuf export, one share of
+ * the BAR1 budget; its registration on a rail is made when a get first asks
+ * for that rail.  Errors: those of regcache_get(), and INVALID for a rail out
+ * of range.  Thread safe.
+ */
+REGCACHE_API int regcache_get_rail(regcache_t *cache, unsigned rail,
+                                   const void *addr, size_t len,
+                                   regcache_entry_t **entry);
+
+/*
  * Release an entry from regcache_get().  It stays registered and becomes the
- * most recently used; if it was invalidated while held, it is deregistered
- * now.  NULL entry is a no-op.  Thread safe.
+ * most recently used; if it was invalidated while held, its last put
+ * deregisters it.  NULL entry is a no-op.  `cache` must be the cache the
+ * entry came from (debug builds abort otherwise; others use the entry's).
+ * Each get is put once: a second put of the same entry is undefined (debug
+ * builds abort).  Thread safe, from any thread.
  */
 REGCACHE_API void regcache_put(regcache_t *cache, regcache_entry_t *entry);
 
-/* The backend's handle for a held entry (the struct ibv_mr * for the
- * built-in backend); NULL for a NULL entry.  Thread safe. */
+/* The backend's handle for a held entry on the rail it was got on (the
+ * struct ibv_mr * for the built-in backend); NULL for a NULL entry.
+ * Thread safe. */
 REGCACHE_API void *regcache_entry_handle(const regcache_entry_t *entry);
 
-/* The struct ibv_mr * of a held entry from the built-in backend; NULL for
- * custom backends and for a NULL entry.  For dmabuf registrations mr->addr
- * is an iova: use regcache_entry_range() for the virtual address.
- * Thread safe. */
+/* The struct ibv_mr * of a held entry from the built-in backend, on the rail
+ * it was got on; NULL for custom backends and for a NULL entry.  For dmabuf
+ * registrations mr->addr is an iova: use regcache_entry_range() for the
+ * virtual address.  Thread safe. */
 REGCACHE_API struct ibv_mr *regcache_entry_mr(const regcache_entry_t *entry);
 
 /* The registered range of a held entry (rounded; may be larger than the
@@ -269,13 +368,13 @@ REGCACHE_API int regcache_invalidate(regcache_t *cache, const void *addr,
                                      size_t len);
 
 /*
- * regcache_invalidate() on every live cache in the process; what the preload
- * hook calls before memory is freed.  Safe inside an allocator hook: it
- * allocates nothing and costs one atomic load when no cache exists; a call
- * made from a backend's dereg that this function itself triggered is
- * ignored rather than deadlocking.  Zero-length and wrapping ranges are
- * ignored.  Callbacks may call it from reg (the registration then starts
- * over).  Thread safe.
+ * regcache_invalidate() on every live cache in the process; what the hooks
+ * call before memory is freed (and after it is allocated again).  It costs
+ * one atomic load when no cache exists, and a few loads per cache that
+ * holds nothing in the range; it takes no lock then and allocates nothing
+ * after the calling thread's first call.  No lock is held while backends
+ * deregister, so it may be called from any callback, dereg included.
+ * Zero-length and wrapping ranges are ignored.  Thread safe.
  */
 REGCACHE_API void regcache_notify_free(const void *addr, size_t len);
 
@@ -307,8 +406,15 @@ struct regcache_stats {
     uint64_t invalidations_explicit; /* entries dropped by regcache_invalidate */
     uint64_t reg_failures;      /* failed backend reg calls (retries count) */
     uint64_t entries;           /* entries in the cache now */
-    uint64_t bytes;             /* registered bytes in the cache now */
+    uint64_t bytes;             /* registered bytes in the cache now
+                                   (counted once however many rails) */
     uint64_t peak_bytes;        /* highest value of bytes so far */
+    /* Fields below were added in 0.2. */
+    uint64_t one_shots;         /* gets served a registration that never
+                                   entered the cache (its memory was
+                                   invalidated while it was registered) */
+    uint64_t budget;            /* byte budget now (per device; summed over
+                                   devices that have one); 0 = none */
 };
 
 /*
@@ -318,6 +424,14 @@ struct regcache_stats {
  */
 REGCACHE_API int regcache_get_stats(const regcache_t *cache,
                                     struct regcache_stats *stats);
+
+/*
+ * The counters of one device (a CUDA ordinal, or REGCACHE_DEVICE_HOST for
+ * host memory); peak_bytes is the device's own peak.
+ * Errors: INVALID (NULL, device out of range).  Thread safe.
+ */
+REGCACHE_API int regcache_get_device_stats(const regcache_t *cache, int device,
+                                           struct regcache_stats *stats);
 
 /*
  * The validation mode the cache actually uses (AUTO resolved), or

@@ -1,4 +1,7 @@
-/* The cache object shared by the cache policy, statistics and registry. */
+/* The cache object, shared by the files of the core: the hit path
+ * (hit_path.c), misses (miss.c, classify.c, register.c), eviction and
+ * budgets (evict.c, budget.c), invalidation (invalidate.c), entries leaving
+ * the cache (release.c), statistics and the life cycle. */
 #ifndef RC_CACHE_H
 #define RC_CACHE_H
 
@@ -6,6 +9,8 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
+#include "backend.h"
+#include "bounds.h"
 #include "entry.h"
 #include "entry_pool.h"
 #include "interval_tree.h"
@@ -13,75 +18,235 @@
 #include "mem_query.h"
 #include "options.h"
 #include "page_index.h"
-
-/* CUDA ordinals 0..RC_MAX_DEVICES-1 plus one slot for host memory. */
-#define RC_MAX_DEVICES 64
-#define RC_HOST_SLOT RC_MAX_DEVICES
-
-/* One device's share of the cache: its eviction order and its budget, so
- * that pressure on one GPU never evicts another's entries. */
-struct rc_device {
-    struct rc_lru lru;
-    /* Entries in the cache and their bytes.  Written under the cache lock,
-     * read without it by put() to decide whether to trim. */
-    atomic_size_t bytes, entries;
-    size_t max_bytes, max_entries; /* 0 = unlimited */
-    bool budget_set;
-};
-
-/* Hits are counted where threads do not share a line: each thread adds to
- * the counter its stack address picks (threads' stacks are megabytes
- * apart).  A cache-wide counter would be the one line every hit writes. */
-#define RC_HIT_COUNTERS 64
-struct rc_hit_counter {
-    atomic_uint_fast64_t n;
-} __attribute__((aligned(64)));
-
-struct rc_counters {
-    atomic_uint_fast64_t slow_hits, misses, registrations, deregistrations,
-        evictions, invalidations_tag, invalidations_notify, invalidations_explicit,
-        reg_failures, peak_bytes;
-};
+#include "range_filter.h"
 
 enum rc_cause { RC_BY_TAG, RC_BY_NOTIFY, RC_BY_EXPLICIT };
 
+/* Counters of one device; atomics so that stats read them without a lock. */
+struct rc_counters {
+    atomic_uint_fast64_t shared_hits, slow_hits, misses, registrations, deregistrations, evictions,
+        invalidations[3], reg_failures, one_shots, peak_bytes;
+};
+
+/* One device's share of the cache: its eviction order, budget and
+ * counters, so that pressure on one GPU never evicts another's entries. */
+struct rc_device {
+    /* Read by every put (to see whether the budget binds again).  Written
+     * under the cache lock. */
+    atomic_size_t bytes, entries;
+    atomic_size_t max_bytes, max_entries; /* SIZE_MAX = unlimited */
+    /* Set once, before the first entry of the device is registered. */
+    atomic_int budget_state; /* 0 unset, 1 being set, 2 set */
+    size_t whole_max;        /* largest allocation registered whole */
+    struct rc_lru lru;
+    struct rc_counters n;
+} __attribute__((aligned(64)));
+
+/* Invalidations remembered for misses in flight (invalidate.c). */
+#define RC_INVAL_LOG 256
+
 struct regcache {
-    /* Hit path first. */
+    /* Read by every hit; written only by create. */
     struct rc_page_index index;
     struct rc_memory mem;
     bool tag_check;
     unsigned fork_generation;
-    unsigned shift; /* log2(alignment) */
-    atomic_uint_fast64_t clock; /* LRU clock, see rc_clock_tick() */
-    struct rc_hit_counter hits[RC_HIT_COUNTERS];
+    int hit_id;      /* column in the thread records' hit counters, or -1 */
+    unsigned rails;
 
-    struct regcache_backend backend;
+    /* The LRU epoch (lru.h): read by every put, written at registrations,
+     * so kept off the lines hits read. */
+    atomic_uint_fast64_t epoch __attribute__((aligned(64)));
+
+    /* Misses between their memory query and their entry's publication, and
+     * the invalidations they must learn of (invalidate.c). */
+    atomic_uint inflight __attribute__((aligned(64)));
+    atomic_uint_fast64_t inval_seq;
+    struct {
+        uintptr_t start, end;
+    } inval_log[RC_INVAL_LOG];
+    struct rc_range_filter filter;
+
+    struct rc_backend backend;
     bool builtin;
     int method_used;
     int validation;
     size_t host_page;
     struct rc_options opts;
 
-    pthread_mutex_t lock; /* tree, LRU heaps, budgets, zombies, pool */
+    pthread_mutex_t lock; /* tree, heaps, budgets, zombies, pool, log */
     pthread_cond_t registered; /* a pending registration finished */
     struct rc_itree tree;
-    struct rc_device dev[RC_MAX_DEVICES + 1];
-    struct regcache_entry *zombies; /* detached but still held */
+    struct rc_device dev[RC_DEVICE_SLOTS];
+    struct regcache_entry *zombies; /* left the cache, still held */
     struct rc_entry_pool pool;
-    struct rc_counters stats;
+    /* Entries deregistered without the lock, waiting to return to the pool
+     * at the next locked moment (release.c). */
+    _Atomic(struct regcache_entry *) returned;
 
-    struct regcache *registry_next, *registry_prev;
+    /* Debug builds: changes since the last full check of the invariants. */
+    size_t changes;
+
+    /* Registered bytes of all devices, and their highest value so far. */
+    atomic_size_t total_bytes;
+    atomic_uint_fast64_t peak_bytes;
+
+    _Atomic(struct regcache *) registry_next;
 };
 
-/* regcache_invalidate() with the cause to count; used by notify_free. */
+static inline bool rc_forked(const struct regcache *c);
+
+/* ---- hit path (hit_path.c) ---------------------------------------------- */
+
+/* The hold handed to the user: a slot address with bit 0 set, or an entry
+ * address with the rail in bits 1-5 (entries are 64-byte aligned). */
+regcache_entry_t *rc_counted_handle(struct regcache_entry *e, unsigned rail);
+
+/* ---- misses (miss.c, classify.c, register.c) ---------------------------- */
+
+int rc_slow_get(struct regcache *c, uintptr_t start, uintptr_t end, unsigned rail,
+                regcache_entry_t **out);
+
+/* What a miss wants registered, derived from the memory query. */
+struct rc_want {
+    uintptr_t start, end;             /* the request */
+    uintptr_t reg_start, reg_end;     /* what to register */
+    uintptr_t match_start, match_end; /* which requests it may serve */
+    uint64_t buffer_id;
+    struct rc_mapping *more; /* malloc()ed; passes to the entry */
+    uint32_t nmore;
+    int device, slot;
+};
+
+/* Describe [start, end) with the memory query and decide what to register.
+ * On success w->more may need freeing by the caller (rc_want_fini). */
+int rc_classify(struct regcache *c, struct rc_want *w);
+void rc_want_fini(struct rc_want *w);
+
+/* Does the memory at the entry's range still carry its buffer ids? */
+bool rc_entry_memory_current(struct regcache *c, const struct regcache_entry *e);
+
+/* Without the lock: register e on `rail`, evicting the device's unused
+ * entries and retrying while the backend reports exhaustion. */
+int rc_register_rail(struct regcache *c, struct regcache_entry *e, unsigned rail);
+
+/* ---- eviction and budgets (evict.c, budget.c) --------------------------- */
+
+/* The device slot's budget, fixed when first asked for. */
+struct rc_device *rc_device(struct regcache *c, int slot);
+
+/* Under the lock: evict LRU unused entries of d until it holds at most
+ * max_bytes and max_entries; count them in `counter` (NULL for a flush). */
+size_t rc_evict_locked(struct regcache *c, struct rc_device *d, size_t max_bytes,
+                       size_t max_entries, atomic_uint_fast64_t *counter,
+                       struct regcache_entry **victims);
+
+/* Under the lock: make room for one more entry of len bytes. */
+void rc_make_room_locked(struct regcache *c, struct rc_device *d, size_t len,
+                         struct regcache_entry **victims);
+
+/* Evict down to the budget again (held entries may have pushed past it). */
+void rc_trim(struct regcache *c, struct rc_device *d);
+
+static inline bool rc_over_budget(struct rc_device *d)
+{
+    return atomic_load_explicit(&d->bytes, memory_order_relaxed) >
+               atomic_load_explicit(&d->max_bytes, memory_order_relaxed) ||
+           atomic_load_explicit(&d->entries, memory_order_relaxed) >
+               atomic_load_explicit(&d->max_entries, memory_order_relaxed);
+}
+
+/* ---- invalidation (invalidate.c) ---------------------------------------- */
+
+/* regcache_invalidate() with the cause to count. */
 void rc_cache_invalidate(struct regcache *c, uintptr_t start, uintptr_t end, enum rc_cause cause);
 
-/* Deregister and free every entry, held ones included (regcache_destroy).
- * In a fork child nothing is deregistered: the registrations are the
- * parent's. */
+/* notify_free's per-cache step: nothing at all when no entry can overlap
+ * and no miss is in flight. */
+void rc_cache_notify(struct regcache *c, uintptr_t start, uintptr_t end);
+
+/* A miss enters before its memory query and leaves after its entry is
+ * published (or not); in between, rc_invalidated_since() tells it whether
+ * an invalidation overlapped [start, end). */
+uint64_t rc_miss_enter(struct regcache *c);
+void rc_miss_leave(struct regcache *c);
+bool rc_invalidated_since_locked(struct regcache *c, uint64_t seq, uintptr_t start, uintptr_t end);
+
+/* Deregister and free every entry, held ones included (destroy). */
 void rc_cache_drain(struct regcache *c);
 
-/* Print the statistics to stderr (REGCACHE_STATS). */
+/* ---- entries leaving the cache (release.c) ------------------------------ */
+
+static inline size_t rc_entry_len(const struct regcache_entry *e)
+{
+    return e->node.end - e->node.start;
+}
+
+/* Under the lock: take a ready entry out of the tree, the page index, the
+ * LRU, the filter and the budget.  No lookup finds it afterwards. */
+void rc_unlink_locked(struct regcache *c, struct regcache_entry *e);
+
+/* Under the lock: e leaves the cache (rc_unlink_locked first for a ready
+ * one).  Unused entries go to *victims; held ones become zombies that their
+ * last holder releases; a pending one is left to its registering thread. */
+void rc_detach_locked(struct regcache *c, struct regcache_entry *e,
+                      struct regcache_entry **victims);
+
+/* Link e into a singly linked list through link_next. */
+static inline void rc_list_push(struct regcache_entry **list, struct regcache_entry *e)
+{
+    e->link_next = *list;
+    *list = e;
+}
+
+/* Under the lock: e, unheld and out of the cache, waits on *victims for its
+ * deregistration.  From now on nothing but that deregistration touches it
+ * until the pool hands it out again. */
+static inline void rc_victim_push(struct regcache_entry **victims, struct regcache_entry *e)
+{
+    e->state = RC_FREE;
+    rc_list_push(victims, e);
+}
+
+/* Without the lock: deregister a list of victims and give them back. */
+void rc_release_victims(struct regcache *c, struct regcache_entry *list);
+
+/* A holder let go of a detached entry: release it if nobody holds it. */
+void rc_release_if_unheld(struct regcache *c, struct regcache_entry *e);
+
+/* Under the lock: an entry from the pool, or NULL when memory ran out. */
+struct regcache_entry *rc_entry_new_locked(struct regcache *c);
+
+/* Under the lock: e, registered but not cached, becomes a zombie that its
+ * holder's put releases (a one-shot registration). */
+void rc_zombie_locked(struct regcache *c, struct regcache_entry *e);
+
+/* Under the lock: zombies nobody holds any more go to *victims. */
+void rc_sweep_locked(struct regcache *c, struct regcache_entry **victims);
+
+/* Under the lock: every zombie goes to *victims (destroy). */
+void rc_drain_entries_locked(struct regcache *c, struct regcache_entry **victims);
+
+/* ---- statistics, checks ------------------------------------------------- */
+
+static inline void rc_count(atomic_uint_fast64_t *n)
+{
+    atomic_fetch_add_explicit(n, 1, memory_order_relaxed);
+}
+
 void rc_stats_dump(const struct regcache *c);
+
+/* Debug builds (REGCACHE_DEBUG): check every invariant of the cache under
+ * its lock and abort with a message when one fails; no-op otherwise. */
+void rc_check_locked(struct regcache *c);
+
+/* ---- fork ---------------------------------------------------------------- */
+
+unsigned rc_fork_generation(void);
+
+static inline bool rc_forked(const struct regcache *c)
+{
+    return c->fork_generation != rc_fork_generation();
+}
 
 #endif

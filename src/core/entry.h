@@ -1,12 +1,25 @@
-/* A cached registration and the reference-count protocol that lets the hit
- * path hold it without any lock.
+/* A cached registration, and the protocol that lets the hit path hold it
+ * without any lock and without writing a line other threads read.
  *
  * Entries are type-stable: their memory comes from the cache's entry pool
  * and returns there, never to malloc, until the cache is destroyed.  A hit
- * may therefore reach an entry that was just recycled for another range;
- * the reference it takes is then harmless (the page index's validation
- * notices and gives it back), where on freed memory it would be a write
- * into someone else's allocation. */
+ * may therefore look at an entry that was just recycled for another range;
+ * it then fails validation and looks again, where on freed memory the look
+ * would be a read of someone else's allocation.
+ *
+ * Two kinds of hold keep an entry registered:
+ *  - a slot hold: the entry's address in a hold slot of the getting thread's
+ *    record (threads.h), a hazard pointer.  Hits take these: the only write
+ *    is to the thread's own line.
+ *  - a counted hold: one unit of `refs`.  Misses, and hits of a thread whose
+ *    slots are all in use, take these.
+ *
+ * The top bit of refs marks an entry that has left the cache (invalidated,
+ * evicted, or being destroyed): it gains no new holds, and whoever finds it
+ * unheld deregisters it.  Whether an entry is held is decided the way
+ * hazard pointers are: the getter publishes its slot, then (after a seq_cst
+ * fence) checks the mark; the detacher sets the mark, then (after a seq_cst
+ * fence) scans the slots.  At least one of them sees the other. */
 #ifndef RC_ENTRY_H
 #define RC_ENTRY_H
 
@@ -15,46 +28,60 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend.h"
+#include "bounds.h"
 #include "interval_tree.h"
 
 struct regcache;
 
-/* The top bit of refs marks an entry that has left the cache (invalidated,
- * evicted, or being destroyed): it can no longer gain holders, and whoever
- * drops the count to zero with the bit set deregisters it.  Keeping both in
- * one word makes "hold unless detached" and "detach unless held" single
- * atomic steps. */
 #define RC_DETACHED 0x80000000u
 #define RC_COUNT_MASK 0x7fffffffu
 
-enum rc_entry_state {
-    RC_PENDING, /* registration in flight; concurrent misses wait for it */
-    RC_READY
-};
+/* A slot holds (entry | rail): entries are 64-byte aligned. */
+#define RC_HOLD_RAIL_MASK ((uintptr_t)63)
 
 #define RC_INLINE_PAGES 2
 
+enum rc_entry_state {
+    RC_PENDING, /* first registration in flight; concurrent misses wait */
+    RC_READY,   /* in the cache: tree, page index, LRU, budget */
+    RC_ZOMBIE,  /* left the cache but still held; released unheld */
+    RC_FREE     /* in the pool */
+};
+
+/* One more VMM mapping that an entry spans, beside the first (whose id is
+ * the entry's buffer_id): tag checks and staleness compare each. */
+struct rc_mapping {
+    uintptr_t base;
+    uint64_t buffer_id;
+};
+
 struct regcache_entry {
-    /* First cache line: everything a hit and its put touch. */
-    atomic_uint refs;
-    int device_slot;
+    /* First line: everything a hit and its put read. */
     /* Requests inside [match_start, match_end) are served by this entry:
      * the registered range clipped to the allocation, so two allocations
-     * packed into one page never serve each other.  Atomic because the
-     * lock-free hit path may read them while a recycled entry is being
-     * set up (it then fails validation and retries). */
+     * packed into one page never serve each other.  Atomic because a hit
+     * reads them before it knows the entry is still this one. */
     _Atomic uintptr_t match_start, match_end;
-    uint64_t buffer_id; /* 0: host memory, never tag-checked */
-    void *handle;       /* backend handle (struct ibv_mr * when built-in) */
+    atomic_uint refs;
+    atomic_uint rails_ready; /* bit r: registered on rail r */
+    uint64_t buffer_id;      /* 0: pageable host memory, never tag-checked */
     struct regcache *cache;
-    /* Written by every put without the lock; read by the evictor. */
+    const struct rc_mapping *more; /* further mappings, or NULL */
+    uint32_t nmore;
+    int device_slot;
+    /* The LRU epoch of the last put (lru.h). */
     atomic_uint_fast64_t last_use;
 
-    /* The rest is touched under the cache lock only. */
+    /* The rest is touched under the cache lock only (handles also by the
+     * holder, once ready). */
+    void *handles[RC_MAX_RAILS];
     struct rc_itree_node node; /* registered range, in cache->tree */
     enum rc_entry_state state;
-    bool registered; /* the backend holds a registration for it */
-    bool zombie;     /* on the cache's zombie list */
+    unsigned rails_pending;   /* rails being registered now */
+    const void *registrant;   /* the thread registering (for REENTRANT) */
+    int device;               /* the backend's device argument */
+    struct rc_shared shared;  /* what the rails share (backend.h) */
     /* Owned by the LRU heap. */
     uint64_t heap_key;
     size_t heap_idx;
@@ -62,54 +89,58 @@ struct regcache_entry {
     uintptr_t *pages;
     uint32_t npages, pages_cap;
     uintptr_t pages_inline[RC_INLINE_PAGES];
-    /* A detached entry that still has holders sits on the cache's zombie
-     * list so destroy can reclaim it; a victim sits on a caller's local list
-     * between detach and deregistration. */
+    /* Zombie list, or a caller's list of victims to deregister. */
     struct regcache_entry *link_next, *link_prev;
 } __attribute__((aligned(64)));
 
-/* Take a reference unless the entry has left the cache. */
-static inline bool rc_entry_try_hold(struct regcache_entry *e)
+/* Take a counted hold unless the entry has left the cache.  Returns
+ * REGCACHE_OK, or ERR_HOLD_LIMIT when the count is full, or 1 when the
+ * entry is detached. */
+static inline int rc_entry_try_hold(struct regcache_entry *e)
 {
     unsigned old = atomic_load_explicit(&e->refs, memory_order_relaxed);
     do {
         if (old & RC_DETACHED)
-            return false;
+            return 1;
+        if ((old & RC_COUNT_MASK) == RC_COUNT_MASK)
+            return REGCACHE_ERR_HOLD_LIMIT;
     } while (!atomic_compare_exchange_weak_explicit(&e->refs, &old, old + 1,
-                                                    memory_order_acquire,
+                                                    memory_order_seq_cst,
                                                     memory_order_relaxed));
-    return true;
-}
-
-/* Claim an unused entry for eviction: succeeds only if nobody holds it, and
- * from then on nobody can. */
-static inline bool rc_entry_claim_unused(struct regcache_entry *e)
-{
-    unsigned expected = 0;
-    return atomic_compare_exchange_strong_explicit(&e->refs, &expected, RC_DETACHED,
-                                                   memory_order_acq_rel,
-                                                   memory_order_relaxed);
-}
-
-/* Mark the entry detached; true when nobody held it, so the caller must
- * deregister it (otherwise the last put will). */
-static inline bool rc_entry_detach(struct regcache_entry *e)
-{
-    unsigned old = atomic_fetch_or_explicit(&e->refs, RC_DETACHED, memory_order_acq_rel);
-    return (old & RC_COUNT_MASK) == 0;
+    return REGCACHE_OK;
 }
 
 static inline bool rc_entry_is_detached(const struct regcache_entry *e)
 {
-    return atomic_load_explicit(&((struct regcache_entry *)e)->refs, memory_order_acquire) &
+    return atomic_load_explicit(&((struct regcache_entry *)e)->refs, memory_order_relaxed) &
            RC_DETACHED;
 }
 
 static inline bool rc_entry_covers(const struct regcache_entry *e, uintptr_t start, uintptr_t end)
 {
     struct regcache_entry *m = (struct regcache_entry *)e;
-    return start >= atomic_load_explicit(&m->match_start, memory_order_acquire) &&
-           end <= atomic_load_explicit(&m->match_end, memory_order_acquire);
+    return start >= atomic_load_explicit(&m->match_start, memory_order_relaxed) &&
+           end <= atomic_load_explicit(&m->match_end, memory_order_relaxed);
 }
+
+static inline bool rc_entry_overlaps(const struct regcache_entry *e, uintptr_t start,
+                                     uintptr_t end)
+{
+    struct regcache_entry *m = (struct regcache_entry *)e;
+    return start < atomic_load_explicit(&m->match_end, memory_order_relaxed) &&
+           atomic_load_explicit(&m->match_start, memory_order_relaxed) < end;
+}
+
+/* Claim an unused entry for eviction: nobody holds it, and from now on
+ * nobody can.  Under the cache lock. */
+bool rc_entry_claim_unused(struct regcache_entry *e);
+
+/* Mark the entry as gone from the cache; true when nobody holds it, so the
+ * caller must deregister it (else its last holder will).  Under the cache
+ * lock. */
+bool rc_entry_detach(struct regcache_entry *e);
+
+/* Is e held, counted or in a slot?  After the caller's seq_cst change. */
+bool rc_entry_held(const struct regcache_entry *e);
 
 #endif

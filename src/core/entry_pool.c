@@ -22,7 +22,7 @@ static int add_slab(struct rc_entry_pool *p)
         size_t cap = p->slab_cap ? p->slab_cap * 2 : 8;
         void **slabs = realloc(p->slabs, cap * sizeof(*slabs));
         if (!slabs)
-            return -1;
+            return REGCACHE_ERR_NO_MEMORY;
         p->slabs = slabs;
         p->slab_cap = cap;
     }
@@ -31,12 +31,13 @@ static int add_slab(struct rc_entry_pool *p)
     size_t align = n == MAX_SLAB_ENTRIES ? ((size_t)2 << 20) : 64;
     struct regcache_entry *slab;
     if (posix_memalign((void **)&slab, align, bytes))
-        return -1;
+        return REGCACHE_ERR_NO_MEMORY;
     if (n == MAX_SLAB_ENTRIES)
         madvise(slab, bytes, MADV_HUGEPAGE); /* a hint: failure changes nothing */
     memset(slab, 0, bytes);
     for (size_t i = 0; i < n; i++) {
         atomic_init(&slab[i].refs, RC_DETACHED);
+        slab[i].state = RC_FREE;
         slab[i].link_next = p->free;
         p->free = &slab[i];
     }
@@ -45,7 +46,7 @@ static int add_slab(struct rc_entry_pool *p)
         p->next_slab_entries *= 2;
     else
         p->next_slab_entries = MAX_SLAB_ENTRIES;
-    return 0;
+    return REGCACHE_OK;
 }
 
 struct regcache_entry *rc_entry_pool_get(struct rc_entry_pool *p)

@@ -206,3 +206,48 @@ void rc_itree_visit_all(struct rc_itree *t,
         n = next;
     }
 }
+
+/* Deeper than any AVL tree of 2^64 nodes: a broken tree is reported rather
+ * than overflowing the stack. */
+#define MAX_DEPTH 96
+
+/* Check the subtree at n (parent link, start order within [lo, hi], AVL
+ * height and balance, max_end); returns its height, or -1 with *why set. */
+static int check_subtree(const struct rc_itree_node *n, const struct rc_itree_node *parent,
+                         uintptr_t lo, uintptr_t hi, int depth, size_t *count, const char **why)
+{
+    if (!n)
+        return 0;
+    if (depth >= MAX_DEPTH || n->parent != parent || n->start >= n->end || n->start < lo ||
+        n->start > hi) {
+        *why = depth >= MAX_DEPTH ? "too deep" : n->parent != parent ? "parent link"
+               : n->start >= n->end                                ? "empty range"
+                                                                   : "start order";
+        return -1;
+    }
+    int hl = check_subtree(n->left, n, lo, n->start, depth + 1, count, why);
+    int hr = hl < 0 ? -1 : check_subtree(n->right, n, n->start, hi, depth + 1, count, why);
+    if (hl < 0 || hr < 0)
+        return -1;
+    uintptr_t max_end = n->end;
+    if (n->left && n->left->max_end > max_end)
+        max_end = n->left->max_end;
+    if (n->right && n->right->max_end > max_end)
+        max_end = n->right->max_end;
+    int h = 1 + (hl > hr ? hl : hr);
+    if (hl - hr > 1 || hr - hl > 1 || n->balance_or_height != h || n->max_end != max_end) {
+        *why = n->max_end != max_end ? "max_end" : "AVL height or balance";
+        return -1;
+    }
+    (*count)++;
+    return h;
+}
+
+const char *rc_itree_check(const struct rc_itree *t)
+{
+    size_t count = 0;
+    const char *why = NULL;
+    if (check_subtree(t->root, NULL, 0, UINTPTR_MAX, 0, &count, &why) < 0)
+        return why;
+    return count == t->count ? NULL : "node count";
+}

@@ -51,4 +51,8 @@ void rc_itree_visit_all(struct rc_itree *t,
                         void (*fn)(struct rc_itree_node *n, void *arg),
                         void *arg);
 
+/* Check every invariant of t (links, order, AVL balance, max_end, count):
+ * NULL when they hold, else what is broken.  For tests and debug builds. */
+const char *rc_itree_check(const struct rc_itree *t);
+
 #endif

@@ -3,16 +3,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "asym_fence.h"
 #include "cache.h"
 #include "hook_detect.h"
 #include "last_error.h"
 #include "registry.h"
+#include "threads.h"
 #include "verbs_backend.h"
-
-static unsigned log2_of(size_t pow2)
-{
-    return (unsigned)__builtin_ctzll((unsigned long long)pow2);
-}
 
 static int resolve_validation(int requested)
 {
@@ -22,55 +19,76 @@ static int resolve_validation(int requested)
     return rc_hook_active() ? REGCACHE_VALIDATE_HOOKS : REGCACHE_VALIDATE_TAG_CHECK;
 }
 
+static int make_backend(struct regcache *c)
+{
+    const struct regcache_params *p = &c->opts.params;
+    if (p->backend) {
+        rc_backend_adapt(&c->backend, p->backend);
+        return REGCACHE_OK;
+    }
+    c->builtin = true;
+    return rc_verbs_backend_create(p, &c->backend, &c->method_used);
+}
+
+static void free_cache(struct regcache *c, bool child)
+{
+    rc_page_index_fini(&c->index);
+    rc_entry_pool_fini(&c->pool);
+    for (int i = 0; i < RC_DEVICE_SLOTS; i++)
+        rc_lru_fini(&c->dev[i].lru);
+    if (c->builtin)
+        rc_verbs_backend_destroy(&c->backend);
+    rc_thread_release_hit_id(c->hit_id);
+    /* In a fork child a parent thread may have been waiting on the
+     * condition or holding the mutex: destroying them could wait forever,
+     * and the child will never use them again. */
+    if (!child) {
+        pthread_cond_destroy(&c->registered);
+        pthread_mutex_destroy(&c->lock);
+    }
+    free(c);
+}
+
 int regcache_create(const struct regcache_params *params, regcache_t **out)
 {
     if (out)
         *out = NULL;
     if (!params || !out)
-        return REGCACHE_ERR_INVALID;
+        return rc_fail(REGCACHE_ERR_INVALID, "regcache_create: %s is NULL",
+                       !params ? "params" : "cache");
     rc_clear_error();
+    rc_fence_setup();
 
     struct regcache *c;
-    /* The page index shards are cache-line aligned. */
-    if (posix_memalign((void **)&c, 64, sizeof(*c))) {
-        rc_set_error("out of memory allocating the cache");
-        return REGCACHE_ERR_NO_MEMORY;
-    }
+    /* The page index shards and the counters are cache-line aligned. */
+    if (posix_memalign((void **)&c, 64, sizeof(*c)))
+        return rc_fail(REGCACHE_ERR_NO_MEMORY, "out of memory allocating the cache");
     memset(c, 0, sizeof(*c));
+    c->hit_id = -1;
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_cond_init(&c->registered, NULL);
+    rc_itree_init(&c->tree);
+    rc_entry_pool_init(&c->pool);
+    for (int i = 0; i < RC_DEVICE_SLOTS; i++)
+        rc_lru_init(&c->dev[i].lru);
+
     int rc = rc_options_resolve(params, &c->opts);
-    if (rc) {
-        free(c);
+    if (rc == REGCACHE_OK)
+        rc = make_backend(c);
+    if (rc == REGCACHE_OK && rc_page_index_init(&c->index, (unsigned)__builtin_ctzll(
+                                                               c->opts.params.alignment)))
+        rc = rc_fail(REGCACHE_ERR_NO_MEMORY, "out of memory allocating the page index");
+    if (rc != REGCACHE_OK) {
+        free_cache(c, false);
         return rc;
     }
     const struct regcache_params *p = &c->opts.params;
-    if (p->backend) {
-        c->backend = *p->backend;
-    } else {
-        rc = rc_verbs_backend_create(p, &c->backend, &c->method_used);
-        if (rc) {
-            free(c);
-            return rc;
-        }
-        c->builtin = true;
-    }
-    c->shift = log2_of(p->alignment);
+    c->rails = (unsigned)p->rails;
     c->host_page = (size_t)sysconf(_SC_PAGESIZE);
     c->validation = resolve_validation(p->validation);
     c->tag_check = c->validation == REGCACHE_VALIDATE_TAG_CHECK;
-    rc_memory_select(&c->backend, &c->mem);
-    if (rc_page_index_init(&c->index, c->shift) != REGCACHE_OK) {
-        if (c->builtin)
-            rc_verbs_backend_destroy(&c->backend);
-        free(c);
-        rc_set_error("out of memory allocating the page index");
-        return REGCACHE_ERR_NO_MEMORY;
-    }
-    rc_itree_init(&c->tree);
-    rc_entry_pool_init(&c->pool);
-    for (int i = 0; i <= RC_MAX_DEVICES; i++)
-        rc_lru_init(&c->dev[i].lru);
-    pthread_mutex_init(&c->lock, NULL);
-    pthread_cond_init(&c->registered, NULL);
+    rc_memory_select(p->backend ? &c->backend.user : NULL, &c->mem);
+    c->hit_id = rc_thread_claim_hit_id();
     c->fork_generation = rc_fork_generation();
     rc_registry_add(c);
     *out = c;
@@ -81,32 +99,25 @@ void regcache_destroy(regcache_t *c)
 {
     if (!c)
         return;
-    bool child = c->fork_generation != rc_fork_generation();
+    bool child = rc_forked(c);
     /* A fork child's registry no longer lists inherited caches. */
     if (!child)
         rc_registry_remove(c);
     rc_cache_drain(c);
     if (c->opts.stats_dump)
         rc_stats_dump(c);
-    rc_page_index_fini(&c->index);
-    rc_entry_pool_fini(&c->pool);
-    for (int i = 0; i <= RC_MAX_DEVICES; i++)
-        rc_lru_fini(&c->dev[i].lru);
-    if (c->builtin)
-        rc_verbs_backend_destroy(&c->backend);
-    pthread_cond_destroy(&c->registered);
-    pthread_mutex_destroy(&c->lock);
-    free(c);
+    free_cache(c, child);
 }
 
 int regcache_validation_mode(const regcache_t *c)
 {
-    return c ? c->validation : REGCACHE_ERR_INVALID;
+    return c ? c->validation
+             : rc_fail(REGCACHE_ERR_INVALID, "regcache_validation_mode: cache is NULL");
 }
 
 int regcache_method_used(const regcache_t *c)
 {
     if (!c)
-        return REGCACHE_ERR_INVALID;
+        return rc_fail(REGCACHE_ERR_INVALID, "regcache_method_used: cache is NULL");
     return c->builtin ? c->method_used : 0;
 }

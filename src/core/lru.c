@@ -1,8 +1,11 @@
+#include "lru.h"
+
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "entry.h"
-#include "lru.h"
 #include "regcache.h"
+#include "threads.h"
 
 void rc_lru_init(struct rc_lru *lru)
 {
@@ -81,6 +84,90 @@ void rc_lru_remove(struct rc_lru *lru, struct regcache_entry *e)
     sift_down(lru, last->heap_idx);
 }
 
+/* How recently each logged entry was put: its smallest distance from the
+ * newest record of any thread's log.  Log records are only compared, never
+ * followed: they may name entries of caches destroyed since. */
+struct use_rank {
+    uintptr_t entry;
+    unsigned rank;
+};
+
+static int by_entry(const void *a, const void *b)
+{
+    const struct use_rank *x = a, *y = b;
+    if (x->entry != y->entry)
+        return x->entry < y->entry ? -1 : 1;
+    return x->rank < y->rank ? -1 : x->rank > y->rank;
+}
+
+static size_t collect_ranks(struct use_rank **out)
+{
+    size_t n = 0, cap = 0;
+    struct use_rank *r = NULL;
+    for (struct rc_thread *t = rc_thread_first(); t; t = t->next) {
+        unsigned pos = atomic_load_explicit(&t->use_pos, memory_order_acquire);
+        unsigned logged = pos < RC_USE_LOG ? pos : RC_USE_LOG;
+        if (n + logged > cap) {
+            cap = (n + logged) * 2;
+            struct use_rank *grown = realloc(r, cap * sizeof(*r));
+            if (!grown)
+                break; /* order by the ranks collected so far */
+            r = grown;
+        }
+        for (unsigned k = 0; k < logged; k++) {
+            struct regcache_entry *e = atomic_load_explicit(
+                &t->uses[(pos - 1 - k) % RC_USE_LOG], memory_order_relaxed);
+            r[n++] = (struct use_rank){(uintptr_t)e, k};
+        }
+    }
+    if (n)
+        qsort(r, n, sizeof(*r), by_entry);
+    *out = r;
+    return n;
+}
+
+static unsigned rank_of(const struct use_rank *r, size_t n, const struct regcache_entry *e)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (r[mid].entry < (uintptr_t)e)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < n && r[lo].entry == (uintptr_t)e ? r[lo].rank : ~0u;
+}
+
+/* Every entry was last used in the current epoch: the least recent unused
+ * one by the use logs, claimed; NULL when all are held. */
+static struct regcache_entry *pop_within_epoch(struct rc_lru *lru)
+{
+    struct use_rank *ranks;
+    size_t n = collect_ranks(&ranks);
+    for (;;) {
+        struct regcache_entry *best = NULL;
+        unsigned best_rank = 0;
+        for (size_t i = 0; i < lru->count; i++) {
+            struct regcache_entry *e = lru->heap[i];
+            unsigned rank = rank_of(ranks, n, e);
+            if (rc_entry_held(e))
+                continue;
+            if (!best || rank > best_rank) {
+                best = e;
+                best_rank = rank;
+            }
+        }
+        if (!best || rc_entry_claim_unused(best)) {
+            free(ranks);
+            if (best)
+                rc_lru_remove(lru, best);
+            return best;
+        }
+        /* A hit took it between the look and the claim: look again. */
+    }
+}
+
 struct regcache_entry *rc_lru_pop_unused(struct rc_lru *lru, uint64_t now)
 {
     /* Every pass either evicts, raises a key to a later use, or moves a held
@@ -95,13 +182,26 @@ struct regcache_entry *rc_lru_pop_unused(struct rc_lru *lru, uint64_t now)
             sift_down(lru, 0);
             continue;
         }
+        if (e->heap_key >= now)
+            return pop_within_epoch(lru);
         if (rc_entry_claim_unused(e)) {
             rc_lru_remove(lru, e);
             return e;
         }
         /* Held: it is being used now, so it is the most recent of all. */
-        e->heap_key = now > e->heap_key ? now : e->heap_key + 1;
+        e->heap_key = now;
         sift_down(lru, 0);
     }
     return NULL;
+}
+
+void rc_lru_check(const struct rc_lru *lru)
+{
+    for (size_t i = 0; i < lru->count; i++) {
+        const struct regcache_entry *e = lru->heap[i];
+        if (e->heap_idx != i || (i && lru->heap[(i - 1) / 2]->heap_key > e->heap_key)) {
+            fprintf(stderr, "regcache: LRU heap broken at %zu\n", i);
+            abort();
+        }
+    }
 }

@@ -1,4 +1,18 @@
-/* Least-recently-used order of one device's entries, for eviction. */
+/* Least-recently-used order of one device's entries, for eviction.
+ *
+ * Time is an epoch counter of the cache that advances at every
+ * registration.  A put stamps its entry with the epoch only when the stamp
+ * differs, so entries in steady use are never written (many threads can
+ * share them without moving their lines between cores), and the evictor
+ * sees exactly which entries were used before which registration.  Among
+ * entries last used in the same epoch, the threads' use logs (threads.h)
+ * give the order: exact among one thread's last RC_USE_LOG puts, by rank
+ * within each thread's log across threads; entries in no log count as the
+ * least recent of the epoch.
+ *
+ * The order lives in a binary min-heap keyed by each entry's stamp, brought
+ * up to date lazily: the evictor refreshes a stale key at the top and sifts
+ * it down, so keeping the order costs nothing until eviction happens. */
 #ifndef RC_LRU_H
 #define RC_LRU_H
 
@@ -10,11 +24,6 @@ struct regcache_entry;
 /* heap_idx of an entry that is not in any heap. */
 #define RC_LRU_NONE ((size_t)-1)
 
-/* A binary min-heap keyed by each entry's last use.  put() only stamps the
- * entry (no lock, no list surgery on the hit path); the heap catches up
- * lazily when the evictor looks at the top: a stale key is refreshed and
- * sifted down, so the order is exact at eviction time and the cost of
- * keeping it is paid only when eviction happens. */
 struct rc_lru {
     struct regcache_entry **heap;
     size_t count, capacity;
@@ -26,8 +35,10 @@ void rc_lru_fini(struct rc_lru *lru);
 int rc_lru_push(struct rc_lru *lru, struct regcache_entry *e);
 void rc_lru_remove(struct rc_lru *lru, struct regcache_entry *e);
 /* Remove and return the least recently used entry nobody holds, claimed for
- * eviction (see rc_entry_claim_unused); NULL when every entry is held.
- * `now` is the current LRU clock, later than every stamp. */
+ * eviction (rc_entry_claim_unused); NULL when every entry is held.  `now` is
+ * the cache's current epoch. */
 struct regcache_entry *rc_lru_pop_unused(struct rc_lru *lru, uint64_t now);
+/* Debug builds: abort unless the heap property and heap_idx hold. */
+void rc_lru_check(const struct rc_lru *lru);
 
 #endif

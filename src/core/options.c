@@ -1,18 +1,31 @@
-#include <errno.h>
+/* Parameters: defaults, REGCACHE_* environment overrides, validation.
+ *
+ * One table lists every variable with the field it overrides, what it
+ * accepts and its default; README's table says the same.  Numbers are
+ * strict decimal (no sign, no spaces, no 0x or leading-zero octal) with an
+ * optional K, M, G or T suffix (powers of 1024).  A bad value fails
+ * regcache_create() with a message that names the variable; a bad field
+ * set in code is named as params.<field>. */
+#include <ctype.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
+#include "bounds.h"
 #include "last_error.h"
 #include "options.h"
 
 #define DEFAULT_ACCESS (1 | 2 | 4) /* IBV_ACCESS_LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ */
+/* Larger alignments buy nothing (registrations are 64 KiB BAR pages at
+ * most) and would let rounded byte counts wrap. */
+#define MAX_ALIGNMENT ((size_t)1 << 30)
 
 int regcache_params_init(struct regcache_params *p)
 {
     if (!p)
-        return REGCACHE_ERR_INVALID;
+        return rc_fail(REGCACHE_ERR_INVALID, "regcache_params_init: params is NULL");
     memset(p, 0, sizeof(*p));
     p->size = sizeof(*p);
     p->access = DEFAULT_ACCESS;
@@ -20,44 +33,34 @@ int regcache_params_init(struct regcache_params *p)
     p->validation = REGCACHE_VALIDATE_AUTO;
     p->alignment = 65536;
     p->whole_allocation = 1;
+    p->rails = 1;
     return REGCACHE_OK;
 }
 
-/* Sizes accept K, M, G suffixes (powers of 1024) as in "REGCACHE_MAX_BYTES=8G". */
 static int parse_size(const char *s, size_t *out)
 {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 0);
-    if (errno || end == s || *s == '-')
+    if (!isdigit((unsigned char)s[0]) || (s[0] == '0' && isdigit((unsigned char)s[1])))
         return -1;
-    unsigned shift = 0;
-    switch (*end) {
-    case 'k': case 'K': shift = 10; end++; break;
-    case 'm': case 'M': shift = 20; end++; break;
-    case 'g': case 'G': shift = 30; end++; break;
-    default: break;
+    uint64_t v = 0;
+    for (; isdigit((unsigned char)*s); s++) {
+        if (v > (UINT64_MAX - (uint64_t)(*s - '0')) / 10)
+            return -1;
+        v = v * 10 + (uint64_t)(*s - '0');
     }
-    if (*end || (shift && v > (SIZE_MAX >> shift)))
+    static const char suffixes[] = "KMGT";
+    const char *suffix = *s ? strchr(suffixes, toupper((unsigned char)*s)) : NULL;
+    unsigned shift = suffix ? 10u * (unsigned)(suffix - suffixes + 1) : 0;
+    if (suffix)
+        s++;
+    if (*s || v > (SIZE_MAX >> shift))
         return -1;
     *out = (size_t)(v << shift);
     return 0;
 }
 
-static int parse_bool(const char *s, int *out)
+static int parse_word(const char *s, const char *const *words, int *out)
 {
-    static const char *const yes[] = {"1", "yes", "on", "true"};
-    static const char *const no[] = {"0", "no", "off", "false"};
-    for (size_t i = 0; i < 4; i++) {
-        if (!strcasecmp(s, yes[i])) { *out = 1; return 0; }
-        if (!strcasecmp(s, no[i])) { *out = 0; return 0; }
-    }
-    return -1;
-}
-
-static int parse_word(const char *s, const char *const *words, int n, int *out)
-{
-    for (int i = 0; i < n; i++)
+    for (int i = 0; words[i]; i++)
         if (!strcasecmp(s, words[i])) {
             *out = i;
             return 0;
@@ -65,104 +68,125 @@ static int parse_word(const char *s, const char *const *words, int n, int *out)
     return -1;
 }
 
-static int parse_method(const char *s, struct rc_options *o)
-{
-    static const char *const words[] = {"auto", "dmabuf", "peermem"};
-    int v;
-    if (parse_word(s, words, 3, &v))
-        return -1;
-    o->params.method = (enum regcache_method)v;
-    return 0;
-}
+static const char *const bool_words[] = {"0", "1", "off", "on", "no", "yes", "false", "true", NULL};
+static const char *const method_words[] = {"auto", "dmabuf", "peermem", NULL};
+static const char *const validation_words[] = {"auto", "tag_check", "hooks", NULL};
 
-static int parse_validation(const char *s, struct rc_options *o)
-{
-    static const char *const words[] = {"auto", "tag_check", "hooks"};
-    int v;
-    if (parse_word(s, words, 3, &v))
-        return -1;
-    o->params.validation = (enum regcache_validation)v;
-    return 0;
-}
+enum kind { SIZE, BOOL, WORD };
 
-static int parse_alignment(const char *s, struct rc_options *o) { return parse_size(s, &o->params.alignment); }
-static int parse_max_bytes(const char *s, struct rc_options *o) { return parse_size(s, &o->params.max_bytes); }
-static int parse_max_entries(const char *s, struct rc_options *o) { return parse_size(s, &o->params.max_entries); }
-static int parse_whole(const char *s, struct rc_options *o) { return parse_bool(s, &o->params.whole_allocation); }
-static int parse_host(const char *s, struct rc_options *o) { return parse_bool(s, &o->params.host_memory); }
+#define FIELD(f) offsetof(struct rc_options, f), sizeof(((struct rc_options *)0)->f)
 
-static int parse_stats(const char *s, struct rc_options *o)
-{
-    int v;
-    if (parse_bool(s, &v))
-        return -1;
-    o->stats_dump = v;
-    return 0;
-}
-
-/* The one table of environment overrides; README lists the same. */
-static const struct {
+static const struct env_option {
     const char *name;
-    int (*parse)(const char *value, struct rc_options *o);
+    enum kind kind;
+    size_t offset, width;
+    const char *const *words;
     const char *accepts;
 } env_options[] = {
-    {"REGCACHE_METHOD", parse_method, "auto, dmabuf or peermem"},
-    {"REGCACHE_VALIDATION", parse_validation, "auto, tag_check or hooks"},
-    {"REGCACHE_ALIGNMENT", parse_alignment, "a power of two >= 4096"},
-    {"REGCACHE_MAX_BYTES", parse_max_bytes, "a size such as 512M"},
-    {"REGCACHE_MAX_ENTRIES", parse_max_entries, "a count"},
-    {"REGCACHE_WHOLE_ALLOCATION", parse_whole, "0 or 1"},
-    {"REGCACHE_HOST_MEMORY", parse_host, "0 or 1"},
-    {"REGCACHE_STATS", parse_stats, "0 or 1"},
+    {"REGCACHE_METHOD", WORD, FIELD(params.method), method_words, "auto, dmabuf or peermem"},
+    {"REGCACHE_VALIDATION", WORD, FIELD(params.validation), validation_words,
+     "auto, tag_check or hooks"},
+    {"REGCACHE_ALIGNMENT", SIZE, FIELD(params.alignment), NULL,
+     "a power of two from 4K to 1G, e.g. 64K"},
+    {"REGCACHE_MAX_BYTES", SIZE, FIELD(params.max_bytes), NULL, "a size such as 512M"},
+    {"REGCACHE_MAX_ENTRIES", SIZE, FIELD(params.max_entries), NULL, "a count"},
+    {"REGCACHE_WHOLE_ALLOCATION", BOOL, FIELD(params.whole_allocation), bool_words,
+     "0 or 1 (off/on, no/yes)"},
+    {"REGCACHE_WHOLE_ALLOCATION_MAX", SIZE, FIELD(params.whole_allocation_max), NULL,
+     "a size such as 256M"},
+    {"REGCACHE_HOST_MEMORY", BOOL, FIELD(params.host_memory), bool_words, "0 or 1"},
+    {"REGCACHE_STATS", BOOL, FIELD(stats_dump), bool_words, "0 or 1"},
 };
 
-static int check(const struct regcache_params *p)
+#define N_ENV (sizeof(env_options) / sizeof(env_options[0]))
+
+/* Store v into the field, whatever its width (size_t, int or enum, bool). */
+static void store(struct rc_options *o, const struct env_option *e, uint64_t v)
 {
-    if (p->alignment < 4096 || (p->alignment & (p->alignment - 1))) {
-        rc_set_error("alignment %zu is not a power of two >= 4096", p->alignment);
-        return REGCACHE_ERR_INVALID;
+    size_t s = (size_t)v;
+    int i = (int)v;
+    bool b = v != 0;
+    const void *from = e->width == sizeof(s) ? (const void *)&s
+                       : e->width == sizeof(i) ? (const void *)&i
+                                               : (const void *)&b;
+    memcpy((char *)o + e->offset, from, e->width);
+}
+
+static int apply(const struct env_option *e, const char *value, struct rc_options *o)
+{
+    size_t size;
+    int word;
+    if (e->kind == SIZE) {
+        if (parse_size(value, &size))
+            return -1;
+        store(o, e, size);
+        return 0;
     }
-    if ((unsigned)p->method > REGCACHE_METHOD_PEERMEM) {
-        rc_set_error("method %d is not a regcache_method", (int)p->method);
-        return REGCACHE_ERR_INVALID;
-    }
-    if ((unsigned)p->validation > REGCACHE_VALIDATE_HOOKS) {
-        rc_set_error("validation %d is not a regcache_validation", (int)p->validation);
-        return REGCACHE_ERR_INVALID;
-    }
-    if (p->backend && (!p->backend->reg || !p->backend->dereg)) {
-        rc_set_error("custom backend needs both reg and dereg");
-        return REGCACHE_ERR_INVALID;
-    }
-    if (!p->backend && !p->pd) {
-        rc_set_error("the built-in verbs backend needs params.pd");
-        return REGCACHE_ERR_INVALID;
-    }
+    if (parse_word(value, e->words, &word))
+        return -1;
+    /* bool_words alternate false/true. */
+    store(o, e, e->kind == BOOL ? (uint64_t)(word & 1) : (uint64_t)word);
+    return 0;
+}
+
+/* The name to blame for a field: the variable when it set the field. */
+static const char *source(unsigned from_env, const char *variable, const char *field)
+{
+    for (size_t i = 0; i < N_ENV; i++)
+        if (!strcmp(env_options[i].name, variable))
+            return from_env >> i & 1 ? variable : field;
+    return field;
+}
+
+static int check(const struct rc_options *o, unsigned from_env)
+{
+    const struct regcache_params *p = &o->params;
+    if (p->alignment < 4096 || p->alignment > MAX_ALIGNMENT ||
+        (p->alignment & (p->alignment - 1)))
+        return rc_fail(REGCACHE_ERR_INVALID, "%s=%zu: expected a power of two from 4096 to %zu",
+                       source(from_env, "REGCACHE_ALIGNMENT", "params.alignment"), p->alignment,
+                       MAX_ALIGNMENT);
+    if ((unsigned)p->method > REGCACHE_METHOD_PEERMEM)
+        return rc_fail(REGCACHE_ERR_INVALID, "params.method %d is not a regcache_method",
+                       (int)p->method);
+    if ((unsigned)p->validation > REGCACHE_VALIDATE_HOOKS)
+        return rc_fail(REGCACHE_ERR_INVALID, "params.validation %d is not a regcache_validation",
+                       (int)p->validation);
+    if (p->rails < 1 || p->rails > RC_MAX_RAILS)
+        return rc_fail(REGCACHE_ERR_INVALID, "params.rails %zu is outside 1..%d", p->rails,
+                       RC_MAX_RAILS);
+    if (p->backend && (!p->backend->reg || !p->backend->dereg))
+        return rc_fail(REGCACHE_ERR_INVALID, "the custom backend needs both reg and dereg");
+    if (!p->backend && !p->pd && !p->pds)
+        return rc_fail(REGCACHE_ERR_INVALID, "the built-in verbs backend needs params.pd");
     return REGCACHE_OK;
 }
 
+/* The size of the params layout of 0.1, before the fields added in 0.2: a
+ * program built against it keeps working, with those fields' defaults. */
+#define PARAMS_0_1 (offsetof(struct regcache_params, backend) + sizeof(void *))
+
 int rc_options_resolve(const struct regcache_params *in, struct rc_options *out)
 {
-    /* Only one layout exists so far; a larger size comes from a newer
-     * header whose fields this library cannot honour. */
-    if (in->size < offsetof(struct regcache_params, backend) + sizeof(in->backend) ||
-        in->size > sizeof(struct regcache_params)) {
-        rc_set_error("params.size %zu is not sizeof(struct regcache_params) = %zu: "
-                     "call regcache_params_init()", in->size, sizeof(struct regcache_params));
-        return REGCACHE_ERR_INVALID;
-    }
+    if (in->size != PARAMS_0_1 && in->size != sizeof(struct regcache_params))
+        return rc_fail(REGCACHE_ERR_INVALID,
+                       "params.size %zu is not sizeof(struct regcache_params) = %zu: "
+                       "call regcache_params_init()",
+                       in->size, sizeof(struct regcache_params));
     regcache_params_init(&out->params);
     memcpy(&out->params, in, in->size);
     out->params.size = sizeof(out->params);
     out->stats_dump = false;
 
-    for (size_t i = 0; i < sizeof(env_options) / sizeof(env_options[0]); i++) {
+    unsigned from_env = 0;
+    for (size_t i = 0; i < N_ENV; i++) {
         const char *v = getenv(env_options[i].name);
-        if (v && env_options[i].parse(v, out)) {
-            rc_set_error("%s=\"%s\": expected %s", env_options[i].name, v,
-                         env_options[i].accepts);
-            return REGCACHE_ERR_INVALID;
-        }
+        if (!v)
+            continue;
+        if (apply(&env_options[i], v, out))
+            return rc_fail(REGCACHE_ERR_INVALID, "%s=\"%s\": expected %s", env_options[i].name,
+                           v, env_options[i].accepts);
+        from_env |= 1u << i;
     }
-    return check(&out->params);
+    return check(out, from_env);
 }

@@ -46,11 +46,15 @@ void rc_page_index_fini(struct rc_page_index *idx)
     }
 }
 
+/* The writer half of the seqlock (see rc_page_index_find).  The odd count
+ * is stored seq_cst so that a hit's rc_page_index_unchanged(), ordered after
+ * its hold by a seq_cst fence, either sees it or is seen by the evictor's
+ * scan of the holds that follows the removal. */
 static void write_begin(struct rc_shard *s)
 {
-    /* An acquire RMW: no slot store can become visible before the odd
-     * count does. */
-    atomic_fetch_add_explicit(&s->seq, 1, memory_order_acq_rel);
+    uint64_t seq = atomic_load_explicit(&s->seq, memory_order_relaxed);
+    atomic_store_explicit(&s->seq, seq + 1, memory_order_seq_cst);
+    atomic_thread_fence(memory_order_release);
 }
 
 static void write_end(struct rc_shard *s)
@@ -177,3 +181,75 @@ void rc_page_index_remove_entry(struct rc_page_index *idx, struct regcache_entry
     e->npages = 0;
     e->pages_cap = RC_INLINE_PAGES;
 }
+
+#ifdef RC_DEBUG
+#include <stdio.h>
+
+static void broken(const char *what, const void *e)
+{
+    fprintf(stderr, "regcache: page index broken: %s (entry %p)\n", what, e);
+    abort();
+}
+
+/* Is (page, e) in the index? */
+static bool listed(struct rc_page_index *idx, uintptr_t page, const struct regcache_entry *e)
+{
+    uint64_t h = rc_page_hash(page);
+    struct rc_slot_table *t = atomic_load_explicit(&rc_shard_of(idx, h)->table,
+                                                   memory_order_relaxed);
+    struct regcache_entry *x;
+    for (uint32_t i = (uint32_t)h & t->mask;
+         (x = atomic_load_explicit(&t->slots[i].entry, memory_order_relaxed)) != NULL;
+         i = (i + 1) & t->mask)
+        if (x == e && atomic_load_explicit(&t->slots[i].page, memory_order_relaxed) == page)
+            return true;
+    return false;
+}
+
+void rc_page_index_check(struct rc_page_index *idx)
+{
+    for (int s = 0; s < RC_SHARDS; s++) {
+        struct rc_shard *sh = &idx->shards[s];
+        if (atomic_load_explicit(&sh->seq, memory_order_relaxed) & 1)
+            broken("a shard left odd", NULL);
+        struct rc_slot_table *t = atomic_load_explicit(&sh->table, memory_order_relaxed);
+        uint32_t used = 0;
+        for (uint32_t i = 0; i <= t->mask; i++) {
+            struct regcache_entry *e =
+                atomic_load_explicit(&t->slots[i].entry, memory_order_relaxed);
+            if (!e)
+                continue;
+            used++;
+            uintptr_t page = atomic_load_explicit(&t->slots[i].page, memory_order_relaxed);
+            if (e->state != RC_READY)
+                broken("a slot names an entry that is not ready", e);
+            bool mine = false;
+            for (uint32_t k = 0; k < e->npages; k++)
+                mine |= e->pages[k] == page;
+            if (!mine)
+                broken("a slot names a page its entry does not list", e);
+        }
+        if (used != sh->used)
+            broken("a shard's count of used slots", NULL);
+    }
+}
+
+/* Every page a ready entry lists is found by a lookup. */
+void rc_page_index_check_entry(struct rc_page_index *idx, const struct regcache_entry *e)
+{
+    for (uint32_t k = 0; k < e->npages; k++)
+        if (!listed(idx, e->pages[k], e))
+            broken("an entry's page is not in the index", e);
+}
+#else
+void rc_page_index_check(struct rc_page_index *idx)
+{
+    (void)idx;
+}
+
+void rc_page_index_check_entry(struct rc_page_index *idx, const struct regcache_entry *e)
+{
+    (void)idx;
+    (void)e;
+}
+#endif

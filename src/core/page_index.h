@@ -6,9 +6,7 @@
  * Each shard is an open-addressing table of 16-byte slots (page, entry)
  * guarded by a sequence counter: writers (serialised by the cache lock) make
  * it odd while they change slots, readers probe without writing anything
- * shared and check afterwards that the counter did not move.  A hit thus
- * writes only the entry's own reference count: threads hitting different
- * entries never share a written cache line.  Readers may look at a slot
+ * shared and check afterwards that the counter did not move.  Readers may look at a slot
  * table that a writer has just replaced, or at an entry that was just
  * recycled: tables are kept until the index is destroyed and entries are
  * type-stable (entry.h), so such a reader only fails validation. */
@@ -87,44 +85,62 @@ static inline void rc_wait_for_writer(unsigned *spins)
         sched_yield();
 }
 
-/* The hit path: find an entry covering [start, end) indexed under start's
- * page and take a reference on it; NULL if none.  A reference taken on an
- * entry that turns out to have been replaced meanwhile is handed to
- * `release` and the probe starts over.  Inline: it is most of a hit. */
-static inline struct regcache_entry *rc_page_index_hold(struct rc_page_index *idx, uintptr_t start,
-                                          uintptr_t end,
-                                          void (*release)(struct regcache_entry *e))
+/* Where a probe looked, so that the caller can check afterwards that no
+ * writer changed the shard since. */
+struct rc_probe {
+    struct rc_shard *shard;
+    uint64_t seq;
+};
+
+/*
+ * The hit path's lookup: an entry covering [start, end) indexed under
+ * start's page, or NULL.  Nothing is held: the caller publishes its hold and
+ * then asks rc_page_index_unchanged() whether the shard stayed as the probe
+ * saw it, which proves the entry was in the index (so neither recycled nor
+ * detached) when the hold became visible.
+ *
+ * Ordering (a seqlock, as C11 needs it, not only as x86 gives it): the
+ * writer makes the count odd, then issues a release fence before it stores
+ * slots; the reader loads slots and entry fields relaxed, then issues an
+ * acquire fence before it loads the count again.  If any load of the probe
+ * read a store of a writer, the fences synchronise and the second load of
+ * the count sees at least that writer's odd value.
+ */
+static inline struct regcache_entry *rc_page_index_find(struct rc_page_index *idx, uintptr_t start,
+                                                        uintptr_t end, struct rc_probe *probe)
 {
     uintptr_t page = start >> idx->shift;
     uint64_t h = rc_page_hash(page);
     struct rc_shard *s = rc_shard_of(idx, h);
     unsigned spins = 0;
-
-    for (;;) {
-        uint64_t seq = atomic_load_explicit(&s->seq, memory_order_acquire);
-        if (seq & 1) {
-            rc_wait_for_writer(&spins);
-            continue;
-        }
-        struct rc_slot_table *t = atomic_load_explicit(&s->table, memory_order_acquire);
-        struct regcache_entry *e, *found = NULL;
-        /* Acquire loads (plain loads on x86) keep the second look at seq
-         * after everything the probe read. */
-        for (uint32_t i = (uint32_t)h & t->mask;
-             (e = atomic_load_explicit(&t->slots[i].entry, memory_order_acquire)) != NULL;
-             i = (i + 1) & t->mask) {
-            if (atomic_load_explicit(&t->slots[i].page, memory_order_acquire) == page &&
-                rc_entry_covers(e, start, end) && rc_entry_try_hold(e)) {
-                found = e;
-                break;
-            }
-        }
-        if (atomic_load_explicit(&s->seq, memory_order_relaxed) == seq)
-            return found;
-        if (found)
-            release(found);
+    uint64_t seq;
+    while ((seq = atomic_load_explicit(&s->seq, memory_order_acquire)) & 1)
         rc_wait_for_writer(&spins);
+    struct rc_slot_table *t = atomic_load_explicit(&s->table, memory_order_acquire);
+    struct regcache_entry *e;
+    for (uint32_t i = (uint32_t)h & t->mask;
+         (e = atomic_load_explicit(&t->slots[i].entry, memory_order_relaxed)) != NULL;
+         i = (i + 1) & t->mask) {
+        if (atomic_load_explicit(&t->slots[i].page, memory_order_relaxed) == page &&
+            rc_entry_covers(e, start, end))
+            break;
     }
+    atomic_thread_fence(memory_order_acquire);
+    probe->shard = s;
+    probe->seq = seq;
+    return e;
 }
+
+/* After the caller's seq_cst fence: true when no writer touched the shard
+ * since the probe began. */
+static inline bool rc_page_index_unchanged(const struct rc_probe *probe)
+{
+    return atomic_load_explicit(&probe->shard->seq, memory_order_relaxed) == probe->seq;
+}
+
+/* Debug builds: every listed page belongs to a ready entry that lists it,
+ * and every page a ready entry lists is in the index.  Aborts otherwise. */
+void rc_page_index_check(struct rc_page_index *idx);
+void rc_page_index_check_entry(struct rc_page_index *idx, const struct regcache_entry *e);
 
 #endif

@@ -3,19 +3,11 @@
 #ifndef RC_REGISTRY_H
 #define RC_REGISTRY_H
 
-#include <stdatomic.h>
-
 struct regcache;
 
 void rc_registry_add(struct regcache *c);
+/* Unlink c, then wait until no thread still walks past it (a notify in
+ * progress elsewhere may be deregistering its entries). */
 void rc_registry_remove(struct regcache *c);
-
-/* Bumped in the child after fork(); a cache whose generation differs was
- * inherited and must not touch its registrations. */
-extern atomic_uint rc_fork_generation_now;
-static inline unsigned rc_fork_generation(void)
-{
-    return atomic_load_explicit(&rc_fork_generation_now, memory_order_relaxed);
-}
 
 #endif

@@ -1,38 +1,66 @@
-/* Statistics: the public snapshot and the REGCACHE_STATS dump. */
+/* Statistics: the public snapshots and the REGCACHE_STATS dump. */
 #include <inttypes.h>
 #include <stdio.h>
 
 #include "cache.h"
+#include "last_error.h"
+#include "threads.h"
 
-static uint64_t load(const atomic_uint_fast64_t *c)
+static uint64_t load(const atomic_uint_fast64_t *n)
 {
-    return atomic_load_explicit((atomic_uint_fast64_t *)c, memory_order_relaxed);
+    return atomic_load_explicit((atomic_uint_fast64_t *)n, memory_order_relaxed);
+}
+
+/* Add slot's counters to *s. */
+static void add_device(const struct regcache *c, int slot, struct regcache_stats *s)
+{
+    struct rc_device *d = (struct rc_device *)&c->dev[slot];
+    const struct rc_counters *n = &d->n;
+    s->hits += load(&n->slow_hits) + load(&n->shared_hits);
+    if (c->hit_id >= 0)
+        s->hits += rc_thread_sum_hits(c->hit_id, slot);
+    s->misses += load(&n->misses);
+    s->registrations += load(&n->registrations);
+    s->deregistrations += load(&n->deregistrations);
+    s->evictions += load(&n->evictions);
+    s->invalidations_tag += load(&n->invalidations[RC_BY_TAG]);
+    s->invalidations_notify += load(&n->invalidations[RC_BY_NOTIFY]);
+    s->invalidations_explicit += load(&n->invalidations[RC_BY_EXPLICIT]);
+    s->reg_failures += load(&n->reg_failures);
+    s->one_shots += load(&n->one_shots);
+    s->entries += atomic_load_explicit(&d->entries, memory_order_relaxed);
+    s->bytes += atomic_load_explicit(&d->bytes, memory_order_relaxed);
+    size_t budget = atomic_load_explicit(&d->max_bytes, memory_order_relaxed);
+    if (atomic_load_explicit(&d->budget_state, memory_order_acquire) == 2 && budget != SIZE_MAX)
+        s->budget += budget;
 }
 
 int regcache_get_stats(const regcache_t *c, struct regcache_stats *s)
 {
     if (!c || !s)
-        return REGCACHE_ERR_INVALID;
-    const struct rc_counters *k = &c->stats;
-    s->hits = load(&k->slow_hits);
-    for (int i = 0; i < RC_HIT_COUNTERS; i++)
-        s->hits += load(&c->hits[i].n);
-    s->misses = load(&k->misses);
-    s->registrations = load(&k->registrations);
-    s->deregistrations = load(&k->deregistrations);
-    s->evictions = load(&k->evictions);
-    s->invalidations_tag = load(&k->invalidations_tag);
-    s->invalidations_notify = load(&k->invalidations_notify);
-    s->invalidations_explicit = load(&k->invalidations_explicit);
-    s->reg_failures = load(&k->reg_failures);
-    s->peak_bytes = load(&k->peak_bytes);
-    s->entries = s->bytes = 0;
-    for (int i = 0; i <= RC_MAX_DEVICES; i++) {
-        s->entries += atomic_load_explicit(&((struct rc_device *)&c->dev[i])->entries,
-                                           memory_order_relaxed);
-        s->bytes += atomic_load_explicit(&((struct rc_device *)&c->dev[i])->bytes,
-                                         memory_order_relaxed);
-    }
+        return rc_fail(REGCACHE_ERR_INVALID, "regcache_get_stats: %s is NULL",
+                       !c ? "cache" : "stats");
+    *s = (struct regcache_stats){0};
+    for (int i = 0; i < RC_DEVICE_SLOTS; i++)
+        add_device(c, i, s);
+    s->peak_bytes = load(&c->peak_bytes);
+    return REGCACHE_OK;
+}
+
+int regcache_get_device_stats(const regcache_t *c, int device, struct regcache_stats *s)
+{
+    if (!c || !s)
+        return rc_fail(REGCACHE_ERR_INVALID, "regcache_get_device_stats: %s is NULL",
+                       !c ? "cache" : "stats");
+    if (device != REGCACHE_DEVICE_HOST && (device < 0 || device >= RC_MAX_DEVICES))
+        return rc_fail(REGCACHE_ERR_INVALID,
+                       "regcache_get_device_stats: device %d is neither 0..%d nor "
+                       "REGCACHE_DEVICE_HOST",
+                       device, RC_MAX_DEVICES - 1);
+    *s = (struct regcache_stats){0};
+    int slot = device == REGCACHE_DEVICE_HOST ? RC_HOST_SLOT : device;
+    add_device(c, slot, s);
+    s->peak_bytes = load(&c->dev[slot].n.peak_bytes);
     return REGCACHE_OK;
 }
 
@@ -41,11 +69,13 @@ void rc_stats_dump(const struct regcache *c)
     struct regcache_stats s;
     regcache_get_stats(c, &s);
     fprintf(stderr,
-            "regcache %p: hits %" PRIu64 " misses %" PRIu64 " registrations %" PRIu64
-            " deregistrations %" PRIu64 " evictions %" PRIu64 " invalidations tag %" PRIu64
-            " notify %" PRIu64 " explicit %" PRIu64 " reg_failures %" PRIu64
-            " entries %" PRIu64 " bytes %" PRIu64 " peak_bytes %" PRIu64 "\n",
-            (const void *)c, s.hits, s.misses, s.registrations, s.deregistrations, s.evictions,
-            s.invalidations_tag, s.invalidations_notify, s.invalidations_explicit,
-            s.reg_failures, s.entries, s.bytes, s.peak_bytes);
+            "regcache %p: validation %s, hits %" PRIu64 " misses %" PRIu64
+            " registrations %" PRIu64 " deregistrations %" PRIu64 " evictions %" PRIu64
+            " invalidations tag %" PRIu64 " notify %" PRIu64 " explicit %" PRIu64
+            " reg_failures %" PRIu64 " one_shots %" PRIu64 " entries %" PRIu64 " bytes %" PRIu64
+            " peak_bytes %" PRIu64 "\n",
+            (const void *)c, c->tag_check ? "TAG_CHECK" : "HOOKS", s.hits, s.misses,
+            s.registrations, s.deregistrations, s.evictions, s.invalidations_tag,
+            s.invalidations_notify, s.invalidations_explicit, s.reg_failures, s.one_shots,
+            s.entries, s.bytes, s.peak_bytes);
 }

@@ -12,29 +12,23 @@ const char *regcache_version(void)
 const char *regcache_strerror(int status)
 {
     switch (status) {
-    case REGCACHE_OK:
-        return "success";
-    case REGCACHE_ERR_INVALID:
-        return "invalid argument (NULL pointer, zero length, wrapping range or bad parameter)";
-    case REGCACHE_ERR_NO_MEMORY:
-        return "out of host memory";
-    case REGCACHE_ERR_NOT_GPU:
-        return "not GPU memory (host memory, unknown to CUDA, or already freed)";
-    case REGCACHE_ERR_MANAGED:
-        return "CUDA managed memory cannot be registered for GPUDirect RDMA";
-    case REGCACHE_ERR_NO_SPACE:
-        return "registration resources exhausted (BAR1 or pinned memory) and nothing left to evict";
-    case REGCACHE_ERR_BACKEND:
-        return "the registration backend failed";
-    case REGCACHE_ERR_CUDA:
-        return "a CUDA driver call failed";
-    case REGCACHE_ERR_UNSUPPORTED:
-        return "registration method not available on this system";
-    case REGCACHE_ERR_FORKED:
-        return "cache was inherited across fork(); create a new cache in the child";
-    case REGCACHE_ERR_RANGE:
-        return "range extends past the end of its allocation";
-    default:
-        return "unknown status code";
+#define RC_MESSAGE(name, value, message) \
+    case REGCACHE_##name:                \
+        return message;
+        REGCACHE_STATUS_TABLE(RC_MESSAGE)
+#undef RC_MESSAGE
     }
+    return "unknown status code";
+}
+
+const char *regcache_err_name(int status)
+{
+    switch (status) {
+#define RC_NAME(name, value, message) \
+    case REGCACHE_##name:             \
+        return "REGCACHE_" #name;
+        REGCACHE_STATUS_TABLE(RC_NAME)
+#undef RC_NAME
+    }
+    return "unknown";
 }

@@ -2,8 +2,9 @@
 #include "bar1_budget.h"
 
 #include <dlfcn.h>
-#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda_seam.h"
@@ -17,18 +18,20 @@ typedef int (*nvml_init_fn)(void);
 typedef int (*nvml_by_bus_id_fn)(const char *bus_id, void **device);
 typedef int (*nvml_bar1_fn)(void *device, struct nvml_bar1 *bar1);
 
-static struct {
+struct nvml {
     nvml_init_fn init, shutdown;
     nvml_by_bus_id_fn by_bus_id;
     nvml_bar1_fn bar1;
-} nvml;
-static int nvml_loaded;
-static pthread_once_t nvml_once = PTHREAD_ONCE_INIT;
+};
+/* Loaded without a lock (see cached_budget): racing loaders each build a
+ * table and one of them is kept.  The library stays loaded. */
+static _Atomic(struct nvml *) nvml_table;
 
+/* Read once per device and kept: 0 = not read yet, else the budget + 1.
+ * Lock-free, so that a fork child never waits on a parent thread that was
+ * reading NVML; two threads that race both read it, harmlessly. */
 #define CACHED_DEVICES 64
-static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
-static size_t cached_budget[CACHED_DEVICES];
-static unsigned char cached[CACHED_DEVICES];
+static atomic_size_t cached_budget[CACHED_DEVICES];
 
 #define MIB (1024ull * 1024ull)
 
@@ -55,14 +58,27 @@ static int nvml_symbol(void *lib, const char *name, void *field)
     return fn != NULL;
 }
 
-static void load_nvml(void)
+static const struct nvml *load_nvml(void)
 {
-    /* Never closed: NVML stays usable for later devices. */
+    struct nvml *t = atomic_load_explicit(&nvml_table, memory_order_acquire);
+    if (t)
+        return t;
     void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-    nvml_loaded = lib != NULL && nvml_symbol(lib, "nvmlInit_v2", &nvml.init) &&
-                  nvml_symbol(lib, "nvmlShutdown", &nvml.shutdown) &&
-                  nvml_symbol(lib, "nvmlDeviceGetHandleByPciBusId_v2", &nvml.by_bus_id) &&
-                  nvml_symbol(lib, "nvmlDeviceGetBAR1MemoryInfo", &nvml.bar1);
+    t = lib ? malloc(sizeof(*t)) : NULL;
+    if (!t || !nvml_symbol(lib, "nvmlInit_v2", &t->init) ||
+        !nvml_symbol(lib, "nvmlShutdown", &t->shutdown) ||
+        !nvml_symbol(lib, "nvmlDeviceGetHandleByPciBusId_v2", &t->by_bus_id) ||
+        !nvml_symbol(lib, "nvmlDeviceGetBAR1MemoryInfo", &t->bar1)) {
+        free(t);
+        return NULL;
+    }
+    struct nvml *expected = NULL;
+    if (!atomic_compare_exchange_strong_explicit(&nvml_table, &expected, t,
+                                                 memory_order_acq_rel, memory_order_acquire)) {
+        free(t);
+        return expected;
+    }
+    return t;
 }
 
 /* NVML numbers devices its own way (all GPUs, ignoring
@@ -75,15 +91,15 @@ static size_t read_budget(int device)
     if (api == NULL || api->DeviceGet(&dev, device) != CUDA_SUCCESS ||
         api->DeviceGetPCIBusId(bus_id, sizeof bus_id, dev) != CUDA_SUCCESS)
         return 0;
-    pthread_once(&nvml_once, load_nvml);
-    if (!nvml_loaded || nvml.init() != 0)
+    const struct nvml *nvml = load_nvml();
+    if (!nvml || nvml->init() != 0)
         return 0;
     void *handle = NULL;
     struct nvml_bar1 bar1;
     size_t budget = 0;
-    if (nvml.by_bus_id(bus_id, &handle) == 0 && nvml.bar1(handle, &bar1) == 0)
+    if (nvml->by_bus_id(bus_id, &handle) == 0 && nvml->bar1(handle, &bar1) == 0)
         budget = rc_bar1_budget_rule(bar1.total, bar1.free);
-    nvml.shutdown();
+    nvml->shutdown();
     return budget;
 }
 
@@ -91,12 +107,13 @@ size_t rc_bar1_budget(int device)
 {
     if (device < 0 || device >= CACHED_DEVICES)
         return 0;
-    pthread_mutex_lock(&cache_lock);
-    if (!cached[device]) {
-        cached_budget[device] = read_budget(device);
-        cached[device] = 1;
-    }
-    size_t budget = cached_budget[device];
-    pthread_mutex_unlock(&cache_lock);
+    size_t known = atomic_load_explicit(&cached_budget[device], memory_order_acquire);
+    if (known)
+        return known - 1;
+    size_t budget = read_budget(device);
+    /* SIZE_MAX + 1 would read as "not read": the largest budget is one less. */
+    if (budget == SIZE_MAX)
+        budget--;
+    atomic_store_explicit(&cached_budget[device], budget + 1, memory_order_release);
     return budget;
 }

@@ -20,6 +20,7 @@ struct pointer_facts {
     unsigned int sync_memops;
     unsigned int legacy_ipc; /* cuMemAlloc memory */
     CUmemoryPool pool;       /* cuMemAllocAsync memory */
+    unsigned int rdma_capable;
 };
 
 static CUresult read_facts(const struct rc_cuda_api *api, uintptr_t addr,
@@ -41,6 +42,7 @@ static CUresult read_facts(const struct rc_cuda_api *api, uintptr_t addr,
         { CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, &f->sync_memops },
         { CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, &f->legacy_ipc },
         { CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, &f->pool },
+        { CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE, &f->rdma_capable },
     };
     enum { N = sizeof ask / sizeof ask[0] };
     CUpointer_attribute attrs[N];
@@ -52,34 +54,21 @@ static CUresult read_facts(const struct rc_cuda_api *api, uintptr_t addr,
     return api->PointerGetAttributes(N, attrs, values, (CUdeviceptr)addr);
 }
 
-/*
- * The allocation that holds the pointer.  RANGE_START/RANGE_SIZE is the
- * allocation for cuMemAlloc, pool (cuMemAllocAsync) and managed memory, but
- * the whole address reservation, unmapped parts included, for VMM memory
- * (cuMemCreate + cuMemMap), where MAPPING_BASE/SIZE is the mapping.  For the
- * others MAPPING is a driver chunk: shared with other allocations (2 MiB for
- * small cuMemAllocs), or one of several 32 MiB chunks of a large pool
- * allocation (measured on driver 580, see tests/gpu).  So it is used only
- * for memory that is neither cuMemAlloc nor pool memory, and only to narrow
- * the range.
- */
-static void allocation_of(const struct pointer_facts *f, uintptr_t *base, size_t *size)
+/* VMM memory (cuMemCreate + cuMemMap) is neither cuMemAlloc nor pool
+ * memory.  For it RANGE_START/RANGE_SIZE is the whole address reservation,
+ * unmapped parts included, and MAPPING_BASE/SIZE the mapping.  For the
+ * others MAPPING is a driver chunk shared with other allocations, or one of
+ * several 32 MiB chunks of a large pool allocation (measured on driver
+ * 580, see tests/gpu), and RANGE is the allocation. */
+static int is_vmm(const struct pointer_facts *f)
 {
-    uintptr_t start = f->range_start;
-    uintptr_t end = start + f->range_size;
-    if (!f->legacy_ipc && f->pool == NULL && f->mapping_size != 0) {
-        uintptr_t mstart = f->mapping_start;
-        uintptr_t mend = mstart + f->mapping_size;
-        start = mstart > start ? mstart : start;
-        end = mend < end ? mend : end;
-    }
-    *base = start;
-    *size = end - start;
+    return !f->legacy_ipc && f->pool == NULL && f->mapping_size != 0;
 }
 
-static void describe_host(uintptr_t addr, size_t len, struct regcache_mem_info *info)
+static void describe_host(uintptr_t base, size_t size, uint64_t id,
+                          struct regcache_mem_info *info)
 {
-    *info = (struct regcache_mem_info){ .base = addr, .size = len, .buffer_id = 0,
+    *info = (struct regcache_mem_info){ .base = base, .size = size, .buffer_id = id,
                                         .device = REGCACHE_DEVICE_HOST,
                                         .type = REGCACHE_MEM_HOST };
 }
@@ -109,33 +98,35 @@ static int cuda_query(void *ctx, const void *addr, size_t len,
     CUresult r = read_facts(api, a, &f);
     /* INVALID_VALUE: a pointer the driver has never seen, as some drivers
      * report it; like type 0, that is host memory as far as CUDA knows. */
-    if (r == CUDA_ERROR_INVALID_VALUE || (r == CUDA_SUCCESS && f.type == 0) ||
-        (r == CUDA_SUCCESS && f.type == CU_MEMORYTYPE_HOST && !f.managed)) {
-        describe_host(a, len, info);
-        /* Pinned memory (cuMemAllocHost) has a buffer id: keeping it lets
-         * the tag check catch a free and reallocation of pinned memory as
-         * it does for GPU memory. */
-        if (r == CUDA_SUCCESS && f.type == CU_MEMORYTYPE_HOST)
-            info->buffer_id = f.buffer_id;
+    if (r == CUDA_ERROR_INVALID_VALUE || (r == CUDA_SUCCESS && f.type == 0)) {
+        describe_host(a, len, 0, info);
         return REGCACHE_OK;
     }
     if (r != CUDA_SUCCESS)
         return rc_cuda_error(api, "cuPointerGetAttributes", r);
-
-    uintptr_t base;
-    size_t size;
-    allocation_of(&f, &base, &size);
-    *info = (struct regcache_mem_info){ .base = base, .size = size,
+    /* Pinned memory (cuMemAllocHost): its allocation, which the driver packs
+     * with others into one page, and its buffer id, so that the tag check
+     * catches its free and reallocation as for GPU memory. */
+    if (f.type == CU_MEMORYTYPE_HOST && !f.managed) {
+        describe_host(f.range_start, f.range_size, f.buffer_id, info);
+        return REGCACHE_OK;
+    }
+    *info = (struct regcache_mem_info){ .base = f.range_start, .size = f.range_size,
                                         .buffer_id = f.buffer_id, .device = f.device,
                                         .type = f.managed ? REGCACHE_MEM_MANAGED
                                                           : REGCACHE_MEM_DEVICE };
     if (f.managed)
         return REGCACHE_OK;
-    if (len > base + size - a) {
-        rc_set_error("range %p+%zu extends past the end of its CUDA allocation "
-                     "%#jx+%zu",
-                     addr, len, (uintmax_t)base, size);
-        return REGCACHE_ERR_RANGE;
+    if (is_vmm(&f)) {
+        if (!f.rdma_capable) {
+            rc_set_error("%p is VMM memory created without "
+                         "CUmemAllocationProp.allocFlags.gpuDirectRDMACapable: the NIC cannot "
+                         "register it (create the allocation with the flag set)", addr);
+            return REGCACHE_ERR_NOT_RDMA_CAPABLE;
+        }
+        info->base = f.mapping_start;
+        info->size = f.mapping_size;
+        info->flags = REGCACHE_MEM_MAPPING;
     }
     return f.sync_memops ? REGCACHE_OK : sync_memops(api, a);
 }

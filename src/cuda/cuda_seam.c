@@ -18,7 +18,7 @@ typedef void *(*dlsym_fn)(void *handle, const char *symbol);
 
 /* Each field with the CUDA version whose ABI its prototype in cuda_seam.h
  * follows: asking cuGetProcAddress for that version returns the matching
- * variant (e.g. cuMemGetAddressRange at 3020 is cuMemGetAddressRange_v2). */
+ * variant (e.g. cuPointerGetAttribute at 4000). */
 static const struct entry {
     size_t offset;
     const char *name;
@@ -31,7 +31,6 @@ static const struct entry {
     ENTRY(PointerGetAttribute, "cuPointerGetAttribute", 4000),
     ENTRY(PointerGetAttributes, "cuPointerGetAttributes", 7000),
     ENTRY(PointerSetAttribute, "cuPointerSetAttribute", 6000),
-    ENTRY(MemGetAddressRange, "cuMemGetAddressRange", 3020),
     ENTRY(MemGetHandleForAddressRange, "cuMemGetHandleForAddressRange", 11070),
     ENTRY(DeviceGet, "cuDeviceGet", 2000),
     ENTRY(DeviceGetCount, "cuDeviceGetCount", 2000),

@@ -18,8 +18,6 @@ struct rc_cuda_api {
     CUresult (*PointerSetAttribute)(const void *value,
                                     CUpointer_attribute attribute,
                                     CUdeviceptr ptr);
-    CUresult (*MemGetAddressRange)(CUdeviceptr *base, size_t *size,
-                                   CUdeviceptr ptr);
     CUresult (*MemGetHandleForAddressRange)(void *handle, CUdeviceptr ptr,
                                             size_t size,
                                             CUmemRangeHandleType type,

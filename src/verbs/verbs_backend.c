@@ -12,7 +12,8 @@
 #include <unistd.h>
 
 struct verbs_backend {
-    struct ibv_pd *pd;
+    struct ibv_pd *pds[REGCACHE_MAX_RAILS];
+    unsigned rails;
     int access;
     int method; /* REGCACHE_METHOD_DMABUF, _PEERMEM, or 0: host memory only */
 };
@@ -34,45 +35,56 @@ static int export_errno(int status)
     return status == REGCACHE_ERR_UNSUPPORTED ? EOPNOTSUPP : EIO;
 }
 
-static int reg_va(const struct verbs_backend *b, void *addr, size_t len,
+static int reg_va(const struct verbs_backend *b, unsigned rail, void *addr, size_t len,
                   struct ibv_mr **mr)
 {
     errno = 0;
-    *mr = rc_verbs_seam()->reg_mr(b->pd, addr, len, b->access);
+    *mr = rc_verbs_seam()->reg_mr(b->pds[rail], addr, len, b->access);
     return *mr ? 0 : failed_errno();
 }
 
-/* The iova is the virtual address, so that the MR's keys work with the
- * addresses peers already use, exactly as for ibv_reg_mr. */
-static int reg_dmabuf(const struct verbs_backend *b, void *addr, size_t len,
-                      struct ibv_mr **mr)
+static void close_shared(void *arg, struct rc_shared *shared)
 {
-    int fd, err;
-    uint64_t offset;
-    int status = rc_dmabuf_export((uintptr_t)addr, len, &fd, &offset);
+    (void)arg;
+    if (shared->fd >= 0)
+        close(shared->fd);
+    shared->fd = -1;
+}
 
-    if (status != REGCACHE_OK)
-        return export_errno(status);
+/* One export serves every rail of the entry: the first rail's registration
+ * makes it.  The iova is the virtual address, so that the MR's keys work
+ * with the addresses peers already use, exactly as for ibv_reg_mr.  A
+ * registered MR holds its own reference on the dmabuf, so with one rail the
+ * fd is closed at once; with several it stays open until the cache has
+ * every rail registered or drops the entry. */
+static int reg_dmabuf(const struct verbs_backend *b, unsigned rail, void *addr, size_t len,
+                      struct rc_shared *shared, struct ibv_mr **mr)
+{
+    if (shared->fd < 0) {
+        int status = rc_dmabuf_export((uintptr_t)addr, len, &shared->fd, &shared->offset);
+        if (status != REGCACHE_OK)
+            return export_errno(status);
+    }
     errno = 0;
-    *mr = rc_verbs_seam()->reg_dmabuf_mr(b->pd, offset, len, (uintptr_t)addr,
-                                         fd, b->access);
-    err = *mr ? 0 : failed_errno();
-    /* A registered MR holds its own reference on the dmabuf. */
-    close(fd);
+    *mr = rc_verbs_seam()->reg_dmabuf_mr(b->pds[rail], shared->offset, len, (uintptr_t)addr,
+                                         shared->fd, b->access);
+    int err = *mr ? 0 : failed_errno();
+    if (b->rails == 1)
+        close_shared(NULL, shared);
     return err;
 }
 
-static int verbs_reg(void *arg, void *addr, size_t len, int device,
-                     void **handle)
+static int verbs_reg(void *arg, uintptr_t addr, size_t len, int device, unsigned rail,
+                     struct rc_shared *shared, void **handle)
 {
     const struct verbs_backend *b = arg;
     struct ibv_mr *mr;
     int err;
 
     if (device == REGCACHE_DEVICE_HOST || b->method == REGCACHE_METHOD_PEERMEM)
-        err = reg_va(b, addr, len, &mr);
+        err = reg_va(b, rail, (void *)addr, len, &mr);
     else if (b->method == REGCACHE_METHOD_DMABUF)
-        err = reg_dmabuf(b, addr, len, &mr);
+        err = reg_dmabuf(b, rail, (void *)addr, len, shared, &mr);
     else
         return EOPNOTSUPP; /* host-only backend asked to pin GPU memory */
     if (err == 0)
@@ -144,20 +156,25 @@ static int provider_takes_dmabuf(struct ibv_pd *pd, int access, char *why,
     return 0;
 }
 
-static int dmabuf_usable(const struct regcache_params *params, char *why,
-                         size_t n)
+/* Every rail's provider must take dmabuf MRs: the method is per cache. */
+static int dmabuf_usable(const struct verbs_backend *b, char *why, size_t n)
 {
-    return gpus_export_dmabuf(why, n) &&
-           provider_takes_dmabuf(params->pd, params->access, why, n);
+    if (!gpus_export_dmabuf(why, n))
+        return 0;
+    for (unsigned r = 0; r < b->rails; r++)
+        if (!provider_takes_dmabuf(b->pds[r], b->access, why, n))
+            return 0;
+    return 1;
 }
 
-static int select_method(const struct regcache_params *params, int *method)
+static int select_method(const struct regcache_params *params, const struct verbs_backend *b,
+                         int *method)
 {
     char why[256];
 
     switch (params->method) {
     case REGCACHE_METHOD_DMABUF:
-        if (!dmabuf_usable(params, why, sizeof(why))) {
+        if (!dmabuf_usable(b, why, sizeof(why))) {
             rc_set_error("method DMABUF unavailable: %s", why);
             return REGCACHE_ERR_UNSUPPORTED;
         }
@@ -172,7 +189,7 @@ static int select_method(const struct regcache_params *params, int *method)
         *method = REGCACHE_METHOD_PEERMEM;
         return REGCACHE_OK;
     case REGCACHE_METHOD_AUTO:
-        if (dmabuf_usable(params, why, sizeof(why)))
+        if (dmabuf_usable(b, why, sizeof(why)))
             *method = REGCACHE_METHOD_DMABUF;
         else if (rc_verbs_peermem_loaded())
             *method = REGCACHE_METHOD_PEERMEM;
@@ -192,32 +209,34 @@ static int select_method(const struct regcache_params *params, int *method)
 }
 
 int rc_verbs_backend_create(const struct regcache_params *params,
-                            struct regcache_backend *backend, int *method_used)
+                            struct rc_backend *backend, int *method_used)
 {
-    struct verbs_backend *b;
-    int method = 0;
-    int status;
-
-    if (!params || !params->pd) {
-        rc_set_error("the built-in verbs backend needs params.pd");
-        return REGCACHE_ERR_INVALID;
-    }
-    status = select_method(params, &method);
-    if (status != REGCACHE_OK)
-        return status;
-    b = malloc(sizeof(*b));
+    struct verbs_backend *b = calloc(1, sizeof(*b));
     if (!b)
-        return REGCACHE_ERR_NO_MEMORY;
-    b->pd = params->pd;
+        return rc_fail(REGCACHE_ERR_NO_MEMORY, "out of memory creating the verbs backend");
+    b->rails = (unsigned)params->rails;
     b->access = params->access;
-    b->method = method;
-    *backend = (struct regcache_backend){
-        .reg = verbs_reg, .dereg = verbs_dereg, .arg = b, .query = NULL};
-    *method_used = method;
+    for (unsigned r = 0; r < b->rails; r++)
+        b->pds[r] = params->pds ? params->pds[r] : params->pd;
+    for (unsigned r = 0; r < b->rails; r++) {
+        if (!b->pds[r]) {
+            free(b);
+            return rc_fail(REGCACHE_ERR_INVALID, "the built-in verbs backend needs %s",
+                           params->pds ? "a pd for every rail in params.pds" : "params.pd");
+        }
+    }
+    int status = select_method(params, b, &b->method);
+    if (status != REGCACHE_OK) {
+        free(b);
+        return status;
+    }
+    *backend = (struct rc_backend){.reg = verbs_reg, .dereg = verbs_dereg,
+                                   .release_shared = close_shared, .arg = b};
+    *method_used = b->method;
     return REGCACHE_OK;
 }
 
-void rc_verbs_backend_destroy(struct regcache_backend *backend)
+void rc_verbs_backend_destroy(struct rc_backend *backend)
 {
     free(backend->arg);
     backend->arg = NULL;

@@ -6,7 +6,7 @@
 
 #define HANDLE_MAGIC 0x5ca1ab1eu
 
-static int fake_reg(void *arg, void *addr, size_t len, int device, void **handle)
+static int fake_reg(void *arg, void *addr, size_t len, int device, int rail, void **handle)
 {
     struct fake_backend *f = arg;
     if (f->during_reg)
@@ -14,7 +14,7 @@ static int fake_reg(void *arg, void *addr, size_t len, int device, void **handle
     pthread_mutex_lock(&f->lock);
     int err = 0;
     size_t slot = device > 0 ? 1 : 0;
-    if (f->fail_count > 0) {
+    if (f->fail_count > 0 && (f->fail_rail < 0 || f->fail_rail == rail)) {
         f->fail_count--;
         err = f->fail_errno;
     } else if (f->capacity && f->live_bytes[slot] + len > f->capacity) {
@@ -30,6 +30,7 @@ static int fake_reg(void *arg, void *addr, size_t len, int device, void **handle
     h->len = len;
     h->id = fake_id_at(f, (uintptr_t)addr);
     h->device = device;
+    h->rail = rail;
     h->magic = HANDLE_MAGIC;
     atomic_fetch_add(&f->regs, 1);
     atomic_fetch_add(&f->live, 1);
@@ -45,6 +46,8 @@ static void fake_dereg(void *arg, void *handle)
     /* A double dereg or a foreign handle would trip this. */
     if (h->magic != HANDLE_MAGIC)
         abort();
+    if (f->during_dereg)
+        f->during_dereg(f->during_dereg_arg, h);
     h->magic = 0;
     atomic_fetch_add(&f->deregs, 1);
     atomic_fetch_sub(&f->live, 1);
@@ -71,9 +74,10 @@ static int fake_query(void *arg, const void *addr, size_t len, struct regcache_m
     if (a) {
         info->base = a->base;
         info->size = a->size;
-        info->buffer_id = a->id;
+        info->buffer_id = a->pageable ? 0 : a->id;
         info->device = a->device;
         info->type = a->type;
+        info->flags = a->flags;
     } else {
         /* Unknown memory looks like host memory, as CUDA reports it. */
         info->base = (uintptr_t)addr;
@@ -95,21 +99,25 @@ void fake_init(struct fake_backend *f)
     f->ops.dereg = fake_dereg;
     f->ops.query = fake_query;
     f->ops.arg = f;
+    f->fail_rail = -1;
 }
 
-uint64_t fake_alloc(struct fake_backend *f, uintptr_t base, size_t size, int device, int type)
+uint64_t fake_alloc_as(struct fake_backend *f, const struct fake_alloc *like)
 {
     pthread_mutex_lock(&f->lock);
     struct fake_alloc *a = &f->allocs[f->nallocs++];
-    a->base = base;
-    a->size = size;
-    a->device = device;
-    a->type = type;
+    *a = *like;
     a->id = ++f->next_id;
     a->live = true;
     uint64_t id = a->id;
     pthread_mutex_unlock(&f->lock);
     return id;
+}
+
+uint64_t fake_alloc(struct fake_backend *f, uintptr_t base, size_t size, int device, int type)
+{
+    return fake_alloc_as(f, &(struct fake_alloc){.base = base, .size = size, .device = device,
+                                                 .type = type});
 }
 
 void fake_free(struct fake_backend *f, uintptr_t base)

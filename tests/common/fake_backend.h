@@ -17,6 +17,8 @@ struct fake_alloc {
     size_t size;
     uint64_t id;
     int device, type;
+    unsigned flags;  /* regcache_mem_info.flags reported */
+    bool pageable;   /* reported without a buffer id (the id still changes) */
     bool live;
 };
 
@@ -24,8 +26,9 @@ struct fake_alloc {
 struct fake_handle {
     uintptr_t start;
     size_t len;
-    uint64_t id; /* buffer id of the allocation when registered */
-    int device;
+    uint64_t id; /* buffer id of the allocation when registered (reported
+                    or not) */
+    int device, rail;
     unsigned magic;
 };
 
@@ -37,18 +40,25 @@ struct fake_backend {
     uint64_t next_id;
     atomic_long regs, deregs, live, queries;
     atomic_size_t live_bytes[2]; /* device 0, device 1 */
-    /* Failure injection: the next fail_count regs fail with fail_errno. */
-    int fail_errno, fail_count;
+    /* Failure injection: the next fail_count regs (on fail_rail, or any
+     * when it is -1) fail with fail_errno. */
+    int fail_errno, fail_count, fail_rail;
     /* Per-device capacity: reg fails with ENOSPC beyond it (a full BAR1). */
     size_t capacity;
     /* Called inside reg, to act while a registration is in flight. */
     void (*during_reg)(void *arg);
     void *during_reg_arg;
+    /* Called inside dereg, before the handle is freed. */
+    void (*during_dereg)(void *arg, const struct fake_handle *h);
+    void *during_dereg_arg;
 };
 
 void fake_init(struct fake_backend *f);
 /* Declare an allocation; returns its buffer id. */
 uint64_t fake_alloc(struct fake_backend *f, uintptr_t base, size_t size, int device, int type);
+/* Declare an allocation like *like (base, size, device, type, flags,
+ * pageable); returns its buffer id. */
+uint64_t fake_alloc_as(struct fake_backend *f, const struct fake_alloc *like);
 /* The allocation at base goes away (queries report it unknown). */
 void fake_free(struct fake_backend *f, uintptr_t base);
 /* Free and reallocate at the same base: same range, new buffer id. */

@@ -20,7 +20,7 @@ static struct fake_backend fb;
 static const char *const vars[] = {
     "REGCACHE_METHOD",    "REGCACHE_VALIDATION",       "REGCACHE_ALIGNMENT",
     "REGCACHE_MAX_BYTES", "REGCACHE_MAX_ENTRIES",      "REGCACHE_WHOLE_ALLOCATION",
-    "REGCACHE_HOST_MEMORY", "REGCACHE_STATS",
+    "REGCACHE_HOST_MEMORY", "REGCACHE_STATS",      "REGCACHE_WHOLE_ALLOCATION_MAX",
 };
 
 static int clean_env(void **state)
@@ -64,6 +64,7 @@ static void max_entries_and_bytes(void **state)
 
     unsetenv("REGCACHE_MAX_ENTRIES");
     setenv("REGCACHE_MAX_BYTES", "1M", 1);
+    setenv("REGCACHE_WHOLE_ALLOCATION_MAX", "1M", 1);
     c = create_with_env();
     for (int i = 0; i < 4; i++)
         put_get(c, ALLOC(i));
@@ -109,6 +110,14 @@ static void bad_values_are_refused(void **state)
         {"REGCACHE_MAX_BYTES", "12Q"},    {"REGCACHE_MAX_ENTRIES", "-3"},
         {"REGCACHE_ALIGNMENT", "3000"},   {"REGCACHE_WHOLE_ALLOCATION", "maybe"},
         {"REGCACHE_STATS", "2"},          {"REGCACHE_MAX_BYTES", "99999999999999999999G"},
+        /* Strict decimal: no octal, hex, sign, blanks or unknown suffix. */
+        {"REGCACHE_MAX_BYTES", "010"},    {"REGCACHE_MAX_BYTES", "0x10"},
+        {"REGCACHE_MAX_ENTRIES", " -3"},  {"REGCACHE_MAX_ENTRIES", "3 "},
+        {"REGCACHE_MAX_BYTES", "+5"},     {"REGCACHE_MAX_BYTES", "5KB"},
+        {"REGCACHE_MAX_BYTES", ""},       {"REGCACHE_MAX_BYTES", "20000000T"},
+        /* Alignment: a power of two from 4K to 1G. */
+        {"REGCACHE_ALIGNMENT", "2G"},     {"REGCACHE_ALIGNMENT", "2048"},
+        {"REGCACHE_WHOLE_ALLOCATION_MAX", "1.5G"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         struct regcache_params p;
@@ -118,10 +127,58 @@ static void bad_values_are_refused(void **state)
         setenv(bad[i][0], bad[i][1], 1);
         assert_int_equal(regcache_create(&p, &c), REGCACHE_ERR_INVALID);
         assert_null(c);
-        if (strcmp(bad[i][0], "REGCACHE_ALIGNMENT"))
-            assert_non_null(strstr(regcache_last_error(), bad[i][0]));
+        /* The message names the variable, not the field it sets. */
+        if (!strstr(regcache_last_error(), bad[i][0]))
+            fail_msg("%s=\"%s\": message \"%s\" does not name it", bad[i][0], bad[i][1],
+                     regcache_last_error());
         unsetenv(bad[i][0]);
     }
+}
+
+static void sizes_take_suffixes(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *value;
+        size_t bytes;
+    } ok[] = {{"0", 0}, {"4096", 4096}, {"64K", 64 << 10}, {"64k", 64 << 10},
+              {"3M", 3ul << 20}, {"2G", 2ul << 30}, {"1T", 1ul << 40}};
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        setenv("REGCACHE_MAX_BYTES", ok[i].value, 1);
+        struct regcache_params p;
+        regcache_t *c;
+        fake_init(&fb);
+        fake_alloc(&fb, ALLOC(0), MiB, 0, REGCACHE_MEM_DEVICE);
+        fake_params(&fb, &p);
+        assert_int_equal(regcache_create(&p, &c), REGCACHE_OK);
+        put_get(c, ALLOC(0));
+        struct regcache_stats s;
+        regcache_get_stats(c, &s);
+        /* The budget of device 0 is the variable's value (0: none). */
+        assert_int_equal(s.budget, ok[i].bytes);
+        regcache_destroy(c);
+    }
+}
+
+static void params_errors_name_the_field(void **state)
+{
+    (void)state;
+    struct regcache_params p;
+    regcache_t *c;
+    fake_init(&fb);
+    fake_params(&fb, &p);
+    p.alignment = 3000;
+    assert_int_equal(regcache_create(&p, &c), REGCACHE_ERR_INVALID);
+    assert_non_null(strstr(regcache_last_error(), "params.alignment"));
+    p.alignment = (size_t)1 << 31;
+    assert_int_equal(regcache_create(&p, &c), REGCACHE_ERR_INVALID);
+    assert_non_null(strstr(regcache_last_error(), "params.alignment"));
+    p.alignment = 65536;
+    p.rails = 0;
+    assert_int_equal(regcache_create(&p, &c), REGCACHE_ERR_INVALID);
+    assert_non_null(strstr(regcache_last_error(), "params.rails"));
+    p.rails = REGCACHE_MAX_RAILS + 1;
+    assert_int_equal(regcache_create(&p, &c), REGCACHE_ERR_INVALID);
 }
 
 static void stats_dump_at_destroy(void **state)
@@ -154,6 +211,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(validation_alignment_whole, clean_env, clean_env),
         cmocka_unit_test_setup_teardown(host_memory, clean_env, clean_env),
         cmocka_unit_test_setup_teardown(bad_values_are_refused, clean_env, clean_env),
+        cmocka_unit_test_setup_teardown(sizes_take_suffixes, clean_env, clean_env),
+        cmocka_unit_test_setup_teardown(params_errors_name_the_field, clean_env, clean_env),
         cmocka_unit_test_setup_teardown(stats_dump_at_destroy, clean_env, clean_env),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

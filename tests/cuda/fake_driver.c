@@ -100,6 +100,9 @@ static void put_attribute(void *data, CUpointer_attribute attr, const struct drv
     case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
         *(CUmemoryPool *)data = a->pool;
         break;
+    case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
+        *(unsigned int *)data = a->rdma_capable;
+        break;
     default:
         abort(); /* the library asked for something the fake driver does not model */
     }
@@ -146,14 +149,6 @@ static CUresult drv_pointer_set_attribute(const void *value, CUpointer_attribute
         return CUDA_ERROR_NOT_SUPPORTED;
     a->sync_memops = *(const unsigned int *)value;
     return CUDA_SUCCESS;
-}
-
-static CUresult drv_mem_get_address_range(CUdeviceptr *base, size_t *size, CUdeviceptr p)
-{
-    (void)base;
-    (void)size;
-    (void)p;
-    abort(); /* needs a current context on the real driver: not used */
 }
 
 static CUresult drv_mem_get_handle(void *handle, CUdeviceptr p, size_t size,
@@ -278,7 +273,6 @@ static const struct rc_cuda_api drv_api = {
     .PointerGetAttribute = drv_pointer_get_attribute,
     .PointerGetAttributes = drv_pointer_get_attributes,
     .PointerSetAttribute = drv_pointer_set_attribute,
-    .MemGetAddressRange = drv_mem_get_address_range,
     .MemGetHandleForAddressRange = drv_mem_get_handle,
     .DeviceGet = drv_device_get,
     .DeviceGetCount = drv_device_get_count,
@@ -352,6 +346,7 @@ int drv_legacy(size_t offset, size_t size)
     struct drv_alloc a = chunked(offset, size, (size_t)2 << 20);
     a.owner = DRV_OTHER_CTX;
     a.legacy_ipc = 1;
+    a.rdma_capable = 1;
     return add(a);
 }
 
@@ -369,7 +364,7 @@ int drv_vmm(size_t reserve_offset, size_t reserve_size, size_t offset, size_t si
                                     .range_size = reserve_size,
                                     .map_start = drv_addr(offset), .map_size = size,
                                     .type = CU_MEMORYTYPE_DEVICE, .device = 0,
-                                    .refuses_sync = 1 });
+                                    .refuses_sync = 1, .rdma_capable = 1 });
 }
 
 int drv_managed(size_t offset, size_t size)
@@ -385,6 +380,11 @@ int drv_pinned_host(size_t offset, size_t size)
     struct drv_alloc a = chunked(offset, size, (size_t)2 << 20);
     a.type = CU_MEMORYTYPE_HOST;
     return add(a);
+}
+
+void drv_set_rdma_capable(int i, int capable)
+{
+    drv.allocs[i].rdma_capable = (unsigned)capable;
 }
 
 void drv_free(int i)

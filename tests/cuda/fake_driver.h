@@ -45,6 +45,7 @@ struct drv_alloc {
     int refuses_sync; /* VMM: SYNC_MEMOPS is NOT_SUPPORTED */
     unsigned int legacy_ipc; /* cuMemAlloc memory */
     CUmemoryPool pool;       /* pool memory */
+    unsigned int rdma_capable; /* IS_GPU_DIRECT_RDMA_CAPABLE */
     CUcontext owner;  /* NULL for pool and VMM memory */
 };
 
@@ -82,6 +83,9 @@ int drv_vmm(size_t reserve_offset, size_t reserve_size, size_t offset,
              size_t size);                     /* cuMemCreate + cuMemMap */
 int drv_managed(size_t offset, size_t size);
 int drv_pinned_host(size_t offset, size_t size);
+/* IS_GPU_DIRECT_RDMA_CAPABLE of allocation i (VMM memory is created with it
+ * by default). */
+void drv_set_rdma_capable(int i, int capable);
 /* Free allocation i; `realloc` gives it back at the same place, new id. */
 void drv_free(int i);
 void drv_realloc(int i);

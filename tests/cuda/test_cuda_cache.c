@@ -37,9 +37,9 @@ static struct drv_alloc *alloc_at(uintptr_t addr)
     return NULL;
 }
 
-static int counting_reg(void *arg, void *addr, size_t len, int device, void **handle)
+static int counting_reg(void *arg, void *addr, size_t len, int device, int rail, void **handle)
 {
-    (void)arg;
+    (void)arg, (void)rail;
     struct reg_handle *h = calloc(1, sizeof *h);
     if (h == NULL)
         return ENOMEM;
@@ -218,6 +218,7 @@ static void range_past_the_allocation_is_refused(void **state)
     regcache_entry_t *e;
     assert_int_equal(regcache_get(cache, (const void *)drv_addr(MIB - 4096), 8192, &e),
                      REGCACHE_ERR_RANGE);
+    assert_non_null(strstr(regcache_last_error(), "past the end"));
     assert_int_equal(regs, 0);
 }
 
@@ -231,15 +232,13 @@ static void packed_allocations_each_get_their_own_entry(void **state)
     regcache_entry_t *ea, *eb, *again;
     const struct reg_handle *ha = get(drv_addr(0), 1000, &ea);
     const struct reg_handle *hb = get(drv_addr(1024), 1000, &eb);
-    assert_ptr_not_equal(ea, eb);
+    assert_ptr_not_equal(ha, hb);
     assert_int_equal(ha->start, hb->start);
     assert_int_equal(regs, 2);
     /* Each keeps serving its own allocation. */
-    get(drv_addr(0), 10, &again);
-    assert_ptr_equal(again, ea);
+    assert_ptr_equal(get(drv_addr(0), 10, &again), ha);
     regcache_put(cache, again);
-    get(drv_addr(1024 + 10), 10, &again);
-    assert_ptr_equal(again, eb);
+    assert_ptr_equal(get(drv_addr(1024 + 10), 10, &again), hb);
     regcache_put(cache, again);
     regcache_put(cache, ea);
     regcache_put(cache, eb);
@@ -247,8 +246,7 @@ static void packed_allocations_each_get_their_own_entry(void **state)
     drv_free(a);
     assert_int_equal(regcache_get(cache, (const void *)drv_addr(0), 10, &again),
                      REGCACHE_ERR_NOT_GPU);
-    get(drv_addr(1024), 1000, &again);
-    assert_ptr_equal(again, eb);
+    assert_ptr_equal(get(drv_addr(1024), 1000, &again), hb);
     regcache_put(cache, again);
     assert_int_equal(regs, 2);
     assert_int_equal(deregs, 1);

@@ -77,10 +77,28 @@ static void vmm_is_the_mapping_not_the_reservation(void **state)
     assert_int_equal(query(drv_addr(2 * MIB + 4096), 4096, &info), REGCACHE_OK);
     assert_info(&info, drv_addr(2 * MIB), 2 * MIB, drv.allocs[b].id, 0,
                 REGCACHE_MEM_DEVICE);
-    assert_int_equal(query(drv_addr(0), 2 * MIB, &info), REGCACHE_OK);
+    assert_int_equal(info.flags, REGCACHE_MEM_MAPPING);
+    /* A request across both: the query describes the first mapping, and
+     * says it is one, so that the cache asks for the next. */
+    assert_int_equal(query(drv_addr(MIB), 2 * MIB, &info), REGCACHE_OK);
     assert_info(&info, drv_addr(0), 2 * MIB, drv.allocs[a].id, 0, REGCACHE_MEM_DEVICE);
-    /* Across both mappings: two allocations. */
-    assert_int_equal(query(drv_addr(MIB), 2 * MIB, &info), REGCACHE_ERR_RANGE);
+    assert_int_equal(info.flags, REGCACHE_MEM_MAPPING);
+}
+
+static void vmm_without_the_rdma_flag_is_refused(void **state)
+{
+    (void)state;
+    int a = drv_vmm(0, 4 * MIB, 0, 2 * MIB);
+    drv_set_rdma_capable(a, 0);
+    struct regcache_mem_info info;
+    assert_int_equal(query(drv_addr(4096), 4096, &info), REGCACHE_ERR_NOT_RDMA_CAPABLE);
+    assert_non_null(strstr(regcache_last_error(), "gpuDirectRDMACapable"));
+    /* Pool memory reports the flag 0 on driver 580 and registers fine: only
+     * VMM memory is held to it. */
+    int p = drv_pool(8 * MIB, MIB);
+    assert_int_equal(drv.allocs[p].rdma_capable, 0);
+    assert_int_equal(query(drv_addr(8 * MIB), 4096, &info), REGCACHE_OK);
+    assert_int_equal(info.flags, 0);
 }
 
 /* A mapping narrower than the allocation (an allocation across two driver
@@ -112,20 +130,7 @@ static void packed_small_allocations_are_separate(void **state)
     assert_info(&info, drv_addr(1024), 1000, drv.allocs[b].id, 0, REGCACHE_MEM_DEVICE);
     assert_int_equal(query(drv_addr(0), 1000, &info), REGCACHE_OK);
     assert_info(&info, drv_addr(0), 1000, drv.allocs[a].id, 0, REGCACHE_MEM_DEVICE);
-    assert_int_equal(query(drv_addr(0), 1001, &info), REGCACHE_ERR_RANGE);
-}
-
-static void range_past_the_allocation_end(void **state)
-{
-    (void)state;
-    drv_legacy(0, MIB);
-    struct regcache_mem_info info;
-    assert_int_equal(query(drv_addr(MIB - 4096), 4097, &info), REGCACHE_ERR_RANGE);
-    assert_non_null(strstr(regcache_last_error(), "past the end"));
-    /* No SYNC_MEMOPS for a range that will not be registered. */
-    assert_int_equal(drv.calls[FC_SET_ATTRIBUTE], 0);
-    assert_int_equal(query(drv_addr(MIB - 4096), 4096, &info), REGCACHE_OK);
-    assert_int_equal(drv.calls[FC_SET_ATTRIBUTE], 1);
+    assert_int_equal(info.flags, 0);
 }
 
 static void managed_is_reported_as_managed(void **state)
@@ -139,18 +144,18 @@ static void managed_is_reported_as_managed(void **state)
     assert_int_equal(drv.calls[FC_SET_ATTRIBUTE], 0);
 }
 
-static void host_memory_is_the_request_range(void **state)
+static void host_memory_is_its_allocation_or_the_request(void **state)
 {
     (void)state;
     int pinned = drv_pinned_host(0, MIB);
     char *heap = malloc(100);
     struct regcache_mem_info info;
-    /* Pinned host memory: the driver knows it, type HOST, with the buffer
-     * id that the tag check compares. */
+    /* Pinned host memory: the driver knows it, type HOST, its allocation
+     * and the buffer id that the tag check compares. */
     assert_int_equal(query(drv_addr(4096), 100, &info), REGCACHE_OK);
-    assert_info(&info, drv_addr(4096), 100, drv.allocs[pinned].id, REGCACHE_DEVICE_HOST,
+    assert_info(&info, drv_addr(0), MIB, drv.allocs[pinned].id, REGCACHE_DEVICE_HOST,
                 REGCACHE_MEM_HOST);
-    /* malloc memory: zeros from the driver. */
+    /* malloc memory: zeros from the driver; the request is all it knows. */
     assert_int_equal(query((uintptr_t)heap, 100, &info), REGCACHE_OK);
     assert_info(&info, (uintptr_t)heap, 100, 0, REGCACHE_DEVICE_HOST, REGCACHE_MEM_HOST);
     /* ... or INVALID_VALUE, as the single-attribute call reports it. */
@@ -308,11 +313,11 @@ int main(void)
         T(legacy_is_the_whole_allocation),
         T(pool_is_the_single_allocation_not_the_pool_chunk),
         T(vmm_is_the_mapping_not_the_reservation),
+        T(vmm_without_the_rdma_flag_is_refused),
         T(mapping_narrows_only_vmm_memory),
         T(packed_small_allocations_are_separate),
-        T(range_past_the_allocation_end),
         T(managed_is_reported_as_managed),
-        T(host_memory_is_the_request_range),
+        T(host_memory_is_its_allocation_or_the_request),
         T(freed_memory_is_host_to_the_query),
         T(sync_memops_set_only_when_unset),
         T(sync_memops_refused_by_vmm_is_not_an_error),

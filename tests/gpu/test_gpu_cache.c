@@ -140,10 +140,10 @@ static _Thread_local uintptr_t requested;
 static struct handle *_Atomic held_watch; /* must never be deregistered */
 static atomic_int watch_violations;
 
-static int counting_reg(void *arg, void *addr, size_t len, int device, void **out)
+static int counting_reg(void *arg, void *addr, size_t len, int device, int rail, void **out)
 {
     (void)arg;
-    (void)device;
+    (void)device, (void)rail;
     struct handle *h = calloc(1, sizeof *h);
     if (h == NULL)
         return ENOMEM;

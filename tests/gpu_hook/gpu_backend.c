@@ -22,9 +22,9 @@ static int buffer_id(uintptr_t addr, unsigned long long *id)
                : -1;
 }
 
-static int reg(void *arg, void *addr, size_t len, int device, void **handle)
+static int reg(void *arg, void *addr, size_t len, int device, int rail, void **handle)
 {
-    (void)arg, (void)device;
+    (void)arg, (void)device, (void)rail;
     struct record *r = malloc(sizeof *r);
     if (r == NULL)
         return 12; /* ENOMEM */

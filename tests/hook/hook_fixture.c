@@ -15,9 +15,9 @@ struct handle {
     size_t len;
 };
 
-static int reg(void *arg, void *addr, size_t len, int device, void **out)
+static int reg(void *arg, void *addr, size_t len, int device, int rail, void **out)
 {
-    (void)arg, (void)device;
+    (void)arg, (void)device, (void)rail;
     struct handle *h = test_malloc(sizeof *h);
     *h = (struct handle){ (uintptr_t)addr, len };
     *out = h;

@@ -102,18 +102,6 @@ static CUresult fake_pointer_set_attribute(const void *value,
     return in_alloc(p) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
-static CUresult fake_mem_get_address_range(CUdeviceptr *base, size_t *size,
-                                           CUdeviceptr p)
-{
-    if (!in_alloc(p))
-        return CUDA_ERROR_NOT_FOUND;
-    if (base)
-        *base = fake_cuda.alloc_base;
-    if (size)
-        *size = FAKE_CUDA_ALLOC_SIZE;
-    return CUDA_SUCCESS;
-}
-
 static CUresult fake_mem_get_handle(void *handle, CUdeviceptr p, size_t size,
                                     CUmemRangeHandleType type,
                                     unsigned long long flags)
@@ -210,7 +198,6 @@ static const struct rc_cuda_api fake_api = {
     .PointerGetAttribute = fake_pointer_get_attribute,
     .PointerGetAttributes = fake_pointer_get_attributes,
     .PointerSetAttribute = fake_pointer_set_attribute,
-    .MemGetAddressRange = fake_mem_get_address_range,
     .MemGetHandleForAddressRange = fake_mem_get_handle,
     .DeviceGet = fake_device_get,
     .DeviceGetCount = fake_device_get_count,

@@ -25,7 +25,7 @@ static const int verbs_errnos[] = {ENOMEM, ENOSPC, EAGAIN, EFAULT,
                                    EINVAL, EPERM,  EACCES, EOPNOTSUPP};
 #define N_ERRNOS (sizeof(verbs_errnos) / sizeof(verbs_errnos[0]))
 
-static struct regcache_backend be;
+static struct rc_backend be;
 
 static int teardown(void **state)
 {
@@ -36,14 +36,14 @@ static int teardown(void **state)
 
 static void make_backend(enum regcache_method method, int expect_method)
 {
-    struct regcache_params p = {
-        .size = sizeof(p),
-        .pd = fake_pd(),
-        .access = ACCESS,
-        .method = method,
-        .host_memory = 1,
-    };
+    struct regcache_params p;
     int used = -1;
+
+    regcache_params_init(&p);
+    p.pd = fake_pd();
+    p.access = ACCESS;
+    p.method = method;
+    p.host_memory = 1;
 
     if (method == REGCACHE_METHOD_PEERMEM)
         fake_sysfs_module("nvidia_peermem");
@@ -59,8 +59,11 @@ static void *gpu_addr(size_t offset)
 static int reg(void *addr, size_t len, int device, struct ibv_mr **mr)
 {
     void *handle = NULL;
-    int err = be.reg(be.arg, addr, len, device, &handle);
+    struct rc_shared shared = RC_SHARED_NONE;
+    int err = be.reg(be.arg, (uintptr_t)addr, len, device, 0, &shared, &handle);
     *mr = handle;
+    /* One rail: nothing stays shared after the registration. */
+    assert_int_equal(shared.fd, -1);
     return err;
 }
 

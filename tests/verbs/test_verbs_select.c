@@ -21,15 +21,15 @@
 static int create(enum regcache_method method, int host_memory,
                   int *method_used)
 {
-    struct regcache_params p = {
-        .size = sizeof(p),
-        .pd = fake_pd(),
-        .access = ACCESS,
-        .method = method,
-        .host_memory = host_memory,
-    };
-    struct regcache_backend be;
+    struct regcache_params p;
+    struct rc_backend be;
     int status;
+
+    regcache_params_init(&p);
+    p.pd = fake_pd();
+    p.access = ACCESS;
+    p.method = method;
+    p.host_memory = host_memory;
 
     *method_used = -1;
     status = rc_verbs_backend_create(&p, &be, method_used);
@@ -37,7 +37,7 @@ static int create(enum regcache_method method, int host_memory,
         assert_non_null(be.reg);
         assert_non_null(be.dereg);
         assert_non_null(be.arg);
-        assert_null(be.query);
+        assert_non_null(be.release_shared);
         rc_verbs_backend_destroy(&be);
     }
     assert_int_equal(fake_verbs.live_mrs, 0);
@@ -53,10 +53,12 @@ static void assert_error_mentions(const char *what)
 
 static void test_null_pd_is_invalid(void **state)
 {
-    struct regcache_params p = {.size = sizeof(p), .access = ACCESS};
-    struct regcache_backend be;
+    struct regcache_params p;
+    struct rc_backend be;
     int used = -1;
     (void)state;
+    regcache_params_init(&p);
+    p.access = ACCESS;
     assert_int_equal(rc_verbs_backend_create(&p, &be, &used),
                      REGCACHE_ERR_INVALID);
     assert_error_mentions("pd");

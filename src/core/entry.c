@@ -1,0 +1,34 @@
+/* The hold protocol's slow side (see entry.h): what evictors and
+ * invalidators do, under the cache lock. */
+#include "entry.h"
+
+#include "threads.h"
+
+bool rc_entry_held(const struct regcache_entry *e)
+{
+    return (atomic_load_explicit(&((struct regcache_entry *)e)->refs, memory_order_acquire) &
+            RC_COUNT_MASK) ||
+           rc_thread_holds(e);
+}
+
+bool rc_entry_claim_unused(struct regcache_entry *e)
+{
+    unsigned expected = 0;
+    if (!atomic_compare_exchange_strong_explicit(&e->refs, &expected, RC_DETACHED,
+                                                 memory_order_seq_cst, memory_order_relaxed))
+        return false;
+    atomic_thread_fence(memory_order_seq_cst);
+    if (!rc_thread_holds(e))
+        return true;
+    /* A hit published its slot before the mark: it holds the entry, which
+     * stays.  Hits that saw the mark meanwhile just look again. */
+    atomic_fetch_and_explicit(&e->refs, ~RC_DETACHED, memory_order_seq_cst);
+    return false;
+}
+
+bool rc_entry_detach(struct regcache_entry *e)
+{
+    unsigned old = atomic_fetch_or_explicit(&e->refs, RC_DETACHED, memory_order_seq_cst);
+    atomic_thread_fence(memory_order_seq_cst);
+    return (old & RC_COUNT_MASK) == 0 && !rc_thread_holds(e);
+}

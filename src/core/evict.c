@@ -1,0 +1,44 @@
+/* Eviction: least-recently-used unused entries of one device leave when its
+ * budget or the backend's resources run out. */
+#include "cache.h"
+
+size_t rc_evict_locked(struct regcache *c, struct rc_device *d, size_t max_bytes,
+                       size_t max_entries, atomic_uint_fast64_t *counter,
+                       struct regcache_entry **victims)
+{
+    size_t n = 0;
+    uint64_t now = atomic_load_explicit(&c->epoch, memory_order_relaxed);
+    while (atomic_load_explicit(&d->bytes, memory_order_relaxed) > max_bytes ||
+           atomic_load_explicit(&d->entries, memory_order_relaxed) > max_entries) {
+        struct regcache_entry *e = rc_lru_pop_unused(&d->lru, now);
+        if (!e)
+            break;
+        rc_unlink_locked(c, e);
+        rc_victim_push(victims, e);
+        if (counter)
+            rc_count(counter);
+        n++;
+    }
+    return n;
+}
+
+void rc_make_room_locked(struct regcache *c, struct rc_device *d, size_t len,
+                         struct regcache_entry **victims)
+{
+    size_t max_bytes = atomic_load_explicit(&d->max_bytes, memory_order_relaxed);
+    size_t max_entries = atomic_load_explicit(&d->max_entries, memory_order_relaxed);
+    rc_evict_locked(c, d, max_bytes > len ? max_bytes - len : 0, max_entries - 1,
+                    &d->n.evictions, victims);
+}
+
+void rc_trim(struct regcache *c, struct rc_device *d)
+{
+    struct regcache_entry *victims = NULL;
+    pthread_mutex_lock(&c->lock);
+    rc_evict_locked(c, d, atomic_load_explicit(&d->max_bytes, memory_order_relaxed),
+                    atomic_load_explicit(&d->max_entries, memory_order_relaxed),
+                    &d->n.evictions, &victims);
+    rc_check_locked(c);
+    pthread_mutex_unlock(&c->lock);
+    rc_release_victims(c, victims);
+}

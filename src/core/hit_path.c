@@ -1,0 +1,303 @@
+/* The hit path: regcache_get() finding a cached entry, and regcache_put().
+ *
+ * What a hit costs (HOOKS mode): a hash of the page and a probe of one
+ * page-index shard (its line, one slot line and the entry's first line, all
+ * only read, so every core keeps them); one store to a hold slot of the
+ * calling thread's own record and one seq_cst fence (the only expensive
+ * instruction, about 8 ns on the 32-core Xeon); a second load of the
+ * shard's count and of the entry's mark; a plain increment of the thread's
+ * own hit counter.  Its put is a store to the slot, a compiler barrier, a
+ * load of the entry's mark, of the epoch and of the device's byte count,
+ * and - only when the LRU epoch moved since the entry's last use - a store
+ * of the epoch into the entry.  No line that another thread writes is
+ * written.  TAG_CHECK adds one buffer-id query per mapping the entry spans.
+ * Everything else (misses, a thread with all slots in use, budgets, debug
+ * checks, errors) is out of line. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "asym_fence.h"
+#include "cache.h"
+#include "last_error.h"
+#include "threads.h"
+
+#define COLD __attribute__((noinline, cold))
+
+/* Bit 0 of a handle: a slot hold (the slot's address); else a counted hold
+ * (the entry's address, rail in bits 1-5). */
+#define HANDLE_SLOT ((uintptr_t)1)
+
+regcache_entry_t *rc_counted_handle(struct regcache_entry *e, unsigned rail)
+{
+    return (regcache_entry_t *)((uintptr_t)e | ((uintptr_t)rail << 1));
+}
+
+static COLD int bad_get(const struct regcache *c, const void *addr, size_t len, unsigned rail,
+                        regcache_entry_t **out)
+{
+    if (!c || !addr || !out)
+        return rc_fail(REGCACHE_ERR_INVALID, "regcache_get: %s is NULL",
+                       !c ? "cache" : !addr ? "addr" : "entry");
+    if (len == 0)
+        return rc_fail(REGCACHE_ERR_INVALID, "regcache_get: len is 0");
+    if (len > UINTPTR_MAX - (uintptr_t)addr)
+        return rc_fail(REGCACHE_ERR_INVALID, "regcache_get: %p + %zu wraps the address space",
+                       addr, len);
+    if (rail >= c->rails)
+        return rc_fail(REGCACHE_ERR_INVALID, "regcache_get: rail %u, but the cache has %u",
+                       rail, c->rails);
+    return rc_fail(REGCACHE_ERR_FORKED,
+                   "regcache_get: the cache was created before fork(); create one in the child");
+}
+
+/* TAG_CHECK: every mapping the entry spans still carries its buffer id. */
+static bool tags_current(const struct regcache *c, const struct regcache_entry *e,
+                         uintptr_t start)
+{
+    uint64_t id;
+    if (!e->buffer_id)
+        return true;
+    if (!e->more)
+        return c->mem.read_tag(c->mem.ctx, (const void *)start, &id) == REGCACHE_OK &&
+               id == e->buffer_id;
+    if (c->mem.read_tag(c->mem.ctx, (const void *)e->match_start, &id) != REGCACHE_OK ||
+        id != e->buffer_id)
+        return false;
+    for (uint32_t i = 0; i < e->nmore; i++)
+        if (c->mem.read_tag(c->mem.ctx, (const void *)e->more[i].base, &id) != REGCACHE_OK ||
+            id != e->more[i].buffer_id)
+            return false;
+    return true;
+}
+
+/* A hit whose buffer id changed: the memory was freed (and maybe
+ * reallocated) behind the cache's back.  The caller still holds e. */
+static COLD void tag_invalidate(struct regcache *c, struct regcache_entry *e)
+{
+    struct regcache_entry *victims = NULL;
+    pthread_mutex_lock(&c->lock);
+    if (e->state == RC_READY) {
+        rc_detach_locked(c, e, &victims);
+        rc_count(&c->dev[e->device_slot].n.invalidations[RC_BY_TAG]);
+    }
+    pthread_mutex_unlock(&c->lock);
+    rc_release_victims(c, victims);
+}
+
+/* Let go of a slot hold: the slot store, then - for an entry that left the
+ * cache meanwhile - the release that its detacher left to the last holder
+ * (asym_fence.h: the detacher pays for the fence this side omits). */
+static inline void release_slot(struct regcache *c, _Atomic uintptr_t *slot,
+                                struct regcache_entry *e)
+{
+    atomic_store_explicit(slot, 0, memory_order_release);
+    rc_fence_light();
+    if (__builtin_expect(rc_entry_is_detached(e), 0))
+        rc_release_if_unheld(c, e);
+}
+
+static inline _Atomic uintptr_t *free_slot(struct rc_thread *t)
+{
+    for (unsigned k = 0; k < RC_HOLD_SLOTS; k++) {
+        unsigned i = (t->hint + k) % RC_HOLD_SLOTS;
+        if (!atomic_load_explicit(&t->holds[i], memory_order_relaxed)) {
+            t->hint = i;
+            return &t->holds[i];
+        }
+    }
+    return NULL;
+}
+
+static inline void count_hit(struct regcache *c, struct rc_thread *t, int slot)
+{
+    if (__builtin_expect(c->hit_id >= 0, 1))
+        rc_thread_count_hit(t, (unsigned)c->hit_id, slot);
+    else
+        rc_count(&c->dev[slot].n.shared_hits);
+}
+
+/* Serve [start, end) from the page index with a slot hold: 1 when served,
+ * 0 when the slow path must (no entry, no free slot, rail not registered,
+ * tag changed, or the index kept changing under the probe). */
+static inline int try_hit(struct regcache *c, uintptr_t start, uintptr_t end, unsigned rail,
+                          regcache_entry_t **out)
+{
+    struct rc_thread *t = rc_thread_self();
+    if (__builtin_expect(!t, 0))
+        return 0;
+    for (int attempt = 0; attempt < 4; attempt++) {
+        struct rc_probe probe;
+        struct regcache_entry *e = rc_page_index_find(&c->index, start, end, &probe);
+        if (!e)
+            return 0;
+        _Atomic uintptr_t *slot = free_slot(t);
+        if (!slot)
+            return 0;
+        atomic_store_explicit(slot, (uintptr_t)e | rail, memory_order_relaxed);
+        atomic_thread_fence(memory_order_seq_cst);
+        if (rc_page_index_unchanged(&probe) && !rc_entry_is_detached(e)) {
+            bool current = !c->tag_check || tags_current(c, e, start);
+            if (current && (atomic_load_explicit(&e->rails_ready, memory_order_acquire) >> rail & 1)) {
+                count_hit(c, t, e->device_slot);
+                *out = (regcache_entry_t *)((uintptr_t)slot | HANDLE_SLOT);
+                return 1;
+            }
+            if (!current)
+                tag_invalidate(c, e);
+            release_slot(c, slot, e);
+            return 0;
+        }
+        /* The entry was being replaced or evicted while we looked. */
+        release_slot(c, slot, e);
+    }
+    return 0;
+}
+
+static inline int get(regcache_t *c, unsigned rail, const void *addr, size_t len,
+                      regcache_entry_t **out)
+{
+    uintptr_t start = (uintptr_t)addr;
+    if (__builtin_expect(!c || !addr || !out || len == 0 || len > UINTPTR_MAX - start ||
+                             rail >= c->rails || rc_forked(c),
+                         0)) {
+        if (out)
+            *out = NULL;
+        return bad_get(c, addr, len, rail, out);
+    }
+    if (try_hit(c, start, start + len, rail, out))
+        return REGCACHE_OK;
+    *out = NULL;
+    return rc_slow_get(c, start, start + len, rail, out);
+}
+
+int regcache_get(regcache_t *c, const void *addr, size_t len, regcache_entry_t **out)
+{
+    return get(c, 0, addr, len, out);
+}
+
+int regcache_get_rail(regcache_t *c, unsigned rail, const void *addr, size_t len,
+                      regcache_entry_t **out)
+{
+    return get(c, rail, addr, len, out);
+}
+
+/* ------------------------------------------------------------------------ */
+/* put                                                                       */
+/* ------------------------------------------------------------------------ */
+
+#ifdef RC_DEBUG
+static COLD void misused_put(const char *what, const void *handle)
+{
+    fprintf(stderr, "regcache_put(%p): %s\n", handle, what);
+    abort();
+}
+#endif
+
+/* A slot found empty: a second put of the same hold, or a hold taken before
+ * fork() (the child forgets those). */
+static COLD void put_of_empty_slot(const void *handle)
+{
+#ifdef RC_DEBUG
+    if (rc_fork_generation() == 0)
+        misused_put("the entry was already put (double put)", handle);
+#else
+    (void)handle;
+#endif
+}
+
+static COLD void release_counted(struct regcache *c, struct regcache_entry *e)
+{
+    rc_release_if_unheld(c, e);
+}
+
+void regcache_put(regcache_t *cache, regcache_entry_t *h)
+{
+    uintptr_t v = (uintptr_t)h;
+    _Atomic uintptr_t *slot = NULL;
+    struct regcache_entry *e;
+    if (!h)
+        return;
+    if (v & HANDLE_SLOT) {
+        slot = (_Atomic uintptr_t *)(v & ~(uintptr_t)7);
+        e = (struct regcache_entry *)(atomic_load_explicit(slot, memory_order_relaxed) &
+                                      ~RC_HOLD_RAIL_MASK);
+        if (__builtin_expect(!e, 0)) {
+            put_of_empty_slot(h);
+            return;
+        }
+    } else {
+        e = (struct regcache_entry *)(v & ~RC_HOLD_RAIL_MASK);
+    }
+    struct regcache *c = e->cache;
+#ifdef RC_DEBUG
+    if (cache && cache != c)
+        misused_put("the entry belongs to another cache", h);
+#else
+    (void)cache;
+#endif
+    if (__builtin_expect(rc_forked(c), 0))
+        return; /* the registrations are the parent's */
+    struct rc_device *d = &c->dev[e->device_slot];
+    /* Everything put needs from e is done before the hold goes: from then
+     * on an evictor may recycle it. */
+    uint64_t now = atomic_load_explicit(&c->epoch, memory_order_relaxed);
+    if (atomic_load_explicit(&e->last_use, memory_order_relaxed) != now)
+        atomic_store_explicit(&e->last_use, now, memory_order_relaxed);
+    if (rc_thread_current)
+        rc_thread_log_use(rc_thread_current, e);
+    if (slot) {
+        release_slot(c, slot, e);
+    } else {
+        unsigned old = atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel);
+#ifdef RC_DEBUG
+        if (!(old & RC_COUNT_MASK))
+            misused_put("the entry was already put (double put)", h);
+#endif
+        if (__builtin_expect((old & RC_DETACHED) && (old & RC_COUNT_MASK) == 1, 0))
+            release_counted(c, e);
+    }
+    /* Held entries may push a device past its budget; it binds again as
+     * soon as they are put. */
+    if (__builtin_expect(rc_over_budget(d), 0))
+        rc_trim(c, d);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Entries                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* The entry and rail a live handle stands for. */
+static struct regcache_entry *decode(const regcache_entry_t *h, unsigned *rail)
+{
+    uintptr_t v = (uintptr_t)h;
+    if (v & HANDLE_SLOT)
+        v = atomic_load_explicit((_Atomic uintptr_t *)(v & ~(uintptr_t)7), memory_order_relaxed);
+    else
+        v = (v & ~RC_HOLD_RAIL_MASK) | ((v >> 1) & 31);
+    *rail = (unsigned)(v & RC_HOLD_RAIL_MASK);
+    return (struct regcache_entry *)(v & ~RC_HOLD_RAIL_MASK);
+}
+
+void *regcache_entry_handle(const regcache_entry_t *h)
+{
+    unsigned rail;
+    struct regcache_entry *e = h ? decode(h, &rail) : NULL;
+    return e ? e->handles[rail] : NULL;
+}
+
+struct ibv_mr *regcache_entry_mr(const regcache_entry_t *h)
+{
+    unsigned rail;
+    struct regcache_entry *e = h ? decode(h, &rail) : NULL;
+    return e && e->cache->builtin ? e->handles[rail] : NULL;
+}
+
+void regcache_entry_range(const regcache_entry_t *h, uintptr_t *start, size_t *len)
+{
+    unsigned rail;
+    struct regcache_entry *e = h ? decode(h, &rail) : NULL;
+    if (start)
+        *start = e ? e->node.start : 0;
+    if (len)
+        *len = e ? rc_entry_len(e) : 0;
+}

@@ -1,0 +1,151 @@
+/* Invalidation: entries leave when their memory goes away (invalidate,
+ * notify_free) or when asked to (flush, destroy).
+ *
+ * A miss is invisible to invalidation between its memory query and the
+ * moment its entry joins the cache: an invalidation in that window would be
+ * lost, and the miss would cache a registration of memory that is gone.  So
+ * every miss announces itself (rc_miss_enter) before it queries, every
+ * invalidation that may concern a miss is logged with a sequence number,
+ * and the miss, before it publishes, asks whether anything overlapping its
+ * range was logged since it began; if so its registration is handed out
+ * once and never cached. */
+#include "cache.h"
+#include "last_error.h"
+
+uint64_t rc_miss_enter(struct regcache *c)
+{
+    /* The increment comes first: an invalidation that does not see it (and
+     * so takes its fast path) finished before this miss's query began. */
+    atomic_fetch_add_explicit(&c->inflight, 1, memory_order_seq_cst);
+    return atomic_load_explicit(&c->inval_seq, memory_order_seq_cst);
+}
+
+void rc_miss_leave(struct regcache *c)
+{
+    atomic_fetch_sub_explicit(&c->inflight, 1, memory_order_seq_cst);
+}
+
+bool rc_invalidated_since_locked(struct regcache *c, uint64_t seq, uintptr_t start, uintptr_t end)
+{
+    uint64_t now = atomic_load_explicit(&c->inval_seq, memory_order_relaxed);
+    if (now - seq > RC_INVAL_LOG)
+        return true; /* the log has wrapped: assume the worst */
+    for (uint64_t s = seq + 1; s <= now; s++)
+        if (c->inval_log[s % RC_INVAL_LOG].start < end &&
+            start < c->inval_log[s % RC_INVAL_LOG].end)
+            return true;
+    return false;
+}
+
+static void log_locked(struct regcache *c, uintptr_t start, uintptr_t end)
+{
+    uint64_t seq = atomic_load_explicit(&c->inval_seq, memory_order_relaxed) + 1;
+    c->inval_log[seq % RC_INVAL_LOG].start = start;
+    c->inval_log[seq % RC_INVAL_LOG].end = end;
+    atomic_store_explicit(&c->inval_seq, seq, memory_order_seq_cst);
+}
+
+static struct regcache_entry *entry_of(struct rc_itree_node *n)
+{
+    return (struct regcache_entry *)((char *)n - offsetof(struct regcache_entry, node));
+}
+
+static int collect(struct rc_itree_node *n, void *list)
+{
+    rc_list_push(list, entry_of(n));
+    return 0;
+}
+
+void rc_cache_invalidate(struct regcache *c, uintptr_t start, uintptr_t end, enum rc_cause cause)
+{
+    struct regcache_entry *victims = NULL, *found = NULL;
+    pthread_mutex_lock(&c->lock);
+    log_locked(c, start, end);
+    rc_itree_visit_overlaps(&c->tree, start, end, collect, &found);
+    while (found) {
+        struct regcache_entry *e = found;
+        found = e->link_next;
+        /* The tree holds registered ranges; an entry goes only when its own
+         * allocation overlaps, so freeing one allocation packed into a page
+         * spares its neighbours. */
+        if (rc_entry_overlaps(e, start, end)) {
+            rc_detach_locked(c, e, &victims);
+            rc_count(&c->dev[e->device_slot].n.invalidations[cause]);
+        }
+    }
+    rc_sweep_locked(c, &victims);
+    rc_check_locked(c);
+    pthread_mutex_unlock(&c->lock);
+    rc_release_victims(c, victims);
+}
+
+/* Why reading the filter without the lock is enough: an entry is added to
+ * the filter under the lock before its miss leaves (a seq_cst decrement
+ * that this thread's seq_cst load of inflight synchronises with), and a
+ * miss still in flight makes inflight non-zero, which sends this call to
+ * the slow path, where it is logged. */
+void rc_cache_notify(struct regcache *c, uintptr_t start, uintptr_t end)
+{
+    if (!atomic_load_explicit(&c->inflight, memory_order_seq_cst) &&
+        !rc_filter_may_overlap(&c->filter, start, end))
+        return;
+    rc_cache_invalidate(c, start, end, RC_BY_NOTIFY);
+}
+
+int regcache_invalidate(regcache_t *c, const void *addr, size_t len)
+{
+    uintptr_t start = (uintptr_t)addr;
+    if (!c)
+        return rc_fail(REGCACHE_ERR_INVALID, "regcache_invalidate: cache is NULL");
+    if (len == 0 || len > UINTPTR_MAX - start)
+        return rc_fail(REGCACHE_ERR_INVALID, "regcache_invalidate: %p + %zu is %s", addr, len,
+                       len ? "wrapping the address space" : "empty");
+    if (rc_forked(c))
+        return rc_fail(REGCACHE_ERR_FORKED, "regcache_invalidate: the cache was created before "
+                                            "fork()");
+    rc_cache_invalidate(c, start, start + len, RC_BY_EXPLICIT);
+    return REGCACHE_OK;
+}
+
+int regcache_flush(regcache_t *c)
+{
+    if (!c)
+        return rc_fail(REGCACHE_ERR_INVALID, "regcache_flush: cache is NULL");
+    if (rc_forked(c))
+        return rc_fail(REGCACHE_ERR_FORKED, "regcache_flush: the cache was created before fork()");
+    struct regcache_entry *victims = NULL;
+    pthread_mutex_lock(&c->lock);
+    for (int i = 0; i < RC_DEVICE_SLOTS; i++)
+        rc_evict_locked(c, &c->dev[i], 0, 0, NULL, &victims);
+    rc_sweep_locked(c, &victims);
+    rc_check_locked(c);
+    pthread_mutex_unlock(&c->lock);
+    rc_release_victims(c, victims);
+    return REGCACHE_OK;
+}
+
+static void drain_visit(struct rc_itree_node *n, void *list)
+{
+    rc_list_push(list, entry_of(n));
+}
+
+void rc_cache_drain(struct regcache *c)
+{
+    struct regcache_entry *victims = NULL, *all = NULL;
+    bool child = rc_forked(c);
+    /* In a fork child another thread may have held the lock at fork time;
+     * the child must not wait for it. */
+    if (!child)
+        pthread_mutex_lock(&c->lock);
+    rc_itree_visit_all(&c->tree, drain_visit, &all);
+    while (all) {
+        struct regcache_entry *e = all;
+        all = e->link_next;
+        rc_unlink_locked(c, e);
+        rc_victim_push(&victims, e);
+    }
+    rc_drain_entries_locked(c, &victims);
+    if (!child)
+        pthread_mutex_unlock(&c->lock);
+    rc_release_victims(c, victims);
+}

@@ -1,0 +1,355 @@
+/* The slow path of a get: the memory is described, the cache is searched
+ * under its lock, and what is missing is registered without it - a new
+ * entry, or an existing entry's registration on another rail.
+ *
+ * One registration is in flight per entry at a time (its first, or one more
+ * rail): concurrent gets that need the same entry wait for it instead of
+ * registering the memory again, except the registering thread itself (a
+ * backend callback asking for its own range), which is told so. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache.h"
+#include "last_error.h"
+#include "threads.h"
+
+#define COLD __attribute__((noinline, cold))
+
+/* The thread a registration belongs to: the address of a thread-local is
+ * unique among live threads and needs no record. */
+static const void *self_token(void)
+{
+    return &rc_thread_current;
+}
+
+/* The buffer id at addr by a list of mappings (base0, id0, more...). */
+static uint64_t id_at(uintptr_t base0, uint64_t id0, const struct rc_mapping *more,
+                      uint32_t nmore, uintptr_t addr)
+{
+    uint64_t id = id0;
+    (void)base0;
+    for (uint32_t i = 0; i < nmore && more[i].base <= addr; i++)
+        id = more[i].buffer_id;
+    return id;
+}
+
+static uint64_t entry_id_at(const struct regcache_entry *e, uintptr_t addr)
+{
+    return id_at(e->match_start, e->buffer_id, e->more, e->nmore, addr);
+}
+
+static uint64_t want_id_at(const struct rc_want *w, uintptr_t addr)
+{
+    return id_at(w->match_start, w->buffer_id, w->more, w->nmore, addr);
+}
+
+/* Do e and w say different buffer ids anywhere both describe?  Then e is a
+ * registration of memory that was freed and reallocated at the same
+ * address: it must go, whatever the validation mode. */
+static bool stale(const struct regcache_entry *e, const struct rc_want *w)
+{
+    uintptr_t lo = e->match_start > w->match_start ? e->match_start : w->match_start;
+    uintptr_t hi = e->match_end < w->match_end ? e->match_end : w->match_end;
+    if (lo >= hi)
+        return false;
+    /* Ids change only at mapping bases: check where either list starts one. */
+    uintptr_t points[1 + 2 * 8];
+    unsigned n = 0;
+    points[n++] = lo;
+    for (uint32_t i = 0; i < e->nmore && n < 9; i++)
+        if (e->more[i].base > lo && e->more[i].base < hi)
+            points[n++] = e->more[i].base;
+    for (uint32_t i = 0; i < w->nmore && n < 17; i++)
+        if (w->more[i].base > lo && w->more[i].base < hi)
+            points[n++] = w->more[i].base;
+    for (unsigned i = 0; i < n; i++) {
+        uint64_t a = entry_id_at(e, points[i]), b = want_id_at(w, points[i]);
+        if (a && b && a != b)
+            return true;
+    }
+    return false;
+}
+
+/* Does e serve w: it covers the request, over the same memory? */
+static bool serves(const struct regcache_entry *e, const struct rc_want *w)
+{
+    if (!rc_entry_covers(e, w->start, w->end) || e->buffer_id != w->buffer_id ||
+        e->nmore != w->nmore)
+        return false;
+    for (uint32_t i = 0; i < w->nmore; i++)
+        if (e->more[i].base != w->more[i].base || e->more[i].buffer_id != w->more[i].buffer_id)
+            return false;
+    return true;
+}
+
+struct lookup {
+    const struct rc_want *want;
+    struct regcache_entry *found, *busy, *stale;
+};
+
+static struct regcache_entry *entry_of(struct rc_itree_node *n)
+{
+    return (struct regcache_entry *)((char *)n - offsetof(struct regcache_entry, node));
+}
+
+static int lookup_visit(struct rc_itree_node *n, void *arg)
+{
+    struct lookup *l = arg;
+    struct regcache_entry *e = entry_of(n);
+    if (stale(e, l->want)) {
+        rc_list_push(&l->stale, e);
+        return 0;
+    }
+    if (!serves(e, l->want))
+        return 0;
+    if (e->state == RC_PENDING || e->rails_pending) {
+        l->busy = e;
+        return 0;
+    }
+    l->found = e;
+    return 1;
+}
+
+/* Under the lock: a ready entry serving w, or NULL with *busy set to an
+ * entry whose registration in flight will serve it.  Stale entries met on
+ * the way leave the cache. */
+static struct regcache_entry *lookup_locked(struct regcache *c, const struct rc_want *w,
+                                            struct regcache_entry **busy,
+                                            struct regcache_entry **victims)
+{
+    struct lookup l = {.want = w};
+    rc_itree_visit_overlaps(&c->tree, w->start, w->end, lookup_visit, &l);
+    while (l.stale) {
+        struct regcache_entry *e = l.stale;
+        l.stale = e->link_next;
+        rc_detach_locked(c, e, victims);
+        rc_count(&c->dev[e->device_slot].n.invalidations[RC_BY_TAG]);
+    }
+    *busy = l.found ? NULL : l.busy;
+    return l.found;
+}
+
+static COLD int hold_limit(const struct regcache_entry *e)
+{
+    return rc_fail(REGCACHE_ERR_HOLD_LIMIT,
+                   "the entry for [%#jx, %#jx) already has %u holders (gets without put)",
+                   (uintmax_t)e->match_start, (uintmax_t)e->match_end, RC_COUNT_MASK);
+}
+
+static COLD int reentrant(const struct rc_want *w)
+{
+    return rc_fail(REGCACHE_ERR_REENTRANT,
+                   "get of [%p, %p) from the backend callback that is registering it",
+                   (void *)w->start, (void *)w->end);
+}
+
+/* Under the lock: a new pending entry for w, held by this thread, in the
+ * tree so that concurrent misses wait for it. */
+static struct regcache_entry *new_pending_locked(struct regcache *c, struct rc_want *w)
+{
+    struct regcache_entry *e = rc_entry_new_locked(c);
+    if (!e)
+        return NULL;
+    atomic_store_explicit(&e->match_start, w->match_start, memory_order_relaxed);
+    atomic_store_explicit(&e->match_end, w->match_end, memory_order_relaxed);
+    atomic_store_explicit(&e->rails_ready, 0, memory_order_relaxed);
+    e->buffer_id = w->buffer_id;
+    e->cache = c;
+    e->more = w->more;
+    e->nmore = w->nmore;
+    w->more = NULL; /* the entry owns the list now */
+    w->nmore = 0;
+    e->device_slot = w->slot;
+    e->device = w->device;
+    atomic_store_explicit(&e->last_use, 0, memory_order_relaxed);
+    memset(e->handles, 0, sizeof(e->handles));
+    memset(&e->node, 0, sizeof(e->node));
+    e->node.start = w->reg_start;
+    e->node.end = w->reg_end;
+    e->state = RC_PENDING;
+    e->rails_pending = 0;
+    e->registrant = self_token();
+    e->shared = RC_SHARED_NONE;
+    e->heap_key = 0;
+    e->heap_idx = RC_LRU_NONE;
+    e->pages = e->pages_inline;
+    e->npages = 0;
+    e->pages_cap = RC_INLINE_PAGES;
+    e->link_next = e->link_prev = NULL;
+    /* In the pool refs read detached, so no stale reader raised them: a
+     * plain store is safe, and from here on they change only atomically. */
+    atomic_store_explicit(&e->refs, 1, memory_order_release);
+    rc_itree_insert(&c->tree, &e->node);
+    return e;
+}
+
+static void raise_peak(atomic_uint_fast64_t *peak, uint64_t now)
+{
+    uint64_t old = atomic_load_explicit(peak, memory_order_relaxed);
+    while (now > old && !atomic_compare_exchange_weak_explicit(peak, &old, now,
+                                                                memory_order_relaxed,
+                                                                memory_order_relaxed)) {
+    }
+}
+
+/* Under the lock: a registered entry joins the cache.  Fails only when the
+ * LRU heap cannot grow. */
+static int publish_locked(struct regcache *c, struct regcache_entry *e, uintptr_t start)
+{
+    struct rc_device *d = &c->dev[e->device_slot];
+    /* Stamped with the epoch that ends here: anything used after this
+     * registration is more recent than it (lru.h). */
+    atomic_store_explicit(&e->last_use, atomic_load_explicit(&c->epoch, memory_order_relaxed),
+                          memory_order_relaxed);
+    if (rc_lru_push(&d->lru, e) != REGCACHE_OK)
+        return REGCACHE_ERR_NO_MEMORY;
+    atomic_fetch_add_explicit(&c->epoch, 1, memory_order_relaxed);
+    e->state = RC_READY;
+    rc_filter_add(&c->filter, e->match_start, e->match_end);
+    atomic_fetch_add_explicit(&d->entries, 1, memory_order_relaxed);
+    size_t len = rc_entry_len(e);
+    raise_peak(&d->n.peak_bytes,
+               atomic_fetch_add_explicit(&d->bytes, len, memory_order_relaxed) + len);
+    raise_peak(&c->peak_bytes,
+               atomic_fetch_add_explicit(&c->total_bytes, len, memory_order_relaxed) + len);
+    /* The hit path finds it from now on (a failure only costs hits). */
+    rc_page_index_add(&c->index, e, start);
+    return REGCACHE_OK;
+}
+
+/* Register a new entry for w and decide its fate: it joins the cache, or -
+ * when an invalidation overlapped it after this miss's query - it is handed
+ * out once. */
+static int register_new(struct regcache *c, struct rc_want *w, uint64_t seq, unsigned rail,
+                        regcache_entry_t **out, struct regcache_entry **victims)
+{
+    struct regcache_entry *e = new_pending_locked(c, w);
+    if (!e) {
+        pthread_mutex_unlock(&c->lock);
+        return rc_fail(REGCACHE_ERR_NO_MEMORY, "out of memory allocating a cache entry");
+    }
+    struct rc_device *d = &c->dev[w->slot];
+    rc_count(&d->n.misses);
+    rc_make_room_locked(c, d, rc_entry_len(e), victims);
+    pthread_mutex_unlock(&c->lock);
+    rc_release_victims(c, *victims);
+    *victims = NULL;
+
+    int rc = rc_register_rail(c, e, rail);
+
+    pthread_mutex_lock(&c->lock);
+    bool detached = rc_entry_is_detached(e);
+    if (rc == REGCACHE_OK)
+        atomic_store_explicit(&e->rails_ready, 1u << rail, memory_order_release);
+    if (rc == REGCACHE_OK && !detached &&
+        !rc_invalidated_since_locked(c, seq, e->match_start, e->match_end) &&
+        publish_locked(c, e, w->start) == REGCACHE_OK) {
+        *out = rc_counted_handle(e, rail);
+    } else {
+        if (!detached)
+            rc_itree_remove(&c->tree, &e->node);
+        if (rc == REGCACHE_OK) {
+            /* Registered memory that may be gone already: the caller uses
+             * it once; its put deregisters it. */
+            atomic_fetch_or_explicit(&e->refs, RC_DETACHED, memory_order_seq_cst);
+            rc_zombie_locked(c, e);
+            rc_count(&d->n.one_shots);
+            *out = rc_counted_handle(e, rail);
+        } else {
+            atomic_store_explicit(&e->refs, RC_DETACHED, memory_order_relaxed);
+            rc_victim_push(victims, e);
+        }
+    }
+    pthread_cond_broadcast(&c->registered);
+    rc_check_locked(c);
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+/* A ready entry lacks `rail`: register it there, holding the entry. */
+static int register_rail(struct regcache *c, struct regcache_entry *e, unsigned rail,
+                         regcache_entry_t **out, struct regcache_entry **victims)
+{
+    int rc = rc_entry_try_hold(e);
+    if (rc != REGCACHE_OK) {
+        pthread_mutex_unlock(&c->lock);
+        return hold_limit(e);
+    }
+    e->rails_pending = 1u << rail;
+    e->registrant = self_token();
+    pthread_mutex_unlock(&c->lock);
+
+    rc = rc_register_rail(c, e, rail);
+
+    pthread_mutex_lock(&c->lock);
+    e->rails_pending = 0;
+    if (rc == REGCACHE_OK) {
+        unsigned ready = atomic_load_explicit(&e->rails_ready, memory_order_relaxed) | 1u << rail;
+        atomic_store_explicit(&e->rails_ready, ready, memory_order_release);
+        rc_count(&c->dev[e->device_slot].n.misses);
+        *out = rc_counted_handle(e, rail);
+    }
+    pthread_cond_broadcast(&c->registered);
+    pthread_mutex_unlock(&c->lock);
+    if (rc != REGCACHE_OK)
+        regcache_put(c, rc_counted_handle(e, rail));
+    (void)victims;
+    return rc;
+}
+
+/* With the memory described: serve w from the cache, waiting for a
+ * registration in flight, or register. */
+static int serve(struct regcache *c, struct rc_want *w, uint64_t seq, unsigned rail,
+                 regcache_entry_t **out)
+{
+    struct regcache_entry *victims = NULL, *e, *busy;
+    int rc;
+    pthread_mutex_lock(&c->lock);
+    rc_sweep_locked(c, &victims);
+    for (;;) {
+        e = lookup_locked(c, w, &busy, &victims);
+        if (e || !busy)
+            break;
+        if (busy->registrant == self_token()) {
+            pthread_mutex_unlock(&c->lock);
+            rc_release_victims(c, victims);
+            return reentrant(w);
+        }
+        pthread_cond_wait(&c->registered, &c->lock);
+    }
+    if (!e) {
+        rc = register_new(c, w, seq, rail, out, &victims);
+    } else if (!(atomic_load_explicit(&e->rails_ready, memory_order_relaxed) >> rail & 1)) {
+        rc = register_rail(c, e, rail, out, &victims);
+    } else {
+        /* Registered by a thread this one waited for, or not yet indexed
+         * under this request's page. */
+        rc = rc_entry_try_hold(e);
+        if (rc == REGCACHE_OK) {
+            rc_page_index_add(&c->index, e, w->start);
+            rc_count(&c->dev[e->device_slot].n.slow_hits);
+            *out = rc_counted_handle(e, rail);
+        }
+        pthread_mutex_unlock(&c->lock);
+        if (rc != REGCACHE_OK)
+            rc = hold_limit(e);
+    }
+    rc_release_victims(c, victims);
+    return rc;
+}
+
+int rc_slow_get(struct regcache *c, uintptr_t start, uintptr_t end, unsigned rail,
+                regcache_entry_t **out)
+{
+    struct rc_want w = {.start = start, .end = end};
+    uint64_t seq = rc_miss_enter(c);
+    int rc = rc_classify(c, &w);
+    if (rc == REGCACHE_OK)
+        rc = serve(c, &w, seq, rail, out);
+    rc_want_fini(&w);
+    rc_miss_leave(c);
+    if (rc != REGCACHE_OK)
+        *out = NULL;
+    return rc;
+}

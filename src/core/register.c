@@ -1,0 +1,85 @@
+/* Registering an entry with the backend, on one rail: when the backend
+ * reports exhausted resources the device's least-recently-used unused
+ * entries make room and the registration is tried again. */
+#include <errno.h>
+#include <string.h>
+
+#include "cache.h"
+#include "last_error.h"
+
+/* Rounds of evict-and-retry before a registration gives up. */
+#define RC_EVICT_ROUNDS 16
+
+/* The errno values with which nvidia-peermem, dmabuf and the verbs core
+ * report that pinning space ran out.  EFAULT is one only while the memory
+ * is still there: see rc_register_rail(). */
+static bool exhausted(int err)
+{
+    return err == ENOMEM || err == ENOSPC || err == EAGAIN || err == EFAULT;
+}
+
+/* Under the lock: how many of the device's cached entries are held. */
+static size_t held_entries_locked(struct rc_device *d)
+{
+    size_t held = 0;
+    for (size_t i = 0; i < d->lru.count; i++)
+        held += rc_entry_held(d->lru.heap[i]);
+    return held;
+}
+
+int rc_register_rail(struct regcache *c, struct regcache_entry *e, unsigned rail)
+{
+    struct rc_device *d = &c->dev[e->device_slot];
+    size_t len = rc_entry_len(e);
+    size_t evicted = 0;
+    for (unsigned round = 0;; round++) {
+        void *handle = NULL;
+        rc_clear_error();
+        int err = c->backend.reg(c->backend.arg, e->node.start, len, e->device, rail, &e->shared,
+                                 &handle);
+        if (!err) {
+            e->handles[rail] = handle;
+            rc_count(&d->n.registrations);
+            return REGCACHE_OK;
+        }
+        rc_count(&d->n.reg_failures);
+        if (!exhausted(err)) {
+            /* Keep what the backend itself said (a CUDA export error). */
+            rc_prefix_error("registering %zu bytes at %#jx on rail %u failed: %s", len,
+                            (uintmax_t)e->node.start, rail, strerror(err));
+            return REGCACHE_ERR_BACKEND;
+        }
+        if (err == EFAULT && !rc_entry_memory_current(c, e))
+            return rc_fail(REGCACHE_ERR_NOT_GPU,
+                           "registering %zu bytes at %#jx failed with EFAULT and the memory is "
+                           "no longer what the cache was asked for (freed or remapped): nothing "
+                           "was evicted",
+                           len, (uintmax_t)e->node.start);
+        if (round == RC_EVICT_ROUNDS) {
+            pthread_mutex_lock(&c->lock);
+            size_t left = d->lru.count, held = held_entries_locked(d);
+            pthread_mutex_unlock(&c->lock);
+            return rc_fail(REGCACHE_ERR_NO_SPACE,
+                           "registering %zu bytes at %#jx: resources still exhausted (%s) after "
+                           "%u rounds of eviction (%zu entries evicted); %zu entries of the "
+                           "device remain, %zu of them held",
+                           len, (uintmax_t)e->node.start, strerror(err), RC_EVICT_ROUNDS,
+                           evicted, left, held);
+        }
+        struct regcache_entry *victims = NULL;
+        pthread_mutex_lock(&c->lock);
+        size_t have = atomic_load_explicit(&d->bytes, memory_order_relaxed);
+        size_t now = rc_evict_locked(c, d, have > len ? have - len : 0, SIZE_MAX,
+                                     &d->n.evictions, &victims);
+        size_t left = d->lru.count;
+        pthread_mutex_unlock(&c->lock);
+        rc_release_victims(c, victims);
+        if (!now)
+            return rc_fail(REGCACHE_ERR_NO_SPACE,
+                           "registering %zu bytes at %#jx: resources exhausted (%s) and no "
+                           "unused entry of the device is left to evict (%zu entries, all held; "
+                           "%zu evicted before)",
+                           len, (uintmax_t)e->node.start, strerror(err), left, evicted);
+        evicted += now;
+    }
+}

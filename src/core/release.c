@@ -1,0 +1,168 @@
+/* Entries leaving the cache: unlinking, detaching, zombies (held after they
+ * left), and the deregistration that ends them.  Deregistration always runs
+ * without the cache lock, so a slow ibv_dereg_mr never stalls other threads
+ * and a backend that calls back into regcache cannot deadlock. */
+#include <stdlib.h>
+
+#include "asym_fence.h"
+#include "cache.h"
+
+void rc_unlink_locked(struct regcache *c, struct regcache_entry *e)
+{
+    struct rc_device *d = &c->dev[e->device_slot];
+    rc_itree_remove(&c->tree, &e->node);
+    rc_page_index_remove_entry(&c->index, e);
+    if (e->heap_idx != RC_LRU_NONE)
+        rc_lru_remove(&d->lru, e);
+    rc_filter_remove(&c->filter, e->match_start, e->match_end);
+    atomic_fetch_sub_explicit(&d->bytes, rc_entry_len(e), memory_order_relaxed);
+    atomic_fetch_sub_explicit(&c->total_bytes, rc_entry_len(e), memory_order_relaxed);
+    atomic_fetch_sub_explicit(&d->entries, 1, memory_order_relaxed);
+}
+
+static void zombie_push(struct regcache *c, struct regcache_entry *e)
+{
+    e->state = RC_ZOMBIE;
+    e->link_prev = NULL;
+    e->link_next = c->zombies;
+    if (c->zombies)
+        c->zombies->link_prev = e;
+    c->zombies = e;
+}
+
+static void zombie_unlink(struct regcache *c, struct regcache_entry *e)
+{
+    if (e->link_prev)
+        e->link_prev->link_next = e->link_next;
+    else
+        c->zombies = e->link_next;
+    if (e->link_next)
+        e->link_next->link_prev = e->link_prev;
+}
+
+void rc_detach_locked(struct regcache *c, struct regcache_entry *e,
+                      struct regcache_entry **victims)
+{
+    if (e->state == RC_PENDING) {
+        /* Its registering thread sees the mark and hands the registration
+         * out once instead of caching it. */
+        rc_itree_remove(&c->tree, &e->node);
+        atomic_fetch_or_explicit(&e->refs, RC_DETACHED, memory_order_seq_cst);
+        return;
+    }
+    rc_unlink_locked(c, e);
+    if (rc_entry_detach(e)) {
+        rc_victim_push(victims, e);
+        return;
+    }
+    zombie_push(c, e);
+    /* A holder's put may be under way without having seen the mark (puts
+     * pay only a compiler barrier): make every thread's stores visible and
+     * look once more, so the entry is not left for a sweep. */
+    rc_fence_heavy();
+    if (!rc_entry_held(e)) {
+        zombie_unlink(c, e);
+        rc_victim_push(victims, e);
+    }
+}
+
+/* Zombies whose last holder let go without seeing the mark (only possible
+ * where the heavy fence falls back); called on the slow paths. */
+static void sweep_zombies_locked(struct regcache *c, struct regcache_entry **victims)
+{
+    for (struct regcache_entry *e = c->zombies, *next; e; e = next) {
+        next = e->link_next;
+        if (!rc_entry_held(e)) {
+            zombie_unlink(c, e);
+            rc_victim_push(victims, e);
+        }
+    }
+}
+
+static void deregister(struct regcache *c, struct regcache_entry *e)
+{
+    unsigned rails = atomic_load_explicit(&e->rails_ready, memory_order_relaxed);
+    bool child = rc_forked(c); /* the registrations are the parent's */
+    for (unsigned r = 0; rails; r++, rails >>= 1) {
+        if (!(rails & 1))
+            continue;
+        if (!child) {
+            c->backend.dereg(c->backend.arg, e->handles[r]);
+            rc_count(&c->dev[e->device_slot].n.deregistrations);
+        }
+        e->handles[r] = NULL;
+    }
+    atomic_store_explicit(&e->rails_ready, 0, memory_order_relaxed);
+    if (c->backend.release_shared && !child)
+        c->backend.release_shared(c->backend.arg, &e->shared);
+    e->shared = RC_SHARED_NONE;
+    free((void *)e->more);
+    e->more = NULL;
+    e->nmore = 0;
+}
+
+void rc_release_victims(struct regcache *c, struct regcache_entry *list)
+{
+    while (list) {
+        struct regcache_entry *e = list;
+        list = e->link_next;
+        deregister(c, e);
+        /* Back to the pool without taking the lock a second time: the next
+         * locked allocation collects it. */
+        struct regcache_entry *head = atomic_load_explicit(&c->returned, memory_order_relaxed);
+        do {
+            e->link_next = head;
+        } while (!atomic_compare_exchange_weak_explicit(&c->returned, &head, e,
+                                                        memory_order_release,
+                                                        memory_order_relaxed));
+    }
+}
+
+void rc_release_if_unheld(struct regcache *c, struct regcache_entry *e)
+{
+    struct regcache_entry *victims = NULL;
+    pthread_mutex_lock(&c->lock);
+    /* e may have been released and reused meanwhile: only a zombie that
+     * nobody holds goes, whichever life of the entry it is. */
+    if (e->state == RC_ZOMBIE && !rc_entry_held(e)) {
+        zombie_unlink(c, e);
+        rc_victim_push(&victims, e);
+    }
+    sweep_zombies_locked(c, &victims);
+    pthread_mutex_unlock(&c->lock);
+    rc_release_victims(c, victims);
+}
+
+/* Under the lock: one more zombie (a one-shot registration, held by the
+ * caller). */
+void rc_zombie_locked(struct regcache *c, struct regcache_entry *e)
+{
+    zombie_push(c, e);
+}
+
+void rc_sweep_locked(struct regcache *c, struct regcache_entry **victims)
+{
+    if (c->zombies)
+        sweep_zombies_locked(c, victims);
+}
+
+struct regcache_entry *rc_entry_new_locked(struct regcache *c)
+{
+    struct regcache_entry *back = atomic_exchange_explicit(&c->returned, NULL,
+                                                           memory_order_acquire);
+    while (back) {
+        struct regcache_entry *next = back->link_next;
+        rc_entry_pool_put(&c->pool, back);
+        back = next;
+    }
+    return rc_entry_pool_get(&c->pool);
+}
+
+void rc_drain_entries_locked(struct regcache *c, struct regcache_entry **victims)
+{
+    while (c->zombies) {
+        struct regcache_entry *e = c->zombies;
+        zombie_unlink(c, e);
+        rc_victim_push(victims, e);
+    }
+}

@@ -1,0 +1,101 @@
+/* Per-thread records: the memory each thread writes on the hit path, so that
+ * threads sharing entries never write a common cache line.
+ *
+ * A record holds
+ *  - the thread's hold slots: a get that hits publishes the entry here (a
+ *    hazard pointer) instead of raising the entry's shared count, and its put
+ *    clears the slot again.  Evictors and invalidators scan every record's
+ *    slots to learn whether an entry is held;
+ *  - a log of the entries its last puts released, newest last, which orders
+ *    entries that were last used in the same LRU epoch (lru.h);
+ *  - its hit counters, per cache and device;
+ *  - a marker that is odd while the thread walks the registry of caches
+ *    without a lock (registry.c).
+ *
+ * Records are never freed: a thread that exits hands its record to the next
+ * thread that needs one (a hold it still had stays in its slot until that
+ * entry's put, from whatever thread, clears it).  They live in mmap()ed
+ * chunks on one append-only list that scanners walk without a lock. */
+#ifndef RC_THREADS_H
+#define RC_THREADS_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "bounds.h"
+
+#define RC_HOLD_SLOTS 8
+#define RC_USE_LOG 256
+/* Caches that count hits in thread records; further caches count in shared
+ * counters of their own (correct, slower under many threads). */
+#define RC_HIT_CACHES 16
+
+struct regcache_entry;
+
+struct rc_thread {
+    /* A slot holds (entry | rail) or 0.  Only the owner makes a slot
+     * non-zero; any thread's put makes it zero again. */
+    _Atomic uintptr_t holds[RC_HOLD_SLOTS];
+
+    /* Odd while the owner walks the registry (registry.c).  Its own line:
+     * destroy reads it while the owner keeps using its slots. */
+    atomic_uint_fast64_t walk __attribute__((aligned(64)));
+    unsigned walk_depth;  /* owner only: nested walks */
+    unsigned hint;        /* owner only: the slot to try first */
+    atomic_bool in_use;
+    struct rc_thread *next; /* the global list; set before publication */
+
+    /* The use log: written by the owner only, read by evictors. */
+    atomic_uint use_pos __attribute__((aligned(64)));
+    _Atomic(struct regcache_entry *) uses[RC_USE_LOG];
+
+    /* hits[cache id][device slot]: written by the owner only. */
+    atomic_uint_fast64_t hits[RC_HIT_CACHES][RC_DEVICE_SLOTS] __attribute__((aligned(64)));
+} __attribute__((aligned(64)));
+
+extern __thread struct rc_thread *rc_thread_current __attribute__((tls_model("initial-exec")));
+
+/* The calling thread's record, made on its first call; NULL only when no
+ * memory could be had for one. */
+struct rc_thread *rc_thread_attach(void);
+
+static inline struct rc_thread *rc_thread_self(void)
+{
+    struct rc_thread *t = rc_thread_current;
+    return __builtin_expect(t != NULL, 1) ? t : rc_thread_attach();
+}
+
+/* The head of the list of every record ever made (NULL before the first). */
+struct rc_thread *rc_thread_first(void);
+
+/* Is e (any rail) in some thread's hold slots?  The caller has made the
+ * change that stops new holds (detach, claim) visible with a seq_cst
+ * operation or fence before calling; see entry.h. */
+bool rc_thread_holds(const struct regcache_entry *e);
+
+/* Add one hit of cache `id` on a device slot: the owner's plain increment. */
+static inline void rc_thread_count_hit(struct rc_thread *t, unsigned id, int slot)
+{
+    atomic_uint_fast64_t *n = &t->hits[id][slot];
+    atomic_store_explicit(n, atomic_load_explicit(n, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+}
+
+/* Record that the owner released e (put): the use log's newest record. */
+static inline void rc_thread_log_use(struct rc_thread *t, struct regcache_entry *e)
+{
+    unsigned pos = atomic_load_explicit(&t->use_pos, memory_order_relaxed);
+    atomic_store_explicit(&t->uses[pos % RC_USE_LOG], e, memory_order_relaxed);
+    atomic_store_explicit(&t->use_pos, pos + 1, memory_order_release);
+}
+
+/* A cache's slot in the records' hit counters: claimed at create, or -1 when
+ * all RC_HIT_CACHES are taken.  The counters of a claimed id start at 0. */
+int rc_thread_claim_hit_id(void);
+void rc_thread_release_hit_id(int id);
+
+/* The sum of every record's hits for (id, device slot). */
+uint64_t rc_thread_sum_hits(int id, int slot);
+
+#endif
