@@ -34,7 +34,7 @@ static const char *load(void)
 {
     void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (!h)
-        return "no GPU: the CUDA driver (libcuda.so.1) cannot be loaded";
+        return "the CUDA driver (libcuda.so.1) cannot be loaded";
     CU_CALLS(LOAD)
     return NULL;
 }
