@@ -10,7 +10,6 @@
 #include "regcache.h"
 
 #define BENCH_NELEM(a) (sizeof(a) / sizeof((a)[0]))
-#define BENCH_PRINTF __attribute__((format(printf, 2, 3)))
 
 /* How long each figure is measured for (main.c: --quick or full). */
 extern struct bench_settings {
@@ -162,8 +161,9 @@ struct bench_machine {
 };
 int bench_json_open(const char *path);
 void bench_emit(const struct bench_row *r);
-void bench_fail(struct bench_row *r, const char *fmt, ...) BENCH_PRINTF; /* no figure: why */
-void bench_skip(const char *workload, const char *fmt, ...) BENCH_PRINTF;
+/* r without a figure, its note saying why; a row without impl stands for
+ * a part that did not run at all. */
+void bench_note(struct bench_row *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int bench_json_close(const struct bench_machine *m);
 
 /* ---- the workloads, one file each ----------------------------------------- */

@@ -128,7 +128,7 @@ int bench_cuda_open(struct bench_src *s, struct bench_machine *m)
     if (!why && (r = cu.cuMemAlloc(&p, (regions + 1) * BENCH_REGION)))
         why = cu_err(r);
     if (why) {
-        bench_skip("cuda", "no GPU rows: %s", why);
+        bench_note(&(struct bench_row){.workload = "cuda"}, "no GPU rows: %s", why);
         return -1;
     }
     cu.cuDeviceGetName(m->gpu, sizeof(m->gpu), dev);

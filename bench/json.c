@@ -34,17 +34,18 @@ int bench_json_open(const char *path)
     return out && fputs("{\"rows\": [", out) >= 0 ? 0 : -1;
 }
 
-static void head(const char *workload, const char *source)
-{
-    fputs(rows++ ? ",\n  " : "\n  ", out);
-    str("{workload", workload);
-    str("source", source);
-}
-
 void bench_emit(const struct bench_row *r)
 {
     const char *mode = r->mode ? bench_mode_name(r->mode) : "";
-    head(r->workload, r->source);
+    fputs(rows++ ? ",\n  " : "\n  ", out);
+    str("{workload", r->workload);
+    str("source", r->source);
+    if (!r->impl) {
+        str("skipped", r->note);
+        fputc('}', out);
+        fprintf(stderr, "%-12s skipped: %s\n", r->workload, r->note);
+        return;
+    }
     str("impl", r->impl);
     str("what", r->what);
     str("asked", r->asked);
@@ -66,26 +67,13 @@ void bench_emit(const struct bench_row *r)
             r->p99, r->note[0] ? r->note : r->threads ? "Mops/s" : "ns");
 }
 
-void bench_fail(struct bench_row *r, const char *fmt, ...)
+void bench_note(struct bench_row *r, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(r->note, sizeof(r->note), fmt, ap);
     va_end(ap);
     bench_emit(r);
-}
-
-void bench_skip(const char *workload, const char *fmt, ...)
-{
-    char why[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, sizeof(why), fmt, ap);
-    va_end(ap);
-    head(workload, "");
-    str("skipped", why);
-    fputc('}', out);
-    fprintf(stderr, "%-12s skipped: %s\n", workload, why);
 }
 
 int bench_json_close(const struct bench_machine *m)

@@ -95,7 +95,8 @@ class Report:
                       top, one, "ratio", want, "Mops/s", source, cores)
         for source in ("null", "cuda"):
             for n, slack in ((1, 10), (1000, 10), (100000, 40)):
-                self.pair("%s TAG_CHECK hit <= query + %d ns, %s entries" % (source, slack, label(n)),
+                self.pair("%s TAG_CHECK hit <= query + %d ns, %s entries" % (
+                    source, slack, label(n)),
                           m(workload="hits", source=source, asked="TAG_CHECK", entries=n),
                           m(workload="hits", source=source, impl="tag", entries=n), "diff", slack,
                           source=source)
@@ -148,7 +149,8 @@ class Report:
 
     def table(self, workload, threaded):
         """A line per series, a column per table size, range size or thread count."""
-        rows = [r for r in self.rows if r["workload"] == workload and (r["threads"] > 0) == threaded]
+        rows = [r for r in self.rows
+                if r["workload"] == workload and (r["threads"] > 0) == threaded]
         x = (lambda r: r["threads"]) if threaded else (lambda r: r["entries"] or r["size_bytes"])
         cols = sorted(set(map(x, rows)))
         series = {}

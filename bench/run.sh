@@ -3,10 +3,9 @@
 #
 #   bench/run.sh [--quick] [OUTDIR]
 #
-# OUTDIR (default $BUILD_DIR/report) receives bench.json, report.txt and the
-# SVG plots; BUILD_DIR defaults to build-bench in the source tree.  Missing
-# Debian packages are installed when running as root; without them the
-# harness says what it skipped (UCX, the GPU).
+# OUTDIR (default $BUILD_DIR/report, BUILD_DIR default build-bench) gets
+# bench.json, report.txt and the SVG plots.  Missing Debian packages are
+# installed when running as root; the report says what it had to skip.
 set -eu
 
 src=$(cd "$(dirname "$0")/.." && pwd)

@@ -15,8 +15,8 @@
 void bench_ucx(const struct bench_src *s, struct bench_machine *m)
 {
     (void)s, (void)m;
-    bench_skip("ucx", "UCX (ucs/memory/rcache.h, libucs) not found at configure time: "
-                      "install libucx-dev and reconfigure");
+    bench_note(&(struct bench_row){.workload = "ucx"}, "UCX (ucs/memory/rcache.h, libucs) "
+               "not found at configure time: install libucx-dev and reconfigure");
 }
 #else
 #include <dlfcn.h>
@@ -140,7 +140,8 @@ void bench_ucx(const struct bench_src *s, struct bench_machine *m)
 {
     const char *why = load();
     if (why) {
-        bench_skip("ucx", "cannot load %s: %s", BENCH_UCS_LIBRARY, why);
+        bench_note(&(struct bench_row){.workload = "ucx"}, "cannot load %s: %s",
+                   BENCH_UCS_LIBRARY, why);
         return;
     }
     snprintf(m->ucx, sizeof(m->ucx), "%s", BENCH_UCX_VERSION[0] ? BENCH_UCX_VERSION : "unknown");
@@ -152,7 +153,7 @@ void bench_ucx(const struct bench_src *s, struct bench_machine *m)
         struct ucx u = {.base = s->base, .regions = r.entries};
         struct bench_op op = {ucx_run, NULL, ucx_check, &u};
         if ((why = open_ucx(&u, s)))
-            bench_fail(&r, "failed: %s", why);
+            bench_note(&r, "failed: %s", why);
         else if (series)
             bench_series(&r, &op);
         else
