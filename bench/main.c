@@ -1,71 +1,63 @@
-/* regcache-bench: the command line, the order of the workloads, and the
- * outputs.  bench/README.md says what each figure means. */
+/* regcache-bench: the command line, the sources and the order of the
+ * workloads.  bench/README.md says what each figure means; report.py judges
+ * them. */
 #include "bench.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-static void usage(FILE *f)
-{
-    fputs("usage: regcache-bench [--quick] [--json FILE] [--plot DIR]\n"
-          "  --quick      fewer repetitions: under a minute on 2 cores\n"
-          "  --json FILE  write every figure and the machine to FILE\n"
-          "  --plot DIR   write PNG plots (gnuplot) and their data to DIR\n",
-          f);
-}
+struct bench_settings bench;
 
-static int parse(int argc, char **argv, struct bench_opts *o)
+static void cpu_model(char *out, size_t len)
 {
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--quick") == 0) {
-            o->quick = 1;
-        } else if (strcmp(argv[i], "--json") == 0 && i + 1 < argc) {
-            o->json = argv[++i];
-        } else if (strcmp(argv[i], "--plot") == 0 && i + 1 < argc) {
-            o->plot = argv[++i];
-        } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            usage(stdout);
-            exit(0);
-        } else {
-            usage(stderr);
-            return -1;
+    char line[256];
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    snprintf(out, len, "unknown");
+    while (f && fgets(line, sizeof(line), f)) {
+        char *colon = strchr(line, ':');
+        if (strncmp(line, "model name", 10) == 0 && colon) {
+            colon[strcspn(colon, "\n")] = '\0';
+            snprintf(out, len, "%s", colon + 2);
+            break;
         }
     }
-    /* Batches of 1000 keep the clock's own cost (tens of ns) under 0.1% of
-     * a batch; the counts give a stable p99 (20 samples beyond it in a
-     * full run). */
-    o->batch_ops = 1000;
-    o->batches = o->quick ? 200 : 2000;
-    o->pin_reps = o->quick ? 50 : 500;
-    o->mt_seconds = o->quick ? 0.1 : 0.5;
-    o->mt_runs = o->quick ? 3 : 7;
-    return 0;
+    if (f)
+        fclose(f);
 }
 
 int main(int argc, char **argv)
 {
-    struct bench_opts o = {0};
-    struct bench_machine m;
-    int rc = 0;
-
-    if (parse(argc, argv, &o) != 0)
+    struct bench_machine m = {.cores = sysconf(_SC_NPROCESSORS_ONLN)};
+    struct bench_src cpu, gpu;
+    int quick = argc == 4 && strcmp(argv[1], "--quick") == 0;
+    if (argc != 3 + quick || strcmp(argv[1 + quick], "--json") != 0) {
+        fputs("usage: regcache-bench [--quick] --json FILE\n"
+              "  --quick: fewer samples, under a minute on 2 cores; FILE: for bench/report.py\n",
+              stderr);
         return 2;
-    bench_machine_read(&m);
-    /* Raw registration first: the per-size cache rows are compared with
-     * it; the hit-cost rows before churn, whose miss penalty uses them. */
-    bench_verbs_pin(&o);
-    bench_pin_sizes(&o);
-    bench_entries_and_threads(&o, m.cores);
-    bench_churn(&o);
-    bench_notify(&o);
-    bench_cuda_run(&o, &m);
-    if (o.plot && bench_write_plots(o.plot) != 0)
-        rc = 1;
-    bench_print_table(&m, &o);
-    if (o.json && bench_write_json(o.json, &m, &o) != 0) {
-        fprintf(stderr, "regcache-bench: cannot write %s\n", o.json);
-        rc = 1;
     }
-    return rc;
+    /* Enough samples for a stable p99 (5 beyond it in a full run); runs of
+     * a fifth of a second keep 7 thread counts of 6 series in a minute. */
+    bench = (struct bench_settings){quick, quick ? 100 : 500, 1000, quick ? 3 : 5,
+                                    quick ? 0.05 : 0.2};
+    cpu_model(m.cpu, sizeof(m.cpu));
+    if (bench_json_open(argv[2 + quick]) != 0 || bench_null_source(&cpu) != 0) {
+        perror("regcache-bench: writing the JSON or mapping the address space");
+        return 2;
+    }
+    bench_hits(&cpu);
+    bench_ucx(&cpu, &m);
+    bench_threads(&cpu);
+    bench_churn(&cpu);
+    bench_invalidation(&cpu);
+    bench_misses(&cpu);
+    if (bench_cuda_open(&gpu, &m) == 0) {
+        bench_hits(&gpu);
+        bench_threads(&gpu);
+        bench_misses(&gpu);
+        bench_linked(&gpu);
+        bench_pins(&gpu, &bench_dmabuf);
+    }
+    return bench_json_close(&m) == 0 ? 0 : 1;
 }

@@ -1,18 +1,22 @@
 #!/usr/bin/env python3
-"""Run regcache-bench --quick --json FILE and check the report's shape.
+"""Run regcache-bench --quick, check its JSON, then judge it with report.py.
 
-Checks what the harness promises about itself, never a timing: the file is
-JSON, the machine is described, every row has its figures or says why not,
-no hit loop saw a miss ("invalid:" notes come from the harness's own
-checks), every goal carries a verdict, and each part that produced no rows
-is listed as skipped with a reason.
+    check_bench_json.py BENCH OUT.json REPORT.py
+
+Checks what the harness and the report promise, never a timing: the file is
+JSON, the machine is described, every row has a figure (median, p99) or a
+note saying why not, no timed loop failed its own check ("invalid:" notes),
+every workload ran on the CPU, what could not run is listed as skipped with
+a reason, and the report ends with every goal and a verdict.
 """
 import json
 import subprocess
 import sys
 
-VERDICTS = {"met", "MISSED", "not judged"}
-SECTIONS = {"pin", "entries", "threads", "churn", "notify"}
+WORKLOADS = {"hits", "threads", "churn", "invalidation", "misses", "ucx", "linked", "pins"}
+CPU_WORKLOADS = WORKLOADS - {"ucx", "linked", "pins"}
+THREADS = [1, 2, 4, 8, 16, 24, 32]
+GOALS = 24
 
 
 def fail(msg):
@@ -20,73 +24,64 @@ def fail(msg):
     sys.exit(1)
 
 
-def number_or_null(row, key):
-    v = row.get(key, "missing")
-    if v is not None and not isinstance(v, (int, float)):
-        fail("row %r: %s is %r" % (row.get("name"), key, v))
-    return v
+def check_rows(rows):
+    for row in rows:
+        name = "%s %s %s" % (row.get("workload"), row.get("source"), row.get("what"))
+        if row.get("workload") not in WORKLOADS or row.get("source") not in ("null", "cuda"):
+            fail("row %s: unknown workload or source" % name)
+        if row["note"].startswith("invalid:"):
+            fail("row %s: %s" % (name, row["note"]))
+        if "median" not in row:
+            if not row["note"]:
+                fail("row %s has no figure and no note saying why" % name)
+            continue
+        med, p99 = row["median"], row["p99"]
+        if not all(isinstance(v, (int, float)) and v > 0 for v in (med, p99)):
+            fail("row %s: median %r, p99 %r" % (name, med, p99))
+        # The tail is above the median for a time, below it for a rate.
+        if (p99 < med) if row["unit"] == "ns" else (p99 > med):
+            fail("row %s: p99 %s on the wrong side of the median %s" % (name, p99, med))
 
 
 def main():
-    bench, out = sys.argv[1], sys.argv[2]
-    proc = subprocess.run([bench, "--quick", "--json", out],
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, timeout=570)
+    bench, out, report = sys.argv[1:4]
+    proc = subprocess.run([bench, "--quick", "--json", out], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=570)
     sys.stdout.write(proc.stdout)
     if proc.returncode != 0:
         fail("regcache-bench exited with %d" % proc.returncode)
     with open(out) as f:
-        report = json.load(f)  # raises on malformed JSON
+        data = json.load(f)  # raises on malformed JSON
 
-    if report.get("run") != "quick":
-        fail("run is %r, not quick" % report.get("run"))
-    machine = report.get("machine", {})
-    for key in ("cpu", "cores", "gpu", "driver", "regcache_version"):
+    if data["settings"].get("run") != "quick":
+        fail("settings.run is %r, not quick" % data["settings"].get("run"))
+    machine = data["machine"]
+    for key in ("cpu", "cores", "gpu", "driver", "regcache_version", "ucx_version"):
         if key not in machine:
             fail("machine lacks %s" % key)
-    if not isinstance(machine["cores"], int) or machine["cores"] < 1:
-        fail("machine cores is %r" % machine["cores"])
+    rows = [r for r in data["rows"] if "skipped" not in r]
+    skipped = {r["workload"]: r["skipped"] for r in data["rows"] if "skipped" in r}
+    check_rows(rows)
+    seen = {(r["workload"], r["source"]) for r in rows}
+    for workload in CPU_WORKLOADS:
+        if (workload, "null") not in seen:
+            fail("no %s rows on the CPU" % workload)
+    for workload, source, skip in (("ucx", "null", "ucx"), ("hits", "cuda", "cuda")):
+        if (workload, source) not in seen and skip not in skipped:
+            fail("no %s rows on %s and no skip entry saying why" % (workload, source))
+    counts = sorted(r["threads"] for r in rows if r["workload"] == "threads"
+                    and r["source"] == "null" and r["what"] == "shared")
+    if counts != THREADS:
+        fail("shared thread rows at %r, not %r" % (counts, THREADS))
 
-    rows = report.get("results")
-    if not isinstance(rows, list) or not rows:
-        fail("no results")
-    seen = set()
-    for row in rows:
-        if row.get("section") not in SECTIONS:
-            fail("row %r has section %r" % (row.get("name"), row.get("section")))
-        seen.add((row["section"], row.get("impl")))
-        med = number_or_null(row, "median_ns")
-        mops = number_or_null(row, "mops")
-        for key in ("p99_ns", "mops_low", "derived"):
-            number_or_null(row, key)
-        note = row.get("note", "")
-        if med is None and mops is None and not note:
-            fail("row %r has no figure and no note saying why" % row["name"])
-        if note.startswith("invalid:"):
-            fail("row %r: %s" % (row["name"], note))
-        if med is not None and row["p99_ns"] is not None and row["p99_ns"] < med:
-            fail("row %r: p99 %s below median %s" % (row["name"], row["p99_ns"], med))
-        for goal in row.get("goals", []):
-            if goal.get("verdict") not in VERDICTS or not goal.get("goal"):
-                fail("row %r: goal %r" % (row["name"], goal))
-
-    skipped = report.get("skipped")
-    if not isinstance(skipped, list):
-        fail("no skipped list")
-    for s in skipped:
-        if not s.get("what") or not s.get("why"):
-            fail("skip entry without what/why: %r" % s)
-    skipped_text = " ".join(s["what"] + " " + s["why"] for s in skipped)
-    # Every workload ran on regcache; the optional parts are either
-    # present or explained.
-    for section in SECTIONS:
-        if (section, "regcache") not in seen:
-            fail("no regcache rows in section %s" % section)
-    if ("entries", "ucx") not in seen and "UCX" not in skipped_text:
-        fail("no UCX rows and no skip entry saying why")
-    if not machine["gpu"] and "CUDA" not in skipped_text:
-        fail("no GPU and no skip entry saying why")
-    print("bench JSON OK: %d rows, %d skipped parts" % (len(rows), len(skipped)))
+    text = subprocess.run([sys.executable, report, out], stdout=subprocess.PIPE,
+                          check=True, text=True).stdout
+    sys.stdout.write(text)
+    goals = text.split("\n== goals ==\n")[-1].splitlines()
+    if len(goals) != GOALS or not all(g.split()[0] in ("met", "MISSED", "not") for g in goals):
+        fail("the report does not end with %d goals and their verdicts" % GOALS)
+    print("bench JSON OK: %d rows, %d skipped parts, %d goals" % (len(rows), len(skipped),
+                                                                  len(goals)))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,141 @@
+/* The GPU source: one cuMemAlloc allocation of up to 1M regions, which the
+ * cache asks the driver about; its bare tag source, cuPointerGetAttribute
+ * (BUFFER_ID); and the CUDA half of a dmabuf registration for the pin rows.
+ * The driver is dlopened so that the harness runs where there is none. */
+#include "bench.h"
+
+#include <cuda.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The driver calls used here.  cuda.h maps names to versioned ones
+ * (cuMemAlloc is cuMemAlloc_v2), which is what libcuda exports: NAME's
+ * extra step stringifies the mapped name. */
+#define CU_CALLS(X)                                                                    \
+    X(cuInit) X(cuGetErrorName) X(cuDeviceGet) X(cuDeviceGetName)                      \
+    X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent) X(cuMemAlloc) X(cuMemGetInfo)        \
+    X(cuPointerGetAttribute) X(cuPointerSetAttribute) X(cuMemGetHandleForAddressRange)
+#define FN(name) __typeof__(&name) name;
+#define NAME(name) #name
+#define LOAD(name)                                    \
+    if (!(*(void **)&cu.name = dlsym(h, NAME(name)))) \
+        return "libcuda.so.1 lacks " NAME(name);
+
+static struct {
+    CU_CALLS(FN)
+} cu;
+static CUcontext ctx;
+static uint64_t tag_failures;
+
+static const char *load(void)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        return "the CUDA driver (libcuda.so.1) cannot be loaded";
+    CU_CALLS(LOAD)
+    return NULL;
+}
+
+static const char *cu_err(CUresult r)
+{
+    const char *name = NULL;
+    cu.cuGetErrorName(r, &name);
+    return name ? name : "unknown CUDA error";
+}
+
+/* The kernel module's version ("580.159.04"): the first token with two
+ * dots in /proc/driver/nvidia/version. */
+static void driver_version(char *out, size_t len)
+{
+    char line[256] = "";
+    FILE *f = fopen("/proc/driver/nvidia/version", "r");
+    snprintf(out, len, "unknown driver");
+    if (f && fgets(line, sizeof(line), f))
+        for (char *tok = strtok(line, " \t\n"); tok; tok = strtok(NULL, " \t\n"))
+            if (strchr(tok, '.') && strchr(tok, '.') != strrchr(tok, '.')) {
+                snprintf(out, len, "%s", tok);
+                break;
+            }
+    if (f)
+        fclose(f);
+}
+
+/* Worker threads start without a current context. */
+static void enter(void)
+{
+    cu.cuCtxSetCurrent(ctx);
+}
+
+static void buffer_id(void *src, struct bench_lane *l, uint64_t n)
+{
+    const struct bench_src *s = src;
+    unsigned long long id = 0, sum = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        CUdeviceptr p = (CUdeviceptr)(uintptr_t)bench_pick(s->base, s->regions, l);
+        tag_failures += cu.cuPointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, p) !=
+                        CUDA_SUCCESS;
+        sum += id;
+    }
+    bench_sink = sum;
+}
+
+static int buffer_id_check(void *src, char *why, size_t len)
+{
+    (void)src;
+    snprintf(why, len, "%llu BUFFER_ID queries failed", (unsigned long long)tag_failures);
+    return tag_failures ? -1 : 0;
+}
+
+/* The handle is the dmabuf fd plus one, so that fd 0 is not "no handle". */
+static int export_pin(void *addr, size_t len, void **handle)
+{
+    unsigned one = 1;
+    int fd = -1;
+    CUdeviceptr p = (CUdeviceptr)(uintptr_t)addr;
+    if (cu.cuPointerSetAttribute(&one, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, p) != CUDA_SUCCESS ||
+        cu.cuMemGetHandleForAddressRange(&fd, p, len, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0) !=
+            CUDA_SUCCESS)
+        return EINVAL;
+    *handle = (void *)(uintptr_t)(fd + 1);
+    return 0;
+}
+
+static void export_unpin(void *handle)
+{
+    close((int)((uintptr_t)handle - 1));
+}
+
+const struct bench_pinner bench_dmabuf = {export_pin, export_unpin};
+
+int bench_cuda_open(struct bench_src *s, struct bench_machine *m)
+{
+    CUdevice dev = 0;
+    CUdeviceptr p = 0;
+    CUresult r = CUDA_SUCCESS;
+    size_t free_b = 0, total_b = 0, want = bench_entries[BENCH_NELEM(bench_entries) - 1];
+    const char *why = load();
+    if (!why && ((r = cu.cuInit(0)) || (r = cu.cuDeviceGet(&dev, 0)) ||
+                 (r = cu.cuDevicePrimaryCtxRetain(&ctx, dev)) ||
+                 (r = cu.cuCtxSetCurrent(ctx)) || (r = cu.cuMemGetInfo(&free_b, &total_b))))
+        why = cu_err(r);
+    /* An eighth of the free memory stays with the driver: 1M regions
+     * (64 GiB) fit an 80 GB GPU less that. */
+    size_t regions = free_b / 8 * 7 / BENCH_REGION - 1;
+    regions = regions < want ? regions : want;
+    if (!why && (r = cu.cuMemAlloc(&p, (regions + 1) * BENCH_REGION)))
+        why = cu_err(r);
+    if (why) {
+        bench_note(&(struct bench_row){.workload = "cuda"}, "no GPU rows: %s", why);
+        return -1;
+    }
+    cu.cuDeviceGetName(m->gpu, sizeof(m->gpu), dev);
+    driver_version(m->driver, sizeof(m->driver));
+    bench_thread_start = enter;
+    /* Never freed: the process ends with the run. */
+    *s = (struct bench_src){"cuda", (p + BENCH_REGION - 1) & ~(uintptr_t)(BENCH_REGION - 1),
+                            regions, 1, {buffer_id, NULL, buffer_id_check, NULL}};
+    return 0;
+}

@@ -1,0 +1,100 @@
+/* The one JSON writer.  Rows go out as they are measured, each with a line
+ * of progress on stderr; the machine and the settings come last, once the
+ * run has found out about the GPU and UCX. */
+#include "bench.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static FILE *out;
+static int rows;
+
+/* "key": "value" after a comma, or opening an object when key starts with
+ * '{'. */
+static void str(const char *key, const char *v)
+{
+    int first = key[0] == '{';
+    fprintf(out, "%s\"%s\": \"", first ? "{" : ", ", key + first);
+    for (; v && *v; v++) {
+        unsigned char c = (unsigned char)*v;
+        fprintf(out, c == '"' || c == '\\' ? "\\%c" : c < 0x20 ? "\\u%04x" : "%c", c);
+    }
+    fputc('"', out);
+}
+
+static void num(const char *key, double v)
+{
+    fprintf(out, ", \"%s\": %.6g", key, v);
+}
+
+int bench_json_open(const char *path)
+{
+    out = fopen(path, "w");
+    return out && fputs("{\"rows\": [", out) >= 0 ? 0 : -1;
+}
+
+void bench_emit(const struct bench_row *r)
+{
+    const char *mode = r->mode ? bench_mode_name(r->mode) : "";
+    fputs(rows++ ? ",\n  " : "\n  ", out);
+    str("{workload", r->workload);
+    str("source", r->source);
+    if (!r->impl) {
+        str("skipped", r->note);
+        fputc('}', out);
+        fprintf(stderr, "%-12s skipped: %s\n", r->workload, r->note);
+        return;
+    }
+    str("impl", r->impl);
+    str("what", r->what);
+    str("asked", r->asked);
+    str("mode", mode);
+    str("ledger", r->ledger);
+    num("entries", (double)r->entries);
+    num("size_bytes", (double)r->size);
+    num("threads", r->threads);
+    if (!r->note[0]) {
+        str("unit", r->threads ? "Mops/s" : "ns");
+        num("median", r->median);
+        num("p99", r->p99);
+    }
+    str("note", r->note);
+    fputc('}', out);
+    fprintf(stderr, "%-12s %-4s %-8s %-11s %-9s %-3s %7llu %2u thr  %.1f (p99 %.1f) %s\n",
+            r->workload, r->source, r->impl, r->what, mode, r->ledger ? r->ledger : "",
+            (unsigned long long)(r->entries ? r->entries : r->size), r->threads, r->median,
+            r->p99, r->note[0] ? r->note : r->threads ? "Mops/s" : "ns");
+}
+
+void bench_note(struct bench_row *r, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->note, sizeof(r->note), fmt, ap);
+    va_end(ap);
+    bench_emit(r);
+}
+
+int bench_json_close(const struct bench_machine *m)
+{
+    double load = -1;
+    getloadavg(&load, 1);
+    fputs("\n],\n\"machine\": ", out);
+    str("{cpu", m->cpu);
+    num("cores", (double)m->cores);
+    num("load_avg_1min", load);
+    str("gpu", m->gpu);
+    str("driver", m->driver);
+    str("regcache_version", regcache_version());
+    str("ucx_version", m->ucx);
+    str("ld_preload", getenv("LD_PRELOAD"));
+    fputs("},\n\"settings\": ", out);
+    str("{run", bench.quick ? "quick" : "full");
+    num("samples", bench.samples);
+    num("batch", bench.batch);
+    num("runs", bench.runs);
+    num("run_seconds", bench.run_seconds);
+    fputs("}}\n", out);
+    return fclose(out) == 0 ? 0 : -1;
+}

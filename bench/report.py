@@ -1,0 +1,216 @@
+#!/usr/bin/env python3
+"""Judge regcache-bench's JSON against the goals and print the report.
+
+    bench/report.py BENCH.json [--plots DIR]
+
+The harness only measures; the goals, tables and plots are all here, so a
+run can be judged again, against changed goals too, without measuring again.
+Standard library only; the plots are plain SVG.
+"""
+import json
+import os
+import sys
+
+NOISE = 0.10        # "equal within noise": 10% of the reference, 2 ns at least
+SCALING_CORES = 16  # a scaling goal needs a core per thread
+
+
+def label(n):
+    """1k, 100k, 1M for counts; 4 KiB, 1 GiB for sizes (multiples of 4096)."""
+    units = ((1 << 30, " GiB"), (1 << 20, " MiB"), (1 << 10, " KiB")) \
+        if n >= 4096 and n % 4096 == 0 else ((1000000, "M"), (1000, "k"))
+    return next(("%d%s" % (n // d, u) for d, u in units if n % d == 0), str(n))
+
+
+def series_name(r):
+    mode = r["asked"] + ("->" + r["mode"] if r["mode"] not in ("", r["asked"]) else "")
+    return " ".join(v for v in (r["source"], r["impl"], r["what"], mode,
+                                r["ledger"] and "ledger " + r["ledger"]) if v)
+
+
+def cell(r):
+    """median (p99), to a tenth below 100."""
+    if not r or "median" not in r:
+        return "note" if r else "-"
+    return "%s (%s)" % tuple(("%.1f" if v < 100 else "%.0f") % v for v in (r["median"], r["p99"]))
+
+
+class Report:
+    def __init__(self, data):
+        self.rows = [r for r in data["rows"] if "skipped" not in r]
+        self.skipped = {r["workload"]: r["skipped"] for r in data["rows"] if "skipped" in r}
+        self.machine, self.settings = data["machine"], data["settings"]
+        self.cores = self.machine["cores"]
+        self.goals = []
+
+    def find(self, **key):
+        """The first row with a figure matching every key, or None."""
+        return next((r for r in self.rows if "median" in r and
+                     all(r[k] == v for k, v in key.items())), None)
+
+    def median(self, **key):
+        r = self.find(**key)
+        return r and r["median"]
+
+    def overhead(self, **key):
+        """A miss get+put less the backend's reg+dereg measured beside it."""
+        miss, raw = self.median(what="miss", **key), self.median(what="reg+dereg", **key)
+        return None if None in (miss, raw) else miss - raw
+
+    def goal(self, text, figure, met, why):
+        """met True or False, or None and why it was not judged."""
+        self.goals.append((text, figure, "met" if met else "MISSED" if met is not None
+                           else "not judged (%s)" % why))
+
+    def why_missing(self, source):
+        return {"cuda": "no GPU", "ucx": "no UCX"}.get(source) if source in self.skipped \
+            else "not measured: see the tables' notes"
+
+    def below(self, text, value, limit):
+        self.goal(text, "-" if value is None else "%.1f ns" % value,
+                  None if value is None else value <= limit, self.why_missing("null"))
+
+    def pair(self, text, a, b, how, limit=None, unit="ns", source="null", why=None):
+        """a/b >= limit ("ratio"), a-b <= limit ("diff"), or a = b within noise."""
+        if None in (a, b):
+            return self.goal(text, "-", None, self.why_missing(source))
+        figure = {"ratio": "%.2fx" % (a / b), "diff": "%+.1f %s" % (a - b, unit),
+                  "same": "%+.1f%%" % (100 * (a - b) / b)}[how]
+        met = a / b >= limit if how == "ratio" else a - b <= limit if how == "diff" \
+            else abs(a - b) <= max(NOISE * b, 2 if unit == "ns" else 0)
+        self.goal(text, "%s (%.1f vs %.1f %s)" % (figure, a, b, unit), None if why else met, why)
+
+    def judge(self):
+        """The goals of issue 12, in its order."""
+        m, cores = self.median, "%d cores" % self.cores if self.cores < SCALING_CORES else None
+        for n in (1, 1000, 100000, 1000000):
+            self.pair("HOOKS hit >= 2.5x faster than UCX, %s entries" % label(n),
+                      m(workload="ucx", what="hit", entries=n),
+                      m(workload="hits", source="null", asked="HOOKS", entries=n), "ratio", 2.5,
+                      source="ucx")
+        for source, what, want in (("null", "shared", 14), ("cuda", "shared", 14),
+                                   ("null", "private", 15)):
+            one, top = (m(workload="threads", source=source, what=what, threads=t) for t in (1, 16))
+            self.pair("%s 16 threads, %s set >= %dx one thread" % (source, what, want),
+                      top, one, "ratio", want, "Mops/s", source, cores)
+        for source in ("null", "cuda"):
+            for n, slack in ((1, 10), (1000, 10), (100000, 40)):
+                self.pair("%s TAG_CHECK hit <= query + %d ns, %s entries" % (
+                    source, slack, label(n)),
+                          m(workload="hits", source=source, asked="TAG_CHECK", entries=n),
+                          m(workload="hits", source=source, impl="tag", entries=n), "diff", slack,
+                          source=source)
+        self.below("notify_free dropping one entry, 100k entries <= 500 ns",
+                   m(workload="invalidation", what="drop", entries=100000), 500)
+        self.below("notify_free with no entry in range, 100k entries <= 25 ns",
+                   m(workload="invalidation", what="none", entries=100000), 25)
+        for what in ("max_entries", "max_bytes"):
+            self.below("evicting get+put (%s budget) <= 200 ns" % what,
+                       m(workload="churn", what=what), 200)
+        self.below("miss overhead beyond the backend <= 150 ns",
+                   self.overhead(workload="misses", source="null", ledger="on"), 150)
+        for what, threads, ref in (("hit", 0, dict(workload="hits", entries=1000)),
+                                   ("shared", 16, dict(workload="threads"))):
+            r = self.find(workload="linked", what=what, threads=threads)
+            why = "AUTO resolved to %s" % r["mode"] if r and r["mode"] != "HOOKS" else \
+                cores if threads else None
+            self.pair("cuda linked (AUTO) %s%s = HOOKS within noise" % (
+                what, ", 16 threads" if threads else ""), r and r["median"],
+                m(source="cuda", asked="HOOKS", what=what, threads=threads, **ref), "same",
+                unit="Mops/s" if threads else "ns", source="cuda", why=why)
+        for source in ("null", "cuda"):
+            self.pair("%s hit with the ledger on = off within noise" % source,
+                      *(m(workload="misses", source=source, what="hit", ledger=s)
+                        for s in ("on", "off")), "same", source=source)
+            self.pair("%s miss overhead with the ledger on <= off + 100 ns" % source,
+                      *(self.overhead(workload="misses", source=source, ledger=s)
+                        for s in ("on", "off")), "diff", 100, source=source)
+
+    def print_all(self):
+        m, s = self.machine, self.settings
+        print("regcache %s benchmark, %s run" % (m["regcache_version"], s["run"]))
+        print("  CPU: %s, %d cores, load %.2f%s\n  GPU: %s %s | UCX: %s%s" % (
+            m["cpu"], m["cores"], m["load_avg_1min"],
+            " (busy: expect noisy figures)" if m["load_avg_1min"] > m["cores"] / 2 else "",
+            m["gpu"] or "none", m["driver"], m["ucx_version"] or "none",
+            " | LD_PRELOAD=" + m["ld_preload"] if m["ld_preload"] else ""))
+        print("  median (p99) after a warm-up: ns per operation over %d samples, or Mops/s"
+              "\n  (slowest run) over %d runs of %.2f s per thread count" % (
+                  s["samples"], s["runs"], s["run_seconds"]))
+        for workload, threaded in dict.fromkeys((r["workload"], r["threads"] > 0)
+                                                for r in self.rows):
+            self.table(workload, threaded)
+        print("\n== skipped ==")
+        for workload, why in self.skipped.items():
+            print("  %s: %s" % (workload, why))
+        print("\n== goals ==")
+        for text, figure, verdict in self.goals:
+            print("  %-10s %-58s %s%s" % (verdict[:10], text, figure, verdict[10:]))
+
+    def table(self, workload, threaded):
+        """A line per series, a column per table size, range size or thread count."""
+        rows = [r for r in self.rows
+                if r["workload"] == workload and (r["threads"] > 0) == threaded]
+        x = (lambda r: r["threads"]) if threaded else (lambda r: r["entries"] or r["size_bytes"])
+        cols = sorted(set(map(x, rows)))
+        series = {}
+        for r in rows:
+            series.setdefault(series_name(r), {})[x(r)] = r
+        print("\n== %s, %s ==" % (workload, "Mops/s by threads" if threaded else "ns"))
+        print("  %-38s" % "" + "".join("%13s" % label(c) for c in cols))
+        for name, cells in series.items():
+            print("  %-38s" % name + "".join("%13s" % cell(cells.get(c)) for c in cols))
+            if threaded and "median" in cells.get(1, {}):
+                print("  %-38s" % "  x one thread" + "".join("%13s" % (
+                    "%.2fx" % (cells[c]["median"] / cells[1]["median"]) if "median" in
+                    cells.get(c, {}) else "") for c in cols))
+            for c, r in cells.items():
+                if r["note"]:
+                    print("  %38s %s: %s" % ("", label(c), r["note"]))
+
+    def plots(self, out):
+        os.makedirs(out, exist_ok=True)
+        for name, threaded, ylabel in (("hit_vs_entries", False, "ns per get+put by entries"),
+                                       ("thread_scaling", True, "Mops/s by threads")):
+            series = {}
+            for r in self.rows:
+                if r["workload"] in ("hits", "ucx", "threads", "linked") and "median" in r and \
+                        (r["threads"] > 0) == threaded:
+                    series.setdefault(series_name(r), []).append(
+                        (r["threads"] or r["entries"], r["median"]))
+            svg(os.path.join(out, name + ".svg"), ylabel, series)
+
+
+def svg(path, ylabel, series):
+    """A line per series over the measured x values (evenly spaced), y from 0."""
+    xs = sorted({x for pts in series.values() for x, _ in pts})
+    top = max([y for pts in series.values() for _, y in pts] + [1]) * 1.1
+    px = {x: 60 + 560 * i / max(len(xs) - 1, 1) for i, x in enumerate(xs)}
+    py = lambda y: 380 - 340 * y / top  # noqa: E731
+    out = ['<svg xmlns="http://www.w3.org/2000/svg" width="900" height="410" font-size="11" '
+           'font-family="sans-serif"><text x="10" y="14">%s</text>' % ylabel]
+    out += ['<text x="5" y="%.0f">%.4g</text><line x1="60" x2="620" y1="%.0f" y2="%.0f" '
+            'stroke="#ccc"/>' % (py(y), y, py(y), py(y)) for y in (top * i / 5 for i in range(6))]
+    out += ['<text x="%.0f" y="400" text-anchor="middle">%s</text>' % (px[x], label(x)) for x in xs]
+    for k, (name, pts) in enumerate(sorted(series.items())):
+        color, points = "hsl(%d,70%%,40%%)" % (k * 67 % 360), " ".join(
+            "%.0f,%.0f" % (px[x], py(y)) for x, y in sorted(pts))
+        out.append('<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/><text x="640" '
+                   'y="%d" fill="%s">%s</text>' % (color, points, 30 + 15 * k, color, name))
+    with open(path, "w") as f:
+        f.write("\n".join(out + ["</svg>"]) + "\n")
+
+
+def main(argv):
+    if len(argv) not in (2, 4) or argv[2:3] not in ([], ["--plots"]):
+        sys.exit(__doc__)
+    with open(argv[1]) as f:
+        report = Report(json.load(f))
+    report.judge()
+    if len(argv) == 4:
+        report.plots(argv[3])
+    report.print_all()
+
+
+if __name__ == "__main__":
+    main(sys.argv)

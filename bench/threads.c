@@ -1,0 +1,14 @@
+/* Aggregate hit throughput at 1 to 32 threads (HOOKS mode): all threads on
+ * one shared set of entries, where every hit writes a reference count on a
+ * line the other cores read; and each thread on a set of its own, as a
+ * transport with buffers per queue pair uses the cache. */
+#include "bench.h"
+
+void bench_threads(const struct bench_src *s)
+{
+    unsigned most = bench_thread_counts[BENCH_NELEM(bench_thread_counts) - 1];
+    struct bench_row shared = {.workload = "threads", .source = s->name, .what = "shared"};
+    struct bench_row own = {.workload = "threads", .source = s->name, .what = "private"};
+    bench_hit_rows(&shared, s, REGCACHE_VALIDATE_HOOKS, BENCH_SET, 0, 1);
+    bench_hit_rows(&own, s, REGCACHE_VALIDATE_HOOKS, (size_t)most * BENCH_SET, BENCH_SET, 1);
+}

@@ -1,0 +1,165 @@
+/* UCX's registration cache (ucs_rcache) under the hits and threads
+ * workloads: the same null registration, the same regions, cached up front,
+ * the same random 4 KiB get+put.
+ *
+ * libucs is dlopened, not linked: when it loads it installs UCX's memory
+ * hooks (mmap, munmap, madvise, brk) unless UCX_MEM_EVENTS=no is already in
+ * the environment.  Neither cache uses them here, they would tax every
+ * mapping call of the process, and they crash ThreadSanitizer builds at
+ * thread exit. */
+#include "bench.h"
+
+#include <stdio.h>
+
+#ifndef BENCH_UCS_LIBRARY
+void bench_ucx(const struct bench_src *s, struct bench_machine *m)
+{
+    (void)s, (void)m;
+    bench_note(&(struct bench_row){.workload = "ucx"}, "UCX (ucs/memory/rcache.h, libucs) "
+               "not found at configure time: install libucx-dev and reconfigure");
+}
+#else
+#include <dlfcn.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <ucs/memory/rcache.h>
+
+#define UCS_CALLS(X)                                                                 \
+    X(ucs_rcache_create) X(ucs_rcache_destroy) X(ucs_rcache_get) X(ucs_rcache_region_put) \
+    X(ucs_status_string)
+#define FN(name) __typeof__(&name) name;
+#define LOAD(name)                                  \
+    if (!(*(void **)&ucs.name = dlsym(h, #name))) \
+        return "it lacks " #name;
+
+static struct {
+    UCS_CALLS(FN)
+} ucs;
+
+struct ucx {
+    ucs_rcache_t *rcache;
+    uintptr_t base;
+    size_t regions;
+    atomic_uint_fast64_t regs; /* mem_reg calls */
+    uint64_t populated;        /* mem_reg calls once every region is in */
+    atomic_uint_fast64_t failures;
+};
+
+static ucs_status_t null_reg(void *context, ucs_rcache_t *rcache, void *arg,
+                             ucs_rcache_region_t *region, uint16_t flags)
+{
+    struct ucx *u = context;
+    (void)rcache, (void)arg, (void)region, (void)flags;
+    atomic_fetch_add_explicit(&u->regs, 1, memory_order_relaxed);
+    return UCS_OK;
+}
+
+static void null_dereg(void *context, ucs_rcache_t *rcache, ucs_rcache_region_t *region)
+{
+    (void)context, (void)rcache, (void)region;
+}
+
+static void no_dump(void *context, ucs_rcache_t *rcache, ucs_rcache_region_t *region,
+                    char *buf, size_t max)
+{
+    (void)context, (void)rcache, (void)region;
+    if (max)
+        buf[0] = '\0';
+}
+
+static const ucs_rcache_ops_t null_ops = {null_reg, null_dereg, no_dump};
+
+/* ucs_rcache checks that the mapping allows what is asked for. */
+#define PROT (PROT_READ | PROT_WRITE)
+
+static int get(struct ucx *u, void *addr, size_t len)
+{
+    ucs_rcache_region_t *r;
+    if (ucs.ucs_rcache_get(u->rcache, addr, len, PROT, NULL, &r) != UCS_OK)
+        return -1;
+    ucs.ucs_rcache_region_put(u->rcache, r);
+    return 0;
+}
+
+static void ucx_run(void *ctx, struct bench_lane *l, uint64_t n)
+{
+    struct ucx *u = ctx;
+    for (uint64_t i = 0; i < n; i++)
+        if (get(u, bench_pick(u->base, u->regions, l), BENCH_GET) != 0)
+            atomic_fetch_add(&u->failures, 1);
+}
+
+/* A get that failed or registered timed something else. */
+static int ucx_check(void *ctx, char *why, size_t len)
+{
+    struct ucx *u = ctx;
+    uint64_t failures = atomic_load(&u->failures), regs = atomic_load(&u->regs) - u->populated;
+    snprintf(why, len, "%llu gets failed, %llu registrations in the hit loop",
+             (unsigned long long)failures, (unsigned long long)regs);
+    return failures || regs ? -1 : 0;
+}
+
+static const char *load(void)
+{
+    setenv("UCX_MEM_EVENTS", "no", 0);
+    void *h = dlopen(BENCH_UCS_LIBRARY, RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        return dlerror();
+    UCS_CALLS(LOAD)
+    return NULL;
+}
+
+/* An rcache holding regions [0, regions) of s, one UCX region each: it
+ * merges only overlapping regions, which the registration count proves. */
+static const char *open_ucx(struct ucx *u, const struct bench_src *s)
+{
+    ucs_rcache_params_t p = {
+        .region_struct_size = sizeof(ucs_rcache_region_t),
+        .alignment = UCS_RCACHE_MIN_ALIGNMENT,
+        .max_alignment = 4096, /* at most the page size */
+        .ucm_events = 0,       /* no memory events: nothing is freed here */
+        .ops = &null_ops,
+        .context = u,
+        .max_regions = (unsigned long)-1,
+        .max_size = (size_t)-1,
+        .max_unreleased = (size_t)-1,
+    };
+    ucs_status_t st = ucs.ucs_rcache_create(&p, "bench", NULL, &u->rcache);
+    if (st != UCS_OK)
+        return ucs.ucs_status_string(st);
+    for (size_t i = 0; i < u->regions; i++)
+        if (get(u, (void *)(s->base + i * BENCH_REGION), BENCH_REGION) != 0)
+            return "ucs_rcache_get failed while populating";
+    u->populated = atomic_load(&u->regs);
+    return u->populated == u->regions ? NULL : "UCX merged neighbouring regions";
+}
+
+/* The hits rows, then the threads rows' shared set. */
+void bench_ucx(const struct bench_src *s, struct bench_machine *m)
+{
+    const char *why = load();
+    if (why) {
+        bench_note(&(struct bench_row){.workload = "ucx"}, "cannot load %s: %s",
+                   BENCH_UCS_LIBRARY, why);
+        return;
+    }
+    snprintf(m->ucx, sizeof(m->ucx), "%s", BENCH_UCX_VERSION[0] ? BENCH_UCX_VERSION : "unknown");
+    for (size_t k = 0; k <= BENCH_NELEM(bench_entries); k++) {
+        int series = k == BENCH_NELEM(bench_entries);
+        struct bench_row r = {.workload = "ucx", .source = s->name, .impl = "ucx",
+                              .what = series ? "shared" : "hit",
+                              .entries = series ? BENCH_SET : bench_entries[k]};
+        struct ucx u = {.base = s->base, .regions = r.entries};
+        struct bench_op op = {ucx_run, NULL, ucx_check, &u};
+        if ((why = open_ucx(&u, s)))
+            bench_note(&r, "failed: %s", why);
+        else if (series)
+            bench_series(&r, &op);
+        else
+            bench_measure(&r, &op, bench.batch);
+        if (u.rcache)
+            ucs.ucs_rcache_destroy(u.rcache);
+    }
+}
+#endif
