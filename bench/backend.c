@@ -43,8 +43,9 @@ int bench_backend_pin(const struct bench_pinner *p, void *addr, size_t len)
 static int null_query(void *arg, const void *addr, size_t len, struct regcache_mem_info *info)
 {
     (void)arg, (void)len;
-    *info = (struct regcache_mem_info){(uintptr_t)addr & ~(uintptr_t)(BENCH_REGION - 1),
-                                       BENCH_REGION, 42, 0, REGCACHE_MEM_DEVICE};
+    *info = (struct regcache_mem_info){.base = (uintptr_t)addr & ~(uintptr_t)(BENCH_REGION - 1),
+                                       .size = BENCH_REGION, .buffer_id = 42, .device = 0,
+                                       .type = REGCACHE_MEM_DEVICE};
     return REGCACHE_OK;
 }
 
