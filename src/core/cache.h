@@ -242,7 +242,14 @@ void rc_check_locked(struct regcache *c);
 
 /* ---- fork ---------------------------------------------------------------- */
 
-unsigned rc_fork_generation(void);
+/* Bumped in a fork child (registry.c): a cache whose generation differs
+ * was inherited and must not touch its registrations. */
+extern atomic_uint rc_fork_generation_now;
+
+static inline unsigned rc_fork_generation(void)
+{
+    return atomic_load_explicit(&rc_fork_generation_now, memory_order_relaxed);
+}
 
 static inline bool rc_forked(const struct regcache *c)
 {

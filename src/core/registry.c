@@ -18,16 +18,11 @@
 #include "cache.h"
 #include "threads.h"
 
-static atomic_uint fork_generation;
+atomic_uint rc_fork_generation_now;
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic(struct regcache *) registry_head;
 static atomic_int registry_count;
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
-
-unsigned rc_fork_generation(void)
-{
-    return atomic_load_explicit(&fork_generation, memory_order_relaxed);
-}
 
 /* The child inherits the parent's registrations in name only: its verbs
  * context is shared with the parent, so deregistering would tear down the
@@ -36,7 +31,7 @@ unsigned rc_fork_generation(void)
  * deregistering.  The lock is made anew: a parent thread may have held it. */
 static void atfork_child(void)
 {
-    atomic_fetch_add(&fork_generation, 1);
+    atomic_fetch_add(&rc_fork_generation_now, 1);
     pthread_mutex_init(&registry_lock, NULL);
     atomic_store(&registry_head, NULL);
     atomic_store(&registry_count, 0);
