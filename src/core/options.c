@@ -24,7 +24,7 @@ int regcache_params_init(struct regcache_params *p)
 }
 
 /* Sizes accept K, M, G suffixes (powers of 1024) as in "REGCACHE_MAX_BYTES=8G". */
-static int parse_size(const char *s, size_t *out)
+int rc_parse_size(const char *s, size_t *out)
 {
     char *end;
     errno = 0;
@@ -44,7 +44,7 @@ static int parse_size(const char *s, size_t *out)
     return 0;
 }
 
-static int parse_bool(const char *s, int *out)
+int rc_parse_bool(const char *s, int *out)
 {
     static const char *const yes[] = {"1", "yes", "on", "true"};
     static const char *const no[] = {"0", "no", "off", "false"};
@@ -85,19 +85,29 @@ static int parse_validation(const char *s, struct rc_options *o)
     return 0;
 }
 
-static int parse_alignment(const char *s, struct rc_options *o) { return parse_size(s, &o->params.alignment); }
-static int parse_max_bytes(const char *s, struct rc_options *o) { return parse_size(s, &o->params.max_bytes); }
-static int parse_max_entries(const char *s, struct rc_options *o) { return parse_size(s, &o->params.max_entries); }
-static int parse_whole(const char *s, struct rc_options *o) { return parse_bool(s, &o->params.whole_allocation); }
-static int parse_host(const char *s, struct rc_options *o) { return parse_bool(s, &o->params.host_memory); }
+static int parse_alignment(const char *s, struct rc_options *o) { return rc_parse_size(s, &o->params.alignment); }
+static int parse_max_bytes(const char *s, struct rc_options *o) { return rc_parse_size(s, &o->params.max_bytes); }
+static int parse_max_entries(const char *s, struct rc_options *o) { return rc_parse_size(s, &o->params.max_entries); }
+static int parse_whole(const char *s, struct rc_options *o) { return rc_parse_bool(s, &o->params.whole_allocation); }
+static int parse_host(const char *s, struct rc_options *o) { return rc_parse_bool(s, &o->params.host_memory); }
 
 static int parse_stats(const char *s, struct rc_options *o)
 {
     int v;
-    if (parse_bool(s, &v))
+    if (rc_parse_bool(s, &v))
         return -1;
     o->stats_dump = v;
     return 0;
+}
+
+/* Process-wide knobs, read where they act (the BAR1 reading) rather than
+ * per cache; checked here so that a typo fails regcache_create() like any
+ * other. */
+static int check_size(const char *s, struct rc_options *o)
+{
+    size_t v;
+    (void)o;
+    return rc_parse_size(s, &v);
 }
 
 /* The one table of environment overrides; README lists the same. */
@@ -114,6 +124,7 @@ static const struct {
     {"REGCACHE_WHOLE_ALLOCATION", parse_whole, "0 or 1"},
     {"REGCACHE_HOST_MEMORY", parse_host, "0 or 1"},
     {"REGCACHE_STATS", parse_stats, "0 or 1"},
+    {"REGCACHE_BAR1_BYTES", check_size, "a size such as 256M"},
 };
 
 static int check(const struct regcache_params *p)
