@@ -5,6 +5,7 @@
 #include <strings.h>
 
 #include "last_error.h"
+#include "ledger_segment.h"
 #include "options.h"
 
 #define DEFAULT_ACCESS (1 | 2 | 4) /* IBV_ACCESS_LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ */
@@ -100,14 +101,27 @@ static int parse_stats(const char *s, struct rc_options *o)
     return 0;
 }
 
-/* Process-wide knobs, read where they act (the BAR1 reading) rather than
- * per cache; checked here so that a typo fails regcache_create() like any
- * other. */
+/* Process-wide knobs, read where they act (the BAR1 reading, the ledger)
+ * rather than per cache; checked here so that a typo fails
+ * regcache_create() like any other. */
+static int check_bool(const char *s, struct rc_options *o)
+{
+    int v;
+    (void)o;
+    return rc_parse_bool(s, &v);
+}
+
 static int check_size(const char *s, struct rc_options *o)
 {
     size_t v;
     (void)o;
     return rc_parse_size(s, &v);
+}
+
+static int check_namespace(const char *s, struct rc_options *o)
+{
+    (void)o;
+    return !*s || rc_ledger_namespace_ok(s) ? 0 : -1; /* empty: none */
 }
 
 /* The one table of environment overrides; README lists the same. */
@@ -124,6 +138,8 @@ static const struct {
     {"REGCACHE_WHOLE_ALLOCATION", parse_whole, "0 or 1"},
     {"REGCACHE_HOST_MEMORY", parse_host, "0 or 1"},
     {"REGCACHE_STATS", parse_stats, "0 or 1"},
+    {"REGCACHE_LEDGER", check_bool, "on or off"},
+    {"REGCACHE_LEDGER_NAMESPACE", check_namespace, "1-32 of [A-Za-z0-9_]"},
     {"REGCACHE_BAR1_BYTES", check_size, "a size such as 256M"},
 };
 

@@ -20,7 +20,8 @@ static struct fake_backend fb;
 static const char *const vars[] = {
     "REGCACHE_METHOD",    "REGCACHE_VALIDATION",       "REGCACHE_ALIGNMENT",
     "REGCACHE_MAX_BYTES", "REGCACHE_MAX_ENTRIES",      "REGCACHE_WHOLE_ALLOCATION",
-    "REGCACHE_HOST_MEMORY", "REGCACHE_STATS",            "REGCACHE_BAR1_BYTES",
+    "REGCACHE_HOST_MEMORY", "REGCACHE_STATS",            "REGCACHE_LEDGER",
+    "REGCACHE_LEDGER_NAMESPACE", "REGCACHE_BAR1_BYTES",
 };
 
 static int clean_env(void **state)
@@ -109,6 +110,7 @@ static void bad_values_are_refused(void **state)
         {"REGCACHE_MAX_BYTES", "12Q"},    {"REGCACHE_MAX_ENTRIES", "-3"},
         {"REGCACHE_ALIGNMENT", "3000"},   {"REGCACHE_WHOLE_ALLOCATION", "maybe"},
         {"REGCACHE_STATS", "2"},          {"REGCACHE_MAX_BYTES", "99999999999999999999G"},
+        {"REGCACHE_LEDGER", "sometimes"}, {"REGCACHE_LEDGER_NAMESPACE", "a-b"},
         {"REGCACHE_BAR1_BYTES", "12Q"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
