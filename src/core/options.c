@@ -15,6 +15,7 @@
 
 #include "bounds.h"
 #include "last_error.h"
+#include "ledger_segment.h"
 #include "options.h"
 
 #define DEFAULT_ACCESS (1 | 2 | 4) /* IBV_ACCESS_LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ */
@@ -37,7 +38,7 @@ int regcache_params_init(struct regcache_params *p)
     return REGCACHE_OK;
 }
 
-static int parse_size(const char *s, size_t *out)
+int rc_parse_size(const char *s, size_t *out)
 {
     if (!isdigit((unsigned char)s[0]) || (s[0] == '0' && isdigit((unsigned char)s[1])))
         return -1;
@@ -69,12 +70,25 @@ static int parse_word(const char *s, const char *const *words, int *out)
 }
 
 static const char *const bool_words[] = {"0", "1", "off", "on", "no", "yes", "false", "true", NULL};
+
+int rc_parse_bool(const char *s, int *out)
+{
+    int word;
+    if (parse_word(s, bool_words, &word))
+        return -1;
+    *out = word & 1; /* the words alternate false, true */
+    return 0;
+}
 static const char *const method_words[] = {"auto", "dmabuf", "peermem", NULL};
 static const char *const validation_words[] = {"auto", "tag_check", "hooks", NULL};
 
-enum kind { SIZE, BOOL, WORD };
+/* NAME is a ledger namespace.  Variables without a field (width 0) are
+ * process-wide and read where they act (the BAR1 reading, the ledger); they
+ * are checked here so that a typo fails regcache_create() like any other. */
+enum kind { SIZE, BOOL, WORD, NAME };
 
 #define FIELD(f) offsetof(struct rc_options, f), sizeof(((struct rc_options *)0)->f)
+#define PROCESS_WIDE 0, 0
 
 static const struct env_option {
     const char *name;
@@ -96,6 +110,9 @@ static const struct env_option {
      "a size such as 256M"},
     {"REGCACHE_HOST_MEMORY", BOOL, FIELD(params.host_memory), bool_words, "0 or 1"},
     {"REGCACHE_STATS", BOOL, FIELD(stats_dump), bool_words, "0 or 1"},
+    {"REGCACHE_LEDGER", BOOL, PROCESS_WIDE, bool_words, "on or off"},
+    {"REGCACHE_LEDGER_NAMESPACE", NAME, PROCESS_WIDE, NULL, "1-32 of [A-Za-z0-9_]"},
+    {"REGCACHE_BAR1_BYTES", SIZE, PROCESS_WIDE, NULL, "a size such as 256M"},
 };
 
 #define N_ENV (sizeof(env_options) / sizeof(env_options[0]))
@@ -109,15 +126,18 @@ static void store(struct rc_options *o, const struct env_option *e, uint64_t v)
     const void *from = e->width == sizeof(s) ? (const void *)&s
                        : e->width == sizeof(i) ? (const void *)&i
                                                : (const void *)&b;
-    memcpy((char *)o + e->offset, from, e->width);
+    if (e->width)
+        memcpy((char *)o + e->offset, from, e->width);
 }
 
 static int apply(const struct env_option *e, const char *value, struct rc_options *o)
 {
     size_t size;
     int word;
+    if (e->kind == NAME)
+        return !*value || rc_ledger_namespace_ok(value) ? 0 : -1; /* empty: none */
     if (e->kind == SIZE) {
-        if (parse_size(value, &size))
+        if (rc_parse_size(value, &size))
             return -1;
         store(o, e, size);
         return 0;

@@ -15,4 +15,10 @@ struct rc_options {
  * REGCACHE_ERR_INVALID with rc_set_error() naming the field or variable. */
 int rc_options_resolve(const struct regcache_params *in, struct rc_options *out);
 
+/* The value forms every REGCACHE_* variable uses: a strict decimal size
+ * with an optional K, M, G or T suffix; 0/1, no/yes, off/on, false/true.
+ * 0, or -1 when the text is neither. */
+int rc_parse_size(const char *s, size_t *out);
+int rc_parse_bool(const char *s, int *out);
+
 #endif

@@ -5,7 +5,9 @@
 #include <stddef.h>
 
 /* Free BAR1 of CUDA device `device` less the reserve (see README), or 0
- * (= unlimited) when NVML or the device cannot be read. */
+ * (= unlimited) when NVML or the device cannot be read.  Read once per
+ * device and process; REGCACHE_BAR1_BYTES=size stands for an empty BAR1 of
+ * that size. */
 size_t rc_bar1_budget(int device);
 
 /* The rule behind it: free less max(10% of total, 32 MiB); 1 (keep nothing

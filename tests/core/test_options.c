@@ -21,6 +21,7 @@ static const char *const vars[] = {
     "REGCACHE_METHOD",    "REGCACHE_VALIDATION",       "REGCACHE_ALIGNMENT",
     "REGCACHE_MAX_BYTES", "REGCACHE_MAX_ENTRIES",      "REGCACHE_WHOLE_ALLOCATION",
     "REGCACHE_HOST_MEMORY", "REGCACHE_STATS",      "REGCACHE_WHOLE_ALLOCATION_MAX",
+    "REGCACHE_LEDGER",    "REGCACHE_LEDGER_NAMESPACE", "REGCACHE_BAR1_BYTES",
 };
 
 static int clean_env(void **state)
@@ -118,6 +119,8 @@ static void bad_values_are_refused(void **state)
         /* Alignment: a power of two from 4K to 1G. */
         {"REGCACHE_ALIGNMENT", "2G"},     {"REGCACHE_ALIGNMENT", "2048"},
         {"REGCACHE_WHOLE_ALLOCATION_MAX", "1.5G"},
+        {"REGCACHE_LEDGER", "sometimes"}, {"REGCACHE_LEDGER_NAMESPACE", "a-b"},
+        {"REGCACHE_BAR1_BYTES", "12Q"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         struct regcache_params p;

@@ -46,6 +46,7 @@ static CUresult drv_get_error_name(CUresult error, const char **name)
         { CUDA_ERROR_DEINITIALIZED, "CUDA_ERROR_DEINITIALIZED" },
         { CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED" },
         { CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT" },
+        { CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE" },
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         if (names[i].code == error) {
@@ -213,6 +214,19 @@ static CUresult drv_device_get_pci_bus_id(char *bus_id, int len, CUdevice device
     return CUDA_SUCCESS;
 }
 
+/* The UUID's bytes are 0x00..0x0f, so its text form is easy to check. */
+static CUresult drv_device_get_uuid(CUuuid *uuid, CUdevice device)
+{
+    CUresult r = enter(FC_UUID);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (device != 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    for (int i = 0; i < 16; i++)
+        uuid->bytes[i] = (char)i;
+    return CUDA_SUCCESS;
+}
+
 static CUresult drv_ctx_get_current(CUcontext *ctx)
 {
     CUresult r = enter(FC_CTX_GET_CURRENT);
@@ -278,6 +292,7 @@ static const struct rc_cuda_api drv_api = {
     .DeviceGetCount = drv_device_get_count,
     .DeviceGetAttribute = drv_device_get_attribute,
     .DeviceGetPCIBusId = drv_device_get_pci_bus_id,
+    .DeviceGetUuid = drv_device_get_uuid,
     .CtxGetCurrent = drv_ctx_get_current,
     .CtxPushCurrent = drv_ctx_push_current,
     .CtxPopCurrent = drv_ctx_pop_current,

@@ -18,6 +18,7 @@ enum drv_call {
     FC_DEVICE_GET,
     FC_DEVICE_GET_ATTRIBUTE,
     FC_BUS_ID,
+    FC_UUID,
     FC_CTX_GET_CURRENT,
     FC_CTX_PUSH,
     FC_CTX_POP,

@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include <cmocka.h>
 
@@ -54,6 +55,22 @@ static void unreadable_bar1_is_unlimited_and_read_once(void **state)
     drv_uninstall();
 }
 
+/* A configured BAR1 size stands for an empty BAR1 of that size: no
+ * driver call, no NVML. */
+static void configured_bar1_size_replaces_nvml(void **state)
+{
+    (void)state;
+    drv_install();
+    setenv("REGCACHE_BAR1_BYTES", "320M", 1);
+    assert_int_equal(rc_bar1_budget(5), 288 * MIB);
+    setenv("REGCACHE_BAR1_BYTES", "4G", 1);
+    assert_int_equal(rc_bar1_budget(6), 4 * GIB - 4 * GIB / 10);
+    unsetenv("REGCACHE_BAR1_BYTES");
+    assert_int_equal(rc_bar1_budget(5), 288 * MIB); /* read once per device */
+    assert_int_equal(drv.calls[FC_DEVICE_GET], 0);
+    drv_uninstall();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -61,6 +78,7 @@ int main(void)
         cmocka_unit_test(large_bar1_keeps_a_tenth),
         cmocka_unit_test(reserve_above_free_keeps_nothing_unused),
         cmocka_unit_test(unreadable_bar1_is_unlimited_and_read_once),
+        cmocka_unit_test(configured_bar1_size_replaces_nvml),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

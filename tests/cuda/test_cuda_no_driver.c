@@ -13,6 +13,7 @@
 #include "bar1_budget.h"
 #include "cuda_seam.h"
 #include "dmabuf_export.h"
+#include "gpu_key.h"
 #include "last_error.h"
 #include "mem_query.h"
 #include "regcache.h"
@@ -42,6 +43,10 @@ static void cuda_parts_decline(void **state)
     assert_int_equal(offset, 7);
     assert_int_equal(rc_dmabuf_supported(0), 0);
     assert_int_equal(rc_bar1_budget(0), 0);
+    /* Custom backends' device numbers are the only GPU names there are. */
+    char key[RC_GPU_KEY_LEN];
+    assert_int_equal(rc_gpu_key(3, key, sizeof key), REGCACHE_OK);
+    assert_string_equal(key, "dev3");
 }
 
 int main(void)

@@ -2,7 +2,8 @@
 # check-install.sh BUILD_DIR SOURCE_DIR WORK_DIR [CFLAGS]: install BUILD_DIR
 # into a prefix, then build and run consumer.c against it twice: with
 # pkg-config and with find_package(regcache).  Also checks that the library
-# exports nothing but regcache_* symbols.  CFLAGS (a ;-list from CMake) are
+# exports nothing but regcache_* symbols, and that regcache-stat is installed
+# and runs.  CFLAGS (a ;-list from CMake) are
 # the sanitizer flags of a sanitized build.
 set -euo pipefail
 build=$1 src=$2 work=$3 cflags=${4:-}
@@ -17,6 +18,10 @@ bad=$(nm -D --defined-only "$lib" | awk '{print $3}' | grep -v '^regcache_' || t
 if [ -n "$bad" ]; then echo "exported symbols outside regcache_*: $bad"; exit 1; fi
 echo "exports: $(nm -D --defined-only "$lib" | wc -l) symbols, all regcache_*"
 readelf -d "$lib" | grep -q 'SONAME.*libregcache.so.0' || { echo "no SONAME"; exit 1; }
+
+# An empty namespace of its own: the tool must run and find nothing there.
+REGCACHE_LEDGER_NAMESPACE=install$$ "$prefix/bin/regcache-stat" | grep -q '^no regcache ledger' ||
+  { echo "regcache-stat is not installed or does not run"; exit 1; }
 
 export PKG_CONFIG_PATH=$libdir/pkgconfig
 # shellcheck disable=SC2046

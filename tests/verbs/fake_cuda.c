@@ -160,6 +160,15 @@ static CUresult fake_device_get_pci_bus_id(char *bus_id, int len,
     return CUDA_SUCCESS;
 }
 
+static CUresult fake_device_get_uuid(CUuuid *uuid, CUdevice device)
+{
+    if (device < 0 || device >= fake_cuda.device_count)
+        return CUDA_ERROR_INVALID_DEVICE;
+    memset(uuid->bytes, 0, sizeof uuid->bytes);
+    uuid->bytes[15] = (char)device;
+    return CUDA_SUCCESS;
+}
+
 static CUresult fake_ctx_get_current(CUcontext *ctx)
 {
     *ctx = fake_context();
@@ -203,6 +212,7 @@ static const struct rc_cuda_api fake_api = {
     .DeviceGetCount = fake_device_get_count,
     .DeviceGetAttribute = fake_device_get_attribute,
     .DeviceGetPCIBusId = fake_device_get_pci_bus_id,
+    .DeviceGetUuid = fake_device_get_uuid,
     .CtxGetCurrent = fake_ctx_get_current,
     .CtxPushCurrent = fake_ctx_push_current,
     .CtxPopCurrent = fake_ctx_pop_current,

@@ -1,0 +1,386 @@
+/* The shared BAR1 budget: attaching, publishing, fair shares and pressure
+ * (see ledger.h). */
+#include "ledger.h"
+
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "last_error.h"
+#include "ledger_segment.h"
+#include "options.h"
+#include "regcache.h"
+
+/* How often, at most, a cache raising pressure looks for dead owners: each
+ * look reads /proc once per record. */
+#define SWEEP_INTERVAL_NS 100000000ull
+
+struct rc_ledger {
+    struct rc_ledger_segment *seg;
+    struct rc_ledger_record *rec; /* this cache's */
+    uint64_t owner;               /* the owner word it carries */
+    uint64_t pidns;               /* the pid namespace it can check owners in */
+    pid_t pid;                    /* of the process that attached */
+    char key[RC_LEDGER_KEY_MAX];  /* the GPU's, for messages */
+    size_t fallback;              /* the budget to keep without a ledger */
+    _Atomic uint64_t seen;        /* the pressure last answered for */
+    atomic_bool broken;           /* found corrupt: fallback from now on */
+};
+
+/* Numbers the caches of this process in their records. */
+static atomic_uint_fast64_t attached;
+
+static void store(_Atomic uint64_t *v, uint64_t value)
+{
+    atomic_store_explicit(v, value, memory_order_relaxed);
+}
+
+static uint64_t add_sat(uint64_t a, uint64_t b)
+{
+    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+static uint64_t clamp(uint64_t bytes)
+{
+    return bytes < RC_LEDGER_MAX_BYTES ? bytes : RC_LEDGER_MAX_BYTES;
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The policy                                                                */
+/* ------------------------------------------------------------------------ */
+
+/* The fair share when holdings over-fill the budget: the level L at which
+ * sum(min(holding, L)) reaches it, so that caches holding less than L keep
+ * all and the others share the rest.  Found by raising L from 0: each round
+ * counts the holdings already under L as kept whole and spreads the rest
+ * over the others; L only grows and stops within n + 2 rounds, when no
+ * holding crosses it.  `extra` is one more holding beside v[0..n). */
+static uint64_t water_level(uint64_t budget, const uint64_t *v, size_t n, uint64_t extra)
+{
+    uint64_t level = 0;
+    for (;;) {
+        uint64_t below = 0, above = 0;
+        for (size_t i = 0; i <= n; i++) {
+            uint64_t x = i < n ? v[i] : extra;
+            if (x <= level)
+                below = add_sat(below, x);
+            else
+                above++;
+        }
+        if (!above || below > budget)
+            return level;
+        uint64_t next = (budget - below) / above;
+        if (next <= level)
+            return level;
+        level = next;
+    }
+}
+
+struct rc_ledger_plan rc_ledger_plan(uint64_t budget, const uint64_t *others, size_t n,
+                                     uint64_t own, uint64_t want)
+{
+    uint64_t rest = 0, demand = add_sat(own, want);
+    for (size_t i = 0; i < n; i++)
+        rest = add_sat(rest, others[i]);
+    /* Room on the GPU: keep what is held and grow into the room. */
+    if (add_sat(rest, demand) <= budget)
+        return (struct rc_ledger_plan){.keep = budget - rest - want};
+    uint64_t level = water_level(budget, others, n, demand);
+    uint64_t keep = level > want ? level - want : 0;
+    uint64_t after = add_sat(add_sat(rest, own < keep ? own : keep), want);
+    return (struct rc_ledger_plan){.keep = keep, .pressure = want && after > budget};
+}
+
+/* ------------------------------------------------------------------------ */
+/* Records                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static uint64_t records_used(const struct rc_ledger_segment *s)
+{
+    uint64_t used = rc_ledger_read(&s->hdr.used);
+    return used < RC_LEDGER_RECORDS ? used : RC_LEDGER_RECORDS;
+}
+
+/* Take back the records of owners that are gone (pid reuse included: the
+ * start time differs).  Returns how many records are left in use. */
+static unsigned sweep(struct rc_ledger_segment *s, uint64_t pidns)
+{
+    unsigned live = 0;
+    for (uint64_t i = 0, used = records_used(s); i < used; i++) {
+        struct rc_ledger_record *r = &s->rec[i];
+        uint64_t owner = atomic_load_explicit(&r->owner, memory_order_acquire);
+        if (!owner)
+            continue;
+        /* A claim in progress lasts a few stores; its owner's pidns is not
+         * written yet, so it is left alone. */
+        if (!(owner & RC_LEDGER_CLAIMING) &&
+            rc_ledger_owner_gone(owner, rc_ledger_read(&r->pidns), pidns) &&
+            atomic_compare_exchange_strong(&r->owner, &owner, 0))
+            continue;
+        live++;
+    }
+    return live;
+}
+
+/* At most one process per interval sweeps on pressure. */
+static void sweep_now_and_then(struct rc_ledger_segment *s, uint64_t pidns)
+{
+    uint64_t now = now_ns(), last = rc_ledger_read(&s->hdr.swept);
+    if ((now - last < SWEEP_INTERVAL_NS && last <= now) ||
+        !atomic_compare_exchange_strong(&s->hdr.swept, &last, now))
+        return;
+    sweep(s, pidns);
+}
+
+static void process_name(uint64_t comm[2])
+{
+    char name[16] = "";
+    int fd = open("/proc/self/comm", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        ssize_t n = read(fd, name, sizeof name);
+        close(fd);
+        if (n > 0 && name[n - 1] == '\n')
+            name[n - 1] = '\0';
+    }
+    memcpy(comm, name, sizeof name);
+}
+
+/* Claim a free record: marked CLAIMING while the previous owner's values are
+ * cleared, so that no reader ever adds them to this owner. */
+static struct rc_ledger_record *claim(struct rc_ledger_segment *s, uint64_t owner,
+                                      uint64_t pidns)
+{
+    for (unsigned i = 0; i < RC_LEDGER_RECORDS; i++) {
+        struct rc_ledger_record *r = &s->rec[i];
+        uint64_t free_word = 0;
+        if (rc_ledger_read(&r->owner) ||
+            !atomic_compare_exchange_strong(&r->owner, &free_word, owner | RC_LEDGER_CLAIMING))
+            continue;
+        uint64_t used = rc_ledger_read(&s->hdr.used);
+        while (used <= i && !atomic_compare_exchange_weak(&s->hdr.used, &used, i + 1)) {
+        }
+        uint64_t comm[2];
+        process_name(comm);
+        store(&r->pidns, pidns);
+        store(&r->cache, atomic_fetch_add(&attached, 1) + 1);
+        store(&r->comm[0], comm[0]);
+        store(&r->comm[1], comm[1]);
+        _Atomic uint64_t *zero[] = {&r->bytes,     &r->entries,   &r->budget,
+                                    &r->hits,      &r->misses,    &r->evictions,
+                                    &r->inval_tag, &r->inval_notify, &r->reg_failures};
+        for (size_t k = 0; k < sizeof zero / sizeof zero[0]; k++)
+            store(zero[k], 0);
+        atomic_store_explicit(&r->owner, owner, memory_order_release);
+        return r;
+    }
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Attaching                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static int no_ledger(const char *gpu_key, const char *why)
+{
+    rc_set_error("no shared BAR1 budget for GPU %s (%s): this cache keeps its own", gpu_key,
+                 why);
+    return REGCACHE_ERR_UNSUPPORTED;
+}
+
+int rc_ledger_attach(const char *gpu_key, size_t budget, struct rc_ledger **out)
+{
+    *out = NULL;
+    const char *env = getenv("REGCACHE_LEDGER");
+    int on = 1;
+    if (env && rc_parse_bool(env, &on))
+        return no_ledger(gpu_key, "REGCACHE_LEDGER is neither on nor off");
+    if (!on)
+        return no_ledger(gpu_key, "REGCACHE_LEDGER=off");
+
+    char why[256], prefix[RC_LEDGER_PREFIX_MAX], name[RC_LEDGER_NAME_MAX];
+    if (!rc_ledger_key_ok(gpu_key))
+        return no_ledger(gpu_key, "the GPU key is not a name");
+    if (rc_ledger_prefix(prefix, sizeof prefix, why, sizeof why))
+        return no_ledger(gpu_key, why);
+    snprintf(name, sizeof name, "/%s%s", prefix, gpu_key);
+    uint64_t owner = rc_ledger_identity(getpid()), pidns = rc_ledger_pid_namespace();
+    if (!owner || !pidns)
+        return no_ledger(gpu_key, "/proc does not tell this process's start time");
+
+    struct rc_ledger *l = calloc(1, sizeof *l);
+    if (!l) {
+        rc_set_error("out of memory attaching to the BAR1 ledger");
+        return REGCACHE_ERR_NO_MEMORY;
+    }
+    l->seg = rc_ledger_map(name, gpu_key, why, sizeof why);
+    if (!l->seg) {
+        free(l);
+        return no_ledger(gpu_key, why);
+    }
+    struct rc_ledger_header *h = &l->seg->hdr;
+    unsigned live = sweep(l->seg, pidns);
+    store(&h->swept, now_ns());
+    /* Alone on the GPU, this process's reading of free BAR1 is the GPU's
+     * budget; with others attached it lacks what they registered. */
+    if (budget && (!live || !rc_ledger_read(&h->budget)))
+        store(&h->budget, clamp(budget));
+    l->rec = claim(l->seg, owner, pidns);
+    if (!l->rec) {
+        rc_ledger_unmap(l->seg);
+        free(l);
+        snprintf(why, sizeof why, "all %u records of %s%s are in use", RC_LEDGER_RECORDS,
+                 RC_LEDGER_DIR, name);
+        return no_ledger(gpu_key, why);
+    }
+    l->owner = owner;
+    l->pidns = pidns;
+    l->pid = getpid();
+    snprintf(l->key, sizeof l->key, "%s", gpu_key);
+    l->fallback = budget;
+    store(&l->seen, rc_ledger_read(&h->pressure));
+    *out = l;
+    return REGCACHE_OK;
+}
+
+void rc_ledger_detach(struct rc_ledger *l)
+{
+    if (!l)
+        return;
+    /* A fork child maps the parent's segment but owns none of its records. */
+    uint64_t owner = l->owner;
+    if (getpid() == l->pid)
+        atomic_compare_exchange_strong(&l->rec->owner, &owner, 0);
+    rc_ledger_unmap(l->seg);
+    free(l);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Publishing and asking                                                     */
+/* ------------------------------------------------------------------------ */
+
+static bool broken(struct rc_ledger *l)
+{
+    return atomic_load_explicit(&l->broken, memory_order_relaxed);
+}
+
+void rc_ledger_usage(struct rc_ledger *l, size_t bytes, size_t entries)
+{
+    if (broken(l))
+        return;
+    store(&l->rec->bytes, clamp(bytes));
+    store(&l->rec->entries, clamp(entries));
+}
+
+void rc_ledger_publish(struct rc_ledger *l, const struct rc_ledger_counts *c)
+{
+    if (broken(l))
+        return;
+    struct rc_ledger_record *r = l->rec;
+    store(&r->hits, c->hits);
+    store(&r->misses, c->misses);
+    store(&r->evictions, c->evictions);
+    store(&r->inval_tag, c->inval_tag);
+    store(&r->inval_notify, c->inval_notify);
+    store(&r->reg_failures, c->reg_failures);
+}
+
+/* What the cache would keep without a ledger. */
+static size_t own_budget(const struct rc_ledger *l)
+{
+    return l->fallback ? l->fallback : SIZE_MAX;
+}
+
+/* The first time the ledger reads wrong: say so, and keep this process's
+ * own budget from then on. */
+static size_t fall_back(struct rc_ledger *l, const char *why)
+{
+    if (!atomic_exchange(&l->broken, true))
+        rc_set_error("the BAR1 ledger of GPU %s is corrupt (%s): this cache keeps its own "
+                     "budget", l->key, why);
+    return own_budget(l);
+}
+
+/* Every other live cache's bytes into others[], this cache's into *own.
+ * false with *why filled when the segment holds what cannot be. */
+static bool read_holdings(struct rc_ledger *l, uint64_t *others, size_t *n, uint64_t *own,
+                          char *why, size_t why_len)
+{
+    const struct rc_ledger_segment *s = l->seg;
+    uint64_t used = rc_ledger_read(&s->hdr.used);
+    if (s->hdr.magic != RC_LEDGER_MAGIC) {
+        snprintf(why, why_len, "bad magic %#llx", (unsigned long long)s->hdr.magic);
+        return false;
+    }
+    if (used > RC_LEDGER_RECORDS) {
+        snprintf(why, why_len, "%llu records in use of %u", (unsigned long long)used,
+                 RC_LEDGER_RECORDS);
+        return false;
+    }
+    if (rc_ledger_read(&l->rec->owner) != l->owner) {
+        snprintf(why, why_len, "this cache's record was taken over");
+        return false;
+    }
+    *n = 0;
+    for (unsigned i = 0; i < used; i++) {
+        const struct rc_ledger_record *r = &s->rec[i];
+        uint64_t owner = atomic_load_explicit(&r->owner, memory_order_acquire);
+        if (!owner || (owner & RC_LEDGER_CLAIMING))
+            continue;
+        if (!rc_ledger_check_record(s, i, why, why_len))
+            return false;
+        if (r == l->rec)
+            *own = rc_ledger_read(&r->bytes);
+        else
+            others[(*n)++] = rc_ledger_read(&r->bytes);
+    }
+    return true;
+}
+
+size_t rc_ledger_limit(struct rc_ledger *l, size_t want)
+{
+    uint64_t others[RC_LEDGER_RECORDS], own = 0;
+    size_t n;
+    char why[160];
+    if (broken(l))
+        return own_budget(l);
+    if (!read_holdings(l, others, &n, &own, why, sizeof why))
+        return fall_back(l, why);
+    struct rc_ledger_header *h = &l->seg->hdr;
+    uint64_t budget = rc_ledger_read(&h->budget);
+    if (!budget)
+        return SIZE_MAX;
+    struct rc_ledger_plan plan = rc_ledger_plan(budget, others, n, own, want);
+    store(&l->rec->budget, clamp(add_sat(plan.keep, want)));
+    if (want) {
+        /* Count the registration before it happens, so that caches acting
+         * on this pressure, and concurrent misses, see it;
+         * rc_ledger_usage() puts the truth in its place. */
+        store(&l->rec->bytes, clamp(add_sat(own < plan.keep ? own : plan.keep, want)));
+    }
+    if (plan.pressure) {
+        uint64_t before = atomic_fetch_add_explicit(&h->pressure, 1, memory_order_release);
+        /* This cache is the one that needs room: it need not answer its own
+         * pressure, only pressure raised by others. */
+        atomic_compare_exchange_strong(&l->seen, &before, before + 1);
+        sweep_now_and_then(l->seg, l->pidns);
+    }
+    return (size_t)plan.keep;
+}
+
+bool rc_ledger_pressed(struct rc_ledger *l)
+{
+    uint64_t now = atomic_load_explicit(&l->seg->hdr.pressure, memory_order_acquire);
+    uint64_t seen = rc_ledger_read(&l->seen);
+    return now != seen && atomic_compare_exchange_strong(&l->seen, &seen, now);
+}

@@ -1,0 +1,145 @@
+/* The BAR1 ledger's shared memory: one segment per GPU and user, in which
+ * every cache of every process on that GPU keeps one record (see ledger.h
+ * for what the caches do with it, README "The shared BAR1 budget" for the
+ * operator's view).  This part is shared with regcache-stat: the layout,
+ * the segment's name, opening it safely, and telling live owners from
+ * dead ones.  It reports failures in a `why` buffer, not through
+ * regcache_last_error(), so that the tool needs nothing else of the
+ * library. */
+#ifndef RC_LEDGER_SEGMENT_H
+#define RC_LEDGER_SEGMENT_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* Where shm_open() keeps segments on Linux; creation needs the path (see
+ * rc_ledger_map). */
+#define RC_LEDGER_DIR "/dev/shm"
+
+#define RC_LEDGER_MAGIC 0x31524744454c4352ull /* "RCLEDGR1" in memory order */
+#define RC_LEDGER_VERSION 1u
+#define RC_LEDGER_RECORDS 256u /* caches per GPU at once, all processes */
+#define RC_LEDGER_KEY_MAX 64   /* GPU key with its NUL */
+#define RC_LEDGER_PREFIX_MAX 64 /* "regcache-<uid>.<namespace>-" */
+#define RC_LEDGER_NAME_MAX (1 + RC_LEDGER_PREFIX_MAX + RC_LEDGER_KEY_MAX)
+
+/* A record's owner word: 0 while free, else the owning process's identity
+ * (pid and start time, rc_ledger_identity), with RC_LEDGER_CLAIMING set
+ * while the owner is still clearing the record.  One word, so that claiming
+ * a record and taking back a dead owner's are single compare-and-swaps: no
+ * lock lives in the segment that a dead or forked process could hold. */
+#define RC_LEDGER_PID_BITS 22 /* Linux pids stay below 2^22 */
+#define RC_LEDGER_CLAIMING (1ull << 63)
+
+/* Every field is written by one process (the creator, before anyone can
+ * see the segment, or the record's owner) and read by any: plain atomics,
+ * relaxed unless said otherwise. */
+struct rc_ledger_record {
+    _Atomic uint64_t owner; /* release-stored once the record is clear */
+    _Atomic uint64_t pidns; /* the owner's pid namespace (its inode) */
+    _Atomic uint64_t cache; /* which cache of that process */
+    _Atomic uint64_t comm[2]; /* the process name, 16 bytes */
+    /* What the cache holds on this GPU, counting a registration it is about
+     * to make, and the limit it last computed (0: none yet, or unlimited). */
+    _Atomic uint64_t bytes, entries, budget;
+    /* Its counters on this GPU, for regcache-stat. */
+    _Atomic uint64_t hits, misses, evictions, inval_tag, inval_notify, reg_failures;
+    uint64_t reserved[2];
+};
+
+struct rc_ledger_header {
+    uint64_t magic;
+    uint32_t version, header_size;
+    uint64_t size; /* of the whole segment */
+    uint32_t records, record_size;
+    char key[RC_LEDGER_KEY_MAX]; /* the GPU, as in the segment's name */
+    /* The GPU's budget shared by every cache; 0 = unknown (unlimited). */
+    _Atomic uint64_t budget;
+    /* Bumped by each cache that registers while the GPU is over budget:
+     * the others compare it with what they saw last. */
+    _Atomic uint64_t pressure;
+    /* Records [0, used) have ever been claimed: scans stop there. */
+    _Atomic uint64_t used;
+    /* CLOCK_MONOTONIC ns of the last search for dead owners. */
+    _Atomic uint64_t swept;
+    uint64_t reserved[16];
+};
+
+struct rc_ledger_segment {
+    struct rc_ledger_header hdr;
+    struct rc_ledger_record rec[RC_LEDGER_RECORDS];
+};
+
+_Static_assert(sizeof(struct rc_ledger_record) == 128, "record layout");
+/* 256: the records start on a cache line. */
+_Static_assert(sizeof(struct rc_ledger_header) == 256, "header layout");
+_Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "the ledger needs lock-free 64-bit atomics");
+
+/* "regcache-<uid>-" or, with REGCACHE_LEDGER_NAMESPACE=ns, "regcache-<uid>.ns-":
+ * the start of every segment name of this user (and namespace).  0, or -1
+ * with *why filled when the namespace is not 1-32 of [A-Za-z0-9_]. */
+int rc_ledger_prefix(char *out, size_t n, char *why, size_t why_len);
+
+/* True when `key` may name a GPU: 1-63 of [A-Za-z0-9_.:-]. */
+bool rc_ledger_key_ok(const char *key);
+
+/* True when `ns` may be a REGCACHE_LEDGER_NAMESPACE: 1-32 of [A-Za-z0-9_]
+ * (no '-' or '.', the name's separators, so that no namespace's prefix
+ * starts another's). */
+bool rc_ledger_namespace_ok(const char *ns);
+
+/* Open the segment called `name` (under RC_LEDGER_DIR) and map it.  With
+ * `key` the caller attaches: the segment is created when missing, mapped
+ * writable, and must be this GPU's.  Without, it is mapped read-only
+ * (regcache-stat).  Refuses, with *why filled, a segment that is not a
+ * regular file of this user with mode 0600, or whose layout, size or
+ * values are not what this library writes (rc_ledger_check). */
+struct rc_ledger_segment *rc_ledger_map(const char *name, const char *key, char *why,
+                                        size_t why_len);
+void rc_ledger_unmap(struct rc_ledger_segment *s);
+
+/* No GPU's BAR1 comes near this; a larger byte or entry count is garbage
+ * (and 256 records of it still sum without overflow). */
+#define RC_LEDGER_MAX_BYTES (1ull << 48)
+
+/* Whether the `len` mapped bytes at s hold a ledger of this layout with
+ * possible values: header fields, `used`, every record
+ * (rc_ledger_check_record).  false with *why filled if not. */
+bool rc_ledger_check(const struct rc_ledger_segment *s, size_t len, char *why, size_t why_len);
+
+/* Whether record i is possible: an owner word with a pid, counts of bytes
+ * and entries below RC_LEDGER_MAX_BYTES.  false with *why filled if not. */
+bool rc_ledger_check_record(const struct rc_ledger_segment *s, unsigned i, char *why,
+                            size_t why_len);
+
+/* The owner word of process `pid` now: its pid and start time (clock ticks
+ * after boot, /proc/<pid>/stat), so that a reused pid never passes for the
+ * process that held it.  0 when there is no such process or it has exited
+ * (a zombie holds no BAR1). */
+uint64_t rc_ledger_identity(pid_t pid);
+
+/* A shared counter as it is now.  Relaxed: each field is exact on its own,
+ * and readers act on none of them together. */
+static inline uint64_t rc_ledger_read(const _Atomic uint64_t *v)
+{
+    return atomic_load_explicit((_Atomic uint64_t *)v, memory_order_relaxed);
+}
+
+static inline pid_t rc_ledger_owner_pid(uint64_t owner)
+{
+    return (pid_t)(owner & ((1ull << RC_LEDGER_PID_BITS) - 1));
+}
+
+/* The inode of this process's pid namespace: pids, and so owners, can be
+ * checked only by processes that share it.  0 when /proc does not say. */
+uint64_t rc_ledger_pid_namespace(void);
+
+/* Whether the owner of a record (owner word and its pidns field) is known
+ * to be gone, seen from pid namespace `pidns`.  An owner in another pid
+ * namespace is never known gone: nothing here can check it. */
+bool rc_ledger_owner_gone(uint64_t owner, uint64_t owner_pidns, uint64_t pidns);
+
+#endif

@@ -1,0 +1,331 @@
+/* regcache-stat: what every cache of this user holds on each GPU, read from
+ * the shared BAR1 ledgers without stopping anyone.
+ *
+ *   regcache-stat [--json] [--watch N]
+ *
+ * One table per GPU (one ledger segment), one row per cache: process,
+ * entries, bytes, the budget it last computed, and its counters.  --json
+ * prints one JSON document instead (one per line with --watch).  Exit
+ * status: 0, 1 when a segment could not be read (it is listed with why), 2
+ * for a usage error. */
+#include <dirent.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ledger_segment.h"
+
+/* The per-cache columns, in the order shown; `size` ones get a unit in the
+ * text table, where `zero`, if set, stands for 0. */
+static const struct column {
+    const char *name;
+    size_t offset;
+    bool size;
+    const char *zero;
+} columns[] = {
+#define COLUMN(field, size, zero) {#field, offsetof(struct rc_ledger_record, field), size, zero}
+    COLUMN(entries, false, NULL),
+    COLUMN(bytes, true, NULL),
+    COLUMN(budget, true, "-"), /* none computed yet, or unlimited */
+    COLUMN(hits, false, NULL),
+    COLUMN(misses, false, NULL),
+    COLUMN(evictions, false, NULL),
+    COLUMN(inval_tag, false, NULL),
+    COLUMN(inval_notify, false, NULL),
+    COLUMN(reg_failures, false, NULL),
+#undef COLUMN
+};
+#define NCOLUMNS (sizeof columns / sizeof columns[0])
+
+/* One cache's row, read while its owner stayed the same. */
+struct row {
+    pid_t pid;
+    char process[17];
+    uint64_t cache;
+    const char *state; /* live, gone (not yet taken back), unknown (other pid namespace) */
+    uint64_t value[NCOLUMNS];
+};
+
+struct gpu {
+    char segment[sizeof RC_LEDGER_DIR + RC_LEDGER_NAME_MAX];
+    char key[RC_LEDGER_KEY_MAX];
+    char error[256]; /* set when the segment could not be read */
+    uint64_t budget, pressure, in_use;
+    size_t nrows;
+    struct row rows[RC_LEDGER_RECORDS];
+};
+
+static uint64_t owner_of(const struct rc_ledger_record *r)
+{
+    return atomic_load_explicit((_Atomic uint64_t *)&r->owner, memory_order_acquire);
+}
+
+static bool read_row(const struct rc_ledger_record *r, uint64_t pidns, struct row *out)
+{
+    uint64_t owner = owner_of(r);
+    if (!owner || (owner & RC_LEDGER_CLAIMING))
+        return false;
+    uint64_t owner_pidns = rc_ledger_read(&r->pidns);
+    uint64_t comm[2] = {rc_ledger_read(&r->comm[0]), rc_ledger_read(&r->comm[1])};
+    out->pid = rc_ledger_owner_pid(owner);
+    memcpy(out->process, comm, sizeof comm);
+    out->process[16] = '\0';
+    out->cache = rc_ledger_read(&r->cache);
+    for (size_t c = 0; c < NCOLUMNS; c++)
+        out->value[c] =
+            rc_ledger_read((const _Atomic uint64_t *)((const char *)r + columns[c].offset));
+    out->state = owner_pidns != pidns                              ? "unknown"
+                 : rc_ledger_owner_gone(owner, owner_pidns, pidns) ? "gone"
+                                                                   : "live";
+    /* Freed or taken over while read: the values may be anyone's. */
+    return owner_of(r) == owner;
+}
+
+static uint64_t value_of(const struct row *r, size_t offset)
+{
+    size_t c = 0;
+    while (columns[c].offset != offset)
+        c++;
+    return r->value[c];
+}
+
+static void read_gpu(const char *name, uint64_t pidns, struct gpu *g)
+{
+    snprintf(g->segment, sizeof g->segment, "%s/%s", RC_LEDGER_DIR, name);
+    char path[RC_LEDGER_NAME_MAX + 1];
+    snprintf(path, sizeof path, "/%s", name);
+    struct rc_ledger_segment *s = rc_ledger_map(path, NULL, g->error, sizeof g->error);
+    if (!s)
+        return;
+    snprintf(g->key, sizeof g->key, "%s", s->hdr.key);
+    g->budget = rc_ledger_read(&s->hdr.budget);
+    g->pressure = rc_ledger_read(&s->hdr.pressure);
+    uint64_t used = rc_ledger_read(&s->hdr.used);
+    for (uint64_t i = 0; i < used && i < RC_LEDGER_RECORDS; i++) {
+        struct row *row = &g->rows[g->nrows];
+        if (!read_row(&s->rec[i], pidns, row))
+            continue;
+        if (strcmp(row->state, "gone") != 0)
+            g->in_use += value_of(row, offsetof(struct rc_ledger_record, bytes));
+        g->nrows++;
+    }
+    rc_ledger_unmap(s);
+}
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* This user's (and namespace's) segments, sorted by name, into *names.
+ * -1 when the directory cannot be read. */
+static int segment_names(const char *prefix, char ***names, size_t *n)
+{
+    DIR *dir = opendir(RC_LEDGER_DIR);
+    if (!dir)
+        return -1;
+    size_t len = strlen(prefix), cap = 0;
+    *names = NULL;
+    *n = 0;
+    for (struct dirent *d; (d = readdir(dir)) != NULL;) {
+        if (strncmp(d->d_name, prefix, len) != 0 || !rc_ledger_key_ok(d->d_name + len))
+            continue;
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 16;
+            char **grown = realloc(*names, cap * sizeof **names);
+            if (!grown)
+                break;
+            *names = grown;
+        }
+        if (((*names)[*n] = strdup(d->d_name)) != NULL)
+            (*n)++;
+    }
+    closedir(dir);
+    if (*n)
+        qsort(*names, *n, sizeof **names, by_name);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Output                                                                    */
+/* ------------------------------------------------------------------------ */
+
+static void json_string(const char *s)
+{
+    putchar('"');
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            printf("\\%c", *p);
+        else if (*p < 0x20 || *p >= 0x7f)
+            printf("\\u%04x", *p);
+        else
+            putchar(*p);
+    }
+    putchar('"');
+}
+
+static void json_gpu(const struct gpu *g)
+{
+    printf("{\"segment\":");
+    json_string(g->segment);
+    if (g->error[0]) {
+        printf(",\"error\":");
+        json_string(g->error);
+        printf("}");
+        return;
+    }
+    printf(",\"gpu\":");
+    json_string(g->key);
+    printf(",\"budget\":%llu,\"in_use\":%llu,\"pressure\":%llu,\"caches\":[",
+           (unsigned long long)g->budget, (unsigned long long)g->in_use,
+           (unsigned long long)g->pressure);
+    for (size_t i = 0; i < g->nrows; i++) {
+        const struct row *r = &g->rows[i];
+        printf("%s{\"pid\":%d,\"process\":", i ? "," : "", (int)r->pid);
+        json_string(r->process);
+        printf(",\"cache\":%llu,\"state\":\"%s\"", (unsigned long long)r->cache, r->state);
+        for (size_t c = 0; c < NCOLUMNS; c++)
+            printf(",\"%s\":%llu", columns[c].name, (unsigned long long)r->value[c]);
+        printf("}");
+    }
+    printf("]}");
+}
+
+/* 1536 -> "1.5K" */
+static const char *size_text(uint64_t v, char *buf, size_t n)
+{
+    static const char units[] = "BKMGTP";
+    double x = (double)v;
+    int u = 0;
+    while (x >= 1024 && units[u + 1]) {
+        x /= 1024;
+        u++;
+    }
+    snprintf(buf, n, u ? "%.1f%c" : "%.0f%c", x, units[u]);
+    return buf;
+}
+
+static int width(const struct column *c)
+{
+    int len = (int)strlen(c->name);
+    return len > 9 ? len : 9;
+}
+
+static void text_gpu(const struct gpu *g)
+{
+    char a[16], b[16];
+    if (g->error[0]) {
+        printf("%s: %s\n\n", g->segment, g->error);
+        return;
+    }
+    printf("GPU %s: budget %s, in use %s by %zu cache%s, pressure raised %llu times (%s)\n",
+           g->key, g->budget ? size_text(g->budget, a, sizeof a) : "unknown",
+           size_text(g->in_use, b, sizeof b), g->nrows, g->nrows == 1 ? "" : "s",
+           (unsigned long long)g->pressure, g->segment);
+    printf("%8s %-16s %5s %-7s", "pid", "process", "cache", "state");
+    for (size_t c = 0; c < NCOLUMNS; c++)
+        printf(" %*s", width(&columns[c]), columns[c].name);
+    putchar('\n');
+    for (size_t i = 0; i < g->nrows; i++) {
+        const struct row *r = &g->rows[i];
+        printf("%8d %-16s %5llu %-7s", (int)r->pid, r->process, (unsigned long long)r->cache,
+               r->state);
+        for (size_t c = 0; c < NCOLUMNS; c++) {
+            const struct column *col = &columns[c];
+            if (!r->value[c] && col->zero)
+                printf(" %*s", width(col), col->zero);
+            else if (col->size)
+                printf(" %*s", width(col), size_text(r->value[c], a, sizeof a));
+            else
+                printf(" %*llu", width(col), (unsigned long long)r->value[c]);
+        }
+        putchar('\n');
+    }
+    putchar('\n');
+}
+
+/* One look at every ledger.  Returns 1 when one could not be read. */
+static int show(const char *prefix, bool json)
+{
+    char **names;
+    size_t n;
+    struct gpu *g = malloc(sizeof *g);
+    if (!g || segment_names(prefix, &names, &n) != 0) {
+        fprintf(stderr, "regcache-stat: cannot read %s: %m\n", RC_LEDGER_DIR);
+        free(g);
+        return 1;
+    }
+    uint64_t pidns = rc_ledger_pid_namespace();
+    int status = 0;
+    if (json) {
+        printf("{\"uid\":%u,\"prefix\":", (unsigned)geteuid());
+        json_string(prefix);
+        printf(",\"gpus\":[");
+    } else if (!n) {
+        printf("no regcache ledger of uid %u (%s/%s*)\n", (unsigned)geteuid(), RC_LEDGER_DIR,
+               prefix);
+    }
+    for (size_t i = 0; i < n; i++) {
+        memset(g, 0, sizeof *g);
+        read_gpu(names[i], pidns, g);
+        status |= g->error[0] != '\0';
+        if (json) {
+            printf(i ? "," : "");
+            json_gpu(g);
+        } else {
+            text_gpu(g);
+        }
+        free(names[i]);
+    }
+    if (json)
+        printf("]}\n");
+    free(names);
+    free(g);
+    fflush(stdout);
+    return status;
+}
+
+static int usage(FILE *to, int status)
+{
+    fprintf(to, "usage: regcache-stat [--json] [--watch SECONDS]\n"
+                "Show what every regcache cache of this user holds on each GPU, from the\n"
+                "shared BAR1 ledgers in %s (REGCACHE_LEDGER_NAMESPACE selects a\n"
+                "namespace).  --watch repeats every SECONDS until interrupted.\n",
+            RC_LEDGER_DIR);
+    return status;
+}
+
+int main(int argc, char **argv)
+{
+    bool json = false;
+    long watch = 0;
+    for (int i = 1; i < argc; i++) {
+        char *end;
+        if (!strcmp(argv[i], "--json")) {
+            json = true;
+        } else if (!strcmp(argv[i], "--watch") && i + 1 < argc &&
+                   (watch = strtol(argv[i + 1], &end, 10)) > 0 && !*end) {
+            i++;
+        } else {
+            return usage(!strcmp(argv[i], "--help") ? stdout : stderr,
+                         !strcmp(argv[i], "--help") ? 0 : 2);
+        }
+    }
+    char prefix[RC_LEDGER_PREFIX_MAX], why[256];
+    if (rc_ledger_prefix(prefix, sizeof prefix, why, sizeof why) != 0) {
+        fprintf(stderr, "regcache-stat: %s\n", why);
+        return 2;
+    }
+    int status = show(prefix, json);
+    while (watch) {
+        sleep((unsigned)watch);
+        if (!json)
+            printf("\n");
+        status = show(prefix, json);
+    }
+    return status;
+}
