@@ -91,14 +91,17 @@ static int parse_max_entries(const char *s, struct rc_options *o) { return parse
 static int parse_whole(const char *s, struct rc_options *o) { return parse_bool(s, &o->params.whole_allocation); }
 static int parse_host(const char *s, struct rc_options *o) { return parse_bool(s, &o->params.host_memory); }
 
-static int parse_stats(const char *s, struct rc_options *o)
+static int parse_flag(const char *s, bool *out)
 {
     int v;
     if (parse_bool(s, &v))
         return -1;
-    o->stats_dump = v;
+    *out = v;
     return 0;
 }
+
+static int parse_stats(const char *s, struct rc_options *o) { return parse_flag(s, &o->stats_dump); }
+static int parse_hooks(const char *s, struct rc_options *o) { return parse_flag(s, &o->intercept); }
 
 /* The one table of environment overrides; README lists the same. */
 static const struct {
@@ -114,6 +117,7 @@ static const struct {
     {"REGCACHE_WHOLE_ALLOCATION", parse_whole, "0 or 1"},
     {"REGCACHE_HOST_MEMORY", parse_host, "0 or 1"},
     {"REGCACHE_STATS", parse_stats, "0 or 1"},
+    {"REGCACHE_HOOKS", parse_hooks, "on or off"},
 };
 
 static int check(const struct regcache_params *p)
@@ -155,6 +159,8 @@ int rc_options_resolve(const struct regcache_params *in, struct rc_options *out)
     memcpy(&out->params, in, in->size);
     out->params.size = sizeof(out->params);
     out->stats_dump = false;
+    out->intercept = true;
+    out->validation_reason[0] = '\0';
 
     for (size_t i = 0; i < sizeof(env_options) / sizeof(env_options[0]); i++) {
         const char *v = getenv(env_options[i].name);

@@ -48,4 +48,7 @@ void rc_stats_dump(const struct regcache *c)
             (const void *)c, s.hits, s.misses, s.registrations, s.deregistrations, s.evictions,
             s.invalidations_tag, s.invalidations_notify, s.invalidations_explicit,
             s.reg_failures, s.entries, s.bytes, s.peak_bytes);
+    fprintf(stderr, "regcache %p: validation %s: %s\n", (const void *)c,
+            c->validation == REGCACHE_VALIDATE_HOOKS ? "HOOKS" : "TAG_CHECK",
+            c->opts.validation_reason);
 }
