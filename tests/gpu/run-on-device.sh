@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Configure, build and run every gpu-labelled test on a GPU machine, from a
-# clean tree: the cache on the real driver (tests/gpu) and the preload hook
-# under a driver-API program, the CUDA runtime and PyTorch (tests/gpu_hook).
+# clean tree: the cache on the real driver (tests/gpu) and both hooks (the
+# preload hook, and the in-process interception of the merely linked
+# library) under a driver-API program, the CUDA runtime and PyTorch
+# (tests/gpu_hook).
 #
 #   tests/gpu/run-on-device.sh --stage   on a machine with cmocka installed:
 #                                        copy it into .carry/
@@ -40,6 +42,6 @@ nvidia-smi -L || true
 python3 -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda)' || true
 cmake -S "$root" -B "$build" "${args[@]}"
 cmake --build "$build" -j"$(nproc)"
-# The hook's CPU tests too: on this machine the real libcuda is also around.
 ctest --test-dir "$build" -L gpu --output-on-failure -V
-ctest --test-dir "$build" -R '^hook_' --output-on-failure
+# The hooks' CPU tests too: on this machine the real libcuda is also around.
+ctest --test-dir "$build" -R '^(hook_|intercept)' --output-on-failure
