@@ -207,8 +207,11 @@ enum regcache_method {
 };
 
 enum regcache_validation {
-    REGCACHE_VALIDATE_AUTO = 0,      /* HOOKS when the preload hook is active
-                                        in this process, else TAG_CHECK */
+    REGCACHE_VALIDATE_AUTO = 0,      /* HOOKS when every CUDA free is provably
+                                        seen - by the preload hook, or by the
+                                        in-process interception that creating
+                                        the cache installs (README) - else
+                                        TAG_CHECK */
     REGCACHE_VALIDATE_TAG_CHECK = 1, /* re-read the buffer id on every hit */
     REGCACHE_VALIDATE_HOOKS = 2      /* trust regcache_notify_free() calls
                                         (from the hook or the application) */
@@ -272,7 +275,11 @@ typedef struct regcache_entry regcache_entry_t;
  * Create a cache.  The built-in backend needs params->pd (or params->pds
  * for several rails); it selects the method now and fails with
  * REGCACHE_ERR_UNSUPPORTED (and a message from regcache_last_error()) if
- * none is available.
+ * none is available.  With validation AUTO and without the preload hook,
+ * the first call patches libcuda's memory functions in-process (once per
+ * process, unless REGCACHE_HOOKS=off) and every call checks that the
+ * patches see every free; when they cannot, the cache uses TAG_CHECK and
+ * regcache_last_error() says why, although the call succeeds.
  * Errors: INVALID (NULL, unknown params size, alignment not a power of two
  * between 4096 and 1 GiB, method/validation out of range, rails outside
  * 1..REGCACHE_MAX_RAILS, no pd for the built-in backend, backend without
@@ -440,6 +447,16 @@ REGCACHE_API int regcache_get_device_stats(const regcache_t *cache, int device,
 REGCACHE_API int regcache_validation_mode(const regcache_t *cache);
 
 /*
+ * Why the cache uses the validation mode it does: set by the caller, the
+ * preload hook, the in-process interception (with what it patched), or why
+ * none of these could be trusted (REGCACHE_HOOKS=off, "in-process
+ * interception unavailable: cuMemUnmap prologue not recognised (bytes
+ * ...)").  Never empty for a cache; NULL for NULL.  The text lives as long
+ * as the cache.  Thread safe.
+ */
+REGCACHE_API const char *regcache_validation_reason(const regcache_t *cache);
+
+/*
  * The method the built-in backend selected (DMABUF or PEERMEM), 0 for a
  * custom backend, or REGCACHE_ERR_INVALID for NULL.  Thread safe.
  */
@@ -448,7 +465,9 @@ REGCACHE_API int regcache_method_used(const regcache_t *cache);
 /*
  * A message that explains the last failing call of this thread in more
  * detail than regcache_strerror() (which module to load, which CUDA error
- * came back).  Empty string if there is none.  Thread safe (per thread).
+ * came back), or why the last regcache_create() with validation AUTO fell
+ * back to TAG_CHECK.  Empty string if there is none.  Thread safe (per
+ * thread).
  */
 REGCACHE_API const char *regcache_last_error(void);
 

@@ -1,4 +1,5 @@
 /* Creating and destroying caches, and what a cache reports about itself. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -6,17 +7,35 @@
 #include "asym_fence.h"
 #include "cache.h"
 #include "hook_detect.h"
+#include "intercept.h"
 #include "last_error.h"
 #include "registry.h"
 #include "threads.h"
 #include "verbs_backend.h"
 
-static int resolve_validation(int requested)
+/* Trusting frees is only safe when every one of them is provably seen: by
+ * the preload hook, or by the in-process interception once its self-test
+ * has reached every patched function. */
+static int resolve_validation(struct rc_options *o)
 {
-    if (requested != REGCACHE_VALIDATE_AUTO)
-        return requested;
-    /* Trusting frees is only safe when the hook provably sees them all. */
-    return rc_hook_active() ? REGCACHE_VALIDATE_HOOKS : REGCACHE_VALIDATE_TAG_CHECK;
+    char *why = o->validation_reason;
+    size_t n = sizeof o->validation_reason;
+    if (o->params.validation != REGCACHE_VALIDATE_AUTO) {
+        snprintf(why, n, "set by params.validation or REGCACHE_VALIDATION");
+        return o->params.validation;
+    }
+    if (rc_hook_active()) {
+        snprintf(why, n, "libregcache-hook.so is preloaded and sees every CUDA free");
+        return REGCACHE_VALIDATE_HOOKS;
+    }
+    if (!o->intercept) {
+        snprintf(why, n, "REGCACHE_HOOKS=off: no in-process interception");
+        return REGCACHE_VALIDATE_TAG_CHECK;
+    }
+    if (rc_intercept_ensure(why, n))
+        return REGCACHE_VALIDATE_HOOKS;
+    rc_set_error("validation TAG_CHECK: %s", why);
+    return REGCACHE_VALIDATE_TAG_CHECK;
 }
 
 static int make_backend(struct regcache *c)
@@ -85,7 +104,7 @@ int regcache_create(const struct regcache_params *params, regcache_t **out)
     const struct regcache_params *p = &c->opts.params;
     c->rails = (unsigned)p->rails;
     c->host_page = (size_t)sysconf(_SC_PAGESIZE);
-    c->validation = resolve_validation(p->validation);
+    c->validation = resolve_validation(&c->opts);
     c->tag_check = c->validation == REGCACHE_VALIDATE_TAG_CHECK;
     rc_memory_select(p->backend ? &c->backend.user : NULL, &c->mem);
     c->hit_id = rc_thread_claim_hit_id();
@@ -120,4 +139,9 @@ int regcache_method_used(const regcache_t *c)
     if (!c)
         return rc_fail(REGCACHE_ERR_INVALID, "regcache_method_used: cache is NULL");
     return c->builtin ? c->method_used : 0;
+}
+
+const char *regcache_validation_reason(const regcache_t *c)
+{
+    return c ? c->opts.validation_reason : NULL;
 }

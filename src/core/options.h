@@ -9,6 +9,10 @@
 struct rc_options {
     struct regcache_params params; /* caller's params with overrides */
     bool stats_dump;               /* REGCACHE_STATS: print stats at destroy */
+    bool intercept;                /* REGCACHE_HOOKS: validation AUTO may
+                                      patch libcuda in-process (default on) */
+    char validation_reason[256];   /* why validation is what it is; set by
+                                      regcache_create */
 };
 
 /* Copy *in (honouring in->size), apply the environment, check the result.

@@ -69,13 +69,14 @@ void rc_stats_dump(const struct regcache *c)
     struct regcache_stats s;
     regcache_get_stats(c, &s);
     fprintf(stderr,
-            "regcache %p: validation %s, hits %" PRIu64 " misses %" PRIu64
+            "regcache %p: hits %" PRIu64 " misses %" PRIu64
             " registrations %" PRIu64 " deregistrations %" PRIu64 " evictions %" PRIu64
             " invalidations tag %" PRIu64 " notify %" PRIu64 " explicit %" PRIu64
             " reg_failures %" PRIu64 " one_shots %" PRIu64 " entries %" PRIu64 " bytes %" PRIu64
             " peak_bytes %" PRIu64 "\n",
-            (const void *)c, c->tag_check ? "TAG_CHECK" : "HOOKS", s.hits, s.misses,
-            s.registrations, s.deregistrations, s.evictions, s.invalidations_tag,
-            s.invalidations_notify, s.invalidations_explicit, s.reg_failures, s.one_shots,
-            s.entries, s.bytes, s.peak_bytes);
+            (const void *)c, s.hits, s.misses, s.registrations, s.deregistrations,
+            s.evictions, s.invalidations_tag, s.invalidations_notify, s.invalidations_explicit,
+            s.reg_failures, s.one_shots, s.entries, s.bytes, s.peak_bytes);
+    fprintf(stderr, "regcache %p: validation %s: %s\n", (const void *)c,
+            c->tag_check ? "TAG_CHECK" : "HOOKS", c->opts.validation_reason);
 }

@@ -14,7 +14,6 @@
 typedef CUresult (*get_proc_fn)(const char *symbol, void **pfn, int version,
                                 cuuint64_t flags,
                                 CUdriverProcAddressQueryResult *status);
-typedef void *(*dlsym_fn)(void *handle, const char *symbol);
 
 /* Each field with the CUDA version whose ABI its prototype in cuda_seam.h
  * follows: asking cuGetProcAddress for that version returns the matching
@@ -51,11 +50,11 @@ static char load_error[256];
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static _Atomic(const struct rc_cuda_api *) override_api;
 
-/* glibc's own dlsym.  The preload hook interposes dlsym to hand out wrappers
- * of cuGetProcAddress; the library must reach the real driver, so it looks
+/* The preload hook interposes dlsym to hand out wrappers of
+ * cuGetProcAddress; the library must reach the real driver, so it looks
  * dlsym up by version inside libc (libdl before glibc 2.34), where a lookup
  * scoped to that handle cannot find the hook's definition. */
-static dlsym_fn real_dlsym(void)
+rc_dlsym_fn rc_cuda_real_dlsym(void)
 {
     static const struct {
         const char *lib, *version;
@@ -67,7 +66,7 @@ static dlsym_fn real_dlsym(void)
         void *fn = dlvsym(lib, "dlsym", homes[i].version);
         dlclose(lib);
         if (fn != NULL) {
-            dlsym_fn out;
+            rc_dlsym_fn out;
             memcpy(&out, &fn, sizeof out);
             return out;
         }
@@ -96,7 +95,7 @@ static int load_entries(get_proc_fn get_proc)
 
 static void load(void)
 {
-    dlsym_fn sym = real_dlsym();
+    rc_dlsym_fn sym = rc_cuda_real_dlsym();
     if (sym == NULL) {
         snprintf(load_error, sizeof load_error, "cannot find glibc's dlsym");
         return;

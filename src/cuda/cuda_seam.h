@@ -44,6 +44,11 @@ const struct rc_cuda_api *rc_cuda_api(void);
 /* Tests: use `api` instead of the driver; NULL goes back to the driver. */
 void rc_cuda_api_override(const struct rc_cuda_api *api);
 
+/* glibc's own dlsym, never an interposed one (the preload hook's hands out
+ * wrappers), or NULL when it cannot be found. */
+typedef void *(*rc_dlsym_fn)(void *handle, const char *symbol);
+rc_dlsym_fn rc_cuda_real_dlsym(void);
+
 /* Set the detail message for a failed driver call ("cuX failed:
  * CUDA_ERROR_Y (n)") and return REGCACHE_ERR_CUDA. */
 int rc_cuda_error(const struct rc_cuda_api *api, const char *call, CUresult r);

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include "cuda_seam.h"
+#include "intercept.h"
 #include "last_error.h"
 #include "regcache.h"
 
@@ -16,6 +17,16 @@ struct borrowed {
     int retained;
     CUdevice device;
 };
+
+/* The release drops the reference borrow_context took a moment before, so it
+ * frees no memory: the in-process interception must not take it for the end
+ * of the context and drop every cached entry. */
+static void release_primary(const struct rc_cuda_api *api, CUdevice device)
+{
+    rc_intercept_quiet(true);
+    api->DevicePrimaryCtxRelease(device);
+    rc_intercept_quiet(false);
+}
 
 static int borrow_context(const struct rc_cuda_api *api, uintptr_t addr,
                           struct borrowed *b)
@@ -52,7 +63,7 @@ static int borrow_context(const struct rc_cuda_api *api, uintptr_t addr,
     r = api->CtxPushCurrent(owner);
     if (r != CUDA_SUCCESS) {
         if (b->retained)
-            api->DevicePrimaryCtxRelease(b->device);
+            release_primary(api, b->device);
         return rc_cuda_error(api, "cuCtxPushCurrent", r);
     }
     b->pushed = 1;
@@ -66,7 +77,7 @@ static int give_back(const struct rc_cuda_api *api, const struct borrowed *b)
     CUcontext popped;
     CUresult r = api->CtxPopCurrent(&popped);
     if (b->retained)
-        api->DevicePrimaryCtxRelease(b->device);
+        release_primary(api, b->device);
     return r == CUDA_SUCCESS ? REGCACHE_OK : rc_cuda_error(api, "cuCtxPopCurrent", r);
 }
 

@@ -10,35 +10,32 @@
 #ifndef RC_HOOK_H
 #define RC_HOOK_H
 
-#include <cuda.h>
-#include <stdatomic.h>
 #include <stddef.h>
 
-/* Every kind: name, prototype, argument names.  Each expands to the enum
- * constant RC_HOOK_<name> and to the wrapper body rc_hook_<name>, which takes
- * the real function first. */
-#define RC_HOOK_KIND_LIST(X)                                                    \
-    X(gpa4, (const char *symbol, void **pfn, int version, cuuint64_t flags),    \
-      symbol, pfn, version, flags)                                              \
-    X(gpa5, (const char *symbol, void **pfn, int version, cuuint64_t flags,     \
-             CUdriverProcAddressQueryResult *status),                           \
-      symbol, pfn, version, flags, status)                                      \
-    X(free, (CUdeviceptr ptr), ptr)                                             \
-    X(free_async, (CUdeviceptr ptr, CUstream stream), ptr, stream)              \
-    X(free_host, (void *ptr), ptr)                                              \
-    X(free_range, (CUdeviceptr ptr, size_t size), ptr, size)                    \
-    X(ctx_gone, (CUcontext ctx), ctx)                                           \
-    X(device_gone, (CUdevice device), device)                                   \
-    X(alloc, (CUdeviceptr *ptr, size_t size), ptr, size)                        \
-    X(alloc_async, (CUdeviceptr *ptr, size_t size, CUstream stream),            \
-      ptr, size, stream)                                                        \
-    X(alloc_pool, (CUdeviceptr *ptr, size_t size, CUmemoryPool pool,            \
-                   CUstream stream), ptr, size, pool, stream)                   \
-    X(map, (CUdeviceptr ptr, size_t size, size_t offset,                        \
-            CUmemGenericAllocationHandle handle, unsigned long long flags),     \
-      ptr, size, offset, handle, flags)
+#include "wrap.h"
 
-#define RC_HOOK_ENUM(name, params, ...) RC_HOOK_##name,
+/* Every kind: cuGetProcAddress in both forms - get_proc, the 4-argument
+ * cuGetProcAddress of CUDA 11.3, and get_proc_v2, the 5-argument
+ * cuGetProcAddress_v2 of CUDA 12.0 - whose wrappers wrap what they hand out,
+ * then the memory kinds shared with the in-process interception.  Each
+ * expands to the enum constant RC_HOOK_<kind> and has a wrapper body
+ * rc_wrap_<kind>, which takes the real function first. */
+#define RC_WRAP_PARAMS_get_proc const char *symbol, void **pfn, int version, cuuint64_t flags
+#define RC_WRAP_ARGS_get_proc symbol, pfn, version, flags
+#define RC_WRAP_PARAMS_get_proc_v2                                              \
+    const char *symbol, void **pfn, int version, cuuint64_t flags,              \
+        CUdriverProcAddressQueryResult *status
+#define RC_WRAP_ARGS_get_proc_v2 symbol, pfn, version, flags, status
+#define RC_HOOK_KIND_LIST(X) X(get_proc) X(get_proc_v2) RC_WRAP_KINDS(X)
+
+/* Every driver symbol the hook defines and looks up: its two forms of
+ * cuGetProcAddress, then the shared list (wrap_symbols.h). */
+#define RC_HOOK_SYMBOLS(X)                                                      \
+    X(cuGetProcAddress, "cuGetProcAddress", 11030, 0, get_proc)                 \
+    X(cuGetProcAddress_v2, "cuGetProcAddress", 12000, 0, get_proc_v2)           \
+    RC_WRAP_SYMBOLS(X)
+
+#define RC_HOOK_ENUM(kind) RC_HOOK_##kind,
 enum rc_hook_kind { RC_HOOK_KIND_LIST(RC_HOOK_ENUM) RC_HOOK_KINDS };
 #undef RC_HOOK_ENUM
 
@@ -49,11 +46,8 @@ enum {
                               wrap (the 32-bit pointers of CUDA < 3.2) */
 };
 
-#define RC_HOOK_WITH_REAL(...) (void *real, __VA_ARGS__)
-#define RC_HOOK_DECLARE(name, params, ...) \
-    CUresult rc_hook_##name RC_HOOK_WITH_REAL params;
-RC_HOOK_KIND_LIST(RC_HOOK_DECLARE)
-#undef RC_HOOK_DECLARE
+CUresult rc_wrap_get_proc(void *real, RC_WRAP_PARAMS_get_proc);
+CUresult rc_wrap_get_proc_v2(void *real, RC_WRAP_PARAMS_get_proc_v2);
 
 /* The kind of a symbol as libcuda exports it (dlsym, PLT names such as
  * "cuMemFree_v2", "cuMemFreeAsync_ptsz"). */
@@ -77,23 +71,6 @@ int rc_hook_escaped(void);
 /* glibc's dlsym (never the hook's). */
 typedef void *(*rc_dlsym_fn)(void *handle, const char *symbol);
 rc_dlsym_fn rc_hook_real_dlsym(void);
-
-/* `symbol` as libcuda.so.1 defines it, through glibc's dlsym on the driver's
- * handle, or NULL when the driver is not loaded or lacks it. */
-void *rc_hook_driver_symbol(const char *symbol);
-
-/* rc_hook_driver_symbol(symbol), remembered in *cache once found. */
-void *rc_hook_driver_function(_Atomic(void *) *cache, const char *symbol);
-
-/* Tell every cache that [ptr, ptr+size) goes away. */
-void rc_hook_notify_range(CUdeviceptr ptr, size_t size);
-
-/* Tell every cache that the allocation holding ptr goes away; when the
- * driver cannot say which allocation that is, everything goes. */
-void rc_hook_notify_allocation(CUdeviceptr ptr);
-
-/* Tell every cache that all CUDA memory goes away (a context ends). */
-void rc_hook_notify_everything(void);
 
 /* Non-zero when each symbol the hook exports is the definition that the
  * process resolves by default (checked once, then remembered). */

@@ -4,7 +4,7 @@
 
 #include "hook.h"
 
-void *rc_hook_driver_symbol(const char *symbol)
+void *rc_wrap_driver_symbol(const char *symbol)
 {
     static _Atomic(void *) driver;
     void *lib = atomic_load_explicit(&driver, memory_order_acquire);
@@ -17,14 +17,4 @@ void *rc_hook_driver_symbol(const char *symbol)
         atomic_store_explicit(&driver, lib, memory_order_release);
     }
     return rc_hook_real_dlsym()(lib, symbol);
-}
-
-void *rc_hook_driver_function(_Atomic(void *) *cache, const char *symbol)
-{
-    void *fn = atomic_load_explicit(cache, memory_order_acquire);
-    if (fn == NULL) {
-        fn = rc_hook_driver_symbol(symbol);
-        atomic_store_explicit(cache, fn, memory_order_release);
-    }
-    return fn;
 }

@@ -18,49 +18,10 @@
 
 #define RC_HOOK_API __attribute__((visibility("default")))
 
-/* Each export: symbol, kind, prototype, argument names. */
-#define RC_HOOK_EXPORTS(X)                                                      \
-    X(cuGetProcAddress, gpa4,                                                   \
-      (const char *symbol, void **pfn, int version, cuuint64_t flags),          \
-      symbol, pfn, version, flags)                                              \
-    X(cuGetProcAddress_v2, gpa5,                                                \
-      (const char *symbol, void **pfn, int version, cuuint64_t flags,           \
-       CUdriverProcAddressQueryResult *status),                                 \
-      symbol, pfn, version, flags, status)                                      \
-    X(cuMemFree_v2, free, (CUdeviceptr ptr), ptr)                               \
-    X(cuIpcCloseMemHandle, free, (CUdeviceptr ptr), ptr)                        \
-    X(cuMemFreeAsync, free_async, (CUdeviceptr ptr, CUstream stream), ptr, stream) \
-    X(cuMemFreeAsync_ptsz, free_async, (CUdeviceptr ptr, CUstream stream),      \
-      ptr, stream)                                                              \
-    X(cuMemFreeHost, free_host, (void *ptr), ptr)                               \
-    X(cuMemUnmap, free_range, (CUdeviceptr ptr, size_t size), ptr, size)        \
-    X(cuMemAddressFree, free_range, (CUdeviceptr ptr, size_t size), ptr, size)  \
-    X(cuCtxDestroy, ctx_gone, (CUcontext ctx), ctx)                             \
-    X(cuCtxDestroy_v2, ctx_gone, (CUcontext ctx), ctx)                          \
-    X(cuDevicePrimaryCtxReset, device_gone, (CUdevice device), device)          \
-    X(cuDevicePrimaryCtxReset_v2, device_gone, (CUdevice device), device)       \
-    X(cuDevicePrimaryCtxRelease, device_gone, (CUdevice device), device)        \
-    X(cuDevicePrimaryCtxRelease_v2, device_gone, (CUdevice device), device)     \
-    X(cuMemAlloc_v2, alloc, (CUdeviceptr *ptr, size_t size), ptr, size)         \
-    X(cuMemAllocAsync, alloc_async,                                             \
-      (CUdeviceptr *ptr, size_t size, CUstream stream), ptr, size, stream)      \
-    X(cuMemAllocAsync_ptsz, alloc_async,                                        \
-      (CUdeviceptr *ptr, size_t size, CUstream stream), ptr, size, stream)      \
-    X(cuMemAllocFromPoolAsync, alloc_pool,                                      \
-      (CUdeviceptr *ptr, size_t size, CUmemoryPool pool, CUstream stream),      \
-      ptr, size, pool, stream)                                                  \
-    X(cuMemAllocFromPoolAsync_ptsz, alloc_pool,                                 \
-      (CUdeviceptr *ptr, size_t size, CUmemoryPool pool, CUstream stream),      \
-      ptr, size, pool, stream)                                                  \
-    X(cuMemMap, map,                                                            \
-      (CUdeviceptr ptr, size_t size, size_t offset,                             \
-       CUmemGenericAllocationHandle handle, unsigned long long flags),          \
-      ptr, size, offset, handle, flags)
-
 /* libcuda's definition of `symbol`, looked up on first use. */
 static void *driver_definition(_Atomic(void *) *cache, const char *symbol)
 {
-    void *fn = rc_hook_driver_function(cache, symbol);
+    void *fn = rc_wrap_driver_function(cache, symbol);
     if (fn == NULL) {
         /* What the dynamic linker does for a function no library defines. */
         fprintf(stderr, "libregcache-hook.so: %s called, but libcuda.so.1 is not "
@@ -71,16 +32,17 @@ static void *driver_definition(_Atomic(void *) *cache, const char *symbol)
 }
 
 /* The ptsz names are only declared by cuda.h under per-thread streams. */
-#define RC_HOOK_PROTOTYPE(symbol, kind, params, ...) RC_HOOK_API CUresult symbol params;
-RC_HOOK_EXPORTS(RC_HOOK_PROTOTYPE)
+#define RC_HOOK_PROTOTYPE(symbol, proc, version, flags, kind)                   \
+    RC_HOOK_API CUresult symbol(RC_WRAP_PARAMS_##kind);
+RC_HOOK_SYMBOLS(RC_HOOK_PROTOTYPE)
 
-#define RC_HOOK_DEFINE(symbol, kind, params, ...)                               \
-    CUresult symbol params                                                      \
+#define RC_HOOK_DEFINE(symbol, proc, version, flags, kind)                      \
+    CUresult symbol(RC_WRAP_PARAMS_##kind)                                      \
     {                                                                           \
         static _Atomic(void *) real;                                            \
-        return rc_hook_##kind(driver_definition(&real, #symbol), __VA_ARGS__);  \
+        return rc_wrap_##kind(driver_definition(&real, #symbol), RC_WRAP_ARGS_##kind); \
     }
-RC_HOOK_EXPORTS(RC_HOOK_DEFINE)
+RC_HOOK_SYMBOLS(RC_HOOK_DEFINE)
 
 /* Does the process resolve `symbol` to the hook's definition?  Asked as the
  * hook (no -Bsymbolic, so its scope starts with the global one) and judged by
@@ -99,8 +61,8 @@ int rc_hook_exports_resolved(void)
     int k = atomic_load_explicit(&known, memory_order_acquire);
     if (k != 0)
         return k > 0;
-#define RC_HOOK_CHECK(symbol, kind, params, ...) && resolves_to_hook(#symbol)
-    int ok = resolves_to_hook("dlsym") RC_HOOK_EXPORTS(RC_HOOK_CHECK);
+#define RC_HOOK_CHECK(symbol, proc, version, flags, kind) && resolves_to_hook(#symbol)
+    int ok = resolves_to_hook("dlsym") RC_HOOK_SYMBOLS(RC_HOOK_CHECK);
 #undef RC_HOOK_CHECK
     atomic_store_explicit(&known, ok ? 1 : -1, memory_order_release);
     return ok;

@@ -18,28 +18,24 @@
 static _Atomic(void *) slots[RC_HOOK_KINDS][RC_HOOK_SLOTS];
 static atomic_int escaped;
 
-#define RC_HOOK_TRAMPOLINE(name, params, slot, ...)                             \
-    static CUresult name##_##slot params                                       \
-    {                                                                          \
-        return rc_hook_##name(atomic_load_explicit(&slots[RC_HOOK_##name][slot], \
-                                                   memory_order_acquire),      \
-                              __VA_ARGS__);                                    \
+#define RC_HOOK_TRAMPOLINE(kind, slot)                                          \
+    static CUresult kind##_##slot(RC_WRAP_PARAMS_##kind)                        \
+    {                                                                           \
+        return rc_wrap_##kind(atomic_load_explicit(&slots[RC_HOOK_##kind][slot], \
+                                                   memory_order_acquire),       \
+                              RC_WRAP_ARGS_##kind);                             \
     }
-#define RC_HOOK_TRAMPOLINES(name, params, ...)                                  \
-    RC_HOOK_TRAMPOLINE(name, params, 0, __VA_ARGS__)                           \
-    RC_HOOK_TRAMPOLINE(name, params, 1, __VA_ARGS__)                           \
-    RC_HOOK_TRAMPOLINE(name, params, 2, __VA_ARGS__)                           \
-    RC_HOOK_TRAMPOLINE(name, params, 3, __VA_ARGS__)                           \
-    RC_HOOK_TRAMPOLINE(name, params, 4, __VA_ARGS__)                           \
-    RC_HOOK_TRAMPOLINE(name, params, 5, __VA_ARGS__)                           \
-    RC_HOOK_TRAMPOLINE(name, params, 6, __VA_ARGS__)                           \
-    RC_HOOK_TRAMPOLINE(name, params, 7, __VA_ARGS__)
+#define RC_HOOK_TRAMPOLINES(kind)                                               \
+    RC_HOOK_TRAMPOLINE(kind, 0) RC_HOOK_TRAMPOLINE(kind, 1)                     \
+    RC_HOOK_TRAMPOLINE(kind, 2) RC_HOOK_TRAMPOLINE(kind, 3)                     \
+    RC_HOOK_TRAMPOLINE(kind, 4) RC_HOOK_TRAMPOLINE(kind, 5)                     \
+    RC_HOOK_TRAMPOLINE(kind, 6) RC_HOOK_TRAMPOLINE(kind, 7)
 RC_HOOK_KIND_LIST(RC_HOOK_TRAMPOLINES)
 
-#define RC_HOOK_TRAMPOLINE_ROW(name, params, ...)                               \
-    [RC_HOOK_##name] = { (void *)name##_0, (void *)name##_1, (void *)name##_2,  \
-                         (void *)name##_3, (void *)name##_4, (void *)name##_5,  \
-                         (void *)name##_6, (void *)name##_7 },
+#define RC_HOOK_TRAMPOLINE_ROW(kind)                                            \
+    [RC_HOOK_##kind] = { (void *)kind##_0, (void *)kind##_1, (void *)kind##_2,  \
+                         (void *)kind##_3, (void *)kind##_4, (void *)kind##_5,  \
+                         (void *)kind##_6, (void *)kind##_7 },
 static void *const trampolines[RC_HOOK_KINDS][RC_HOOK_SLOTS] = {
     RC_HOOK_KIND_LIST(RC_HOOK_TRAMPOLINE_ROW)
 };

@@ -6,10 +6,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <cmocka.h>
 
+#include "capture_stderr.h"
 #include "fake_backend.h"
 
 #define MiB (1024ul * 1024ul)
@@ -22,6 +22,7 @@ static const char *const vars[] = {
     "REGCACHE_MAX_BYTES", "REGCACHE_MAX_ENTRIES",      "REGCACHE_WHOLE_ALLOCATION",
     "REGCACHE_HOST_MEMORY", "REGCACHE_STATS",      "REGCACHE_WHOLE_ALLOCATION_MAX",
     "REGCACHE_LEDGER",    "REGCACHE_LEDGER_NAMESPACE", "REGCACHE_BAR1_BYTES",
+    "REGCACHE_HOOKS",
 };
 
 static int clean_env(void **state)
@@ -121,6 +122,7 @@ static void bad_values_are_refused(void **state)
         {"REGCACHE_WHOLE_ALLOCATION_MAX", "1.5G"},
         {"REGCACHE_LEDGER", "sometimes"}, {"REGCACHE_LEDGER_NAMESPACE", "a-b"},
         {"REGCACHE_BAR1_BYTES", "12Q"},
+        {"REGCACHE_HOOKS", "maybe"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         struct regcache_params p;
@@ -191,20 +193,22 @@ static void stats_dump_at_destroy(void **state)
     regcache_t *c = create_with_env();
     put_get(c, ALLOC(0));
     put_get(c, ALLOC(0));
-    /* Capture stderr in a file and look for the counters. */
-    FILE *tmp = tmpfile();
-    int saved = dup(2);
-    dup2(fileno(tmp), 2);
-    regcache_destroy(c);
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    char buf[512] = {0};
-    rewind(tmp);
-    size_t n = fread(buf, 1, sizeof(buf) - 1, tmp);
-    fclose(tmp);
-    assert_true(n > 0);
+    char buf[1024];
+    assert_true(destroy_capturing_stderr(c, buf, sizeof buf) > 0);
     assert_non_null(strstr(buf, "hits 1 misses 1 registrations 1 deregistrations 1"));
+    /* And why the cache validates as it does. */
+    assert_non_null(strstr(buf, "validation TAG_CHECK: "));
+}
+
+/* REGCACHE_HOOKS=off keeps AUTO from patching libcuda, and says so. */
+static void hooks_off(void **state)
+{
+    (void)state;
+    setenv("REGCACHE_HOOKS", "off", 1);
+    regcache_t *c = create_with_env();
+    assert_int_equal(regcache_validation_mode(c), REGCACHE_VALIDATE_TAG_CHECK);
+    assert_non_null(strstr(regcache_validation_reason(c), "REGCACHE_HOOKS=off"));
+    regcache_destroy(c);
 }
 
 int main(void)
@@ -217,6 +221,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(sizes_take_suffixes, clean_env, clean_env),
         cmocka_unit_test_setup_teardown(params_errors_name_the_field, clean_env, clean_env),
         cmocka_unit_test_setup_teardown(stats_dump_at_destroy, clean_env, clean_env),
+        cmocka_unit_test_setup_teardown(hooks_off, clean_env, clean_env),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

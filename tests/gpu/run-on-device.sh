@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Configure, build and run every gpu-labelled test on a GPU machine, from a
-# clean tree: the cache on the real driver (tests/gpu), the preload hook
-# under a driver-API program, the CUDA runtime and PyTorch (tests/gpu_hook),
-# and real allocators under churn plus the cache across devices
-# (tests/gpu_alloc).
+# clean tree: the cache on the real driver (tests/gpu), both hooks (the
+# preload hook, and the in-process interception of the merely linked
+# library) under a driver-API program, the CUDA runtime and PyTorch
+# (tests/gpu_hook), and real allocators under churn plus the cache across
+# devices (tests/gpu_alloc).
 #
 #   tests/gpu/run-on-device.sh --stage   on a machine with cmocka installed:
 #                                        copy it into .carry/
@@ -68,6 +69,6 @@ echo "== tests/gpu_alloc, what each test printed of its result" \
 awk '/^[0-9]+\/[0-9]+ Testing: / { name = $3 }
      /^(alloc |devices |device [0-9]|budget |exhaustion |attribution: |skipped: |FAIL)/ {
          print name ": " $0 }' "$build/Testing/Temporary/LastTest.log"
-# The hook's CPU tests too: on this machine the real libcuda is also around.
-ctest --test-dir "$build" -R '^hook_' --output-on-failure || status=1
+# The hooks' CPU tests too: on this machine the real libcuda is also around.
+ctest --test-dir "$build" -R '^(hook_|intercept)' --output-on-failure || status=1
 exit $status

@@ -253,6 +253,21 @@ static int compare(const struct record *r, uintptr_t lo, uintptr_t hi, char *why
     return 0;
 }
 
+int gb_cache_first(void)
+{
+    static regcache_t *first;
+    if (getenv("GB_CACHE_FIRST") == NULL)
+        return 0;
+    int rc = gb_create(REGCACHE_VALIDATE_AUTO, 0, &first);
+    printf("cache created before CUDA: %s, validation %s (%s)\n", regcache_strerror(rc),
+           rc == REGCACHE_OK && regcache_validation_mode(first) == REGCACHE_VALIDATE_HOOKS
+               ? "HOOKS"
+               : "TAG_CHECK",
+           rc == REGCACHE_OK ? regcache_validation_reason(first) : regcache_last_error());
+    fflush(stdout);
+    return rc != REGCACHE_OK;
+}
+
 static void describe(const struct record *r, char *out, size_t size)
 {
     int n = snprintf(out, size, "registration %#lx+%zu on device %d made for",
@@ -703,8 +718,8 @@ int gb_run(const struct gb_memory *memory)
         return 1;
     }
     CHECK(regcache_validation_mode(cache) == REGCACHE_VALIDATE_HOOKS,
-          "validation mode %d, not HOOKS: the hook is not active",
-          regcache_validation_mode(cache));
+          "validation mode %d, not HOOKS: %s", regcache_validation_mode(cache),
+          regcache_validation_reason(cache));
     long deregs0 = gb_deregs(), valid0 = gb_deregs_valid(), queries_on_hits = 0;
 
     /* Kept across rounds: a free of another buffer must not take it. */

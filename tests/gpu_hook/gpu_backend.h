@@ -30,6 +30,13 @@ extern "C" {
  * backend's counting query. */
 int gb_create(int validation, int host_memory, regcache_t **cache);
 
+/* Called first thing by every program: with GB_CACHE_FIRST set, create a
+ * cache (validation AUTO) now and keep it to the end, so that a linked
+ * library installs its in-process interception before the program
+ * initialises CUDA or fetches any driver function.  0, or 1 when the cache
+ * cannot be created. */
+int gb_cache_first(void);
+
 /* A cache over this backend without a query callback: the library asks the
  * CUDA driver itself.  max_bytes as in struct regcache_params (0: the BAR1
  * budget).  REGCACHE_* environment variables override both arguments. */
@@ -133,7 +140,7 @@ struct gb_memory {
     void *ctx;
 };
 
-/* Under the hook: a cache in AUTO mode must be in HOOKS mode; allocations
+/* Under either hook: a cache in AUTO mode must be in HOOKS mode; allocations
  * cached, hit without any query, freed, reallocated; every free must reach
  * the backend's dereg while the buffer id is still valid, and no other
  * entry may go with it.  Prints what it saw; 0 when all held. */

@@ -1,8 +1,9 @@
-/* The hook under a driver-API program (linked with -lcuda, so its calls
- * bind to the hook's exports): cuMemAlloc, stream-ordered allocations (also
- * the per-thread-stream variants fetched through cuGetProcAddress), VMM
+/* Both hooks under a driver-API program (linked with -lcuda, so its calls
+ * bind to the preload hook's exports, or to libcuda's, which the in-process
+ * interception patches): cuMemAlloc, stream-ordered allocations (also the
+ * per-thread-stream variants fetched through cuGetProcAddress), VMM
  * mappings, pinned host memory, and a primary context reset.  Run by
- * gpu-test.sh with the hook in LD_PRELOAD. */
+ * gpu-test.sh in each way. */
 #include <cuda.h>
 #include <stdio.h>
 
@@ -137,6 +138,8 @@ static int context_reset(void)
 
 int main(void)
 {
+    if (gb_cache_first() != 0)
+        return 1;
     int count = 0;
     if (cuInit(0) != CUDA_SUCCESS || cuDeviceGetCount(&count) != CUDA_SUCCESS || count == 0) {
         printf("skipped: no CUDA device\n");

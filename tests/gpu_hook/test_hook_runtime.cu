@@ -1,7 +1,8 @@
-// The hook under a CUDA runtime program: the runtime never calls the driver
-// through the PLT but fetches every entry point with cuGetProcAddress, which
-// the hook wraps.  Built twice (static and shared cudart); run by gpu-test.sh
-// with the hook in LD_PRELOAD.
+// Both hooks under a CUDA runtime program: the runtime never calls the
+// driver through the PLT but fetches every entry point with
+// cuGetProcAddress, which the preload hook wraps and whose answers (libcuda's
+// exports) the in-process interception patches.  Built twice (static and
+// shared cudart); run by gpu-test.sh in each way.
 #include <cstdio>
 #include <cuda_runtime.h>
 
@@ -71,6 +72,8 @@ static int device_reset()
 
 int main()
 {
+    if (gb_cache_first() != 0)
+        return 1;
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
         std::printf("skipped: no CUDA device\n");

@@ -1,8 +1,10 @@
-"""The hook under PyTorch: its caching allocator frees with cudaFree only on
+"""Both hooks under PyTorch: its caching allocator frees with cudaFree only on
 torch.cuda.empty_cache(); each such free must reach the cache (through the
-hook) while the memory is still valid, and entries of memory PyTorch still
-holds must stay.  Run by gpu-test.sh with the hook in LD_PRELOAD:
+preload hook, or through the in-process interception of the linked library)
+while the memory is still valid, and entries of memory PyTorch still holds
+must stay.  Run by gpu-test.sh in each way:
     python3 test_hook_torch.py LIBREGCACHE GPU_BACKEND_LIB
+With GB_CACHE_FIRST set, a cache exists before torch is imported.
 """
 import ctypes
 import sys
@@ -13,6 +15,16 @@ SIZE = 8 << 20
 
 
 def main():
+    regcache = ctypes.CDLL(sys.argv[1])
+    gb = ctypes.CDLL(sys.argv[2])
+    for name in ("gb_regs", "gb_deregs", "gb_deregs_valid", "gb_deregs_stale", "gb_queries"):
+        getattr(gb, name).restype = ctypes.c_long
+    gb.gb_touch.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t]
+    regcache.regcache_validation_mode.argtypes = [ctypes.c_void_p]
+    regcache.regcache_validation_reason.argtypes = [ctypes.c_void_p]
+    regcache.regcache_validation_reason.restype = ctypes.c_char_p
+    if gb.gb_cache_first() != 0:
+        return 1
     try:
         import torch
     except ImportError:
@@ -22,12 +34,6 @@ def main():
         print("skipped: PyTorch sees no CUDA device")
         return SKIP
     torch.cuda.init()
-    regcache = ctypes.CDLL(sys.argv[1])
-    gb = ctypes.CDLL(sys.argv[2])
-    for name in ("gb_regs", "gb_deregs", "gb_deregs_valid", "gb_deregs_stale", "gb_queries"):
-        getattr(gb, name).restype = ctypes.c_long
-    gb.gb_touch.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t]
-    regcache.regcache_validation_mode.argtypes = [ctypes.c_void_p]
     try:
         active = ctypes.CDLL(None).regcache_hook_active()
     except AttributeError:  # no hook in the process
@@ -38,7 +44,8 @@ def main():
     mode = regcache.regcache_validation_mode(cache)
     failures = []
     if mode != HOOKS:
-        failures.append(f"validation mode {mode}, not HOOKS (hook active={active})")
+        reason = regcache.regcache_validation_reason(cache).decode()
+        failures.append(f"validation mode {mode}, not HOOKS (hook active={active}): {reason}")
 
     deregs0, valid0 = gb.gb_deregs(), gb.gb_deregs_valid()
     queries_on_hits = 0

@@ -2,7 +2,13 @@
  * memory functions the hook wraps, cuGetProcAddress in both forms, and a log
  * of every call in the order it ran, which the tests read to see that the
  * cache let go of a range before the driver freed it.  Addresses are made
- * up and never touched.  Single-threaded. */
+ * up and never touched.  Single-threaded.
+ *
+ * Built with FAKECUDA_MEASURED_PROLOGUE (x86-64), the functions the
+ * in-process interception patches start with the bytes measured at
+ * libcuda's entries, except cuMemFreeHost, which starts with another
+ * patcher's jmp; FAKECUDA_UNRECOGNISED_UNMAP gives cuMemUnmap an entry the
+ * interception must refuse. */
 #ifndef FAKE_LIBCUDA_H
 #define FAKE_LIBCUDA_H
 
@@ -44,5 +50,9 @@ int fakecuda_describe(uintptr_t addr, uintptr_t *base, size_t *size, uint64_t *i
 
 /* The fake's own definition of an exported name (never a wrapper). */
 void *fakecuda_own(const char *symbol);
+
+/* Built with FAKECUDA_MEASURED_PROLOGUE: how often the hook that another
+ * patcher left at cuMemFreeHost's entry ran. */
+int fakecuda_other_patcher_calls(void);
 
 #endif

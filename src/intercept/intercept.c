@@ -1,0 +1,310 @@
+/* Installing the in-process interception and proving it (see intercept.h).
+ *
+ * Each function of the list gets, in one page mapped within 2 GiB of
+ * libcuda, a thunk (an absolute jump to its wrapper here) and a trampoline
+ * (the instructions displaced from its entry, then a jump back past them);
+ * its entry gets a jmp rel32 to the thunk.  The wrapper calls the driver
+ * through the trampoline. */
+#include "intercept.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cuda_seam.h"
+#include "patch.h"
+#include "proc_maps.h"
+#include "prologue.h"
+#include "wrap.h"
+
+#define UNAVAILABLE "in-process interception unavailable: "
+
+#define RC_ICPT_INDEX(symbol, proc, version, flags, kind) ICPT_##symbol,
+enum { RC_WRAP_SYMBOLS(RC_ICPT_INDEX) ICPT_SYMBOLS };
+#define RC_ICPT_KIND(kind) ICPT_KIND_##kind,
+enum { RC_WRAP_KINDS(RC_ICPT_KIND) };
+
+/* Each patched function's trampoline: how its wrapper reaches the driver. */
+static _Atomic(void *) originals[ICPT_SYMBOLS];
+
+/* Calls that pass the wrappers without telling the caches: the self-test's
+ * probes and the library's own calls.  A probe reads which wrapper it
+ * reached first (1 + its index; a driver function may call others).  While
+ * no thread is quiet the wrappers do not read the thread-local flag, which
+ * in a shared library costs a call into the TLS resolver on every free. */
+static atomic_int quiet_threads;
+static _Thread_local bool quiet;
+static _Thread_local int first_reached;
+
+#define RC_ICPT_WRAPPER(symbol, proc, version, flags, kind)                     \
+    static CUresult wrapper_##symbol(RC_WRAP_PARAMS_##kind)                     \
+    {                                                                           \
+        void *real = atomic_load_explicit(&originals[ICPT_##symbol],            \
+                                          memory_order_acquire);                \
+        if (atomic_load_explicit(&quiet_threads, memory_order_relaxed) == 0 ||  \
+            !quiet)                                                             \
+            return rc_wrap_##kind(real, RC_WRAP_ARGS_##kind);                   \
+        if (first_reached == 0)                                                 \
+            first_reached = ICPT_##symbol + 1;                                  \
+        return ((CUresult(*)(RC_WRAP_PARAMS_##kind))real)(RC_WRAP_ARGS_##kind); \
+    }
+RC_WRAP_SYMBOLS(RC_ICPT_WRAPPER)
+
+static const struct row {
+    const char *symbol, *proc;
+    int version;
+    unsigned flags;
+    int kind;
+    void *wrapper;
+} rows[ICPT_SYMBOLS] = {
+#define RC_ICPT_ROW(symbol, proc, version, flags, kind)                         \
+    { #symbol, proc, version, flags, ICPT_KIND_##kind, (void *)wrapper_##symbol },
+    RC_WRAP_SYMBOLS(RC_ICPT_ROW)
+};
+
+/* Per function in the page: the thunk, then the trampoline. */
+#define SLOT 64
+#define TRAMPOLINE_AT 16
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static rc_dlsym_fn sym;
+static void *driver;                  /* libcuda.so.1, never closed */
+static void *entries[ICPT_SYMBOLS];   /* libcuda's exports; NULL where it has none */
+static int patched;                   /* how many */
+static char install_failure[256];     /* empty once installed */
+
+void *rc_wrap_driver_symbol(const char *symbol)
+{
+    return driver ? sym(driver, symbol) : NULL;
+}
+
+void rc_intercept_quiet(bool on)
+{
+    if (quiet == on)
+        return;
+    quiet = on;
+    atomic_fetch_add_explicit(&quiet_threads, on ? 1 : -1, memory_order_relaxed);
+}
+
+/* Copy and decode the entry of rows[i]. */
+static int read_entry(int i, uint8_t *code, struct rc_prologue *p, char *why, size_t n)
+{
+    uintptr_t at = (uintptr_t)entries[i];
+    struct rc_mapping m;
+    if (rc_maps_find(at, &m) != 0) {
+        snprintf(why, n, "%s at %#jx is in no mapping", rows[i].symbol, (uintmax_t)at);
+        return -1;
+    }
+    size_t len = m.end - at < RC_PROLOGUE_MAX ? m.end - at : RC_PROLOGUE_MAX;
+    memcpy(code, entries[i], len);
+    if (!rc_patch_fits(at)) {
+        snprintf(why, n, "%s at %#jx: its first %d bytes cross an 8-byte boundary",
+                 rows[i].symbol, (uintmax_t)at, RC_PATCH_LEN);
+        return -1;
+    }
+    if (rc_prologue_decode(code, len, at, p) == 0)
+        return 0;
+    int k = snprintf(why, n, "%s prologue not recognised (bytes", rows[i].symbol);
+    for (size_t b = 0; b < len && k > 0 && (size_t)k < n; b++)
+        k += snprintf(why + k, n - (size_t)k, " %02x", code[b]);
+    if (k > 0 && (size_t)k < n)
+        snprintf(why + k, n - (size_t)k, ")");
+    return -1;
+}
+
+/* Two names for one function (an old and a new ABI the driver implements
+ * alike) are patched once, under the first; probing that one covers both. */
+static bool patched_under_another_name(int i)
+{
+    for (int j = 0; j < i; j++)
+        if (entries[j] == entries[i])
+            return true;
+    return false;
+}
+
+static int patch_all(char *why, size_t n)
+{
+#if !defined(__x86_64__)
+    snprintf(why, n, "it patches x86-64 code only");
+    return -1;
+#endif
+    sym = rc_cuda_real_dlsym();
+    if (sym == NULL) {
+        snprintf(why, n, "cannot find glibc's dlsym");
+        return -1;
+    }
+    /* Loaded here if the application has not yet: the patches must be in
+     * place before it fetches any function. */
+    driver = dlopen("libcuda.so.1", RTLD_NOW);
+    if (driver == NULL) {
+        snprintf(why, n, "cannot load libcuda.so.1: %s", dlerror());
+        return -1;
+    }
+    /* Every entry is decoded before any is touched: all or nothing. */
+    uint8_t code[ICPT_SYMBOLS][RC_PROLOGUE_MAX];
+    struct rc_prologue prologue[ICPT_SYMBOLS];
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (int i = 0; i < ICPT_SYMBOLS; i++) {
+        entries[i] = sym(driver, rows[i].symbol);
+        if (entries[i] == NULL || patched_under_another_name(i)) {
+            entries[i] = NULL;
+            continue;
+        }
+        if (read_entry(i, code[i], &prologue[i], why, n) != 0)
+            return -1;
+        uintptr_t at = (uintptr_t)entries[i];
+        lo = at < lo ? at : lo;
+        hi = at + RC_PROLOGUE_MAX > hi ? at + RC_PROLOGUE_MAX : hi;
+    }
+    if (hi == 0) {
+        snprintf(why, n, "libcuda.so.1 exports none of the memory functions");
+        return -1;
+    }
+    size_t size = (size_t)ICPT_SYMBOLS * SLOT;
+    uint8_t *page = rc_patch_page_near(lo, hi, size, why, n);
+    if (page == NULL)
+        return -1;
+    memset(page, 0xcc, size); /* int3 between the pieces */
+    for (int i = 0; i < ICPT_SYMBOLS; i++)
+        if (entries[i] != NULL) {
+            rc_prologue_jump(page + i * SLOT, (uintptr_t)rows[i].wrapper);
+            rc_prologue_trampoline(page + i * SLOT + TRAMPOLINE_AT, code[i], &prologue[i]);
+        }
+    if (rc_patch_seal(page, size, why, n) != 0)
+        return -1;
+    /* Published before any entry leads to a wrapper that reads them. */
+    for (int i = 0; i < ICPT_SYMBOLS; i++)
+        if (entries[i] != NULL)
+            atomic_store_explicit(&originals[i], page + i * SLOT + TRAMPOLINE_AT,
+                                  memory_order_release);
+    for (int i = 0; i < ICPT_SYMBOLS; i++) {
+        if (entries[i] == NULL)
+            continue;
+        uintptr_t at = (uintptr_t)entries[i];
+        int32_t rel = (int32_t)((intptr_t)(page + i * SLOT) - (intptr_t)(at + RC_PATCH_LEN));
+        uint8_t jmp[RC_PATCH_LEN] = { 0xe9 };
+        memcpy(jmp + 1, &rel, sizeof rel);
+        char detail[160];
+        if (rc_patch_entry(at, jmp, detail, sizeof detail) != 0) {
+            /* The entries patched so far stay: each reaches its wrapper,
+             * which reports and calls the driver as before. */
+            snprintf(why, n, "%s: %s", rows[i].symbol, detail);
+            return -1;
+        }
+        patched++;
+    }
+    rc_patch_sync_cores();
+    return 0;
+}
+
+static void install(void)
+{
+    char why[sizeof install_failure - sizeof UNAVAILABLE];
+    if (patch_all(why, sizeof why) != 0)
+        snprintf(install_failure, sizeof install_failure, UNAVAILABLE "%s", why);
+}
+
+/* Arguments every function of a kind rejects before it touches anything
+ * (no pointer, size 0, device -1): a probe that escaped the wrapper would
+ * do no harm either. */
+#define PROBE_free 0
+#define PROBE_free_async 0, NULL
+#define PROBE_free_host NULL
+#define PROBE_free_range 0, 0
+#define PROBE_ctx_gone NULL
+#define PROBE_device_gone -1
+#define PROBE_alloc NULL, 0
+#define PROBE_alloc_async NULL, 0, NULL
+#define PROBE_alloc_pool NULL, 0, NULL, NULL
+#define PROBE_map 0, 0, 0, 0, 0
+
+/* Call fn, a function of `kind`, quietly: 1 + the index of the first
+ * wrapper it reached, or 0. */
+static int probe(int kind, void *fn)
+{
+    first_reached = 0;
+    switch (kind) {
+#define RC_ICPT_PROBE(kind)                                                     \
+    case ICPT_KIND_##kind:                                                      \
+        ((CUresult(*)(RC_WRAP_PARAMS_##kind))fn)(PROBE_##kind);                 \
+        break;
+        RC_WRAP_KINDS(RC_ICPT_PROBE)
+    }
+    return first_reached;
+}
+
+/* Each export, as dlsym (or a direct call) finds it, reaches its own
+ * wrapper. */
+static int probe_exports(char *why, size_t n)
+{
+    for (int i = 0; i < ICPT_SYMBOLS; i++)
+        if (entries[i] != NULL && probe(rows[i].kind, entries[i]) != i + 1) {
+            snprintf(why, n, UNAVAILABLE "%s called through dlsym does not reach its wrapper",
+                     rows[i].symbol);
+            return 0;
+        }
+    return 1;
+}
+
+/* What cuGetProcAddress hands out - at the first version of each ABI and
+ * at the newest the driver knows, under each flags value that selects a
+ * different function - reaches a wrapper of the same kind. */
+static int probe_proc_addresses(char *why, size_t n)
+{
+    typedef CUresult (*gpa_fn)(const char *, void **, int, cuuint64_t,
+                               CUdriverProcAddressQueryResult *);
+    gpa_fn gpa = (gpa_fn)sym(driver, "cuGetProcAddress_v2");
+    if (gpa == NULL) {
+        snprintf(why, n, UNAVAILABLE "libcuda.so.1 has no cuGetProcAddress_v2 "
+                                     "(a driver older than CUDA 12.0)");
+        return 0;
+    }
+    int newest = 0;
+    CUresult (*driver_version)(int *) = (CUresult(*)(int *))sym(driver, "cuDriverGetVersion");
+    if (driver_version == NULL || driver_version(&newest) != CUDA_SUCCESS)
+        newest = 0;
+    for (int i = 0; i < ICPT_SYMBOLS; i++) {
+        const struct row *r = &rows[i];
+        int versions[2] = { r->version, newest };
+        for (int v = 0; v < (newest > r->version ? 2 : 1); v++) {
+            void *fn = NULL;
+            CUdriverProcAddressQueryResult status;
+            CUresult got = gpa(r->proc, &fn, versions[v], r->flags, &status);
+            /* A function this driver does not hand out needs no proof. */
+            if (got == CUDA_ERROR_NOT_FOUND)
+                continue;
+            if (got != CUDA_SUCCESS || fn == NULL) {
+                snprintf(why, n, UNAVAILABLE "cuGetProcAddress(%s, version %d, flags %u) "
+                                             "failed (%d)",
+                         r->proc, versions[v], r->flags, (int)got);
+                return 0;
+            }
+            int reached = probe(r->kind, fn);
+            if (reached == 0 || rows[reached - 1].kind != r->kind) {
+                snprintf(why, n, UNAVAILABLE "%s (version %d, flags %u) from "
+                                             "cuGetProcAddress does not reach a wrapper",
+                         r->proc, versions[v], r->flags);
+                return 0;
+            }
+        }
+    }
+    return 1;
+}
+
+int rc_intercept_ensure(char *why, size_t n)
+{
+    pthread_once(&once, install);
+    if (install_failure[0] != '\0') {
+        snprintf(why, n, "%s", install_failure);
+        return 0;
+    }
+    rc_intercept_quiet(true);
+    int live = probe_exports(why, n) && probe_proc_addresses(why, n);
+    rc_intercept_quiet(false);
+    if (live)
+        snprintf(why, n, "in-process interception: %d libcuda functions patched, each "
+                         "reached through dlsym and cuGetProcAddress", patched);
+    return live;
+}
