@@ -57,12 +57,13 @@ static int (*volatile null_query_ptr)(void *, const void *, size_t,
 static void null_tag(void *ctx, struct bench_lane *l, uint64_t n)
 {
     const struct bench_src *s = ctx;
-    uint64_t sum = 0;
+    uint64_t sum = 0, rng = l->rng;
     for (uint64_t i = 0; i < n; i++) {
         struct regcache_mem_info info;
-        null_query_ptr(NULL, bench_pick(s->base, s->regions, l), BENCH_GET, &info);
+        null_query_ptr(NULL, bench_pick(s->base, s->regions, &rng), BENCH_GET, &info);
         sum += info.buffer_id;
     }
+    l->rng = rng;
     bench_sink = sum;
 }
 

@@ -38,13 +38,17 @@ struct bench_lane {
     unsigned index;
 };
 
-static inline void *bench_pick(uintptr_t base, size_t regions, struct bench_lane *l)
+/* The state lives in the caller's local copy of the lane's (a register):
+ * kept in the lane's memory, every operation would carry a store-to-load
+ * dependency through it that a fence in the measured call then serialises,
+ * and the harness's cost would leak into every figure. */
+static inline void *bench_pick(uintptr_t base, size_t regions, uint64_t *rng)
 {
-    uint64_t x = l->rng; /* xorshift64*, inlined so every cache pays the same */
+    uint64_t x = *rng; /* xorshift64*, inlined so every cache pays the same */
     x ^= x >> 12;
     x ^= x << 25;
     x ^= x >> 27;
-    l->rng = x;
+    *rng = x;
     x *= 0x2545F4914F6CDD1DULL;
     uint64_t region = ((x >> 32) * regions) >> 32; /* regions < 2^32 */
     uint64_t page = x & (BENCH_REGION / BENCH_GET - 1);

@@ -73,12 +73,14 @@ static void buffer_id(void *src, struct bench_lane *l, uint64_t n)
 {
     const struct bench_src *s = src;
     unsigned long long id = 0, sum = 0;
+    uint64_t rng = l->rng;
     for (uint64_t i = 0; i < n; i++) {
-        CUdeviceptr p = (CUdeviceptr)(uintptr_t)bench_pick(s->base, s->regions, l);
+        CUdeviceptr p = (CUdeviceptr)(uintptr_t)bench_pick(s->base, s->regions, &rng);
         tag_failures += cu.cuPointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, p) !=
                         CUDA_SUCCESS;
         sum += id;
     }
+    l->rng = rng;
     bench_sink = sum;
 }
 

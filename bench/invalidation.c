@@ -15,9 +15,11 @@ struct inval {
 static void none_run(void *ctx, struct bench_lane *l, uint64_t n)
 {
     struct inval *v = ctx;
+    uint64_t rng = l->rng;
     for (uint64_t i = 0; i < n; i++)
-        regcache_notify_free(bench_pick(v->base + v->entries * BENCH_REGION, v->entries, l),
+        regcache_notify_free(bench_pick(v->base + v->entries * BENCH_REGION, v->entries, &rng),
                              BENCH_REGION);
+    l->rng = rng;
 }
 
 /* Untimed: move to the next batch of regions, cached again. */

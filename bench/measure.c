@@ -72,13 +72,16 @@ void bench_measure(struct bench_row *r, const struct bench_op *op, unsigned ops)
     finish(r, op, v, bench.samples, 0.99);
 }
 
+/* Each on lines of its own (twice 64 bytes: the adjacent-line prefetcher
+ * pairs lines): every operation writes its lane, and workers sharing a line
+ * would measure that line moving between cores, not the cache. */
 struct worker {
     const struct bench_op *op;
     pthread_barrier_t *start;
     atomic_int *stop;
     struct bench_lane lane;
     double mops; /* over this thread's own run */
-};
+} __attribute__((aligned(128)));
 
 /* Operations between looks at the stop flag: enough that the look costs
  * nothing, few enough to stop promptly. */

@@ -74,8 +74,10 @@ static void hit_run(void *ctx, struct bench_lane *l, uint64_t n)
     size_t regions = t->set ? t->set : t->regions;
     if (t->set)
         base += l->index % (t->regions / t->set) * t->set * BENCH_REGION;
+    uint64_t rng = l->rng;
     for (uint64_t i = 0; i < n; i++)
-        bench_get_put(&t->use, (uintptr_t)bench_pick(base, regions, l), BENCH_GET);
+        bench_get_put(&t->use, (uintptr_t)bench_pick(base, regions, &rng), BENCH_GET);
+    l->rng = rng;
 }
 
 void bench_hit_rows(struct bench_row *r, const struct bench_src *s, int validation,

@@ -85,9 +85,11 @@ static int get(struct ucx *u, void *addr, size_t len)
 static void ucx_run(void *ctx, struct bench_lane *l, uint64_t n)
 {
     struct ucx *u = ctx;
+    uint64_t rng = l->rng;
     for (uint64_t i = 0; i < n; i++)
-        if (get(u, bench_pick(u->base, u->regions, l), BENCH_GET) != 0)
+        if (get(u, bench_pick(u->base, u->regions, &rng), BENCH_GET) != 0)
             atomic_fetch_add(&u->failures, 1);
+    l->rng = rng;
 }
 
 /* A get that failed or registered timed something else. */

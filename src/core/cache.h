@@ -35,6 +35,7 @@ struct rc_device {
      * under the cache lock. */
     atomic_size_t bytes, entries;
     atomic_size_t max_bytes, max_entries; /* SIZE_MAX = unlimited */
+    atomic_bool over; /* more than the budget: put trims (rc_recheck_budget) */
     /* Set once, before the first entry of the device is registered. */
     atomic_int budget_state; /* 0 unset, 1 being set, 2 set */
     size_t whole_max;        /* largest allocation registered whole */
@@ -50,6 +51,10 @@ struct regcache {
     struct rc_page_index index;
     struct rc_memory mem;
     bool tag_check;
+    /* Hits publish their holds without a fence: TAG_CHECK caches, where a
+     * hit already costs a driver call and whose detaches and evictions pay
+     * a heavy fence instead (asym_fence.h), when that fence works here. */
+    bool fenceless;
     unsigned fork_generation;
     int hit_id;      /* column in the thread records' hit counters, or -1 */
     unsigned rails;
@@ -150,10 +155,19 @@ void rc_trim(struct regcache *c, struct rc_device *d);
 
 static inline bool rc_over_budget(struct rc_device *d)
 {
-    return atomic_load_explicit(&d->bytes, memory_order_relaxed) >
-               atomic_load_explicit(&d->max_bytes, memory_order_relaxed) ||
-           atomic_load_explicit(&d->entries, memory_order_relaxed) >
-               atomic_load_explicit(&d->max_entries, memory_order_relaxed);
+    return atomic_load_explicit(&d->over, memory_order_relaxed);
+}
+
+/* Under the lock, after d's counts or limits changed: one flag for put to
+ * read instead of four counters. */
+static inline void rc_recheck_budget_locked(struct rc_device *d)
+{
+    bool over = atomic_load_explicit(&d->bytes, memory_order_relaxed) >
+                    atomic_load_explicit(&d->max_bytes, memory_order_relaxed) ||
+                atomic_load_explicit(&d->entries, memory_order_relaxed) >
+                    atomic_load_explicit(&d->max_entries, memory_order_relaxed);
+    if (over != atomic_load_explicit(&d->over, memory_order_relaxed))
+        atomic_store_explicit(&d->over, over, memory_order_relaxed);
 }
 
 /* ---- invalidation (invalidate.c) ---------------------------------------- */
@@ -200,13 +214,11 @@ static inline void rc_list_push(struct regcache_entry **list, struct regcache_en
 }
 
 /* Under the lock: e, unheld and out of the cache, waits on *victims for its
- * deregistration.  From now on nothing but that deregistration touches it
- * until the pool hands it out again. */
-static inline void rc_victim_push(struct regcache_entry **victims, struct regcache_entry *e)
-{
-    e->state = RC_FREE;
-    rc_list_push(victims, e);
-}
+ * deregistration (counted now; the backend's dereg follows without the
+ * lock).  From now on nothing but that deregistration touches e until the
+ * pool hands it out again. */
+void rc_victim_push(struct regcache *c, struct regcache_entry **victims,
+                    struct regcache_entry *e);
 
 /* Without the lock: deregister a list of victims and give them back. */
 void rc_release_victims(struct regcache *c, struct regcache_entry *list);
@@ -229,9 +241,25 @@ void rc_drain_entries_locked(struct regcache *c, struct regcache_entry **victims
 
 /* ---- statistics, checks ------------------------------------------------- */
 
+/* A counter that threads bump without a common lock. */
 static inline void rc_count(atomic_uint_fast64_t *n)
 {
     atomic_fetch_add_explicit(n, 1, memory_order_relaxed);
+}
+
+/* A value that only holders of the cache lock change (readers take no
+ * lock): a plain load and store, where an atomic add would spend a locked
+ * instruction - about 8 ns - on what the lock already serialises. */
+static inline void rc_add_locked(atomic_size_t *n, size_t delta)
+{
+    atomic_store_explicit(n, atomic_load_explicit(n, memory_order_relaxed) + delta,
+                          memory_order_relaxed);
+}
+
+static inline void rc_count_locked(atomic_uint_fast64_t *n)
+{
+    atomic_store_explicit(n, atomic_load_explicit(n, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
 }
 
 void rc_stats_dump(const struct regcache *c);

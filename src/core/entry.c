@@ -2,7 +2,19 @@
  * invalidators do, under the cache lock. */
 #include "entry.h"
 
+#include "asym_fence.h"
 #include "threads.h"
+
+/* The fence between this side's change of the mark and its scan of the
+ * slots: a seq_cst fence where hits fence too, a heavy fence where they do
+ * not (cache.h, fenceless). */
+static void fence_before_scan(const struct regcache_entry *e)
+{
+    if (e->heavy_scan)
+        rc_fence_heavy();
+    else
+        atomic_thread_fence(memory_order_seq_cst);
+}
 
 bool rc_entry_held(const struct regcache_entry *e)
 {
@@ -17,7 +29,7 @@ bool rc_entry_claim_unused(struct regcache_entry *e)
     if (!atomic_compare_exchange_strong_explicit(&e->refs, &expected, RC_DETACHED,
                                                  memory_order_seq_cst, memory_order_relaxed))
         return false;
-    atomic_thread_fence(memory_order_seq_cst);
+    fence_before_scan(e);
     if (!rc_thread_holds(e))
         return true;
     /* A hit published its slot before the mark: it holds the entry, which
@@ -29,6 +41,6 @@ bool rc_entry_claim_unused(struct regcache_entry *e)
 bool rc_entry_detach(struct regcache_entry *e)
 {
     unsigned old = atomic_fetch_or_explicit(&e->refs, RC_DETACHED, memory_order_seq_cst);
-    atomic_thread_fence(memory_order_seq_cst);
+    fence_before_scan(e);
     return (old & RC_COUNT_MASK) == 0 && !rc_thread_holds(e);
 }

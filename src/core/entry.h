@@ -78,12 +78,12 @@ struct regcache_entry {
     void *handles[RC_MAX_RAILS];
     struct rc_itree_node node; /* registered range, in cache->tree */
     enum rc_entry_state state;
+    bool heavy_scan;          /* its cache's hits do not fence (cache.h) */
     unsigned rails_pending;   /* rails being registered now */
     const void *registrant;   /* the thread registering (for REENTRANT) */
     int device;               /* the backend's device argument */
     struct rc_shared shared;  /* what the rails share (backend.h) */
-    /* Owned by the LRU heap. */
-    uint64_t heap_key;
+    /* Its place in the LRU heap. */
     size_t heap_idx;
     /* Pages under which the page index lists this entry. */
     uintptr_t *pages;

@@ -14,9 +14,9 @@ size_t rc_evict_locked(struct regcache *c, struct rc_device *d, size_t max_bytes
         if (!e)
             break;
         rc_unlink_locked(c, e);
-        rc_victim_push(victims, e);
+        rc_victim_push(c, victims, e);
         if (counter)
-            rc_count(counter);
+            rc_count_locked(counter);
         n++;
     }
     return n;

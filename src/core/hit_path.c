@@ -78,7 +78,7 @@ static COLD void tag_invalidate(struct regcache *c, struct regcache_entry *e)
     pthread_mutex_lock(&c->lock);
     if (e->state == RC_READY) {
         rc_detach_locked(c, e, &victims);
-        rc_count(&c->dev[e->device_slot].n.invalidations[RC_BY_TAG]);
+        rc_count_locked(&c->dev[e->device_slot].n.invalidations[RC_BY_TAG]);
     }
     pthread_mutex_unlock(&c->lock);
     rc_release_victims(c, victims);
@@ -134,8 +134,17 @@ static inline int try_hit(struct regcache *c, uintptr_t start, uintptr_t end, un
         if (!slot)
             return 0;
         atomic_store_explicit(slot, (uintptr_t)e | rail, memory_order_relaxed);
-        atomic_thread_fence(memory_order_seq_cst);
-        if (rc_page_index_unchanged(&probe) && !rc_entry_is_detached(e)) {
+        if (c->fenceless)
+            atomic_signal_fence(memory_order_seq_cst);
+        else
+            atomic_thread_fence(memory_order_seq_cst);
+        /* The mark first, with acquire: a detach or claim that this thread's
+         * fence did not precede shows here (or else its scan saw the slot);
+         * and if e was recycled since, the acquire of its new refs orders
+         * the index removal before the load of the count, which then
+         * differs. */
+        unsigned refs = atomic_load_explicit(&e->refs, memory_order_acquire);
+        if (!(refs & RC_DETACHED) && rc_page_index_unchanged(&probe)) {
             bool current = !c->tag_check || tags_current(c, e, start);
             if (current && (atomic_load_explicit(&e->rails_ready, memory_order_acquire) >> rail & 1)) {
                 count_hit(c, t, e->device_slot);

@@ -77,13 +77,25 @@ static struct rc_itree_node *rebalance(struct rc_itree *t, struct rc_itree_node 
     return n;
 }
 
-/* After a change below n, fix heights, balance and max_end up to the root.
- * Going all the way up costs O(log n) and spares tracking when max_end stops
- * changing, which can be above where the height stops changing. */
-static void retrace(struct rc_itree *t, struct rc_itree_node *n)
+/* After a change below n, fix heights, balance and max_end upwards.  The
+ * walk stops at the first subtree whose height and max_end come out as they
+ * were (n's stored values are those of the subtree at n's place before the
+ * change): nothing above it can change, and not writing the ancestors keeps
+ * their lines clean in every core.  It does not stop before it has passed
+ * `past` (a node moved into a removed node's place: its own range left a
+ * lower place and may have changed what is stored there). */
+static void retrace(struct rc_itree *t, struct rc_itree_node *n, const struct rc_itree_node *past)
 {
-    while (n)
-        n = rebalance(t, n)->parent;
+    while (n) {
+        int height_before = n->balance_or_height;
+        uintptr_t max_end_before = n->max_end;
+        if (n == past)
+            past = NULL;
+        struct rc_itree_node *top = rebalance(t, n);
+        if (!past && top->balance_or_height == height_before && top->max_end == max_end_before)
+            return;
+        n = top->parent;
+    }
 }
 
 void rc_itree_init(struct rc_itree *t)
@@ -107,12 +119,12 @@ void rc_itree_insert(struct rc_itree *t, struct rc_itree_node *n)
     n->max_end = n->end;
     *link = n;
     t->count++;
-    retrace(t, parent);
+    retrace(t, parent, NULL);
 }
 
 void rc_itree_remove(struct rc_itree *t, struct rc_itree_node *n)
 {
-    struct rc_itree_node *lowest_changed;
+    struct rc_itree_node *lowest_changed, *moved = NULL;
 
     if (n->left && n->right) {
         /* n's in-order successor s takes n's place, which keeps the order. */
@@ -133,12 +145,16 @@ void rc_itree_remove(struct rc_itree *t, struct rc_itree_node *n)
         s->left = n->left;
         n->left->parent = s;
         replace_child(t, n->parent, n, s);
+        /* s stands where n stood: the retrace compares with n's values. */
+        s->balance_or_height = n->balance_or_height;
+        s->max_end = n->max_end;
+        moved = s;
     } else {
         lowest_changed = n->parent;
         replace_child(t, n->parent, n, n->left ? n->left : n->right);
     }
     t->count--;
-    retrace(t, lowest_changed);
+    retrace(t, lowest_changed, moved);
 }
 
 /* Walk down-left from n while the left subtree still holds a range ending

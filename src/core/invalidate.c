@@ -70,7 +70,7 @@ void rc_cache_invalidate(struct regcache *c, uintptr_t start, uintptr_t end, enu
          * spares its neighbours. */
         if (rc_entry_overlaps(e, start, end)) {
             rc_detach_locked(c, e, &victims);
-            rc_count(&c->dev[e->device_slot].n.invalidations[cause]);
+            rc_count_locked(&c->dev[e->device_slot].n.invalidations[cause]);
         }
     }
     rc_sweep_locked(c, &victims);
@@ -142,7 +142,7 @@ void rc_cache_drain(struct regcache *c)
         struct regcache_entry *e = all;
         all = e->link_next;
         rc_unlink_locked(c, e);
-        rc_victim_push(&victims, e);
+        rc_victim_push(c, &victims, e);
     }
     rc_drain_entries_locked(c, &victims);
     if (!child)

@@ -19,54 +19,54 @@ void rc_lru_fini(struct rc_lru *lru)
     rc_lru_init(lru);
 }
 
-static void place(struct rc_lru *lru, size_t i, struct regcache_entry *e)
+static void place(struct rc_lru *lru, size_t i, struct rc_lru_node n)
 {
-    lru->heap[i] = e;
-    e->heap_idx = i;
+    lru->heap[i] = n;
+    n.e->heap_idx = i;
 }
 
 static void sift_up(struct rc_lru *lru, size_t i)
 {
-    struct regcache_entry *e = lru->heap[i];
+    struct rc_lru_node n = lru->heap[i];
     while (i > 0) {
         size_t parent = (i - 1) / 2;
-        if (lru->heap[parent]->heap_key <= e->heap_key)
+        if (lru->heap[parent].key <= n.key)
             break;
         place(lru, i, lru->heap[parent]);
         i = parent;
     }
-    place(lru, i, e);
+    place(lru, i, n);
 }
 
 static void sift_down(struct rc_lru *lru, size_t i)
 {
-    struct regcache_entry *e = lru->heap[i];
+    struct rc_lru_node n = lru->heap[i];
     for (;;) {
         size_t child = 2 * i + 1;
         if (child >= lru->count)
             break;
-        if (child + 1 < lru->count && lru->heap[child + 1]->heap_key < lru->heap[child]->heap_key)
+        if (child + 1 < lru->count && lru->heap[child + 1].key < lru->heap[child].key)
             child++;
-        if (lru->heap[child]->heap_key >= e->heap_key)
+        if (lru->heap[child].key >= n.key)
             break;
         place(lru, i, lru->heap[child]);
         i = child;
     }
-    place(lru, i, e);
+    place(lru, i, n);
 }
 
 int rc_lru_push(struct rc_lru *lru, struct regcache_entry *e)
 {
     if (lru->count == lru->capacity) {
         size_t cap = lru->capacity ? lru->capacity * 2 : 64;
-        struct regcache_entry **heap = realloc(lru->heap, cap * sizeof(*heap));
+        struct rc_lru_node *heap = realloc(lru->heap, cap * sizeof(*heap));
         if (!heap)
             return REGCACHE_ERR_NO_MEMORY;
         lru->heap = heap;
         lru->capacity = cap;
     }
-    e->heap_key = atomic_load_explicit(&e->last_use, memory_order_relaxed);
-    place(lru, lru->count++, e);
+    struct rc_lru_node n = {atomic_load_explicit(&e->last_use, memory_order_relaxed), e};
+    place(lru, lru->count++, n);
     sift_up(lru, lru->count - 1);
     return REGCACHE_OK;
 }
@@ -75,13 +75,13 @@ void rc_lru_remove(struct rc_lru *lru, struct regcache_entry *e)
 {
     size_t i = e->heap_idx;
     e->heap_idx = RC_LRU_NONE;
-    struct regcache_entry *last = lru->heap[--lru->count];
+    struct rc_lru_node last = lru->heap[--lru->count];
     if (i == lru->count)
         return;
     place(lru, i, last);
     /* The moved entry may belong above or below its new slot. */
     sift_up(lru, i);
-    sift_down(lru, last->heap_idx);
+    sift_down(lru, last.e->heap_idx);
 }
 
 /* How recently each logged entry was put: its smallest distance from the
@@ -104,7 +104,12 @@ static size_t collect_ranks(struct use_rank **out)
 {
     size_t n = 0, cap = 0;
     struct use_rank *r = NULL;
-    for (struct rc_thread *t = rc_thread_first(); t; t = t->next) {
+    size_t live;
+    struct rc_thread *const _Atomic *threads = rc_thread_live(&live);
+    for (size_t i = 0; i < live; i++) {
+        struct rc_thread *t = atomic_load_explicit(&threads[i], memory_order_acquire);
+        if (!t)
+            continue;
         unsigned pos = atomic_load_explicit(&t->use_pos, memory_order_acquire);
         unsigned logged = pos < RC_USE_LOG ? pos : RC_USE_LOG;
         if (n + logged > cap) {
@@ -149,7 +154,7 @@ static struct regcache_entry *pop_within_epoch(struct rc_lru *lru)
         struct regcache_entry *best = NULL;
         unsigned best_rank = 0;
         for (size_t i = 0; i < lru->count; i++) {
-            struct regcache_entry *e = lru->heap[i];
+            struct regcache_entry *e = lru->heap[i].e;
             unsigned rank = rank_of(ranks, n, e);
             if (rc_entry_held(e))
                 continue;
@@ -175,21 +180,22 @@ struct regcache_entry *rc_lru_pop_unused(struct rc_lru *lru, uint64_t now)
      * held. */
     size_t budget = 2 * lru->count + 2;
     while (lru->count && budget--) {
-        struct regcache_entry *e = lru->heap[0];
-        uint64_t used = atomic_load_explicit(&e->last_use, memory_order_relaxed);
-        if (used > e->heap_key) {
-            e->heap_key = used;
+        struct rc_lru_node *top = &lru->heap[0];
+        uint64_t used = atomic_load_explicit(&top->e->last_use, memory_order_relaxed);
+        if (used > top->key) {
+            top->key = used;
             sift_down(lru, 0);
             continue;
         }
-        if (e->heap_key >= now)
+        if (top->key >= now)
             return pop_within_epoch(lru);
+        struct regcache_entry *e = top->e;
         if (rc_entry_claim_unused(e)) {
             rc_lru_remove(lru, e);
             return e;
         }
         /* Held: it is being used now, so it is the most recent of all. */
-        e->heap_key = now;
+        top->key = now;
         sift_down(lru, 0);
     }
     return NULL;
@@ -198,8 +204,8 @@ struct regcache_entry *rc_lru_pop_unused(struct rc_lru *lru, uint64_t now)
 void rc_lru_check(const struct rc_lru *lru)
 {
     for (size_t i = 0; i < lru->count; i++) {
-        const struct regcache_entry *e = lru->heap[i];
-        if (e->heap_idx != i || (i && lru->heap[(i - 1) / 2]->heap_key > e->heap_key)) {
+        const struct regcache_entry *e = lru->heap[i].e;
+        if (e->heap_idx != i || (i && lru->heap[(i - 1) / 2].key > lru->heap[i].key)) {
             fprintf(stderr, "regcache: LRU heap broken at %zu\n", i);
             abort();
         }

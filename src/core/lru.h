@@ -12,7 +12,9 @@
  *
  * The order lives in a binary min-heap keyed by each entry's stamp, brought
  * up to date lazily: the evictor refreshes a stale key at the top and sifts
- * it down, so keeping the order costs nothing until eviction happens. */
+ * it down, so keeping the order costs nothing until eviction happens.  Keys
+ * sit in the heap array beside their entries, so that sifting compares
+ * within the array instead of visiting an entry per level. */
 #ifndef RC_LRU_H
 #define RC_LRU_H
 
@@ -24,8 +26,13 @@ struct regcache_entry;
 /* heap_idx of an entry that is not in any heap. */
 #define RC_LRU_NONE ((size_t)-1)
 
+struct rc_lru_node {
+    uint64_t key; /* the entry's stamp when last looked at */
+    struct regcache_entry *e;
+};
+
 struct rc_lru {
-    struct regcache_entry **heap;
+    struct rc_lru_node *heap;
     size_t count, capacity;
 };
 

@@ -124,7 +124,7 @@ static struct regcache_entry *lookup_locked(struct regcache *c, const struct rc_
         struct regcache_entry *e = l.stale;
         l.stale = e->link_next;
         rc_detach_locked(c, e, victims);
-        rc_count(&c->dev[e->device_slot].n.invalidations[RC_BY_TAG]);
+        rc_count_locked(&c->dev[e->device_slot].n.invalidations[RC_BY_TAG]);
     }
     *busy = l.found ? NULL : l.busy;
     return l.found;
@@ -156,6 +156,7 @@ static struct regcache_entry *new_pending_locked(struct regcache *c, struct rc_w
     atomic_store_explicit(&e->rails_ready, 0, memory_order_relaxed);
     e->buffer_id = w->buffer_id;
     e->cache = c;
+    e->heavy_scan = c->fenceless;
     e->more = w->more;
     e->nmore = w->nmore;
     w->more = NULL; /* the entry owns the list now */
@@ -171,7 +172,6 @@ static struct regcache_entry *new_pending_locked(struct regcache *c, struct rc_w
     e->rails_pending = 0;
     e->registrant = self_token();
     e->shared = RC_SHARED_NONE;
-    e->heap_key = 0;
     e->heap_idx = RC_LRU_NONE;
     e->pages = e->pages_inline;
     e->npages = 0;
@@ -184,13 +184,11 @@ static struct regcache_entry *new_pending_locked(struct regcache *c, struct rc_w
     return e;
 }
 
+/* Under the lock, like every change of the byte counts it follows. */
 static void raise_peak(atomic_uint_fast64_t *peak, uint64_t now)
 {
-    uint64_t old = atomic_load_explicit(peak, memory_order_relaxed);
-    while (now > old && !atomic_compare_exchange_weak_explicit(peak, &old, now,
-                                                                memory_order_relaxed,
-                                                                memory_order_relaxed)) {
-    }
+    if (now > atomic_load_explicit(peak, memory_order_relaxed))
+        atomic_store_explicit(peak, now, memory_order_relaxed);
 }
 
 /* Under the lock: a registered entry joins the cache.  Fails only when the
@@ -204,15 +202,16 @@ static int publish_locked(struct regcache *c, struct regcache_entry *e, uintptr_
                           memory_order_relaxed);
     if (rc_lru_push(&d->lru, e) != REGCACHE_OK)
         return REGCACHE_ERR_NO_MEMORY;
-    atomic_fetch_add_explicit(&c->epoch, 1, memory_order_relaxed);
+    rc_count_locked(&c->epoch);
     e->state = RC_READY;
     rc_filter_add(&c->filter, e->match_start, e->match_end);
-    atomic_fetch_add_explicit(&d->entries, 1, memory_order_relaxed);
     size_t len = rc_entry_len(e);
-    raise_peak(&d->n.peak_bytes,
-               atomic_fetch_add_explicit(&d->bytes, len, memory_order_relaxed) + len);
-    raise_peak(&c->peak_bytes,
-               atomic_fetch_add_explicit(&c->total_bytes, len, memory_order_relaxed) + len);
+    rc_add_locked(&d->entries, 1);
+    rc_add_locked(&d->bytes, len);
+    rc_add_locked(&c->total_bytes, len);
+    raise_peak(&d->n.peak_bytes, atomic_load_explicit(&d->bytes, memory_order_relaxed));
+    raise_peak(&c->peak_bytes, atomic_load_explicit(&c->total_bytes, memory_order_relaxed));
+    rc_recheck_budget_locked(d);
     /* The hit path finds it from now on (a failure only costs hits). */
     rc_page_index_add(&c->index, e, start);
     return REGCACHE_OK;
@@ -230,7 +229,7 @@ static int register_new(struct regcache *c, struct rc_want *w, uint64_t seq, uns
         return rc_fail(REGCACHE_ERR_NO_MEMORY, "out of memory allocating a cache entry");
     }
     struct rc_device *d = &c->dev[w->slot];
-    rc_count(&d->n.misses);
+    rc_count_locked(&d->n.misses);
     rc_make_room_locked(c, d, rc_entry_len(e), victims);
     pthread_mutex_unlock(&c->lock);
     rc_release_victims(c, *victims);
@@ -240,8 +239,10 @@ static int register_new(struct regcache *c, struct rc_want *w, uint64_t seq, uns
 
     pthread_mutex_lock(&c->lock);
     bool detached = rc_entry_is_detached(e);
-    if (rc == REGCACHE_OK)
+    if (rc == REGCACHE_OK) {
         atomic_store_explicit(&e->rails_ready, 1u << rail, memory_order_release);
+        rc_count_locked(&d->n.registrations);
+    }
     if (rc == REGCACHE_OK && !detached &&
         !rc_invalidated_since_locked(c, seq, e->match_start, e->match_end) &&
         publish_locked(c, e, w->start) == REGCACHE_OK) {
@@ -254,11 +255,11 @@ static int register_new(struct regcache *c, struct rc_want *w, uint64_t seq, uns
              * it once; its put deregisters it. */
             atomic_fetch_or_explicit(&e->refs, RC_DETACHED, memory_order_seq_cst);
             rc_zombie_locked(c, e);
-            rc_count(&d->n.one_shots);
+            rc_count_locked(&d->n.one_shots);
             *out = rc_counted_handle(e, rail);
         } else {
             atomic_store_explicit(&e->refs, RC_DETACHED, memory_order_relaxed);
-            rc_victim_push(victims, e);
+            rc_victim_push(c, victims, e);
         }
     }
     pthread_cond_broadcast(&c->registered);
@@ -287,7 +288,8 @@ static int register_rail(struct regcache *c, struct regcache_entry *e, unsigned 
     if (rc == REGCACHE_OK) {
         unsigned ready = atomic_load_explicit(&e->rails_ready, memory_order_relaxed) | 1u << rail;
         atomic_store_explicit(&e->rails_ready, ready, memory_order_release);
-        rc_count(&c->dev[e->device_slot].n.misses);
+        rc_count_locked(&c->dev[e->device_slot].n.misses);
+        rc_count_locked(&c->dev[e->device_slot].n.registrations);
         *out = rc_counted_handle(e, rail);
     }
     pthread_cond_broadcast(&c->registered);
@@ -328,7 +330,7 @@ static int serve(struct regcache *c, struct rc_want *w, uint64_t seq, unsigned r
         rc = rc_entry_try_hold(e);
         if (rc == REGCACHE_OK) {
             rc_page_index_add(&c->index, e, w->start);
-            rc_count(&c->dev[e->device_slot].n.slow_hits);
+            rc_count_locked(&c->dev[e->device_slot].n.slow_hits);
             *out = rc_counted_handle(e, rail);
         }
         pthread_mutex_unlock(&c->lock);

@@ -46,14 +46,14 @@ void rc_page_index_fini(struct rc_page_index *idx)
     }
 }
 
-/* The writer half of the seqlock (see rc_page_index_find).  The odd count
- * is stored seq_cst so that a hit's rc_page_index_unchanged(), ordered after
- * its hold by a seq_cst fence, either sees it or is seen by the evictor's
- * scan of the holds that follows the removal. */
+/* The writer half of the seqlock (see rc_page_index_find).  What a hit
+ * needs beyond it - to learn that an entry it holds was removed and perhaps
+ * recycled - comes from the entry's mark, read before the count again
+ * (hit_path.c says why that order). */
 static void write_begin(struct rc_shard *s)
 {
     uint64_t seq = atomic_load_explicit(&s->seq, memory_order_relaxed);
-    atomic_store_explicit(&s->seq, seq + 1, memory_order_seq_cst);
+    atomic_store_explicit(&s->seq, seq + 1, memory_order_relaxed);
     atomic_thread_fence(memory_order_release);
 }
 
@@ -63,13 +63,29 @@ static void write_end(struct rc_shard *s)
     atomic_store_explicit(&s->seq, seq + 1, memory_order_release);
 }
 
-static void insert_slot(struct rc_slot_table *t, uintptr_t page, struct regcache_entry *e)
+static void copy_slot(struct rc_slot *to, struct rc_slot *from)
 {
-    uint32_t i = (uint32_t)rc_page_hash(page) & t->mask;
+    atomic_store_explicit(&to->page, atomic_load_explicit(&from->page, memory_order_relaxed),
+                          memory_order_relaxed);
+    atomic_store_explicit(&to->match_start,
+                          atomic_load_explicit(&from->match_start, memory_order_relaxed),
+                          memory_order_relaxed);
+    atomic_store_explicit(&to->match_end,
+                          atomic_load_explicit(&from->match_end, memory_order_relaxed),
+                          memory_order_relaxed);
+    atomic_store_explicit(&to->entry, atomic_load_explicit(&from->entry, memory_order_relaxed),
+                          memory_order_relaxed);
+}
+
+/* Put a filled slot (page, entry, match range) into t's first free place on
+ * its probe run. */
+static void insert_slot(struct rc_slot_table *t, struct rc_slot *from)
+{
+    uint32_t i = (uint32_t)rc_page_hash(atomic_load_explicit(&from->page, memory_order_relaxed)) &
+                 t->mask;
     while (atomic_load_explicit(&t->slots[i].entry, memory_order_relaxed))
         i = (i + 1) & t->mask;
-    atomic_store_explicit(&t->slots[i].page, page, memory_order_relaxed);
-    atomic_store_explicit(&t->slots[i].entry, e, memory_order_relaxed);
+    copy_slot(&t->slots[i], from);
 }
 
 /* The new table is filled while readers keep using the old one (writers
@@ -81,9 +97,8 @@ static int grow(struct rc_page_index *idx, struct rc_shard *s)
     if (!t)
         return REGCACHE_ERR_NO_MEMORY;
     for (uint32_t i = 0; i <= old->mask; i++) {
-        struct regcache_entry *e = atomic_load_explicit(&old->slots[i].entry, memory_order_relaxed);
-        if (e)
-            insert_slot(t, atomic_load_explicit(&old->slots[i].page, memory_order_relaxed), e);
+        if (atomic_load_explicit(&old->slots[i].entry, memory_order_relaxed))
+            insert_slot(t, &old->slots[i]);
     }
     write_begin(s);
     atomic_store_explicit(&s->table, t, memory_order_release);
@@ -125,8 +140,13 @@ int rc_page_index_add(struct rc_page_index *idx, struct regcache_entry *e, uintp
     if (remember_page(e, page) != REGCACHE_OK)
         return REGCACHE_ERR_NO_MEMORY;
     t = atomic_load_explicit(&s->table, memory_order_relaxed);
+    struct rc_slot filled;
+    atomic_init(&filled.page, page);
+    atomic_init(&filled.entry, e);
+    atomic_init(&filled.match_start, atomic_load_explicit(&e->match_start, memory_order_relaxed));
+    atomic_init(&filled.match_end, atomic_load_explicit(&e->match_end, memory_order_relaxed));
     write_begin(s);
-    insert_slot(t, page, e);
+    insert_slot(t, &filled);
     write_end(s);
     s->used++;
     return REGCACHE_OK;
@@ -147,8 +167,7 @@ static void delete_slot(struct rc_slot_table *t, uint32_t i)
         /* Move j into the hole unless its home lies cyclically in (i, j]. */
         bool stays = i <= j ? (i < home && home <= j) : (i < home || home <= j);
         if (!stays) {
-            atomic_store_explicit(&t->slots[i].page, page, memory_order_relaxed);
-            atomic_store_explicit(&t->slots[i].entry, e, memory_order_relaxed);
+            copy_slot(&t->slots[i], &t->slots[j]);
             i = j;
         }
     }

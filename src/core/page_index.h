@@ -25,9 +25,13 @@ struct regcache_entry;
 
 #define RC_SHARDS 64
 
+/* The entry's match range is copied into its slots (it never changes while
+ * the entry is indexed): the probe decides without reading the entry, so a
+ * hit's first look at the entry can be a prefetch issued before its fence. */
 struct rc_slot {
     _Atomic uintptr_t page;
     _Atomic(struct regcache_entry *) entry; /* NULL: empty */
+    _Atomic uintptr_t match_start, match_end;
 };
 
 struct rc_slot_table {
@@ -121,9 +125,13 @@ static inline struct regcache_entry *rc_page_index_find(struct rc_page_index *id
     for (uint32_t i = (uint32_t)h & t->mask;
          (e = atomic_load_explicit(&t->slots[i].entry, memory_order_relaxed)) != NULL;
          i = (i + 1) & t->mask) {
-        if (atomic_load_explicit(&t->slots[i].page, memory_order_relaxed) == page &&
-            rc_entry_covers(e, start, end))
+        struct rc_slot *slot = &t->slots[i];
+        if (atomic_load_explicit(&slot->page, memory_order_relaxed) == page &&
+            start >= atomic_load_explicit(&slot->match_start, memory_order_relaxed) &&
+            end <= atomic_load_explicit(&slot->match_end, memory_order_relaxed)) {
+            __builtin_prefetch(e);
             break;
+        }
     }
     atomic_thread_fence(memory_order_acquire);
     probe->shard = s;
@@ -131,8 +139,8 @@ static inline struct regcache_entry *rc_page_index_find(struct rc_page_index *id
     return e;
 }
 
-/* After the caller's seq_cst fence: true when no writer touched the shard
- * since the probe began. */
+/* After the caller's seq_cst fence and its acquire load of the entry's
+ * mark: true when no writer touched the shard since the probe began. */
 static inline bool rc_page_index_unchanged(const struct rc_probe *probe)
 {
     return atomic_load_explicit(&probe->shard->seq, memory_order_relaxed) == probe->seq;

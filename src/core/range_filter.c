@@ -15,6 +15,13 @@ static uintptr_t chunks(uintptr_t start, uintptr_t end, unsigned shift)
     return ((end - 1) >> shift) - (start >> shift) + 1;
 }
 
+/* Writers hold the cache lock: a plain load and store suffices. */
+static void bump(atomic_uint *n, int delta)
+{
+    atomic_store_explicit(n, atomic_load_explicit(n, memory_order_relaxed) + (unsigned)delta,
+                          memory_order_relaxed);
+}
+
 static void adjust(struct rc_range_filter *f, uintptr_t start, uintptr_t end, int delta)
 {
     atomic_uint *table = f->fine;
@@ -23,12 +30,12 @@ static void adjust(struct rc_range_filter *f, uintptr_t start, uintptr_t end, in
         table = f->coarse;
         shift = COARSE_SHIFT;
         if (chunks(start, end, COARSE_SHIFT) > SPAN) {
-            atomic_fetch_add_explicit(&f->huge, (unsigned)delta, memory_order_relaxed);
+            bump(&f->huge, delta);
             return;
         }
     }
     for (uintptr_t c = start >> shift; c <= (end - 1) >> shift; c++)
-        atomic_fetch_add_explicit(&table[slot_of(c)], (unsigned)delta, memory_order_relaxed);
+        bump(&table[slot_of(c)], delta);
 }
 
 void rc_filter_add(struct rc_range_filter *f, uintptr_t start, uintptr_t end)

@@ -23,7 +23,7 @@ static size_t held_entries_locked(struct rc_device *d)
 {
     size_t held = 0;
     for (size_t i = 0; i < d->lru.count; i++)
-        held += rc_entry_held(d->lru.heap[i]);
+        held += rc_entry_held(d->lru.heap[i].e);
     return held;
 }
 
@@ -38,8 +38,7 @@ int rc_register_rail(struct regcache *c, struct regcache_entry *e, unsigned rail
         int err = c->backend.reg(c->backend.arg, e->node.start, len, e->device, rail, &e->shared,
                                  &handle);
         if (!err) {
-            e->handles[rail] = handle;
-            rc_count(&d->n.registrations);
+            e->handles[rail] = handle; /* counted by the caller, under the lock */
             return REGCACHE_OK;
         }
         rc_count(&d->n.reg_failures);

@@ -60,8 +60,11 @@ void rc_registry_add(struct regcache *c)
 static void wait_for_walkers(void)
 {
     rc_fence_heavy();
-    for (struct rc_thread *t = rc_thread_first(); t; t = t->next) {
-        if (t == rc_thread_current)
+    size_t live;
+    struct rc_thread *const _Atomic *threads = rc_thread_live(&live);
+    for (size_t i = 0; i < live; i++) {
+        struct rc_thread *t = atomic_load_explicit(&threads[i], memory_order_acquire);
+        if (!t || t == rc_thread_current)
             continue; /* destroy from inside a walk: this walk is ours */
         uint_fast64_t seen = atomic_load_explicit(&t->walk, memory_order_acquire);
         while ((seen & 1) && atomic_load_explicit(&t->walk, memory_order_acquire) == seen)

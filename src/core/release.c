@@ -15,9 +15,10 @@ void rc_unlink_locked(struct regcache *c, struct regcache_entry *e)
     if (e->heap_idx != RC_LRU_NONE)
         rc_lru_remove(&d->lru, e);
     rc_filter_remove(&c->filter, e->match_start, e->match_end);
-    atomic_fetch_sub_explicit(&d->bytes, rc_entry_len(e), memory_order_relaxed);
-    atomic_fetch_sub_explicit(&c->total_bytes, rc_entry_len(e), memory_order_relaxed);
-    atomic_fetch_sub_explicit(&d->entries, 1, memory_order_relaxed);
+    rc_add_locked(&d->bytes, -rc_entry_len(e));
+    rc_add_locked(&c->total_bytes, -rc_entry_len(e));
+    rc_add_locked(&d->entries, (size_t)-1);
+    rc_recheck_budget_locked(d);
 }
 
 static void zombie_push(struct regcache *c, struct regcache_entry *e)
@@ -52,7 +53,7 @@ void rc_detach_locked(struct regcache *c, struct regcache_entry *e,
     }
     rc_unlink_locked(c, e);
     if (rc_entry_detach(e)) {
-        rc_victim_push(victims, e);
+        rc_victim_push(c, victims, e);
         return;
     }
     zombie_push(c, e);
@@ -62,7 +63,7 @@ void rc_detach_locked(struct regcache *c, struct regcache_entry *e,
     rc_fence_heavy();
     if (!rc_entry_held(e)) {
         zombie_unlink(c, e);
-        rc_victim_push(victims, e);
+        rc_victim_push(c, victims, e);
     }
 }
 
@@ -74,7 +75,7 @@ static void sweep_zombies_locked(struct regcache *c, struct regcache_entry **vic
         next = e->link_next;
         if (!rc_entry_held(e)) {
             zombie_unlink(c, e);
-            rc_victim_push(victims, e);
+            rc_victim_push(c, victims, e);
         }
     }
 }
@@ -86,10 +87,8 @@ static void deregister(struct regcache *c, struct regcache_entry *e)
     for (unsigned r = 0; rails; r++, rails >>= 1) {
         if (!(rails & 1))
             continue;
-        if (!child) {
+        if (!child)
             c->backend.dereg(c->backend.arg, e->handles[r]);
-            rc_count(&c->dev[e->device_slot].n.deregistrations);
-        }
         e->handles[r] = NULL;
     }
     atomic_store_explicit(&e->rails_ready, 0, memory_order_relaxed);
@@ -99,6 +98,18 @@ static void deregister(struct regcache *c, struct regcache_entry *e)
     free((void *)e->more);
     e->more = NULL;
     e->nmore = 0;
+}
+
+void rc_victim_push(struct regcache *c, struct regcache_entry **victims,
+                    struct regcache_entry *e)
+{
+    unsigned rails = atomic_load_explicit(&e->rails_ready, memory_order_relaxed);
+    atomic_uint_fast64_t *n = &c->dev[e->device_slot].n.deregistrations;
+    atomic_store_explicit(n, atomic_load_explicit(n, memory_order_relaxed) +
+                                 (unsigned)__builtin_popcount(rails),
+                          memory_order_relaxed);
+    e->state = RC_FREE;
+    rc_list_push(victims, e);
 }
 
 void rc_release_victims(struct regcache *c, struct regcache_entry *list)
@@ -126,7 +137,7 @@ void rc_release_if_unheld(struct regcache *c, struct regcache_entry *e)
      * nobody holds goes, whichever life of the entry it is. */
     if (e->state == RC_ZOMBIE && !rc_entry_held(e)) {
         zombie_unlink(c, e);
-        rc_victim_push(&victims, e);
+        rc_victim_push(c, &victims, e);
     }
     sweep_zombies_locked(c, &victims);
     pthread_mutex_unlock(&c->lock);
@@ -163,6 +174,6 @@ void rc_drain_entries_locked(struct regcache *c, struct regcache_entry **victims
     while (c->zombies) {
         struct regcache_entry *e = c->zombies;
         zombie_unlink(c, e);
-        rc_victim_push(victims, e);
+        rc_victim_push(c, victims, e);
     }
 }

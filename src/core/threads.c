@@ -10,12 +10,78 @@
 __thread struct rc_thread *rc_thread_current __attribute__((tls_model("initial-exec")));
 
 static _Atomic(struct rc_thread *) all_records;
+
+/* The live records: slots of a grow-only array (a NULL slot is free for
+ * reuse); writers hold live_lock, readers take nothing.  Arrays outgrown
+ * stay allocated, so that a scanner never reads freed memory: they double,
+ * so there are few. */
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic(struct rc_thread *_Atomic *) live_slots;
+static atomic_size_t live_count, live_cap;
 static pthread_key_t exit_key;
 static pthread_once_t exit_key_once = PTHREAD_ONCE_INIT;
 static atomic_uint hit_ids; /* bit i: hit id i is taken */
 
 /* Records per mmap(): a chunk is about 170 KiB. */
 #define CHUNK 16
+
+static bool holds_nothing(const struct rc_thread *t)
+{
+    for (int i = 0; i < RC_HOLD_SLOTS; i++)
+        if (atomic_load_explicit(&((struct rc_thread *)t)->holds[i], memory_order_relaxed))
+            return false;
+    return true;
+}
+
+/* Under live_lock. */
+static int live_add_locked(struct rc_thread *t)
+{
+    struct rc_thread *_Atomic *slots = atomic_load_explicit(&live_slots, memory_order_relaxed);
+    size_t n = atomic_load_explicit(&live_count, memory_order_relaxed), hole = n;
+    for (size_t i = 0; i < n; i++) {
+        struct rc_thread *x = atomic_load_explicit(&slots[i], memory_order_relaxed);
+        if (x == t)
+            return 0; /* kept live by holds that outlived its last thread */
+        if (!x && hole == n)
+            hole = i;
+    }
+    if (hole < n) {
+        atomic_store_explicit(&slots[hole], t, memory_order_seq_cst);
+        return 0;
+    }
+    size_t cap = atomic_load_explicit(&live_cap, memory_order_relaxed);
+    if (n == cap) {
+        size_t grown = cap ? 2 * cap : 64;
+        struct rc_thread *_Atomic *more = mmap(NULL, grown * sizeof(*more), PROT_READ | PROT_WRITE,
+                                               MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (more == MAP_FAILED)
+            return -1;
+        for (size_t i = 0; i < n; i++)
+            atomic_init(&more[i], atomic_load_explicit(&slots[i], memory_order_relaxed));
+        atomic_store_explicit(&live_slots, more, memory_order_seq_cst);
+        atomic_store_explicit(&live_cap, grown, memory_order_relaxed);
+        slots = more;
+    }
+    atomic_store_explicit(&slots[n], t, memory_order_seq_cst);
+    atomic_store_explicit(&live_count, n + 1, memory_order_seq_cst);
+    return 0;
+}
+
+static void live_remove_locked(struct rc_thread *t)
+{
+    struct rc_thread *_Atomic *slots = atomic_load_explicit(&live_slots, memory_order_relaxed);
+    size_t n = atomic_load_explicit(&live_count, memory_order_relaxed);
+    for (size_t i = 0; i < n; i++)
+        if (atomic_load_explicit(&slots[i], memory_order_relaxed) == t)
+            atomic_store_explicit(&slots[i], NULL, memory_order_relaxed);
+}
+
+struct rc_thread *const _Atomic *rc_thread_live(size_t *n)
+{
+    struct rc_thread *_Atomic *slots = atomic_load_explicit(&live_slots, memory_order_seq_cst);
+    *n = slots ? atomic_load_explicit(&live_count, memory_order_seq_cst) : 0;
+    return (struct rc_thread *const _Atomic *)slots;
+}
 
 static void release_record(void *arg)
 {
@@ -24,6 +90,12 @@ static void release_record(void *arg)
      * than writing into a record another thread may own by then. */
     rc_thread_current = NULL;
     t->hint = 0;
+    /* A hold still out (put later by another thread) keeps it scanned;
+     * without one, nothing of the exited thread can be held. */
+    pthread_mutex_lock(&live_lock);
+    if (holds_nothing(t))
+        live_remove_locked(t);
+    pthread_mutex_unlock(&live_lock);
     atomic_store_explicit(&t->in_use, false, memory_order_release);
 }
 
@@ -40,7 +112,10 @@ static void forget_parent_threads(void)
         atomic_store_explicit(&t->walk, 0, memory_order_relaxed);
         t->walk_depth = 0;
         atomic_store_explicit(&t->in_use, false, memory_order_relaxed);
+        live_remove_locked(t);
     }
+    /* The lock may have been held by a parent thread at fork time. */
+    pthread_mutex_init(&live_lock, NULL);
 }
 
 static void make_exit_key(void)
@@ -97,6 +172,13 @@ struct rc_thread *rc_thread_attach(void)
         t = new_chunk();
     if (!t)
         return NULL;
+    pthread_mutex_lock(&live_lock);
+    int live = live_add_locked(t);
+    pthread_mutex_unlock(&live_lock);
+    if (live) {
+        atomic_store_explicit(&t->in_use, false, memory_order_release);
+        return NULL;
+    }
     pthread_setspecific(exit_key, t);
     rc_thread_current = t;
     return t;
@@ -104,7 +186,12 @@ struct rc_thread *rc_thread_attach(void)
 
 bool rc_thread_holds(const struct regcache_entry *e)
 {
-    for (struct rc_thread *t = rc_thread_first(); t; t = t->next)
+    size_t n;
+    struct rc_thread *const _Atomic *live = rc_thread_live(&n);
+    for (size_t k = 0; k < n; k++) {
+        struct rc_thread *t = atomic_load_explicit(&live[k], memory_order_acquire);
+        if (!t)
+            continue;
         for (int i = 0; i < RC_HOLD_SLOTS; i++)
             /* Acquire: a holder's reads of the entry happen before its
              * release of the slot, and so before whatever the caller does
@@ -112,6 +199,7 @@ bool rc_thread_holds(const struct regcache_entry *e)
             if ((atomic_load_explicit(&t->holds[i], memory_order_acquire) & ~RC_HOLD_RAIL_MASK) ==
                 (uintptr_t)e)
                 return true;
+    }
     return false;
 }
 

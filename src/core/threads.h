@@ -15,7 +15,11 @@
  * Records are never freed: a thread that exits hands its record to the next
  * thread that needs one (a hold it still had stays in its slot until that
  * entry's put, from whatever thread, clears it).  They live in mmap()ed
- * chunks on one append-only list that scanners walk without a lock. */
+ * chunks on one append-only list (for sums over every thread that ever
+ * counted).  Scanners of holds look only at the live ones: a compact array
+ * of the records whose thread is alive or that still had holds when their
+ * thread exited, so that a process that ran many threads once does not pay
+ * for each of them at every eviction. */
 #ifndef RC_THREADS_H
 #define RC_THREADS_H
 
@@ -68,6 +72,12 @@ static inline struct rc_thread *rc_thread_self(void)
 
 /* The head of the list of every record ever made (NULL before the first). */
 struct rc_thread *rc_thread_first(void);
+
+/* The live records (see above): *n of them at the returned array, which
+ * stays readable for the life of the process.  A record enters before its
+ * thread publishes its first hold, with seq_cst stores that a scanner's
+ * seq_cst fence before this call orders (entry.h). */
+struct rc_thread *const _Atomic *rc_thread_live(size_t *n);
 
 /* Is e (any rail) in some thread's hold slots?  The caller has made the
  * change that stops new holds (detach, claim) visible with a seq_cst
