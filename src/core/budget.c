@@ -2,23 +2,49 @@
  * the largest allocation it registers whole. */
 #include <sched.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <time.h>
 
 #include "bar1_budget.h"
 #include "cache.h"
+#include "gpu_key.h"
+#include "last_error.h"
+#include "ledger.h"
+#include "threads.h"
 
 static size_t or_unlimited(size_t n)
 {
     return n ? n : SIZE_MAX;
 }
 
-/* params.max_bytes, else what BAR1 can hold for a GPU, else (host memory,
- * no NVML) no limit. */
+/* A GPU's cache joins the GPU's ledger: with max_bytes 0 the ledger's share
+ * is its budget, else it is only counted there (and shown by regcache-stat).
+ * Not having one is no error: the cache keeps the budget it has. */
+static void join_ledger(struct regcache *c, int slot, struct rc_device *d, size_t own)
+{
+    char key[RC_GPU_KEY_LEN];
+    const char *why = key;
+    if (rc_gpu_key(slot, key, sizeof key) == REGCACHE_OK &&
+        rc_ledger_attach(key, c->opts.params.max_bytes ? 0 : own, &d->ledger) == REGCACHE_OK) {
+        d->ledger_limits = !c->opts.params.max_bytes;
+        return;
+    }
+    why = regcache_last_error();
+    pthread_mutex_lock(&c->lock);
+    snprintf(c->ledger_note, sizeof c->ledger_note, "device %d: %s", slot, why);
+    pthread_mutex_unlock(&c->lock);
+}
+
+/* params.max_bytes, else what BAR1 can hold for a GPU (shared through the
+ * ledger), else (host memory, no NVML) no limit. */
 static void set_budget(struct regcache *c, int slot, struct rc_device *d)
 {
     const struct regcache_params *p = &c->opts.params;
     size_t bytes = p->max_bytes;
     if (!bytes && slot != RC_HOST_SLOT)
         bytes = rc_bar1_budget(slot);
+    if (slot != RC_HOST_SLOT)
+        join_ledger(c, slot, d, bytes);
     bytes = or_unlimited(bytes);
     /* A quarter of the budget: an allocation larger than that, registered
      * whole for a small request, would crowd out everything else, and under
@@ -49,4 +75,43 @@ struct rc_device *rc_device(struct regcache *c, int slot)
     while (atomic_load_explicit(&d->budget_state, memory_order_acquire) != 2)
         sched_yield();
     return d;
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* How often the counters go out at most: regcache-stat's refresh, and the
+ * per-thread hit sums are the costly part. */
+#define PUBLISH_NS 100000000u
+
+void rc_ledger_note_locked(struct regcache *c, struct rc_device *d)
+{
+    if (!d->ledger)
+        return;
+    rc_ledger_usage(d->ledger, atomic_load_explicit(&d->bytes, memory_order_relaxed),
+                    atomic_load_explicit(&d->entries, memory_order_relaxed));
+    uint64_t now = now_ns();
+    if (now - d->ledger_published < PUBLISH_NS)
+        return;
+    d->ledger_published = now;
+    struct regcache_stats s;
+    regcache_get_device_stats(c, (int)(d - c->dev), &s);
+    rc_ledger_publish(d->ledger, &(struct rc_ledger_counts){
+                                     .hits = s.hits, .misses = s.misses,
+                                     .evictions = s.evictions,
+                                     .inval_tag = s.invalidations_tag,
+                                     .inval_notify = s.invalidations_notify,
+                                     .reg_failures = s.reg_failures});
+}
+
+void rc_budget_fini(struct regcache *c)
+{
+    for (int i = 0; i < RC_MAX_DEVICES; i++) {
+        rc_ledger_detach(c->dev[i].ledger);
+        c->dev[i].ledger = NULL;
+    }
 }

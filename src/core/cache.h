@@ -36,6 +36,11 @@ struct rc_device {
     atomic_size_t bytes, entries;
     atomic_size_t max_bytes, max_entries; /* SIZE_MAX = unlimited */
     atomic_bool over; /* more than the budget: put trims (rc_recheck_budget) */
+    /* The GPU's shared BAR1 budget (ledger.h), or NULL: none (host memory,
+     * REGCACHE_LEDGER=off, or it could not be had).  Set with the budget. */
+    struct rc_ledger *ledger;
+    bool ledger_limits;         /* no max_bytes: the ledger sets the limit */
+    uint64_t ledger_published;  /* when the counters last went out (ns) */
     /* Set once, before the first entry of the device is registered. */
     atomic_int budget_state; /* 0 unset, 1 being set, 2 set */
     size_t whole_max;        /* largest allocation registered whole */
@@ -88,6 +93,9 @@ struct regcache {
     /* Entries deregistered without the lock, waiting to return to the pool
      * at the next locked moment (release.c). */
     _Atomic(struct regcache_entry *) returned;
+
+    /* Why a GPU has no shared budget, for the REGCACHE_STATS dump. */
+    char ledger_note[256];
 
     /* Debug builds: changes since the last full check of the invariants. */
     size_t changes;
@@ -150,8 +158,15 @@ size_t rc_evict_locked(struct regcache *c, struct rc_device *d, size_t max_bytes
 void rc_make_room_locked(struct regcache *c, struct rc_device *d, size_t len,
                          struct regcache_entry **victims);
 
-/* Evict down to the budget again (held entries may have pushed past it). */
+/* Evict down to the budget again (held entries may have pushed past it, or
+ * another process's cache asked for room). */
 void rc_trim(struct regcache *c, struct rc_device *d);
+
+/* Under the lock, after d's bytes or entries changed: tell the ledger. */
+void rc_ledger_note_locked(struct regcache *c, struct rc_device *d);
+
+/* Detach every device from its ledger (destroy). */
+void rc_budget_fini(struct regcache *c);
 
 static inline bool rc_over_budget(struct rc_device *d)
 {

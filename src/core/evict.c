@@ -1,6 +1,7 @@
 /* Eviction: least-recently-used unused entries of one device leave when its
  * budget or the backend's resources run out. */
 #include "cache.h"
+#include "ledger.h"
 
 size_t rc_evict_locked(struct regcache *c, struct rc_device *d, size_t max_bytes,
                        size_t max_entries, atomic_uint_fast64_t *counter,
@@ -22,9 +23,22 @@ size_t rc_evict_locked(struct regcache *c, struct rc_device *d, size_t max_bytes
     return n;
 }
 
+/* Under the lock: the ledger's share for this cache, before it registers
+ * `want` more bytes (0: a put that saw another cache ask for room), becomes
+ * the device's byte budget. */
+static void follow_ledger_locked(struct rc_device *d, size_t want)
+{
+    size_t keep = rc_ledger_limit(d->ledger, want);
+    atomic_store_explicit(&d->max_bytes, keep > SIZE_MAX - want ? SIZE_MAX : keep + want,
+                          memory_order_relaxed);
+    rc_recheck_budget_locked(d);
+}
+
 void rc_make_room_locked(struct regcache *c, struct rc_device *d, size_t len,
                          struct regcache_entry **victims)
 {
+    if (d->ledger_limits)
+        follow_ledger_locked(d, len);
     size_t max_bytes = atomic_load_explicit(&d->max_bytes, memory_order_relaxed);
     size_t max_entries = atomic_load_explicit(&d->max_entries, memory_order_relaxed);
     rc_evict_locked(c, d, max_bytes > len ? max_bytes - len : 0, max_entries - 1,
@@ -35,6 +49,8 @@ void rc_trim(struct regcache *c, struct rc_device *d)
 {
     struct regcache_entry *victims = NULL;
     pthread_mutex_lock(&c->lock);
+    if (d->ledger_limits)
+        follow_ledger_locked(d, 0);
     rc_evict_locked(c, d, atomic_load_explicit(&d->max_bytes, memory_order_relaxed),
                     atomic_load_explicit(&d->max_entries, memory_order_relaxed),
                     &d->n.evictions, &victims);

@@ -18,6 +18,7 @@
 
 #include "asym_fence.h"
 #include "cache.h"
+#include "ledger.h"
 #include "last_error.h"
 #include "threads.h"
 
@@ -266,8 +267,10 @@ void regcache_put(regcache_t *cache, regcache_entry_t *h)
             release_counted(c, e);
     }
     /* Held entries may push a device past its budget; it binds again as
-     * soon as they are put. */
-    if (__builtin_expect(rc_over_budget(d), 0))
+     * soon as they are put.  A cache of another process on the same GPU
+     * may have asked for room (one load of a word that misses write). */
+    if (__builtin_expect(rc_over_budget(d), 0) ||
+        __builtin_expect(d->ledger_limits && rc_ledger_pressed(d->ledger), 0))
         rc_trim(c, d);
 }
 

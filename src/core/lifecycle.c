@@ -126,6 +126,7 @@ void regcache_destroy(regcache_t *c)
     rc_cache_drain(c);
     if (c->opts.stats_dump)
         rc_stats_dump(c);
+    rc_budget_fini(c);
     free_cache(c, child);
 }
 

@@ -212,6 +212,7 @@ static int publish_locked(struct regcache *c, struct regcache_entry *e, uintptr_
     raise_peak(&d->n.peak_bytes, atomic_load_explicit(&d->bytes, memory_order_relaxed));
     raise_peak(&c->peak_bytes, atomic_load_explicit(&c->total_bytes, memory_order_relaxed));
     rc_recheck_budget_locked(d);
+    rc_ledger_note_locked(c, d);
     /* The hit path finds it from now on (a failure only costs hits). */
     rc_page_index_add(&c->index, e, start);
     return REGCACHE_OK;
@@ -261,6 +262,8 @@ static int register_new(struct regcache *c, struct rc_want *w, uint64_t seq, uns
             atomic_store_explicit(&e->refs, RC_DETACHED, memory_order_relaxed);
             rc_victim_push(c, victims, e);
         }
+        /* The ledger counted this registration in advance. */
+        rc_ledger_note_locked(c, d);
     }
     pthread_cond_broadcast(&c->registered);
     rc_check_locked(c);

@@ -79,4 +79,6 @@ void rc_stats_dump(const struct regcache *c)
             s.reg_failures, s.one_shots, s.entries, s.bytes, s.peak_bytes);
     fprintf(stderr, "regcache %p: validation %s: %s\n", (const void *)c,
             c->tag_check ? "TAG_CHECK" : "HOOKS", c->opts.validation_reason);
+    if (c->ledger_note[0])
+        fprintf(stderr, "regcache %p: %s\n", (const void *)c, c->ledger_note);
 }
