@@ -203,7 +203,7 @@ int rc_ledger_attach(const char *gpu_key, size_t budget, struct rc_ledger **out)
     *out = NULL;
     const char *env = getenv("REGCACHE_LEDGER");
     int on = 1;
-    if (env && rc_parse_bool(env, &on))
+    if (env && !rc_parse_bool(env, &on))
         return no_ledger(gpu_key, "REGCACHE_LEDGER is neither on nor off");
     if (!on)
         return no_ledger(gpu_key, "REGCACHE_LEDGER=off");
@@ -211,7 +211,7 @@ int rc_ledger_attach(const char *gpu_key, size_t budget, struct rc_ledger **out)
     char why[256], prefix[RC_LEDGER_PREFIX_MAX], name[RC_LEDGER_NAME_MAX];
     if (!rc_ledger_key_ok(gpu_key))
         return no_ledger(gpu_key, "the GPU key is not a name");
-    if (rc_ledger_prefix(prefix, sizeof prefix, why, sizeof why))
+    if (!rc_ledger_prefix(prefix, sizeof prefix, why, sizeof why))
         return no_ledger(gpu_key, why);
     snprintf(name, sizeof name, "/%s%s", prefix, gpu_key);
     uint64_t owner = rc_ledger_identity(getpid()), pidns = rc_ledger_pid_namespace();

@@ -47,21 +47,21 @@ bool rc_ledger_namespace_ok(const char *ns)
     return all_of(ns, NAMESPACE_MAX, "");
 }
 
-int rc_ledger_prefix(char *out, size_t n, char *why, size_t why_len)
+bool rc_ledger_prefix(char *out, size_t n, char *why, size_t why_len)
 {
     const char *ns = getenv("REGCACHE_LEDGER_NAMESPACE");
     unsigned uid = (unsigned)geteuid();
     if (!ns || !*ns) {
         snprintf(out, n, "regcache-%u-", uid);
-        return 0;
+        return true;
     }
     if (!rc_ledger_namespace_ok(ns)) {
         say(why, why_len, "REGCACHE_LEDGER_NAMESPACE=\"%s\": expected 1-%d of [A-Za-z0-9_]", ns,
             NAMESPACE_MAX);
-        return -1;
+        return false;
     }
     snprintf(out, n, "regcache-%u.%s-", uid, ns);
-    return 0;
+    return true;
 }
 
 uint64_t rc_ledger_identity(pid_t pid)

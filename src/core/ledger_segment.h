@@ -79,9 +79,9 @@ _Static_assert(sizeof(struct rc_ledger_header) == 256, "header layout");
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "the ledger needs lock-free 64-bit atomics");
 
 /* "regcache-<uid>-" or, with REGCACHE_LEDGER_NAMESPACE=ns, "regcache-<uid>.ns-":
- * the start of every segment name of this user (and namespace).  0, or -1
- * with *why filled when the namespace is not 1-32 of [A-Za-z0-9_]. */
-int rc_ledger_prefix(char *out, size_t n, char *why, size_t why_len);
+ * the start of every segment name of this user (and namespace).  false with
+ * *why filled when the namespace is not 1-32 of [A-Za-z0-9_]. */
+bool rc_ledger_prefix(char *out, size_t n, char *why, size_t why_len);
 
 /* True when `key` may name a GPU: 1-63 of [A-Za-z0-9_.:-]. */
 bool rc_ledger_key_ok(const char *key);

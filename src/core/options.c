@@ -38,14 +38,14 @@ int regcache_params_init(struct regcache_params *p)
     return REGCACHE_OK;
 }
 
-int rc_parse_size(const char *s, size_t *out)
+bool rc_parse_size(const char *s, size_t *out)
 {
     if (!isdigit((unsigned char)s[0]) || (s[0] == '0' && isdigit((unsigned char)s[1])))
-        return -1;
+        return false;
     uint64_t v = 0;
     for (; isdigit((unsigned char)*s); s++) {
         if (v > (UINT64_MAX - (uint64_t)(*s - '0')) / 10)
-            return -1;
+            return false;
         v = v * 10 + (uint64_t)(*s - '0');
     }
     static const char suffixes[] = "KMGT";
@@ -54,30 +54,30 @@ int rc_parse_size(const char *s, size_t *out)
     if (suffix)
         s++;
     if (*s || v > (SIZE_MAX >> shift))
-        return -1;
+        return false;
     *out = (size_t)(v << shift);
-    return 0;
+    return true;
 }
 
-static int parse_word(const char *s, const char *const *words, int *out)
+static bool parse_word(const char *s, const char *const *words, int *out)
 {
     for (int i = 0; words[i]; i++)
         if (!strcasecmp(s, words[i])) {
             *out = i;
-            return 0;
+            return true;
         }
-    return -1;
+    return false;
 }
 
 static const char *const bool_words[] = {"0", "1", "off", "on", "no", "yes", "false", "true", NULL};
 
-int rc_parse_bool(const char *s, int *out)
+bool rc_parse_bool(const char *s, int *out)
 {
     int word;
-    if (parse_word(s, bool_words, &word))
-        return -1;
+    if (!parse_word(s, bool_words, &word))
+        return false;
     *out = word & 1; /* the words alternate false, true */
-    return 0;
+    return true;
 }
 static const char *const method_words[] = {"auto", "dmabuf", "peermem", NULL};
 static const char *const validation_words[] = {"auto", "tag_check", "hooks", NULL};
@@ -131,23 +131,23 @@ static void store(struct rc_options *o, const struct env_option *e, uint64_t v)
         memcpy((char *)o + e->offset, from, e->width);
 }
 
-static int apply(const struct env_option *e, const char *value, struct rc_options *o)
+static bool apply(const struct env_option *e, const char *value, struct rc_options *o)
 {
     size_t size;
     int word;
     if (e->kind == NAME)
-        return !*value || rc_ledger_namespace_ok(value) ? 0 : -1; /* empty: none */
+        return !*value || rc_ledger_namespace_ok(value); /* empty: none */
     if (e->kind == SIZE) {
-        if (rc_parse_size(value, &size))
-            return -1;
+        if (!rc_parse_size(value, &size))
+            return false;
         store(o, e, size);
-        return 0;
+        return true;
     }
-    if (parse_word(value, e->words, &word))
-        return -1;
+    if (!parse_word(value, e->words, &word))
+        return false;
     /* bool_words alternate false/true. */
     store(o, e, e->kind == BOOL ? (uint64_t)(word & 1) : (uint64_t)word);
-    return 0;
+    return true;
 }
 
 /* The name to blame for a field: the variable when it set the field. */
@@ -205,7 +205,7 @@ int rc_options_resolve(const struct regcache_params *in, struct rc_options *out)
         const char *v = getenv(env_options[i].name);
         if (!v)
             continue;
-        if (apply(&env_options[i], v, out))
+        if (!apply(&env_options[i], v, out))
             return rc_fail(REGCACHE_ERR_INVALID, "%s=\"%s\": expected %s", env_options[i].name,
                            v, env_options[i].accepts);
         from_env |= 1u << i;

@@ -21,8 +21,8 @@ int rc_options_resolve(const struct regcache_params *in, struct rc_options *out)
 
 /* The value forms every REGCACHE_* variable uses: a strict decimal size
  * with an optional K, M, G or T suffix; 0/1, no/yes, off/on, false/true.
- * 0, or -1 when the text is neither. */
-int rc_parse_size(const char *s, size_t *out);
-int rc_parse_bool(const char *s, int *out);
+ * false (and *out untouched) when the text is neither. */
+bool rc_parse_size(const char *s, size_t *out);
+bool rc_parse_bool(const char *s, int *out);
 
 #endif

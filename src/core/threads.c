@@ -34,20 +34,20 @@ static bool holds_nothing(const struct rc_thread *t)
 }
 
 /* Under live_lock. */
-static int live_add_locked(struct rc_thread *t)
+static bool live_add_locked(struct rc_thread *t)
 {
     struct rc_thread *_Atomic *slots = atomic_load_explicit(&live_slots, memory_order_relaxed);
     size_t n = atomic_load_explicit(&live_count, memory_order_relaxed), hole = n;
     for (size_t i = 0; i < n; i++) {
         struct rc_thread *x = atomic_load_explicit(&slots[i], memory_order_relaxed);
         if (x == t)
-            return 0; /* kept live by holds that outlived its last thread */
+            return true; /* kept live by holds that outlived its last thread */
         if (!x && hole == n)
             hole = i;
     }
     if (hole < n) {
         atomic_store_explicit(&slots[hole], t, memory_order_seq_cst);
-        return 0;
+        return true;
     }
     size_t cap = atomic_load_explicit(&live_cap, memory_order_relaxed);
     if (n == cap) {
@@ -55,7 +55,7 @@ static int live_add_locked(struct rc_thread *t)
         struct rc_thread *_Atomic *more = mmap(NULL, grown * sizeof(*more), PROT_READ | PROT_WRITE,
                                                MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (more == MAP_FAILED)
-            return -1;
+            return false;
         for (size_t i = 0; i < n; i++)
             atomic_init(&more[i], atomic_load_explicit(&slots[i], memory_order_relaxed));
         atomic_store_explicit(&live_slots, more, memory_order_seq_cst);
@@ -64,7 +64,7 @@ static int live_add_locked(struct rc_thread *t)
     }
     atomic_store_explicit(&slots[n], t, memory_order_seq_cst);
     atomic_store_explicit(&live_count, n + 1, memory_order_seq_cst);
-    return 0;
+    return true;
 }
 
 static void live_remove_locked(struct rc_thread *t)
@@ -173,9 +173,9 @@ struct rc_thread *rc_thread_attach(void)
     if (!t)
         return NULL;
     pthread_mutex_lock(&live_lock);
-    int live = live_add_locked(t);
+    bool live = live_add_locked(t);
     pthread_mutex_unlock(&live_lock);
-    if (live) {
+    if (!live) {
         atomic_store_explicit(&t->in_use, false, memory_order_release);
         return NULL;
     }

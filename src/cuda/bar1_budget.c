@@ -90,7 +90,7 @@ static size_t read_budget(int device)
 {
     const char *configured = getenv("REGCACHE_BAR1_BYTES");
     size_t size;
-    if (configured && rc_parse_size(configured, &size) == 0 && size)
+    if (configured && rc_parse_size(configured, &size) && size)
         return rc_bar1_budget_rule(size, size);
     const struct rc_cuda_api *api = rc_cuda_api();
     CUdevice dev;

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -74,7 +75,7 @@ rc_dlsym_fn rc_cuda_real_dlsym(void)
     return NULL;
 }
 
-static int load_entries(get_proc_fn get_proc)
+static bool load_entries(get_proc_fn get_proc)
 {
     for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++) {
         void *fn = NULL;
@@ -85,12 +86,12 @@ static int load_entries(get_proc_fn get_proc)
             snprintf(load_error, sizeof load_error,
                      "CUDA driver has no %s (version %d): driver too old",
                      entries[i].name, entries[i].version);
-            return -1;
+            return false;
         }
         /* memcpy: the fields are function pointers of differing types. */
         memcpy((char *)&driver_api + entries[i].offset, &fn, sizeof fn);
     }
-    return 0;
+    return true;
 }
 
 static void load(void)
@@ -115,7 +116,7 @@ static void load(void)
     }
     get_proc_fn get_proc;
     memcpy(&get_proc, &gp, sizeof get_proc);
-    if (load_entries(get_proc) != 0)
+    if (!load_entries(get_proc))
         return;
     CUresult r = driver_api.Init(0);
     if (r != CUDA_SUCCESS) {

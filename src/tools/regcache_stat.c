@@ -316,7 +316,7 @@ int main(int argc, char **argv)
         }
     }
     char prefix[RC_LEDGER_PREFIX_MAX], why[256];
-    if (rc_ledger_prefix(prefix, sizeof prefix, why, sizeof why) != 0) {
+    if (!rc_ledger_prefix(prefix, sizeof prefix, why, sizeof why)) {
         fprintf(stderr, "regcache-stat: %s\n", why);
         return 2;
     }

@@ -21,7 +21,7 @@
 static void prefix(char *out, size_t n)
 {
     char why[128];
-    assert_int_equal(rc_ledger_prefix(out, n, why, sizeof why), 0);
+    assert_true(rc_ledger_prefix(out, n, why, sizeof why));
 }
 
 /* The namespace of the running test, set again at teardown: a test may
