@@ -134,7 +134,9 @@ static inline int try_hit(struct regcache *c, uintptr_t start, uintptr_t end, un
         _Atomic uintptr_t *slot = free_slot(t);
         if (!slot)
             return 0;
-        atomic_store_explicit(slot, (uintptr_t)e | rail, memory_order_relaxed);
+        /* Release: a scanner that reads this slot then also sees this
+         * thread's earlier put of it (a plain store on x86). */
+        atomic_store_explicit(slot, (uintptr_t)e | rail, memory_order_release);
         if (c->fenceless)
             atomic_signal_fence(memory_order_seq_cst);
         else

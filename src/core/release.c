@@ -2,6 +2,7 @@
  * left), and the deregistration that ends them.  Deregistration always runs
  * without the cache lock, so a slow ibv_dereg_mr never stalls other threads
  * and a backend that calls back into regcache cannot deadlock. */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "asym_fence.h"
@@ -83,6 +84,13 @@ static void sweep_zombies_locked(struct regcache *c, struct regcache_entry **vic
 
 static void deregister(struct regcache *c, struct regcache_entry *e)
 {
+#ifdef RC_DEBUG
+    if (rc_entry_held(e)) {
+        fprintf(stderr, "regcache %p: invariant broken: entry %p deregistered while held\n",
+                (void *)c, (void *)e);
+        abort();
+    }
+#endif
     unsigned rails = atomic_load_explicit(&e->rails_ready, memory_order_relaxed);
     bool child = rc_forked(c); /* the registrations are the parent's */
     for (unsigned r = 0; rails; r++, rails >>= 1) {

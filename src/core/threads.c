@@ -71,15 +71,21 @@ static void live_remove_locked(struct rc_thread *t)
 {
     struct rc_thread *_Atomic *slots = atomic_load_explicit(&live_slots, memory_order_relaxed);
     size_t n = atomic_load_explicit(&live_count, memory_order_relaxed);
+    /* Release: a scanner that reads the hole has this thread's last puts
+     * (and its reads of the entries they held) ordered before whatever it
+     * then does to those entries. */
     for (size_t i = 0; i < n; i++)
         if (atomic_load_explicit(&slots[i], memory_order_relaxed) == t)
-            atomic_store_explicit(&slots[i], NULL, memory_order_relaxed);
+            atomic_store_explicit(&slots[i], NULL, memory_order_release);
 }
 
 struct rc_thread *const _Atomic *rc_thread_live(size_t *n)
 {
+    /* The count first: an array published after it holds at least as many
+     * slots (arrays only grow, and growth copies before publishing). */
+    size_t count = atomic_load_explicit(&live_count, memory_order_seq_cst);
     struct rc_thread *_Atomic *slots = atomic_load_explicit(&live_slots, memory_order_seq_cst);
-    *n = slots ? atomic_load_explicit(&live_count, memory_order_seq_cst) : 0;
+    *n = slots ? count : 0;
     return (struct rc_thread *const _Atomic *)slots;
 }
 
