@@ -39,6 +39,16 @@ int rc_register_rail(struct regcache *c, struct regcache_entry *e, unsigned rail
                                  &handle);
         if (!err) {
             e->handles[rail] = handle; /* counted by the caller, under the lock */
+            /* With every rail registered nothing needs what the rails share
+             * (each registration keeps what it uses: an MR holds its own
+             * reference on the dmabuf), so it goes now rather than when the
+             * entry leaves: a cache of many entries must not hold a file
+             * descriptor for each.  Only this thread touches e->shared:
+             * one registration of an entry is in flight at a time, and the
+             * entry is held, so deregistration waits for it. */
+            unsigned ready = atomic_load_explicit(&e->rails_ready, memory_order_relaxed);
+            if (c->backend.release_shared && (ready | 1u << rail) == (1u << c->rails) - 1)
+                c->backend.release_shared(c->backend.arg, &e->shared);
             return REGCACHE_OK;
         }
         rc_count(&d->n.reg_failures);

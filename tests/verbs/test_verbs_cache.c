@@ -167,6 +167,53 @@ static void test_gpu_memory_through_dmabuf(void **state)
     regcache_destroy(c);
 }
 
+/* Two rails on GPU memory through dmabuf: one export serves both PDs, at
+ * the same offset; its fd stays open only while a rail may still need it,
+ * and closes once every rail is registered (each MR holds its own reference
+ * on the dmabuf), not when the entry leaves the cache: a cache of many
+ * entries must not hold a file descriptor for each. */
+static void test_dmabuf_rails_share_one_export(void **state)
+{
+    static struct ibv_pd pd1;
+    struct ibv_pd *pds[2] = {fake_pd(), &pd1};
+    struct regcache_params p;
+    regcache_t *c = NULL;
+    regcache_entry_t *e[2];
+    char *gpu = (char *)fake_cuda.alloc_base + 3 * BLOCK + 10;
+    int fds = fake_count_fds();
+    (void)state;
+
+    assert_int_equal(regcache_params_init(&p), REGCACHE_OK);
+    p.rails = 2;
+    p.pds = pds;
+    p.whole_allocation = 0;
+    assert_int_equal(regcache_create(&p, &c), REGCACHE_OK);
+    assert_int_equal(regcache_method_used(c), REGCACHE_METHOD_DMABUF);
+
+    assert_int_equal(regcache_get_rail(c, 0, gpu, 100, &e[0]), REGCACHE_OK);
+    assert_int_equal(fake_cuda.export_calls, 1);
+    assert_int_equal(fake_verbs.dmabuf_calls, 1);
+    assert_ptr_equal(fake_verbs.last_dmabuf.pd, pds[0]);
+    uint64_t offset = fake_verbs.last_dmabuf.offset;
+    assert_int_equal(fake_count_fds(), fds + 1); /* for rail 1 */
+
+    assert_int_equal(regcache_get_rail(c, 1, gpu, 100, &e[1]), REGCACHE_OK);
+    assert_int_equal(fake_cuda.export_calls, 1);
+    assert_int_equal(fake_verbs.dmabuf_calls, 2);
+    assert_ptr_equal(fake_verbs.last_dmabuf.pd, pds[1]);
+    assert_int_equal(fake_verbs.last_dmabuf.fd, fake_cuda.export_fd);
+    assert_true(fake_verbs.last_dmabuf.fd_was_open);
+    assert_int_equal(fake_verbs.last_dmabuf.offset, offset);
+    assert_ptr_equal(regcache_entry_mr(e[0])->pd, pds[0]);
+    assert_ptr_equal(regcache_entry_mr(e[1])->pd, pds[1]);
+    assert_int_equal(fake_count_fds(), fds); /* every rail has its MR */
+
+    regcache_put(c, e[0]);
+    regcache_put(c, e[1]);
+    regcache_destroy(c);
+    assert_int_equal(fake_count_fds(), fds);
+}
+
 /* A cache that found only the host method refuses GPU memory up front,
  * saying what is missing, and never reaches verbs. */
 static void test_host_only_cache_refuses_gpu_memory(void **state)
@@ -205,6 +252,7 @@ int main(void)
         T(test_exhausted_reg_mr_evicts_and_retries),
         T(test_reg_mr_failures_that_cannot_be_retried),
         T(test_gpu_memory_through_dmabuf),
+        T(test_dmabuf_rails_share_one_export),
         T(test_create_says_what_to_load),
         T(test_host_only_cache_refuses_gpu_memory),
 #undef T

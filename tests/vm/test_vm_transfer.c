@@ -8,7 +8,6 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
-#include <string.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -48,22 +47,6 @@ static int teardown(void **state)
     return 0;
 }
 
-static void fill(char *p, int seed)
-{
-    for (size_t i = 0; i < LEN; i++)
-        p[i] = (char)(i * 31 + (size_t)seed);
-}
-
-static uint32_t lkey_of(const regcache_entry_t *e)
-{
-    return regcache_entry_mr(e)->lkey;
-}
-
-static uint32_t rkey_of(const regcache_entry_t *e)
-{
-    return regcache_entry_mr(e)->rkey;
-}
-
 /* WRITE src -> dst, then READ dst -> src, with the keys of fresh gets on
  * every round: the first round misses, the others run on hits. */
 static void write_and_read_through_cached_keys(void **state)
@@ -76,18 +59,8 @@ static void write_and_read_through_cached_keys(void **state)
         assert_int_equal(regcache_get(f->cache, f->src, LEN, &se), REGCACHE_OK);
         assert_int_equal(regcache_get(f->cache, f->dst, LEN, &de), REGCACHE_OK);
 
-        fill(f->src, round);
-        memset(f->dst, 0, LEN);
-        assert_int_equal(vm_rdma(&f->lb, IBV_WR_RDMA_WRITE, f->src, lkey_of(se),
-                                 f->dst, rkey_of(de), LEN),
-                         IBV_WC_SUCCESS);
-        assert_memory_equal(f->dst, f->src, LEN);
-
-        fill(f->dst, round + 100);
-        assert_int_equal(vm_rdma(&f->lb, IBV_WR_RDMA_READ, f->src, lkey_of(se),
-                                 f->dst, rkey_of(de), LEN),
-                         IBV_WC_SUCCESS);
-        assert_memory_equal(f->src, f->dst, LEN);
+        vm_write_read(&f->lb, f->src, vm_lkey(se), f->dst, vm_rkey(de), LEN,
+                      round);
 
         regcache_put(f->cache, se);
         regcache_put(f->cache, de);
@@ -109,7 +82,7 @@ static void invalidated_target(struct fixture *f, int by_notify)
 
     assert_int_equal(regcache_get(f->cache, f->src, LEN, &se), REGCACHE_OK);
     assert_int_equal(regcache_get(f->cache, f->dst, LEN, &de), REGCACHE_OK);
-    uint32_t old_rkey = rkey_of(de);
+    uint32_t old_rkey = vm_rkey(de);
     regcache_put(f->cache, de);
     int before = vm_provider_mrs();
 
@@ -125,22 +98,12 @@ static void invalidated_target(struct fixture *f, int by_notify)
 
     assert_int_equal(regcache_get(f->cache, f->dst, LEN, &de), REGCACHE_OK);
     assert_int_equal(vm_stats(f->cache).misses, s.misses + 1);
-    assert_int_not_equal(rkey_of(de), old_rkey);
+    assert_int_not_equal(vm_rkey(de), old_rkey);
     assert_int_equal(vm_provider_mrs(), before);
 
-    fill(f->src, 7);
-    assert_int_equal(vm_rdma(&f->lb, IBV_WR_RDMA_WRITE, f->src, lkey_of(se),
-                             f->dst, rkey_of(de), LEN),
-                     IBV_WC_SUCCESS);
-    assert_memory_equal(f->dst, f->src, LEN);
-
+    vm_write_read(&f->lb, f->src, vm_lkey(se), f->dst, vm_rkey(de), LEN, 7);
     /* Last on this pair: the refusal moves the QP to the error state. */
-    fill(f->src, 8);
-    assert_int_equal(vm_rdma(&f->lb, IBV_WR_RDMA_WRITE, f->src, lkey_of(se),
-                             f->dst, old_rkey, LEN),
-                     IBV_WC_REM_ACCESS_ERR);
-    fill(f->src, 7);
-    assert_memory_equal(f->dst, f->src, LEN); /* untouched by the refusal */
+    vm_write_refused(&f->lb, f->src, vm_lkey(se), f->dst, old_rkey, LEN);
 
     regcache_put(f->cache, se);
     regcache_put(f->cache, de);
@@ -166,34 +129,24 @@ static void held_mr_lives_until_put(void **state)
 
     assert_int_equal(regcache_get(f->cache, f->src, LEN, &se), REGCACHE_OK);
     assert_int_equal(regcache_get(f->cache, f->dst, LEN, &old), REGCACHE_OK);
-    uint32_t old_rkey = rkey_of(old);
+    uint32_t old_rkey = vm_rkey(old);
     int before = vm_provider_mrs();
 
     assert_int_equal(regcache_invalidate(f->cache, f->dst, LEN), REGCACHE_OK);
     assert_int_equal(vm_provider_mrs(), before);
-    fill(f->src, 1);
-    assert_int_equal(vm_rdma(&f->lb, IBV_WR_RDMA_WRITE, f->src, lkey_of(se),
-                             f->dst, old_rkey, LEN),
-                     IBV_WC_SUCCESS);
-    assert_memory_equal(f->dst, f->src, LEN);
+    vm_write_read(&f->lb, f->src, vm_lkey(se), f->dst, old_rkey, LEN, 1);
 
     assert_int_equal(regcache_get(f->cache, f->dst, LEN, &fresh), REGCACHE_OK);
     assert_ptr_not_equal(fresh, old);
-    assert_int_not_equal(rkey_of(fresh), old_rkey);
+    assert_int_not_equal(vm_rkey(fresh), old_rkey);
     assert_int_equal(vm_provider_mrs(), before + 1);
 
     regcache_put(f->cache, old);
     assert_int_equal(vm_provider_mrs(), before);
-    fill(f->src, 2);
-    assert_int_equal(vm_rdma(&f->lb, IBV_WR_RDMA_WRITE, f->src, lkey_of(se),
-                             f->dst, rkey_of(fresh), LEN),
-                     IBV_WC_SUCCESS);
-    assert_memory_equal(f->dst, f->src, LEN);
+    vm_write_read(&f->lb, f->src, vm_lkey(se), f->dst, vm_rkey(fresh), LEN, 2);
 
     /* Last on this pair: the refusal moves the QP to the error state. */
-    assert_int_equal(vm_rdma(&f->lb, IBV_WR_RDMA_WRITE, f->src, lkey_of(se),
-                             f->dst, old_rkey, LEN),
-                     IBV_WC_REM_ACCESS_ERR);
+    vm_write_refused(&f->lb, f->src, vm_lkey(se), f->dst, old_rkey, LEN);
 
     regcache_put(f->cache, se);
     regcache_put(f->cache, fresh);

@@ -11,10 +11,10 @@
 
 #include <cmocka.h>
 
-void vm_dev_open(struct vm_dev *d)
+/* Skip without a device (why says what is missing), else a PD on it. */
+static void dev_init(struct vm_dev *d, struct ibv_context *ctx, const char *why)
 {
-    const char *why = NULL;
-    d->ctx = loopback_open_first(&why);
+    d->ctx = ctx;
     if (!d->ctx) {
         printf("SKIP: %s; this test runs inside the soft-RoCE VM, which "
                "`ctest -L vm` boots (tests/vm/run_vm_tests.sh)\n", why);
@@ -27,29 +27,64 @@ void vm_dev_open(struct vm_dev *d)
     }
 }
 
+void vm_dev_open(struct vm_dev *d)
+{
+    const char *why = NULL;
+    struct ibv_context *ctx = loopback_open_first(&why);
+    dev_init(d, ctx, why);
+}
+
+void vm_dev_open_named(struct vm_dev *d, const char *name)
+{
+    static char why[128];
+    struct ibv_device **list = ibv_get_device_list(NULL);
+    struct ibv_context *ctx = NULL;
+    int found = 0;
+    for (int i = 0; list && list[i] && !found; i++) {
+        found = strcmp(ibv_get_device_name(list[i]), name) == 0;
+        if (found)
+            ctx = ibv_open_device(list[i]);
+    }
+    snprintf(why, sizeof(why), found ? "ibv_open_device failed on %s"
+                                     : "no RDMA device named %s", name);
+    if (list)
+        ibv_free_device_list(list);
+    dev_init(d, ctx, why);
+}
+
 void vm_dev_close(struct vm_dev *d)
 {
     ibv_dealloc_pd(d->pd);
     ibv_close_device(d->ctx);
 }
 
-regcache_t *vm_cache(struct ibv_pd *pd, int access, size_t alignment)
+void vm_params_init(struct regcache_params *p, int access, size_t alignment)
 {
-    struct regcache_params p;
-    regcache_t *cache = NULL;
-    assert_int_equal(regcache_params_init(&p), REGCACHE_OK);
-    p.pd = pd;
-    p.access = access;
-    p.host_memory = 1;
+    assert_int_equal(regcache_params_init(p), REGCACHE_OK);
+    p->access = access;
+    p->host_memory = 1;
     if (alignment)
-        p.alignment = alignment;
-    int rc = regcache_create(&p, &cache);
+        p->alignment = alignment;
+}
+
+regcache_t *vm_cache_create(const struct regcache_params *p)
+{
+    regcache_t *cache = NULL;
+    int rc = regcache_create(p, &cache);
     if (rc != REGCACHE_OK)
         print_error("regcache_create: %s (%s)\n", regcache_strerror(rc),
                     regcache_last_error());
     assert_int_equal(rc, REGCACHE_OK);
     assert_non_null(cache);
     return cache;
+}
+
+regcache_t *vm_cache(struct ibv_pd *pd, int access, size_t alignment)
+{
+    struct regcache_params p;
+    vm_params_init(&p, access, alignment);
+    p.pd = pd;
+    return vm_cache_create(&p);
 }
 
 void *vm_pages(size_t len)
@@ -65,20 +100,30 @@ void vm_pages_free(void *p, size_t len)
     assert_int_equal(munmap(p, len), 0);
 }
 
-int vm_provider_mrs(void)
+int vm_provider_mrs_on(const char *name)
 {
     const char *cmd = "rdma resource show mr";
-    char line[512];
+    char line[512], want[64];
     int n = 0;
+    /* Each MR is a line "dev NAME mrn ...". */
+    if (name)
+        snprintf(want, sizeof(want), "dev %s ", name);
+    else
+        snprintf(want, sizeof(want), "dev ");
     FILE *f = popen(cmd, "r");
     assert_non_null(f);
     while (fgets(line, sizeof(line), f))
-        n += strncmp(line, "dev ", 4) == 0;
+        n += strncmp(line, want, strlen(want)) == 0;
     int status = pclose(f);
     if (status != 0)
         print_error("`%s` exited with status %d\n", cmd, status);
     assert_int_equal(status, 0);
     return n;
+}
+
+int vm_provider_mrs(void)
+{
+    return vm_provider_mrs_on(NULL);
 }
 
 int vm_rdma(struct loopback *lb, enum ibv_wr_opcode op, void *local,
@@ -93,6 +138,54 @@ int vm_rdma(struct loopback *lb, enum ibv_wr_opcode op, void *local,
         .wr.rdma = { .remote_addr = (uintptr_t)remote, .rkey = rkey },
     };
     return loopback_send_wait(lb, 0, &wr);
+}
+
+uint32_t vm_lkey(const regcache_entry_t *e)
+{
+    return regcache_entry_mr(e)->lkey;
+}
+
+uint32_t vm_rkey(const regcache_entry_t *e)
+{
+    return regcache_entry_mr(e)->rkey;
+}
+
+void vm_fill(void *p, size_t len, int seed)
+{
+    char *c = p;
+    for (size_t i = 0; i < len; i++)
+        c[i] = (char)(i * 31 + (size_t)seed);
+}
+
+void vm_write_read(struct loopback *lb, void *src, uint32_t lkey, void *dst,
+                   uint32_t rkey, size_t len, int seed)
+{
+    vm_fill(src, len, seed);
+    memset(dst, 0, len);
+    assert_int_equal(vm_rdma(lb, IBV_WR_RDMA_WRITE, src, lkey, dst, rkey, len),
+                     IBV_WC_SUCCESS);
+    assert_memory_equal(dst, src, len);
+
+    vm_fill(dst, len, seed + 100);
+    assert_int_equal(vm_rdma(lb, IBV_WR_RDMA_READ, src, lkey, dst, rkey, len),
+                     IBV_WC_SUCCESS);
+    assert_memory_equal(src, dst, len);
+}
+
+void vm_write_refused(struct loopback *lb, void *src, uint32_t lkey, void *dst,
+                      uint32_t rkey, size_t len)
+{
+    char *before = malloc(len);
+    assert_non_null(before);
+    memcpy(before, dst, len);
+    /* Every source byte differs from its target, so that a write that got
+     * through anywhere shows. */
+    for (size_t i = 0; i < len; i++)
+        ((char *)src)[i] = (char)~before[i];
+    assert_int_equal(vm_rdma(lb, IBV_WR_RDMA_WRITE, src, lkey, dst, rkey, len),
+                     IBV_WC_REM_ACCESS_ERR);
+    assert_memory_equal(dst, before, len);
+    free(before);
 }
 
 struct regcache_stats vm_stats(const regcache_t *cache)
