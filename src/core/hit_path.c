@@ -1,18 +1,19 @@
 /* The hit path: regcache_get() finding a cached entry, and regcache_put().
  *
- * What a hit costs (HOOKS mode): a hash of the page and a probe of one
- * page-index shard (its line, one slot line and the entry's first line, all
- * only read, so every core keeps them); one store to a hold slot of the
- * calling thread's own record and one seq_cst fence (the only expensive
- * instruction, about 8 ns on the 32-core Xeon); a second load of the
- * shard's count and of the entry's mark; a plain increment of the thread's
- * own hit counter.  Its put is a store to the slot, a compiler barrier, a
- * load of the entry's mark, of the epoch and of the device's byte count,
- * and - only when the LRU epoch moved since the entry's last use - a store
- * of the epoch into the entry.  No line that another thread writes is
- * written.  TAG_CHECK adds one buffer-id query per mapping the entry spans.
- * Everything else (misses, a thread with all slots in use, budgets, debug
- * checks, errors) is out of line. */
+ * What a hit costs: a hash of the page and a probe of one page-index shard
+ * (its line and one slot line, both only read: the slot carries the match
+ * range, so the entry itself is only prefetched); one store to a hold slot
+ * of the calling thread's own record and - in HOOKS mode - one seq_cst
+ * fence, the only expensive instruction (about 8 ns on the 32-core Xeon);
+ * then loads of the entry's mark and of the shard's count, and a plain
+ * increment of the thread's own hit counter.  Its put is a store to the
+ * slot, a compiler barrier, loads of the entry's mark, of the epoch and of
+ * the device's over-budget flag, and - only when the LRU epoch moved since
+ * the entry's last use - a store of the epoch into the entry.  No line that
+ * another thread writes is written.  TAG_CHECK hits skip the fence (their
+ * slow side pays a membarrier instead, cache.h) and add one buffer-id query
+ * per mapping the entry spans.  Everything else (misses, a thread with all
+ * slots in use, budgets, debug checks, errors) is out of line. */
 #include <stdio.h>
 #include <stdlib.h>
 
