@@ -120,6 +120,16 @@ regcache_entry_t *rc_counted_handle(struct regcache_entry *e, unsigned rail);
 int rc_slow_get(struct regcache *c, uintptr_t start, uintptr_t end, unsigned rail,
                 regcache_entry_t **out);
 
+/* Not a status: the hit path could not serve and the slow path must (no
+ * entry, no free slot, tag changed, the entry left meanwhile). */
+#define RC_NOT_HIT 1
+
+/* e, held by the caller, lacks `rail`: register it there (or wait for a
+ * registration of e in flight) and hand out a counted hold of it; RC_NOT_HIT
+ * when e left the cache meanwhile. */
+int rc_add_rail(struct regcache *c, struct regcache_entry *e, unsigned rail,
+                regcache_entry_t **out);
+
 /* What a miss wants registered, derived from the memory query. */
 struct rc_want {
     uintptr_t start, end;             /* the request */

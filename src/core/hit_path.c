@@ -118,23 +118,33 @@ static inline void count_hit(struct regcache *c, struct rc_thread *t, int slot)
         rc_count(&c->dev[slot].n.shared_hits);
 }
 
-/* Serve [start, end) from the page index with a slot hold: 1 when served,
- * 0 when the slow path must (no entry, no free slot, rail not registered,
- * tag changed, or the index kept changing under the probe). */
+/* A hit on an entry that lacks the rail asked for: register that rail on
+ * the entry, which the slot holds meanwhile, without describing the memory
+ * again; RC_NOT_HIT when the entry left the cache before it could. */
+static COLD int hit_without_rail(struct regcache *c, struct regcache_entry *e,
+                                 _Atomic uintptr_t *slot, unsigned rail, regcache_entry_t **out)
+{
+    int rc = rc_add_rail(c, e, rail, out);
+    release_slot(c, slot, e);
+    return rc;
+}
+
+/* Serve [start, end) from the page index with a slot hold: REGCACHE_OK,
+ * RC_NOT_HIT, or the error of registering a missing rail. */
 static inline int try_hit(struct regcache *c, uintptr_t start, uintptr_t end, unsigned rail,
                           regcache_entry_t **out)
 {
     struct rc_thread *t = rc_thread_self();
     if (__builtin_expect(!t, 0))
-        return 0;
+        return RC_NOT_HIT;
     for (int attempt = 0; attempt < 4; attempt++) {
         struct rc_probe probe;
         struct regcache_entry *e = rc_page_index_find(&c->index, start, end, &probe);
         if (!e)
-            return 0;
+            return RC_NOT_HIT;
         _Atomic uintptr_t *slot = free_slot(t);
         if (!slot)
-            return 0;
+            return RC_NOT_HIT;
         /* Release: a scanner that reads this slot then also sees this
          * thread's earlier put of it (a plain store on x86). */
         atomic_store_explicit(slot, (uintptr_t)e | rail, memory_order_release);
@@ -150,20 +160,22 @@ static inline int try_hit(struct regcache *c, uintptr_t start, uintptr_t end, un
         unsigned refs = atomic_load_explicit(&e->refs, memory_order_acquire);
         if (!(refs & RC_DETACHED) && rc_page_index_unchanged(&probe)) {
             bool current = !c->tag_check || tags_current(c, e, start);
-            if (current && (atomic_load_explicit(&e->rails_ready, memory_order_acquire) >> rail & 1)) {
-                count_hit(c, t, e->device_slot);
-                *out = (regcache_entry_t *)((uintptr_t)slot | HANDLE_SLOT);
-                return 1;
-            }
-            if (!current)
+            if (__builtin_expect(!current, 0)) {
                 tag_invalidate(c, e);
-            release_slot(c, slot, e);
-            return 0;
+                release_slot(c, slot, e);
+                return RC_NOT_HIT;
+            }
+            if (__builtin_expect(
+                    !(atomic_load_explicit(&e->rails_ready, memory_order_acquire) >> rail & 1), 0))
+                return hit_without_rail(c, e, slot, rail, out);
+            count_hit(c, t, e->device_slot);
+            *out = (regcache_entry_t *)((uintptr_t)slot | HANDLE_SLOT);
+            return REGCACHE_OK;
         }
         /* The entry was being replaced or evicted while we looked. */
         release_slot(c, slot, e);
     }
-    return 0;
+    return RC_NOT_HIT;
 }
 
 static inline int get(regcache_t *c, unsigned rail, const void *addr, size_t len,
@@ -177,8 +189,9 @@ static inline int get(regcache_t *c, unsigned rail, const void *addr, size_t len
             *out = NULL;
         return bad_get(c, addr, len, rail, out);
     }
-    if (try_hit(c, start, start + len, rail, out))
-        return REGCACHE_OK;
+    int rc = try_hit(c, start, start + len, rail, out);
+    if (__builtin_expect(rc != RC_NOT_HIT, 1))
+        return rc;
     *out = NULL;
     return rc_slow_get(c, start, start + len, rail, out);
 }

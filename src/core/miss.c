@@ -273,7 +273,7 @@ static int register_new(struct regcache *c, struct rc_want *w, uint64_t seq, uns
 
 /* A ready entry lacks `rail`: register it there, holding the entry. */
 static int register_rail(struct regcache *c, struct regcache_entry *e, unsigned rail,
-                         regcache_entry_t **out, struct regcache_entry **victims)
+                         regcache_entry_t **out)
 {
     int rc = rc_entry_try_hold(e);
     if (rc != REGCACHE_OK) {
@@ -299,8 +299,38 @@ static int register_rail(struct regcache *c, struct regcache_entry *e, unsigned 
     pthread_mutex_unlock(&c->lock);
     if (rc != REGCACHE_OK)
         regcache_put(c, rc_counted_handle(e, rail));
-    (void)victims;
     return rc;
+}
+
+int rc_add_rail(struct regcache *c, struct regcache_entry *e, unsigned rail,
+                regcache_entry_t **out)
+{
+    pthread_mutex_lock(&c->lock);
+    for (;;) {
+        if (e->state != RC_READY) {
+            pthread_mutex_unlock(&c->lock);
+            return RC_NOT_HIT;
+        }
+        if (!e->rails_pending)
+            break;
+        if (e->registrant == self_token()) {
+            pthread_mutex_unlock(&c->lock);
+            return rc_fail(REGCACHE_ERR_REENTRANT,
+                           "get on rail %u of [%#jx, %#jx) from the backend callback that is "
+                           "registering it",
+                           rail, (uintmax_t)e->match_start, (uintmax_t)e->match_end);
+        }
+        pthread_cond_wait(&c->registered, &c->lock);
+    }
+    if (atomic_load_explicit(&e->rails_ready, memory_order_relaxed) >> rail & 1) {
+        /* Registered by the thread this one waited for. */
+        int rc = rc_entry_try_hold(e);
+        if (rc == REGCACHE_OK)
+            *out = rc_counted_handle(e, rail);
+        pthread_mutex_unlock(&c->lock);
+        return rc == REGCACHE_OK ? rc : hold_limit(e);
+    }
+    return register_rail(c, e, rail, out);
 }
 
 /* With the memory described: serve w from the cache, waiting for a
@@ -326,7 +356,7 @@ static int serve(struct regcache *c, struct rc_want *w, uint64_t seq, unsigned r
     if (!e) {
         rc = register_new(c, w, seq, rail, out, &victims);
     } else if (!(atomic_load_explicit(&e->rails_ready, memory_order_relaxed) >> rail & 1)) {
-        rc = register_rail(c, e, rail, out, &victims);
+        rc = register_rail(c, e, rail, out);
     } else {
         /* Registered by a thread this one waited for, or not yet indexed
          * under this request's page. */
