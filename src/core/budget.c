@@ -92,7 +92,7 @@ void rc_ledger_note_locked(struct regcache *c, struct rc_device *d)
 {
     if (!d->ledger)
         return;
-    rc_ledger_usage(d->ledger, atomic_load_explicit(&d->bytes, memory_order_relaxed),
+    rc_ledger_usage(d->ledger, atomic_load_explicit(&d->bytes, memory_order_relaxed) + d->pending,
                     atomic_load_explicit(&d->entries, memory_order_relaxed));
     uint64_t now = now_ns();
     if (now - d->ledger_published < PUBLISH_NS)

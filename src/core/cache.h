@@ -41,6 +41,9 @@ struct rc_device {
     struct rc_ledger *ledger;
     bool ledger_limits;         /* no max_bytes: the ledger sets the limit */
     uint64_t ledger_published;  /* when the counters last went out (ns) */
+    /* Bytes of registrations in flight (under the lock): the ledger counts
+     * them with `bytes`, so that no other cache takes their room. */
+    size_t pending;
     /* Set once, before the first entry of the device is registered. */
     atomic_int budget_state; /* 0 unset, 1 being set, 2 set */
     size_t whole_max;        /* largest allocation registered whole */

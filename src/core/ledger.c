@@ -29,6 +29,8 @@ struct rc_ledger {
     size_t fallback;              /* the budget to keep without a ledger */
     _Atomic uint64_t seen;        /* the pressure last answered for */
     atomic_bool broken;           /* found corrupt: fallback from now on */
+    char failure[320];            /* why, once `failed` is set */
+    atomic_bool failed;
 };
 
 /* Numbers the caches of this process in their records. */
@@ -257,9 +259,10 @@ void rc_ledger_detach(struct rc_ledger *l)
 {
     if (!l)
         return;
-    /* A fork child maps the parent's segment but owns none of its records. */
+    /* A fork child maps the parent's segment but owns none of its records;
+     * a corrupt segment is left as it is. */
     uint64_t owner = l->owner;
-    if (getpid() == l->pid)
+    if (getpid() == l->pid && !atomic_load(&l->broken))
         atomic_compare_exchange_strong(&l->rec->owner, &owner, 0);
     rc_ledger_unmap(l->seg);
     free(l);
@@ -295,20 +298,33 @@ void rc_ledger_publish(struct rc_ledger *l, const struct rc_ledger_counts *c)
     store(&r->reg_failures, c->reg_failures);
 }
 
-/* What the cache would keep without a ledger. */
-static size_t own_budget(const struct rc_ledger *l)
+/* What the cache would keep before registering `want` without a ledger:
+ * as much as leaves room for it within its own budget. */
+static size_t own_budget(const struct rc_ledger *l, size_t want)
 {
-    return l->fallback ? l->fallback : SIZE_MAX;
+    if (!l->fallback)
+        return SIZE_MAX;
+    return l->fallback > want ? l->fallback - want : 0;
 }
 
-/* The first time the ledger reads wrong: say so, and keep this process's
- * own budget from then on. */
-static size_t fall_back(struct rc_ledger *l, const char *why)
+/* The first time the ledger reads wrong: stop writing to it, say why (to
+ * the caller, and to the REGCACHE_STATS dump through rc_ledger_failure()),
+ * and keep this process's own budget from then on. */
+static size_t fall_back(struct rc_ledger *l, const char *why, size_t want)
 {
-    if (!atomic_exchange(&l->broken, true))
-        rc_set_error("the BAR1 ledger of GPU %s is corrupt (%s): this cache keeps its own "
-                     "budget", l->key, why);
-    return own_budget(l);
+    if (!atomic_exchange(&l->broken, true)) {
+        snprintf(l->failure, sizeof l->failure,
+                 "the BAR1 ledger of GPU %s is corrupt (%s): this cache keeps its own budget",
+                 l->key, why);
+        rc_set_error("%s", l->failure);
+        atomic_store_explicit(&l->failed, true, memory_order_release);
+    }
+    return own_budget(l, want);
+}
+
+const char *rc_ledger_failure(const struct rc_ledger *l)
+{
+    return atomic_load_explicit(&l->failed, memory_order_acquire) ? l->failure : NULL;
 }
 
 /* Every other live cache's bytes into others[], this cache's into *own.
@@ -353,9 +369,9 @@ size_t rc_ledger_limit(struct rc_ledger *l, size_t want)
     size_t n;
     char why[160];
     if (broken(l))
-        return own_budget(l);
+        return own_budget(l, want);
     if (!read_holdings(l, others, &n, &own, why, sizeof why))
-        return fall_back(l, why);
+        return fall_back(l, why, want);
     struct rc_ledger_header *h = &l->seg->hdr;
     uint64_t budget = rc_ledger_read(&h->budget);
     if (!budget)

@@ -68,10 +68,16 @@ void rc_ledger_publish(struct rc_ledger *l, const struct rc_ledger_counts *count
  * pressure (want 0) evicts down to it.  Raises pressure when the GPU is
  * over budget even after that eviction.  SIZE_MAX when the GPU's budget is
  * unknown.  Scans the records (slow path only).  When the ledger turns out
- * corrupt, returns the budget given to rc_ledger_attach() from then on,
- * with regcache_last_error() saying why.
+ * corrupt, answers from then on as if the budget given to
+ * rc_ledger_attach() were this cache's alone (that budget less `want`),
+ * writes nothing more to the segment, and regcache_last_error() and
+ * rc_ledger_failure() say why.
  */
 size_t rc_ledger_limit(struct rc_ledger *l, size_t want);
+
+/* Why the ledger was given up while attached (found corrupt), for the
+ * REGCACHE_STATS dump; NULL while it is in use. */
+const char *rc_ledger_failure(const struct rc_ledger *l);
 
 /* Whether another cache raised pressure since this ledger last answered
  * true: one load of a shared word that changes only on misses, so a put

@@ -231,6 +231,9 @@ static int register_new(struct regcache *c, struct rc_want *w, uint64_t seq, uns
     }
     struct rc_device *d = &c->dev[w->slot];
     rc_count_locked(&d->n.misses);
+    /* Counted before the evictions that make room for it tell the ledger
+     * what the device holds. */
+    d->pending += rc_entry_len(e);
     rc_make_room_locked(c, d, rc_entry_len(e), victims);
     pthread_mutex_unlock(&c->lock);
     rc_release_victims(c, *victims);
@@ -239,6 +242,7 @@ static int register_new(struct regcache *c, struct rc_want *w, uint64_t seq, uns
     int rc = rc_register_rail(c, e, rail);
 
     pthread_mutex_lock(&c->lock);
+    d->pending -= rc_entry_len(e);
     bool detached = rc_entry_is_detached(e);
     if (rc == REGCACHE_OK) {
         atomic_store_explicit(&e->rails_ready, 1u << rail, memory_order_release);
@@ -262,7 +266,7 @@ static int register_new(struct regcache *c, struct rc_want *w, uint64_t seq, uns
             atomic_store_explicit(&e->refs, RC_DETACHED, memory_order_relaxed);
             rc_victim_push(c, victims, e);
         }
-        /* The ledger counted this registration in advance. */
+        /* The ledger counted this registration while it was in flight. */
         rc_ledger_note_locked(c, d);
     }
     pthread_cond_broadcast(&c->registered);

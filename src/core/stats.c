@@ -4,6 +4,7 @@
 
 #include "cache.h"
 #include "last_error.h"
+#include "ledger.h"
 #include "threads.h"
 
 static uint64_t load(const atomic_uint_fast64_t *n)
@@ -81,4 +82,9 @@ void rc_stats_dump(const struct regcache *c)
             c->tag_check ? "TAG_CHECK" : "HOOKS", c->opts.validation_reason);
     if (c->ledger_note[0])
         fprintf(stderr, "regcache %p: %s\n", (const void *)c, c->ledger_note);
+    for (int i = 0; i < RC_MAX_DEVICES; i++) {
+        const char *why = c->dev[i].ledger ? rc_ledger_failure(c->dev[i].ledger) : NULL;
+        if (why)
+            fprintf(stderr, "regcache %p: device %d: %s\n", (const void *)c, i, why);
+    }
 }

@@ -41,19 +41,31 @@ int ledger_setup(void **state)
     return 0;
 }
 
-int ledger_teardown(void **state)
+unsigned namespace_segments(bool remove)
 {
     char p[RC_LEDGER_PREFIX_MAX];
-    (void)state;
-    unsetenv("REGCACHE_LEDGER");
-    setenv("REGCACHE_LEDGER_NAMESPACE", ns, 1);
+    unsigned n = 0;
     prefix(p, sizeof p);
     DIR *dir = opendir(RC_LEDGER_DIR);
-    for (struct dirent *d; dir && (d = readdir(dir)) != NULL;)
-        if (!strncmp(d->d_name, p, strlen(p)))
+    for (struct dirent *d; dir && (d = readdir(dir)) != NULL;) {
+        if (strncmp(d->d_name, p, strlen(p)))
+            continue;
+        n++;
+        if (remove)
             unlinkat(dirfd(dir), d->d_name, 0);
+    }
     if (dir)
         closedir(dir);
+    return n;
+}
+
+int ledger_teardown(void **state)
+{
+    (void)state;
+    unsetenv("REGCACHE_LEDGER");
+    unsetenv("REGCACHE_STATS");
+    setenv("REGCACHE_LEDGER_NAMESPACE", ns, 1);
+    namespace_segments(true);
     return 0;
 }
 
@@ -140,16 +152,40 @@ pid_t spawn(char *const argv[], FILE **to, FILE **from)
     return pid;
 }
 
-void helper_start(struct helper *h, const char *key)
+/* Start argv[0] and wait for its "ready PID". */
+static void start(struct helper *h, char *const argv[])
 {
-    char *argv[] = {LEDGER_HELPER, (char *)key, NULL};
-    char line[512];
+    char line[1024];
     int pid;
     h->pid = spawn(argv, &h->to, &h->from);
     assert_non_null(fgets(line, sizeof line, h->from));
     if (sscanf(line, "ready %d", &pid) != 1)
-        fail_msg("helper did not attach: %s", line);
+        fail_msg("%s did not start: %s", argv[0], line);
     assert_int_equal(pid, h->pid);
+}
+
+void helper_start(struct helper *h, const char *key)
+{
+    char *argv[] = {LEDGER_HELPER, (char *)key, NULL};
+    start(h, argv);
+}
+
+void cache_start(struct helper *h, const char *err)
+{
+    char *argv[] = {CACHE_HELPER, (char *)err, NULL};
+    start(h, argv);
+}
+
+unsigned long long cache_ask(struct helper *h, const char *command, struct cache_view *v)
+{
+    char line[512];
+    fprintf(h->to, "%s\n", command);
+    assert_non_null(fgets(line, sizeof line, h->from));
+    if (sscanf(line, "stats %d %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu", &v->rc,
+               &v->bytes, &v->entries, &v->budget, &v->hits, &v->misses, &v->evictions, &v->tag,
+               &v->notify, &v->failures, &v->held) != 11)
+        fail_msg("cache_helper %d answered \"%s\" to \"%s\"", (int)h->pid, line, command);
+    return v->bytes;
 }
 
 unsigned long long helper_ask(struct helper *h, const char *command)
@@ -201,4 +237,87 @@ char *run_stat(const char *args, int *status)
     int rc = pclose(p);
     *status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
     return out;
+}
+
+void assert_contains(const char *out, const char *text)
+{
+    if (!strstr(out, text))
+        fail_msg("no \"%s\" in:\n%s", text, out);
+}
+
+void assert_json(const char *json)
+{
+    char path[] = "/tmp/regcache-stat-XXXXXX", command[128];
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, json, strlen(json)), (ssize_t)strlen(json));
+    close(fd);
+    snprintf(command, sizeof command,
+             "python3 -c 'import json,sys; json.load(open(sys.argv[1]))' %s", path);
+    int rc = system(command);
+    unlink(path);
+    if (rc != 0)
+        fail_msg("not JSON: %s", json);
+}
+
+/* regcache-stat --json prints one line in a fixed layout (regcache_stat.c):
+ * read with formats that match it exactly, so that a change of layout
+ * fails here rather than reading wrong. */
+static const char *parse_cache(const char *p, struct stat_cache *c)
+{
+    int end = 0;
+    sscanf(p,
+           "{\"pid\":%d,\"process\":\"%16[^\"]\",\"cache\":%llu,\"state\":\"%7[^\"]\","
+           "\"entries\":%llu,\"bytes\":%llu,\"budget\":%llu,\"hits\":%llu,\"misses\":%llu,"
+           "\"evictions\":%llu,\"inval_tag\":%llu,\"inval_notify\":%llu,"
+           "\"reg_failures\":%llu}%n",
+           &c->pid, c->process, &c->cache, c->state, &c->entries, &c->bytes, &c->budget,
+           &c->hits, &c->misses, &c->evictions, &c->inval_tag, &c->inval_notify,
+           &c->reg_failures, &end);
+    return end ? p + end : NULL;
+}
+
+void stat_json(struct stat_gpu *g)
+{
+    int status, end = 0;
+    char *out = run_stat("--json", &status);
+    const char *p = strstr(out, "\"gpus\":[");
+    memset(g, 0, sizeof *g);
+    if (status != 0 || !p)
+        fail_msg("regcache-stat --json exited %d: %s", status, out);
+    sscanf(p,
+           "\"gpus\":[{\"segment\":\"%*[^\"]\",\"gpu\":\"%63[^\"]\",\"budget\":%llu,"
+           "\"in_use\":%llu,\"pressure\":%llu,\"caches\":[%n",
+           g->key, &g->budget, &g->in_use, &g->pressure, &end);
+    if (!end)
+        fail_msg("not one GPU's ledger: %s", out);
+    for (p += end; *p == '{' || (g->n && *p == ','); g->n++) {
+        if (g->n == sizeof g->c / sizeof g->c[0])
+            fail_msg("more caches than %u: %s", g->n, out);
+        if (!(p = parse_cache(p + (*p == ','), &g->c[g->n])))
+            fail_msg("cache %u unreadable: %s", g->n, out);
+    }
+    if (strcmp(p, "]}]}\n") != 0)
+        fail_msg("more than one GPU's ledger, or unreadable: %s", out);
+    free(out);
+}
+
+const struct stat_cache *stat_cache_of(const struct stat_gpu *g, pid_t pid)
+{
+    for (unsigned i = 0; i < g->n; i++)
+        if (g->c[i].pid == pid)
+            return &g->c[i];
+    return NULL;
+}
+
+bool stat_row(const char *out, pid_t pid, struct stat_row *r)
+{
+    for (const char *line = out; line && *line; line = strchr(line, '\n'), line += !!line) {
+        if (sscanf(line, "%d %16s %llu %7s %llu %15s %15s %llu %llu %llu %llu %llu %llu", &r->pid,
+                   r->process, &r->cache, r->state, &r->entries, r->bytes, r->budget, &r->hits,
+                   &r->misses, &r->evictions, &r->tag, &r->notify, &r->failures) == 13 &&
+            r->pid == pid)
+            return true;
+    }
+    return false;
 }

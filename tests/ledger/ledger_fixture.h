@@ -4,6 +4,7 @@
 #ifndef LEDGER_FIXTURE_H
 #define LEDGER_FIXTURE_H
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <sys/types.h>
 
@@ -51,13 +52,70 @@ struct helper {
 void helper_start(struct helper *h, const char *key);
 /* Send one command; returns the MiB it holds afterwards. */
 unsigned long long helper_ask(struct helper *h, const char *command);
-/* Close its input: it detaches and must exit 0. */
+/* Close its input: it detaches (a cache_helper destroys its cache) and
+ * must exit 0. */
 void helper_stop(struct helper *h);
 /* SIGKILL: it leaves its record behind. */
 void helper_kill(struct helper *h);
 
+/* A cache_helper process (cache_helper.c: one real cache over the fake
+ * backend, holding a 1 MiB anchor entry) and its answer to a command:
+ * device 0's statistics. */
+struct cache_view {
+    int rc; /* the command's REGCACHE_* status */
+    unsigned long long bytes, entries, budget, hits, misses, evictions, tag, notify, failures;
+    unsigned long long held; /* bytes it holds (anchor included) */
+};
+
+/* Start cache_helper, with its stderr in the file `err` (NULL: this
+ * process's), and wait until its cache holds the anchor. */
+void cache_start(struct helper *h, const char *err);
+/* Send one command and read the answer into *v; returns v->bytes. */
+unsigned long long cache_ask(struct helper *h, const char *command, struct cache_view *v);
+
 /* Run regcache-stat with `args` (a string of options) and return what it
  * printed (malloc'd) and its exit status. */
 char *run_stat(const char *args, int *status);
+
+/* Fail the test unless `text` is in `out`. */
+void assert_contains(const char *out, const char *text);
+
+/* Fail the test unless `json` parses as JSON (python3's json module). */
+void assert_json(const char *json);
+
+/* One cache as regcache-stat shows it. */
+struct stat_cache {
+    int pid;
+    char process[17], state[8];
+    unsigned long long cache, entries, bytes, budget, hits, misses, evictions, inval_tag,
+        inval_notify, reg_failures;
+};
+
+/* The one GPU of this test's namespace, as `regcache-stat --json` shows it. */
+struct stat_gpu {
+    char key[RC_LEDGER_KEY_MAX];
+    unsigned long long budget, in_use, pressure;
+    unsigned n;
+    struct stat_cache c[16];
+};
+
+/* Run `regcache-stat --json`, which must exit 0 and list exactly one GPU. */
+void stat_json(struct stat_gpu *g);
+
+/* The cache of process `pid` in g, or NULL. */
+const struct stat_cache *stat_cache_of(const struct stat_gpu *g, pid_t pid);
+
+/* The text table's row of process `pid` in regcache-stat's output `out`,
+ * fields split (sizes as printed, "288.0M"); false when there is none. */
+struct stat_row {
+    int pid;
+    char process[17], state[8], bytes[16], budget[16];
+    unsigned long long cache, entries, hits, misses, evictions, tag, notify, failures;
+};
+bool stat_row(const char *out, pid_t pid, struct stat_row *r);
+
+/* The segments of this test's namespace: how many there are, removing
+ * them with `remove`. */
+unsigned namespace_segments(bool remove);
 
 #endif

@@ -189,19 +189,26 @@ static void corruption_while_attached_falls_back(void **state)
     assert_int_equal(rc_ledger_limit(l, M), 99 * M);
     struct rc_ledger_segment *s = segment_open("dev0");
     atomic_store(&s->hdr.used, 5000);
-    assert_int_equal(rc_ledger_limit(l, M), 100 * M);
+    /* Its own budget of 100, with room for the 1 it registers. */
+    assert_int_equal(rc_ledger_limit(l, M), 99 * M);
     assert_non_null(strstr(regcache_last_error(), "corrupt"));
-    /* From now on it keeps to itself and writes nothing. */
+    assert_non_null(strstr(rc_ledger_failure(l), "corrupt (5000 records in use"));
+    /* From now on it keeps to itself and writes nothing, its record at
+     * detach included. */
     atomic_store(&s->hdr.used, 1);
     rc_ledger_usage(l, 50 * M, 1);
     assert_int_equal(atomic_load(&record_of(s, getpid())->bytes), 11 * M);
-    assert_int_equal(rc_ledger_limit(l, M), 100 * M);
+    assert_int_equal(rc_ledger_limit(l, 10 * M), 90 * M);
+    assert_int_equal(rc_ledger_limit(l, 200 * M), 0);
     rc_ledger_detach(l);
+    assert_non_null(record_of(s, getpid()));
+    atomic_store(&record_of(s, getpid())->owner, 0);
 
     /* A record taken over by someone else is no longer this cache's. */
     l = ledger_attach("dev0", 100 * M);
+    assert_null(rc_ledger_failure(l));
     atomic_store(&record_of(s, getpid())->owner, 1ull << RC_LEDGER_PID_BITS | 1);
-    assert_int_equal(rc_ledger_limit(l, M), 100 * M);
+    assert_int_equal(rc_ledger_limit(l, M), 99 * M);
     assert_non_null(strstr(regcache_last_error(), "taken over"));
     rc_ledger_detach(l);
     rc_ledger_unmap(s);

@@ -119,46 +119,6 @@ static void pressure_takes_back_a_killed_process_record(void **state)
     rc_ledger_unmap(s);
 }
 
-/* The text row of `pid` in regcache-stat's output, fields split. */
-struct stat_row {
-    int pid;
-    char process[17], state[8], bytes[16], budget[16];
-    unsigned long long cache, entries, hits, misses, evictions, tag, notify, failures;
-};
-
-static bool find_row(const char *out, pid_t pid, struct stat_row *r)
-{
-    for (const char *line = out; line && *line; line = strchr(line, '\n'), line += !!line) {
-        if (sscanf(line, "%d %16s %llu %7s %llu %15s %15s %llu %llu %llu %llu %llu %llu", &r->pid,
-                   r->process, &r->cache, r->state, &r->entries, r->bytes, r->budget, &r->hits,
-                   &r->misses, &r->evictions, &r->tag, &r->notify, &r->failures) == 13 &&
-            r->pid == pid)
-            return true;
-    }
-    return false;
-}
-
-static void json_is_valid(const char *json)
-{
-    char path[] = "/tmp/regcache-stat-XXXXXX", command[128];
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, json, strlen(json)), (ssize_t)strlen(json));
-    close(fd);
-    snprintf(command, sizeof command,
-             "python3 -c 'import json,sys; json.load(open(sys.argv[1]))' %s", path);
-    int rc = system(command);
-    unlink(path);
-    if (rc != 0)
-        fail_msg("not JSON: %s", json);
-}
-
-static void contains(const char *out, const char *text)
-{
-    if (!strstr(out, text))
-        fail_msg("no \"%s\" in:\n%s", text, out);
-}
-
 static void stat_shows_every_cache(void **state)
 {
     (void)state;
@@ -173,9 +133,10 @@ static void stat_shows_every_cache(void **state)
 
     char *out = run_stat("", &status);
     assert_int_equal(status, 0);
-    contains(out, "GPU dev0: budget 288.0M, in use 120.0M by 2 caches, pressure raised 0 times");
+    assert_contains(out,
+                    "GPU dev0: budget 288.0M, in use 120.0M by 2 caches, pressure raised 0 times");
     struct stat_row r;
-    assert_true(find_row(out, a.pid, &r));
+    assert_true(stat_row(out, a.pid, &r));
     assert_string_equal(r.process, "ledger_helper");
     assert_string_equal(r.state, "live");
     assert_int_equal(r.entries, 100);
@@ -187,29 +148,30 @@ static void stat_shows_every_cache(void **state)
     assert_int_equal(r.tag, 14);
     assert_int_equal(r.notify, 15);
     assert_int_equal(r.failures, 16);
-    assert_true(find_row(out, b.pid, &r));
+    assert_true(stat_row(out, b.pid, &r));
     assert_string_equal(r.bytes, "20.0M");
     assert_string_equal(r.budget, "188.0M");
     free(out);
 
     out = run_stat("--json", &status);
     assert_int_equal(status, 0);
-    json_is_valid(out);
-    contains(out, "\"gpu\":\"dev0\",\"budget\":301989888,\"in_use\":125829120,\"pressure\":0");
+    assert_json(out);
+    assert_contains(out,
+                    "\"gpu\":\"dev0\",\"budget\":301989888,\"in_use\":125829120,\"pressure\":0");
     snprintf(text, sizeof text,
              "{\"pid\":%d,\"process\":\"ledger_helper\",\"cache\":1,\"state\":\"live\","
              "\"entries\":100,\"bytes\":104857600,\"budget\":301989888,\"hits\":11,"
              "\"misses\":12,\"evictions\":13,\"inval_tag\":14,\"inval_notify\":15,"
              "\"reg_failures\":16}",
              (int)a.pid);
-    contains(out, text);
+    assert_contains(out, text);
     free(out);
 
     /* Killed, a has not been taken back yet: shown gone, not counted. */
     helper_kill(&a);
     out = run_stat("", &status);
-    contains(out, "in use 20.0M by 2 caches");
-    assert_true(find_row(out, a.pid, &r));
+    assert_contains(out, "in use 20.0M by 2 caches");
+    assert_true(stat_row(out, a.pid, &r));
     assert_string_equal(r.state, "gone");
     free(out);
     helper_stop(&b);
@@ -226,14 +188,14 @@ static void stat_reports_a_corrupt_segment_and_goes_on(void **state)
     rc_ledger_unmap(s);
     char *out = run_stat("", &status);
     assert_int_equal(status, 1);
-    contains(out, "dev0 is corrupt: bad magic");
-    contains(out, "GPU dev1: budget 288.0M, in use 0B by 0 caches");
+    assert_contains(out, "dev0 is corrupt: bad magic");
+    assert_contains(out, "GPU dev1: budget 288.0M, in use 0B by 0 caches");
     free(out);
     out = run_stat("--json", &status);
     assert_int_equal(status, 1);
-    json_is_valid(out);
-    contains(out, "\"error\":");
-    contains(out, "\"gpu\":\"dev1\"");
+    assert_json(out);
+    assert_contains(out, "\"error\":");
+    assert_contains(out, "\"gpu\":\"dev1\"");
     free(out);
 }
 
@@ -247,8 +209,8 @@ static void stat_watch_prints_until_stopped(void **state)
     pid_t pid = spawn(argv, &to, &from);
     for (int i = 0; i < 2; i++) {
         assert_non_null(fgets(line, sizeof line, from));
-        json_is_valid(line);
-        contains(line, "\"gpu\":\"dev0\"");
+        assert_json(line);
+        assert_contains(line, "\"gpu\":\"dev0\"");
     }
     kill(pid, SIGTERM);
     int status;
@@ -266,11 +228,11 @@ static void stat_usage(void **state)
     assert_int_equal(status, 2);
     char *out = run_stat("--help", &status);
     assert_int_equal(status, 0);
-    contains(out, "usage: regcache-stat");
+    assert_contains(out, "usage: regcache-stat");
     free(out);
     out = run_stat("", &status); /* this test's namespace is empty */
     assert_int_equal(status, 0);
-    contains(out, "no regcache ledger of uid");
+    assert_contains(out, "no regcache ledger of uid");
     free(out);
 }
 
