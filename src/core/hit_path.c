@@ -98,16 +98,23 @@ static inline void release_slot(struct regcache *c, _Atomic uintptr_t *slot,
         rc_release_if_unheld(c, e);
 }
 
-static inline _Atomic uintptr_t *free_slot(struct rc_thread *t)
+static COLD _Atomic uintptr_t *search_free_slot(struct rc_thread *t)
 {
-    for (unsigned k = 0; k < RC_HOLD_SLOTS; k++) {
-        unsigned i = (t->hint + k) % RC_HOLD_SLOTS;
+    for (unsigned i = 0; i < RC_HOLD_SLOTS; i++)
         if (!atomic_load_explicit(&t->holds[i], memory_order_relaxed)) {
             t->hint = i;
             return &t->holds[i];
         }
-    }
     return NULL;
+}
+
+/* Gets are mostly put before the next get: the slot last used is free. */
+static inline _Atomic uintptr_t *free_slot(struct rc_thread *t)
+{
+    _Atomic uintptr_t *slot = &t->holds[t->hint];
+    return __builtin_expect(!atomic_load_explicit(slot, memory_order_relaxed), 1)
+               ? slot
+               : search_free_slot(t);
 }
 
 static inline void count_hit(struct regcache *c, struct rc_thread *t, int slot)
@@ -131,8 +138,9 @@ static COLD int hit_without_rail(struct regcache *c, struct regcache_entry *e,
 
 /* Serve [start, end) from the page index with a slot hold: REGCACHE_OK,
  * RC_NOT_HIT, or the error of registering a missing rail. */
-static inline int try_hit(struct regcache *c, uintptr_t start, uintptr_t end, unsigned rail,
-                          regcache_entry_t **out)
+static inline __attribute__((always_inline)) int try_hit(struct regcache *c, uintptr_t start,
+                                                         uintptr_t end, unsigned rail,
+                                                         regcache_entry_t **out)
 {
     struct rc_thread *t = rc_thread_self();
     if (__builtin_expect(!t, 0))

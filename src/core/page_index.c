@@ -1,5 +1,6 @@
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "entry.h"
 #include "page_index.h"
@@ -7,23 +8,68 @@
 
 #define INITIAL_SLOTS 16u
 
-static struct rc_slot_table *new_table(uint32_t slots)
+#define HUGE ((size_t)2 << 20)
+/* Tables from this size on come from huge pages: with 100k entries the
+ * shards' tables take megabytes that a hit reaches at random, and in 4 KiB
+ * pages nearly every probe would also miss the TLB. */
+#define HUGE_TABLE ((size_t)64 << 10)
+
+/* size bytes from the index's huge-page chunks (zeroed: fresh mappings). */
+static void *huge_alloc(struct rc_page_index *idx, size_t size)
 {
-    struct rc_slot_table *t = calloc(1, sizeof(*t) + slots * sizeof(struct rc_slot));
-    if (t)
-        t->mask = slots - 1;
+    struct rc_huge_chunk *c = idx->chunks;
+    size = (size + 63) & ~(size_t)63;
+    if (!c || c->size - c->used < size) {
+        size_t bytes = (sizeof(*c) + size + HUGE - 1) & ~(HUGE - 1);
+        /* Over-map by one huge page and trim, for 2 MiB alignment. */
+        char *p = mmap(NULL, bytes + HUGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                       -1, 0);
+        if (p == MAP_FAILED)
+            return NULL;
+        char *aligned = (char *)(((uintptr_t)p + HUGE - 1) & ~(uintptr_t)(HUGE - 1));
+        if (aligned > p)
+            munmap(p, (size_t)(aligned - p));
+        munmap(aligned + bytes, (size_t)(p + HUGE - aligned));
+        madvise(aligned, bytes, MADV_HUGEPAGE); /* a hint: failure changes nothing */
+        c = (struct rc_huge_chunk *)aligned;
+        c->next = idx->chunks;
+        c->size = bytes;
+        c->used = (sizeof(*c) + 63) & ~(size_t)63;
+        idx->chunks = c;
+    }
+    void *t = (char *)c + c->used;
+    c->used += size;
     return t;
+}
+
+static struct rc_slot_table *new_table(struct rc_page_index *idx, uint32_t slots)
+{
+    size_t bytes = sizeof(struct rc_slot_table) + slots * sizeof(struct rc_slot);
+    bool huge = bytes >= HUGE_TABLE;
+    struct rc_slot_table *t = huge ? huge_alloc(idx, bytes) : calloc(1, bytes);
+    if (t) {
+        t->mask = slots - 1;
+        t->huge = huge;
+    }
+    return t;
+}
+
+static void free_table(struct rc_slot_table *t)
+{
+    if (t && !t->huge)
+        free(t);
 }
 
 int rc_page_index_init(struct rc_page_index *idx, unsigned shift)
 {
     idx->shift = shift;
     idx->retired = NULL;
+    idx->chunks = NULL;
     for (int i = 0; i < RC_SHARDS; i++) {
         struct rc_shard *s = &idx->shards[i];
         atomic_init(&s->seq, 0);
         s->used = 0;
-        struct rc_slot_table *t = new_table(INITIAL_SLOTS);
+        struct rc_slot_table *t = new_table(idx, INITIAL_SLOTS);
         atomic_init(&s->table, t);
         if (!t) {
             rc_page_index_fini(idx);
@@ -36,13 +82,18 @@ int rc_page_index_init(struct rc_page_index *idx, unsigned shift)
 void rc_page_index_fini(struct rc_page_index *idx)
 {
     for (int i = 0; i < RC_SHARDS; i++) {
-        free(atomic_load_explicit(&idx->shards[i].table, memory_order_relaxed));
+        free_table(atomic_load_explicit(&idx->shards[i].table, memory_order_relaxed));
         atomic_store_explicit(&idx->shards[i].table, NULL, memory_order_relaxed);
     }
     while (idx->retired) {
         struct rc_slot_table *next = idx->retired->retired_next;
-        free(idx->retired);
+        free_table(idx->retired);
         idx->retired = next;
+    }
+    while (idx->chunks) {
+        struct rc_huge_chunk *next = idx->chunks->next;
+        munmap(idx->chunks, idx->chunks->size);
+        idx->chunks = next;
     }
 }
 
@@ -93,7 +144,7 @@ static void insert_slot(struct rc_slot_table *t, struct rc_slot *from)
 static int grow(struct rc_page_index *idx, struct rc_shard *s)
 {
     struct rc_slot_table *old = atomic_load_explicit(&s->table, memory_order_relaxed);
-    struct rc_slot_table *t = new_table((old->mask + 1) * 2);
+    struct rc_slot_table *t = new_table(idx, (old->mask + 1) * 2);
     if (!t)
         return REGCACHE_ERR_NO_MEMORY;
     for (uint32_t i = 0; i <= old->mask; i++) {

@@ -36,8 +36,16 @@ struct rc_slot {
 
 struct rc_slot_table {
     uint32_t mask; /* slots - 1; a power of two */
+    bool huge;     /* carved from the index's huge-page chunks */
     struct rc_slot_table *retired_next;
     struct rc_slot slots[];
+};
+
+/* Memory for large tables: 2 MiB chunks the kernel is asked to back with
+ * huge pages, freed with the index. */
+struct rc_huge_chunk {
+    struct rc_huge_chunk *next;
+    size_t size, used;
 };
 
 struct rc_shard {
@@ -49,6 +57,7 @@ struct rc_shard {
 struct rc_page_index {
     unsigned shift; /* log2 of the page size */
     struct rc_slot_table *retired; /* replaced tables, freed at fini */
+    struct rc_huge_chunk *chunks;
     struct rc_shard shards[RC_SHARDS];
 };
 
