@@ -107,6 +107,13 @@ regcache_entry_t *rc_counted_handle(struct regcache_entry *e, unsigned rail);
 int rc_slow_get(struct regcache *c, uintptr_t start, uintptr_t end, unsigned rail,
                 regcache_entry_t **out);
 
+/* The hit path found e, current, without a registration on `rail`, and
+ * holds it: register the rail on it (no need to describe the memory again).
+ * REGCACHE_OK with *out set, an error, or 1 when the slow path must serve
+ * the get (e left the cache, or a rail of it is being registered). */
+int rc_register_found_rail(struct regcache *c, struct regcache_entry *e, unsigned rail,
+                           regcache_entry_t **out);
+
 /* What a miss wants registered, derived from the memory query. */
 struct rc_want {
     uintptr_t start, end;             /* the request */

@@ -116,9 +116,24 @@ static inline void count_hit(struct regcache *c, struct rc_thread *t, int slot)
         rc_count(&c->dev[slot].n.shared_hits);
 }
 
+/* A current entry found without a registration on `rail`: register the
+ * rail on it, still held by the slot, rather than describe the memory again
+ * in the slow path.  As try_hit. */
+static COLD int found_without_rail(struct regcache *c, _Atomic uintptr_t *slot,
+                                   struct regcache_entry *e, unsigned rail,
+                                   regcache_entry_t **out)
+{
+    int rc = rc_register_found_rail(c, e, rail, out);
+    release_slot(c, slot, e);
+    if (rc != REGCACHE_OK)
+        *out = NULL;
+    return rc == REGCACHE_OK ? 1 : rc == 1 ? 0 : rc;
+}
+
 /* Serve [start, end) from the page index with a slot hold: 1 when served,
- * 0 when the slow path must (no entry, no free slot, rail not registered,
- * tag changed, or the index kept changing under the probe). */
+ * 0 when the slow path must (no entry, no free slot, tag changed, or the
+ * index kept changing under the probe), or an error (registering a rail
+ * the entry lacked failed). */
 static inline int try_hit(struct regcache *c, uintptr_t start, uintptr_t end, unsigned rail,
                           regcache_entry_t **out)
 {
@@ -142,8 +157,9 @@ static inline int try_hit(struct regcache *c, uintptr_t start, uintptr_t end, un
                 *out = (regcache_entry_t *)((uintptr_t)slot | HANDLE_SLOT);
                 return 1;
             }
-            if (!current)
-                tag_invalidate(c, e);
+            if (current)
+                return found_without_rail(c, slot, e, rail, out);
+            tag_invalidate(c, e);
             release_slot(c, slot, e);
             return 0;
         }
@@ -164,8 +180,9 @@ static inline int get(regcache_t *c, unsigned rail, const void *addr, size_t len
             *out = NULL;
         return bad_get(c, addr, len, rail, out);
     }
-    if (try_hit(c, start, start + len, rail, out))
-        return REGCACHE_OK;
+    int hit = try_hit(c, start, start + len, rail, out);
+    if (hit)
+        return hit > 0 ? REGCACHE_OK : hit;
     *out = NULL;
     return rc_slow_get(c, start, start + len, rail, out);
 }

@@ -310,6 +310,21 @@ static int register_rail(struct regcache *c, struct regcache_entry *e, unsigned 
     return rc;
 }
 
+int rc_register_found_rail(struct regcache *c, struct regcache_entry *e, unsigned rail,
+                           regcache_entry_t **out)
+{
+    struct regcache_entry *victims = NULL;
+    pthread_mutex_lock(&c->lock);
+    if (e->state != RC_READY || rc_entry_is_detached(e) || e->rails_pending ||
+        (atomic_load_explicit(&e->rails_ready, memory_order_relaxed) >> rail & 1)) {
+        pthread_mutex_unlock(&c->lock);
+        return 1;
+    }
+    int rc = register_rail(c, e, rail, out, &victims);
+    rc_release_victims(c, victims);
+    return rc;
+}
+
 /* With the memory described: serve w from the cache, waiting for a
  * registration in flight, or register. */
 static int serve(struct regcache *c, struct rc_want *w, uint64_t seq, unsigned rail,
