@@ -104,3 +104,16 @@ void fx_assert_error_says(const char *first, ...)
         }
     va_end(ap);
 }
+
+void fx_case_tests(struct CMUnitTest *out, void (*fn)(void **state), const void *cases,
+                   size_t n, size_t size)
+{
+    for (size_t i = 0; i < n; i++) {
+        const void *one = (const char *)cases + i * size;
+        out[i] = (struct CMUnitTest){.name = *(const char *const *)one,
+                                     .test_func = fn,
+                                     .setup_func = fx_setup,
+                                     .teardown_func = fx_teardown,
+                                     .initial_state = (void *)one};
+    }
+}

@@ -52,6 +52,14 @@ void fx_get_fails(struct fx *f, uintptr_t addr, size_t len, int status);
 struct fake_handle *fx_handle(regcache_entry_t *e);
 struct regcache_stats fx_stats(struct fx *f);
 
+struct CMUnitTest;
+
+/* out[0 .. n-1]: one test of fn per case of a table whose elements (of
+ * `size` bytes) start with their name, a const char *; each runs between
+ * fx_setup and fx_teardown with its case as fx.param. */
+void fx_case_tests(struct CMUnitTest *out, void (*fn)(void **state), const void *cases,
+                   size_t n, size_t size);
+
 /* regcache_last_error() must contain each of the strings, up to a NULL. */
 void fx_assert_error_says(const char *first, ...);
 

@@ -304,12 +304,7 @@ static const struct blocked_case cases[] = {
 int main(void)
 {
     struct CMUnitTest tests[N_CASES + 3];
-    for (size_t i = 0; i < N_CASES; i++)
-        tests[i] = (struct CMUnitTest){.name = cases[i].name,
-                                       .test_func = blocked_dereg_stalls_nothing,
-                                       .setup_func = fx_setup,
-                                       .teardown_func = fx_teardown,
-                                       .initial_state = (void *)&cases[i]};
+    fx_case_tests(tests, blocked_dereg_stalls_nothing, cases, N_CASES, sizeof(cases[0]));
     tests[N_CASES] = (struct CMUnitTest)cmocka_unit_test_setup_teardown(
         dereg_taking_app_lock_does_not_deadlock, fx_setup, fx_teardown);
     tests[N_CASES + 1] = (struct CMUnitTest)cmocka_unit_test_setup_teardown(

@@ -88,15 +88,23 @@ static void release(struct fx *f, struct holds *h)
         regcache_put(f->c, h->counted[i]);
 }
 
-static void holds_saturate_at_the_limit(void **state)
+/* A cache holding X's entry once, by the miss that registered it. */
+static struct regcache_entry *held_once(struct fx *f, regcache_entry_t **first)
 {
-    struct fx *f = *state;
     fx_device_alloc(f, 0);
     f->p.validation = REGCACHE_VALIDATE_HOOKS;
     fx_create(f);
-    regcache_entry_t *first = fx_get(f, X, 10);
-    struct regcache_entry *e = entry_of(first);
+    *first = fx_get(f, X, 10);
+    struct regcache_entry *e = entry_of(*first);
     assert_int_equal(count_of(e), 1);
+    return e;
+}
+
+static void holds_saturate_at_the_limit(void **state)
+{
+    struct fx *f = *state;
+    regcache_entry_t *first;
+    struct regcache_entry *e = held_once(f, &first);
     struct holds h;
     hold_up_to_the_limit(f, e, &h);
     release(f, &h);
@@ -117,11 +125,8 @@ static void holds_saturate_at_the_limit(void **state)
 static void entry_at_the_limit_invalidated_dies_once(void **state)
 {
     struct fx *f = *state;
-    fx_device_alloc(f, 0);
-    f->p.validation = REGCACHE_VALIDATE_HOOKS;
-    fx_create(f);
-    regcache_entry_t *first = fx_get(f, X, 10);
-    struct regcache_entry *e = entry_of(first);
+    regcache_entry_t *first;
+    struct regcache_entry *e = held_once(f, &first);
     struct holds h;
     hold_up_to_the_limit(f, e, &h);
     regcache_notify_free((const void *)X, MiB);

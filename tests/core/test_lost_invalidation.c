@@ -219,12 +219,7 @@ static const struct race_case cases[] = {
 int main(void)
 {
     struct CMUnitTest tests[N_CASES + 1];
-    for (size_t i = 0; i < N_CASES; i++)
-        tests[i] = (struct CMUnitTest){.name = cases[i].name,
-                                       .test_func = invalidation_during_miss,
-                                       .setup_func = fx_setup,
-                                       .teardown_func = fx_teardown,
-                                       .initial_state = (void *)&cases[i]};
+    fx_case_tests(tests, invalidation_during_miss, cases, N_CASES, sizeof(cases[0]));
     tests[N_CASES] = (struct CMUnitTest)cmocka_unit_test_setup_teardown(
         invalidation_while_another_get_waits, fx_setup, fx_teardown);
     return _cmocka_run_group_tests("lost_invalidation", tests, N_CASES + 1, NULL, NULL);

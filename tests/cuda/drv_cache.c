@@ -13,16 +13,6 @@
 
 int drv_regs, drv_deregs;
 
-static struct drv_alloc *alloc_at(uintptr_t addr)
-{
-    for (int i = 0; i < DRV_MAX_ALLOCS; i++) {
-        struct drv_alloc *a = &drv.allocs[i];
-        if (a->live && addr >= a->base && addr - a->base < a->size)
-            return a;
-    }
-    return NULL;
-}
-
 static int counting_reg(void *arg, void *addr, size_t len, int device, int rail, void **handle)
 {
     (void)arg, (void)rail;
@@ -32,7 +22,7 @@ static int counting_reg(void *arg, void *addr, size_t len, int device, int rail,
     h->start = (uintptr_t)addr;
     h->len = len;
     h->device = device;
-    struct drv_alloc *a = alloc_at(h->start);
+    struct drv_alloc *a = drv_alloc_at(h->start);
     if (a != NULL) {
         h->buffer_id = a->id;
         h->sync_memops = a->sync_memops;
