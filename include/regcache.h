@@ -295,7 +295,9 @@ REGCACHE_API int regcache_create(const struct regcache_params *params,
  * Must not race with other calls on the same cache (regcache_notify_free()
  * from other threads may: destroy waits for it to leave the cache).  In a
  * fork child, an inherited cache is freed without deregistering anything
- * and without waiting for any lock its parent's threads held.
+ * and without waiting for any lock its parent's threads held; when one of
+ * them held the cache's lock at the fork, what that lock guards (the index
+ * of entries) may be half changed and is left allocated instead.
  */
 REGCACHE_API void regcache_destroy(regcache_t *cache);
 
