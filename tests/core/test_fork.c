@@ -32,7 +32,8 @@
 #define HELD 0       /* held by the forking thread across every fork */
 #define PENDING 1    /* its registration blocks until the end */
 #define CHURN 2      /* FX_ALLOC(CHURN .. CHURN + NCHURN - 1): the others' */
-#define NCHURN 8
+#define NCHURN 128
+#define PAGES 16 /* 64 KiB pages of each 1 MiB allocation */
 #define WAITERS 2
 #define GETTERS 2
 
@@ -100,11 +101,13 @@ static void get_pending(void *arg)
         regcache_put(w->f->c, e);
 }
 
-/* One step of a thread that keeps the cache busy. */
-static void churn(struct world *w, uint32_t *seed)
+/* One step of a thread that keeps the cache busy.  The getters sweep more
+ * pages than the cache keeps, so that every get misses and evicts: the
+ * tree changes at every step. */
+static void churn(struct world *w, uint32_t *next)
 {
-    uint32_t r = test_rand(seed);
-    uintptr_t a = FX_ALLOC(CHURN + (int)(r % NCHURN)) + (r >> 8) % (MiB / (64 * KiB)) * 64 * KiB;
+    uint32_t page = (*next)++ % (NCHURN * PAGES);
+    uintptr_t a = FX_ALLOC(CHURN + (int)(page / PAGES)) + page % PAGES * 64 * KiB;
     regcache_entry_t *e;
     if (regcache_get(w->f->c, (const void *)a, 10, &e) == REGCACHE_OK)
         regcache_put(w->f->c, e);
@@ -236,7 +239,7 @@ static void fork_amid_every_lock(void **state)
     /* Many entries, each a 64 KiB page, under a limit that misses and puts
      * keep reaching: the tree and the heaps change all the time. */
     f->p.whole_allocation = 0;
-    f->p.max_entries = 64;
+    f->p.max_entries = 1024;
     f->fb.during_reg = block_armed_reg;
     f->fb.during_reg_arg = &w;
     f->fb.during_dereg = count_child_deregs;
