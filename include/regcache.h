@@ -295,7 +295,9 @@ REGCACHE_API int regcache_create(const struct regcache_params *params,
  * Must not race with other calls on the same cache (regcache_notify_free()
  * from other threads may: destroy waits for it to leave the cache).  In a
  * fork child, an inherited cache is freed without deregistering anything
- * and without waiting for any lock its parent's threads held.
+ * and without waiting for any lock its parent's threads held; when one of
+ * them held the cache's lock at the fork, what that lock guards (the index
+ * of entries) may be half changed and is left allocated instead.
  */
 REGCACHE_API void regcache_destroy(regcache_t *cache);
 
@@ -310,7 +312,10 @@ REGCACHE_API void regcache_destroy(regcache_t *cache);
  * mapping); a miss registers the range rounded to params.alignment (the
  * whole allocation when whole_allocation is on and it fits).  Concurrent
  * misses on the same range register it once.  The entry stays valid until
- * regcache_put(), which any thread may call.
+ * regcache_put(), which any thread may call.  *entry is a token for this
+ * one hold, not the registration's identity: two gets of the same
+ * registration may return different pointers (compare
+ * regcache_entry_handle() or regcache_entry_range() instead).
  * A get that overlaps an invalidation of its memory (the memory was freed
  * while the get registered it) is served a registration of its own that
  * never enters the cache and is deregistered at its put.

@@ -20,7 +20,15 @@ static int round_out(uintptr_t start, uintptr_t end, size_t align, uintptr_t *rs
 static int query(struct regcache *c, uintptr_t addr, size_t len, struct regcache_mem_info *info)
 {
     *info = (struct regcache_mem_info){0};
-    return c->mem.query(c->mem.ctx, (const void *)addr, len, info);
+    /* A backend's query callback returns a bare status (it cannot set the
+     * message): explain it here, or the message of whatever call failed
+     * before would be left to explain this one. */
+    rc_clear_error();
+    int rc = c->mem.query(c->mem.ctx, (const void *)addr, len, info);
+    if (rc != REGCACHE_OK && !regcache_last_error()[0])
+        rc_set_error("the memory query for %p failed: %s (%s)", (void *)addr,
+                     regcache_err_name(rc), regcache_strerror(rc));
+    return rc;
 }
 
 static int add_mapping(struct rc_want *w, uintptr_t base, uint64_t id)

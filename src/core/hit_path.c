@@ -133,6 +133,8 @@ static COLD int hit_without_rail(struct regcache *c, struct regcache_entry *e,
 {
     int rc = rc_add_rail(c, e, rail, out);
     release_slot(c, slot, e);
+    if (rc != REGCACHE_OK)
+        *out = NULL;
     return rc;
 }
 

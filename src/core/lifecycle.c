@@ -49,12 +49,16 @@ static int make_backend(struct regcache *c)
     return rc_verbs_backend_create(p, &c->backend, &c->method_used);
 }
 
-static void free_cache(struct regcache *c, bool child)
+/* `consistent`: nobody held the cache lock, so the tree, the heaps, the
+ * page index and the entry pool it guards are whole and may be freed. */
+static void free_cache(struct regcache *c, bool child, bool consistent)
 {
-    rc_page_index_fini(&c->index);
-    rc_entry_pool_fini(&c->pool);
-    for (int i = 0; i < RC_DEVICE_SLOTS; i++)
-        rc_lru_fini(&c->dev[i].lru);
+    if (consistent) {
+        rc_page_index_fini(&c->index);
+        rc_entry_pool_fini(&c->pool);
+        for (int i = 0; i < RC_DEVICE_SLOTS; i++)
+            rc_lru_fini(&c->dev[i].lru);
+    }
     if (c->builtin)
         rc_verbs_backend_destroy(&c->backend);
     rc_thread_release_hit_id(c->hit_id);
@@ -98,7 +102,7 @@ int regcache_create(const struct regcache_params *params, regcache_t **out)
                                                                c->opts.params.alignment)))
         rc = rc_fail(REGCACHE_ERR_NO_MEMORY, "out of memory allocating the page index");
     if (rc != REGCACHE_OK) {
-        free_cache(c, false);
+        free_cache(c, false, true);
         return rc;
     }
     const struct regcache_params *p = &c->opts.params;
@@ -123,11 +127,20 @@ void regcache_destroy(regcache_t *c)
     /* A fork child's registry no longer lists inherited caches. */
     if (!child)
         rc_registry_remove(c);
-    rc_cache_drain(c);
+    /* A parent thread that held the cache lock at the fork may have been
+     * halfway through changing what it guards (a tree rotation, a heap or
+     * table being grown): the child's copy of the lock is still held then,
+     * and the child must neither walk those structures (it could loop
+     * forever) nor free them; it leaves them allocated. */
+    bool consistent = !child || pthread_mutex_trylock(&c->lock) == 0;
+    if (child && consistent)
+        pthread_mutex_unlock(&c->lock);
+    if (consistent)
+        rc_cache_drain(c);
     if (c->opts.stats_dump)
         rc_stats_dump(c);
     rc_budget_fini(c);
-    free_cache(c, child);
+    free_cache(c, child, consistent);
 }
 
 int regcache_validation_mode(const regcache_t *c)

@@ -144,25 +144,55 @@ static unsigned rank_of(const struct use_rank *r, size_t n, const struct regcach
     return lo < n && r[lo].entry == (uintptr_t)e ? r[lo].rank : ~0u;
 }
 
-/* Every entry was last used in the current epoch: the least recent unused
- * one by the use logs, claimed; NULL when all are held. */
-static struct regcache_entry *pop_within_epoch(struct rc_lru *lru)
+/* Entries last used in `epoch`, the root's key, have it as key too (a key
+ * is at most its entry's last use, and keys only grow downwards): they lie
+ * on a plateau of that key from the root, and a walk of them stops
+ * wherever the key grows. */
+
+/* How many entries were last used in the root's epoch (counting stops at
+ * `enough`)? */
+static size_t used_in_epoch(const struct rc_lru *lru, size_t i, uint64_t epoch, size_t enough)
+{
+    if (i >= lru->count || lru->heap[i].key != epoch)
+        return 0;
+    size_t n = atomic_load_explicit(&lru->heap[i].e->last_use, memory_order_relaxed) == epoch;
+    if (n < enough)
+        n += used_in_epoch(lru, 2 * i + 1, epoch, enough - n);
+    if (n < enough)
+        n += used_in_epoch(lru, 2 * i + 2, epoch, enough - n);
+    return n;
+}
+
+/* The least recent unused entry of those last used in the epoch (the use
+ * logs rank them), at or below heap index i, into *best. */
+static void least_recent(struct rc_lru *lru, size_t i, uint64_t epoch,
+                         const struct use_rank *ranks, size_t n, struct regcache_entry **best,
+                         unsigned *best_rank)
+{
+    if (i >= lru->count || lru->heap[i].key != epoch)
+        return;
+    struct regcache_entry *e = lru->heap[i].e;
+    if (atomic_load_explicit(&e->last_use, memory_order_relaxed) == epoch && !rc_entry_held(e)) {
+        unsigned rank = rank_of(ranks, n, e);
+        if (!*best || rank > *best_rank) {
+            *best = e;
+            *best_rank = rank;
+        }
+    }
+    least_recent(lru, 2 * i + 1, epoch, ranks, n, best, best_rank);
+    least_recent(lru, 2 * i + 2, epoch, ranks, n, best, best_rank);
+}
+
+/* Several entries were last used in the root's epoch: the least recent
+ * unused one by the use logs, claimed; NULL when all are held. */
+static struct regcache_entry *pop_within_epoch(struct rc_lru *lru, uint64_t epoch)
 {
     struct use_rank *ranks;
     size_t n = collect_ranks(&ranks);
     for (;;) {
         struct regcache_entry *best = NULL;
         unsigned best_rank = 0;
-        for (size_t i = 0; i < lru->count; i++) {
-            struct regcache_entry *e = lru->heap[i].e;
-            unsigned rank = rank_of(ranks, n, e);
-            if (rc_entry_held(e))
-                continue;
-            if (!best || rank > best_rank) {
-                best = e;
-                best_rank = rank;
-            }
-        }
+        least_recent(lru, 0, epoch, ranks, n, &best, &best_rank);
         if (!best || rc_entry_claim_unused(best)) {
             free(ranks);
             if (best)
@@ -187,8 +217,15 @@ struct regcache_entry *rc_lru_pop_unused(struct rc_lru *lru, uint64_t now)
             sift_down(lru, 0);
             continue;
         }
-        if (top->key >= now)
-            return pop_within_epoch(lru);
+        /* Entries last used in the same epoch are ordered by the use logs,
+         * whether it is the current one or an older one. */
+        uint64_t epoch = top->key;
+        if (epoch >= now || used_in_epoch(lru, 0, epoch, 2) > 1) {
+            struct regcache_entry *least = pop_within_epoch(lru, epoch);
+            if (least || epoch >= now)
+                return least;
+            /* All of the epoch's entries are held: move them behind. */
+        }
         struct regcache_entry *e = top->e;
         if (rc_entry_claim_unused(e)) {
             rc_lru_remove(lru, e);

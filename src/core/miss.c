@@ -71,14 +71,26 @@ static bool stale(const struct regcache_entry *e, const struct rc_want *w)
     return false;
 }
 
-/* Does e serve w: it covers the request, over the same memory? */
+/* Do e and w say the same buffer id at addr? */
+static bool same_at(const struct regcache_entry *e, const struct rc_want *w, uintptr_t addr)
+{
+    return entry_id_at(e, addr) == want_id_at(w, addr);
+}
+
+/* Does e serve w: it covers the request, and over the request it holds the
+ * memory w describes (the same id wherever either of them starts a
+ * mapping)?  An entry that spans several VMM mappings so serves requests
+ * inside any one of them, which describe that mapping alone. */
 static bool serves(const struct regcache_entry *e, const struct rc_want *w)
 {
-    if (!rc_entry_covers(e, w->start, w->end) || e->buffer_id != w->buffer_id ||
-        e->nmore != w->nmore)
+    if (!rc_entry_covers(e, w->start, w->end) || !same_at(e, w, w->start))
         return false;
+    for (uint32_t i = 0; i < e->nmore; i++)
+        if (e->more[i].base > w->start && e->more[i].base < w->end &&
+            !same_at(e, w, e->more[i].base))
+            return false;
     for (uint32_t i = 0; i < w->nmore; i++)
-        if (e->more[i].base != w->more[i].base || e->more[i].buffer_id != w->more[i].buffer_id)
+        if (w->more[i].base < w->end && !same_at(e, w, w->more[i].base))
             return false;
     return true;
 }

@@ -60,19 +60,19 @@ int rc_register_rail(struct regcache *c, struct regcache_entry *e, unsigned rail
         }
         if (err == EFAULT && !rc_entry_memory_current(c, e))
             return rc_fail(REGCACHE_ERR_NOT_GPU,
-                           "registering %zu bytes at %#jx failed with EFAULT and the memory is "
-                           "no longer what the cache was asked for (freed or remapped): nothing "
-                           "was evicted",
-                           len, (uintmax_t)e->node.start);
+                           "registering %zu bytes at %#jx on rail %u failed with EFAULT and the "
+                           "memory is no longer what the cache was asked for (freed or "
+                           "remapped): nothing was evicted",
+                           len, (uintmax_t)e->node.start, rail);
         if (round == RC_EVICT_ROUNDS) {
             pthread_mutex_lock(&c->lock);
             size_t left = d->lru.count, held = held_entries_locked(d);
             pthread_mutex_unlock(&c->lock);
             return rc_fail(REGCACHE_ERR_NO_SPACE,
-                           "registering %zu bytes at %#jx: resources still exhausted (%s) after "
-                           "%u rounds of eviction (%zu entries evicted); %zu entries of the "
-                           "device remain, %zu of them held",
-                           len, (uintmax_t)e->node.start, strerror(err), RC_EVICT_ROUNDS,
+                           "registering %zu bytes at %#jx on rail %u: resources still exhausted "
+                           "(%s) after %u rounds of eviction (%zu entries evicted); %zu entries "
+                           "of the device remain, %zu of them held",
+                           len, (uintmax_t)e->node.start, rail, strerror(err), RC_EVICT_ROUNDS,
                            evicted, left, held);
         }
         struct regcache_entry *victims = NULL;
@@ -85,10 +85,10 @@ int rc_register_rail(struct regcache *c, struct regcache_entry *e, unsigned rail
         rc_release_victims(c, victims);
         if (!now)
             return rc_fail(REGCACHE_ERR_NO_SPACE,
-                           "registering %zu bytes at %#jx: resources exhausted (%s) and no "
-                           "unused entry of the device is left to evict (%zu entries, all held; "
-                           "%zu evicted before)",
-                           len, (uintmax_t)e->node.start, strerror(err), left, evicted);
+                           "registering %zu bytes at %#jx on rail %u: resources exhausted (%s) "
+                           "and no unused entry of the device is left to evict (%zu entries, "
+                           "all held; %zu evicted before)",
+                           len, (uintmax_t)e->node.start, rail, strerror(err), left, evicted);
         evicted += now;
     }
 }

@@ -69,6 +69,8 @@ static int fake_query(void *arg, const void *addr, size_t len, struct regcache_m
 {
     struct fake_backend *f = arg;
     atomic_fetch_add(&f->queries, 1);
+    if (f->query_status)
+        return f->query_status;
     pthread_mutex_lock(&f->lock);
     struct fake_alloc *a = find_locked(f, (uintptr_t)addr);
     if (a) {
@@ -87,6 +89,8 @@ static int fake_query(void *arg, const void *addr, size_t len, struct regcache_m
         info->type = REGCACHE_MEM_HOST;
     }
     pthread_mutex_unlock(&f->lock);
+    if (f->during_query)
+        f->during_query(f->during_query_arg, addr);
     return REGCACHE_OK;
 }
 

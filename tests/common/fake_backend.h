@@ -51,6 +51,14 @@ struct fake_backend {
     /* Called inside dereg, before the handle is freed. */
     void (*during_dereg)(void *arg, const struct fake_handle *h);
     void *during_dereg_arg;
+    /* Called by query after it described addr (the answer is already
+     * given), to act between a miss's query and what follows it.  Tag
+     * checks of backends with a query callback are queries too. */
+    void (*during_query)(void *arg, const void *addr);
+    void *during_query_arg;
+    /* Returned by every query while non-zero (a REGCACHE_ERR_* code), as a
+     * backend reports memory it cannot describe. */
+    int query_status;
 };
 
 void fake_init(struct fake_backend *f);

@@ -11,7 +11,7 @@
 
 struct drv_state drv;
 
-static struct drv_alloc *find(CUdeviceptr p)
+struct drv_alloc *drv_alloc_at(uintptr_t p)
 {
     for (int i = 0; i < DRV_MAX_ALLOCS; i++) {
         struct drv_alloc *a = &drv.allocs[i];
@@ -115,7 +115,7 @@ static CUresult drv_pointer_get_attribute(void *data, CUpointer_attribute attr,
     CUresult r = enter(FC_GET_ATTRIBUTE);
     if (r != CUDA_SUCCESS)
         return r;
-    struct drv_alloc *a = find(p);
+    struct drv_alloc *a = drv_alloc_at(p);
     if (a == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     put_attribute(data, attr, a);
@@ -129,7 +129,7 @@ static CUresult drv_pointer_get_attributes(unsigned int count,
     CUresult r = enter(FC_GET_ATTRIBUTES);
     if (r != CUDA_SUCCESS)
         return r;
-    struct drv_alloc *a = find(p);
+    struct drv_alloc *a = drv_alloc_at(p);
     if (a == NULL && drv.unknown_invalid)
         return CUDA_ERROR_INVALID_VALUE;
     for (unsigned int i = 0; i < count; i++)
@@ -143,7 +143,7 @@ static CUresult drv_pointer_set_attribute(const void *value, CUpointer_attribute
     CUresult r = enter(FC_SET_ATTRIBUTE);
     if (r != CUDA_SUCCESS)
         return r;
-    struct drv_alloc *a = find(p);
+    struct drv_alloc *a = drv_alloc_at(p);
     if (a == NULL || attr != CU_POINTER_ATTRIBUTE_SYNC_MEMOPS)
         return CUDA_ERROR_INVALID_VALUE;
     if (a->refuses_sync)
@@ -162,7 +162,7 @@ static CUresult drv_mem_get_handle(void *handle, CUdeviceptr p, size_t size,
         return r;
     if (drv.current == NULL)
         return CUDA_ERROR_INVALID_CONTEXT;
-    struct drv_alloc *a = find(p);
+    struct drv_alloc *a = drv_alloc_at(p);
     if (type != CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD || flags != 0 || a == NULL ||
         p % 4096 != 0 || size % 4096 != 0)
         return CUDA_ERROR_INVALID_VALUE;

@@ -91,6 +91,9 @@ void drv_set_rdma_capable(int i, int capable);
 void drv_free(int i);
 void drv_realloc(int i);
 
+/* The live allocation that holds addr, or NULL. */
+struct drv_alloc *drv_alloc_at(uintptr_t addr);
+
 /* Address `offset` bytes into the arena. */
 uintptr_t drv_addr(size_t offset);
 

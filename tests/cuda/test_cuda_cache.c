@@ -11,118 +11,23 @@
 
 #include <cmocka.h>
 
+#include "drv_cache.h"
 #include "fake_driver.h"
 #include "regcache.h"
 
 #define MIB ((size_t)1 << 20)
-
-/* What reg saw: the handle the cache hands back. */
-struct reg_handle {
-    uintptr_t start;
-    size_t len;
-    int device;
-    unsigned long long buffer_id; /* of the allocation at start, at reg */
-    unsigned int sync_memops;     /* ... and its SYNC_MEMOPS then */
-};
-
-static int regs, deregs;
-
-static struct drv_alloc *alloc_at(uintptr_t addr)
-{
-    for (int i = 0; i < DRV_MAX_ALLOCS; i++) {
-        struct drv_alloc *a = &drv.allocs[i];
-        if (a->live && addr >= a->base && addr - a->base < a->size)
-            return a;
-    }
-    return NULL;
-}
-
-static int counting_reg(void *arg, void *addr, size_t len, int device, int rail, void **handle)
-{
-    (void)arg, (void)rail;
-    struct reg_handle *h = calloc(1, sizeof *h);
-    if (h == NULL)
-        return ENOMEM;
-    h->start = (uintptr_t)addr;
-    h->len = len;
-    h->device = device;
-    struct drv_alloc *a = alloc_at(h->start);
-    if (a != NULL) {
-        h->buffer_id = a->id;
-        h->sync_memops = a->sync_memops;
-    }
-    regs++;
-    *handle = h;
-    return 0;
-}
-
-static void counting_dereg(void *arg, void *handle)
-{
-    (void)arg;
-    free(handle);
-    deregs++;
-}
-
-static const struct regcache_backend counting = {
-    .reg = counting_reg, .dereg = counting_dereg, .arg = NULL, .query = NULL
-};
-
-static regcache_t *cache;
-
-static regcache_t *create(int host_memory)
-{
-    struct regcache_params p;
-    assert_int_equal(regcache_params_init(&p), REGCACHE_OK);
-    p.backend = &counting;
-    p.validation = REGCACHE_VALIDATE_TAG_CHECK;
-    p.host_memory = host_memory;
-    regcache_t *c = NULL;
-    assert_int_equal(regcache_create(&p, &c), REGCACHE_OK);
-    return c;
-}
-
-static int setup(void **state)
-{
-    (void)state;
-    drv_install(); /* before create: the cache picks its memory then */
-    regs = deregs = 0;
-    cache = create(0);
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    regcache_destroy(cache);
-    assert_int_equal(regs, deregs);
-    drv_uninstall();
-    return 0;
-}
-
-static const struct reg_handle *get(uintptr_t addr, size_t len, regcache_entry_t **e)
-{
-    assert_int_equal(regcache_get(cache, (const void *)addr, len, e), REGCACHE_OK);
-    return regcache_entry_handle(*e);
-}
-
-static struct regcache_stats stats(void)
-{
-    struct regcache_stats s;
-    assert_int_equal(regcache_get_stats(cache, &s), REGCACHE_OK);
-    return s;
-}
 
 static void registers_after_setting_sync_memops(void **state)
 {
     (void)state;
     int i = drv_legacy(0, MIB);
     regcache_entry_t *e;
-    const struct reg_handle *h = get(drv_addr(4096), 4096, &e);
+    const struct reg_handle *h = drv_get(drv_addr(4096), 4096, &e);
     assert_int_equal(h->buffer_id, drv.allocs[i].id);
     assert_int_equal(h->sync_memops, 1);
     assert_int_equal(h->device, 0);
-    regcache_put(cache, e);
-    assert_int_equal(regs, 1);
+    regcache_put(drv_cache, e);
+    assert_int_equal(drv_regs, 1);
 }
 
 static void hit_checks_the_tag_once(void **state)
@@ -130,15 +35,15 @@ static void hit_checks_the_tag_once(void **state)
     (void)state;
     drv_pool(0, MIB);
     regcache_entry_t *e;
-    get(drv_addr(0), MIB, &e);
-    regcache_put(cache, e);
+    drv_get(drv_addr(0), MIB, &e);
+    regcache_put(drv_cache, e);
     unsigned int queries = drv.calls[FC_GET_ATTRIBUTES];
-    get(drv_addr(4096), 4096, &e);
-    regcache_put(cache, e);
-    assert_int_equal(regs, 1);
+    drv_get(drv_addr(4096), 4096, &e);
+    regcache_put(drv_cache, e);
+    assert_int_equal(drv_regs, 1);
     assert_int_equal(drv.calls[FC_GET_ATTRIBUTE], 1);
     assert_int_equal(drv.calls[FC_GET_ATTRIBUTES], queries);
-    assert_int_equal(stats().hits, 1);
+    assert_int_equal(drv_stats().hits, 1);
 }
 
 static void reallocated_memory_is_registered_again(void **state)
@@ -146,19 +51,19 @@ static void reallocated_memory_is_registered_again(void **state)
     (void)state;
     int i = drv_legacy(0, MIB);
     regcache_entry_t *e;
-    get(drv_addr(0), 4096, &e);
-    regcache_put(cache, e);
+    drv_get(drv_addr(0), 4096, &e);
+    regcache_put(drv_cache, e);
     unsigned long long old_id = drv.allocs[i].id;
     drv_free(i);
     drv_realloc(i); /* same address, new buffer id */
-    const struct reg_handle *h = get(drv_addr(0), 4096, &e);
+    const struct reg_handle *h = drv_get(drv_addr(0), 4096, &e);
     assert_int_not_equal(h->buffer_id, old_id);
     assert_int_equal(h->buffer_id, drv.allocs[i].id);
     assert_int_equal(h->sync_memops, 1);
-    regcache_put(cache, e);
-    assert_int_equal(regs, 2);
-    assert_int_equal(deregs, 1);
-    assert_int_equal(stats().invalidations_tag, 1);
+    regcache_put(drv_cache, e);
+    assert_int_equal(drv_regs, 2);
+    assert_int_equal(drv_deregs, 1);
+    assert_int_equal(drv_stats().invalidations_tag, 1);
 }
 
 static void freed_memory_on_a_hit_is_not_gpu(void **state)
@@ -166,16 +71,16 @@ static void freed_memory_on_a_hit_is_not_gpu(void **state)
     (void)state;
     int i = drv_pool(0, MIB);
     regcache_entry_t *e;
-    get(drv_addr(0), MIB, &e);
-    regcache_put(cache, e);
+    drv_get(drv_addr(0), MIB, &e);
+    regcache_put(drv_cache, e);
     drv_free(i);
-    assert_int_equal(regcache_get(cache, (const void *)drv_addr(0), MIB, &e),
+    assert_int_equal(regcache_get(drv_cache, (const void *)drv_addr(0), MIB, &e),
                      REGCACHE_ERR_NOT_GPU);
     assert_null(e);
-    struct regcache_stats s = stats();
+    struct regcache_stats s = drv_stats();
     assert_int_equal(s.invalidations_tag, 1);
     assert_int_equal(s.entries, 0);
-    assert_int_equal(deregs, 1);
+    assert_int_equal(drv_deregs, 1);
 }
 
 static void managed_memory_is_refused(void **state)
@@ -183,10 +88,10 @@ static void managed_memory_is_refused(void **state)
     (void)state;
     drv_managed(0, MIB);
     regcache_entry_t *e;
-    assert_int_equal(regcache_get(cache, (const void *)drv_addr(0), 4096, &e),
+    assert_int_equal(regcache_get(drv_cache, (const void *)drv_addr(0), 4096, &e),
                      REGCACHE_ERR_MANAGED);
     assert_null(e);
-    assert_int_equal(regs, 0);
+    assert_int_equal(drv_regs, 0);
 }
 
 static void host_memory_is_refused_unless_allowed(void **state)
@@ -195,12 +100,12 @@ static void host_memory_is_refused_unless_allowed(void **state)
     drv_pinned_host(0, MIB);
     char *heap = malloc(4096);
     regcache_entry_t *e;
-    assert_int_equal(regcache_get(cache, heap, 100, &e), REGCACHE_ERR_NOT_GPU);
-    assert_int_equal(regcache_get(cache, (const void *)drv_addr(0), 100, &e),
+    assert_int_equal(regcache_get(drv_cache, heap, 100, &e), REGCACHE_ERR_NOT_GPU);
+    assert_int_equal(regcache_get(drv_cache, (const void *)drv_addr(0), 100, &e),
                      REGCACHE_ERR_NOT_GPU);
-    assert_int_equal(regs, 0);
+    assert_int_equal(drv_regs, 0);
 
-    regcache_t *host = create(1);
+    regcache_t *host = drv_cache_create(1);
     assert_int_equal(regcache_get(host, heap, 100, &e), REGCACHE_OK);
     const struct reg_handle *h = regcache_entry_handle(e);
     assert_int_equal(h->device, REGCACHE_DEVICE_HOST);
@@ -216,10 +121,10 @@ static void range_past_the_allocation_is_refused(void **state)
     (void)state;
     drv_legacy(0, MIB);
     regcache_entry_t *e;
-    assert_int_equal(regcache_get(cache, (const void *)drv_addr(MIB - 4096), 8192, &e),
+    assert_int_equal(regcache_get(drv_cache, (const void *)drv_addr(MIB - 4096), 8192, &e),
                      REGCACHE_ERR_RANGE);
     assert_non_null(strstr(regcache_last_error(), "past the end"));
-    assert_int_equal(regs, 0);
+    assert_int_equal(drv_regs, 0);
 }
 
 /* Two allocations in one page: one registration of the page each (the
@@ -230,26 +135,26 @@ static void packed_allocations_each_get_their_own_entry(void **state)
     int a = drv_legacy(0, 1000);
     drv_legacy(1024, 1000);
     regcache_entry_t *ea, *eb, *again;
-    const struct reg_handle *ha = get(drv_addr(0), 1000, &ea);
-    const struct reg_handle *hb = get(drv_addr(1024), 1000, &eb);
+    const struct reg_handle *ha = drv_get(drv_addr(0), 1000, &ea);
+    const struct reg_handle *hb = drv_get(drv_addr(1024), 1000, &eb);
     assert_ptr_not_equal(ha, hb);
     assert_int_equal(ha->start, hb->start);
-    assert_int_equal(regs, 2);
+    assert_int_equal(drv_regs, 2);
     /* Each keeps serving its own allocation. */
-    assert_ptr_equal(get(drv_addr(0), 10, &again), ha);
-    regcache_put(cache, again);
-    assert_ptr_equal(get(drv_addr(1024 + 10), 10, &again), hb);
-    regcache_put(cache, again);
-    regcache_put(cache, ea);
-    regcache_put(cache, eb);
+    assert_ptr_equal(drv_get(drv_addr(0), 10, &again), ha);
+    regcache_put(drv_cache, again);
+    assert_ptr_equal(drv_get(drv_addr(1024 + 10), 10, &again), hb);
+    regcache_put(drv_cache, again);
+    regcache_put(drv_cache, ea);
+    regcache_put(drv_cache, eb);
     /* Freeing one spares the other. */
     drv_free(a);
-    assert_int_equal(regcache_get(cache, (const void *)drv_addr(0), 10, &again),
+    assert_int_equal(regcache_get(drv_cache, (const void *)drv_addr(0), 10, &again),
                      REGCACHE_ERR_NOT_GPU);
-    assert_ptr_equal(get(drv_addr(1024), 1000, &again), hb);
-    regcache_put(cache, again);
-    assert_int_equal(regs, 2);
-    assert_int_equal(deregs, 1);
+    assert_ptr_equal(drv_get(drv_addr(1024), 1000, &again), hb);
+    regcache_put(drv_cache, again);
+    assert_int_equal(drv_regs, 2);
+    assert_int_equal(drv_deregs, 1);
 }
 
 static void driver_errors_on_a_miss_are_cuda_errors(void **state)
@@ -258,20 +163,20 @@ static void driver_errors_on_a_miss_are_cuda_errors(void **state)
     drv_legacy(0, MIB);
     regcache_entry_t *e;
     drv.fail[FC_GET_ATTRIBUTES] = CUDA_ERROR_DEINITIALIZED;
-    assert_int_equal(regcache_get(cache, (const void *)drv_addr(0), 4096, &e),
+    assert_int_equal(regcache_get(drv_cache, (const void *)drv_addr(0), 4096, &e),
                      REGCACHE_ERR_CUDA);
     assert_non_null(strstr(regcache_last_error(), "CUDA_ERROR_DEINITIALIZED"));
     drv.fail[FC_GET_ATTRIBUTES] = CUDA_SUCCESS;
     drv.fail[FC_SET_ATTRIBUTE] = CUDA_ERROR_NOT_INITIALIZED;
-    assert_int_equal(regcache_get(cache, (const void *)drv_addr(0), 4096, &e),
+    assert_int_equal(regcache_get(drv_cache, (const void *)drv_addr(0), 4096, &e),
                      REGCACHE_ERR_CUDA);
-    assert_int_equal(regs, 0);
+    assert_int_equal(drv_regs, 0);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-#define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
+#define T(name) cmocka_unit_test_setup_teardown(name, drv_cache_setup, drv_cache_teardown)
         T(registers_after_setting_sync_memops),
         T(hit_checks_the_tag_once),
         T(reallocated_memory_is_registered_again),

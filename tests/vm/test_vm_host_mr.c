@@ -64,9 +64,10 @@ static void miss_registers_hit_returns_same_mr(void **state)
     uint32_t lkey = mr->lkey, rkey = mr->rkey;
     regcache_put(c, e);
 
-    /* Any range inside the registered pages is a hit on the same MR. */
+    /* Any range inside the registered pages is a hit on the same MR (the
+     * entry pointers are hold tokens: a hit's differs from the miss's). */
     assert_int_equal(regcache_get(c, buf + page, 100, &hit), REGCACHE_OK);
-    assert_ptr_equal(hit, e);
+    assert_int_equal(vm_stats(c).hits, 1);
     assert_ptr_equal(regcache_entry_mr(hit), mr);
     assert_int_equal(regcache_entry_mr(hit)->lkey, lkey);
     assert_int_equal(regcache_entry_mr(hit)->rkey, rkey);

@@ -1,0 +1,119 @@
+/* The shared cache fixture (see cache_fixture.h). */
+#include "cache_fixture.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+int fx_setup(void **state)
+{
+    struct fx *f = calloc(1, sizeof(*f));
+    if (!f)
+        return -1;
+    f->param = *state;
+    fake_init(&f->fb);
+    fake_params(&f->fb, &f->p);
+    *state = f;
+    return 0;
+}
+
+int fx_teardown(void **state)
+{
+    struct fx *f = *state;
+    regcache_destroy(f->c);
+    assert_int_equal(atomic_load(&f->fb.live), 0);
+    assert_int_equal(atomic_load(&f->fb.regs), atomic_load(&f->fb.deregs));
+    free(f);
+    return 0;
+}
+
+void fx_create(struct fx *f)
+{
+    assert_int_equal(regcache_create(&f->p, &f->c), REGCACHE_OK);
+}
+
+uint64_t fx_device_alloc(struct fx *f, int i)
+{
+    return fake_alloc(&f->fb, FX_ALLOC(i), MiB, 0, REGCACHE_MEM_DEVICE);
+}
+
+uint64_t fx_pageable_alloc(struct fx *f, uintptr_t addr, size_t size)
+{
+    return fake_alloc_as(&f->fb, &(struct fake_alloc){.base = addr, .size = size,
+                                                      .device = REGCACHE_DEVICE_HOST,
+                                                      .type = REGCACHE_MEM_HOST,
+                                                      .pageable = true});
+}
+
+regcache_entry_t *fx_get_rail(struct fx *f, unsigned rail, uintptr_t addr, size_t len)
+{
+    regcache_entry_t *e = NULL;
+    int rc = regcache_get_rail(f->c, rail, (const void *)addr, len, &e);
+    if (rc != REGCACHE_OK)
+        fail_msg("get of [%#jx, +%zu) on rail %u: %s (%s)", (uintmax_t)addr, len, rail,
+                 regcache_err_name(rc), regcache_last_error());
+    assert_non_null(e);
+    return e;
+}
+
+regcache_entry_t *fx_get(struct fx *f, uintptr_t addr, size_t len)
+{
+    return fx_get_rail(f, 0, addr, len);
+}
+
+void fx_use(struct fx *f, uintptr_t addr, size_t len)
+{
+    regcache_put(f->c, fx_get(f, addr, len));
+}
+
+void fx_get_fails(struct fx *f, uintptr_t addr, size_t len, int status)
+{
+    regcache_entry_t *e = (regcache_entry_t *)(uintptr_t)1;
+    assert_int_equal(regcache_get(f->c, (const void *)addr, len, &e), status);
+    assert_null(e);
+}
+
+struct fake_handle *fx_handle(regcache_entry_t *e)
+{
+    struct fake_handle *h = regcache_entry_handle(e);
+    assert_non_null(h);
+    return h;
+}
+
+struct regcache_stats fx_stats(struct fx *f)
+{
+    struct regcache_stats s;
+    assert_int_equal(regcache_get_stats(f->c, &s), REGCACHE_OK);
+    return s;
+}
+
+void fx_assert_error_says(const char *first, ...)
+{
+    const char *msg = regcache_last_error();
+    va_list ap;
+    va_start(ap, first);
+    for (const char *want = first; want; want = va_arg(ap, const char *))
+        if (!strstr(msg, want)) {
+            va_end(ap);
+            fail_msg("regcache_last_error() is \"%s\": expected it to say \"%s\"", msg, want);
+        }
+    va_end(ap);
+}
+
+void fx_case_tests(struct CMUnitTest *out, void (*fn)(void **state), const void *cases,
+                   size_t n, size_t size)
+{
+    for (size_t i = 0; i < n; i++) {
+        const void *one = (const char *)cases + i * size;
+        out[i] = (struct CMUnitTest){.name = *(const char *const *)one,
+                                     .test_func = fn,
+                                     .setup_func = fx_setup,
+                                     .teardown_func = fx_teardown,
+                                     .initial_state = (void *)one};
+    }
+}

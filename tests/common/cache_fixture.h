@@ -1,0 +1,66 @@
+/* One cache over the fake backend (fake_backend.h), as most tests of the
+ * cache's behaviour start: cmocka setup and teardown, and the steps such
+ * tests repeat (a get that must succeed, the statistics, the backend's
+ * handle behind an entry).  Allocation i of FX_ALLOC(i) lies 2 MiB after
+ * the one before, 64 KiB aligned, so allocations of up to 2 MiB never meet
+ * and each rounds to registrations of its own. */
+#ifndef CACHE_FIXTURE_H
+#define CACHE_FIXTURE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fake_backend.h"
+#include "regcache.h"
+
+#define KiB ((size_t)1024)
+#define MiB ((size_t)1024 * 1024)
+#define FX_BASE ((uintptr_t)0x7f0000000000ull)
+#define FX_ALLOC(i) (FX_BASE + (uintptr_t)(i) * 2 * MiB)
+
+struct fx {
+    struct fake_backend fb;
+    struct regcache_params p; /* fake_params(): set fields before fx_create */
+    regcache_t *c;
+    const void *param; /* the test's cmocka prestate, if any */
+};
+
+/* cmocka setup: a fake backend and its params, no cache yet.  Keeps a
+ * prestate in fx.param. */
+int fx_setup(void **state);
+/* cmocka teardown: destroy the cache; every registration it made must be
+ * gone with it. */
+int fx_teardown(void **state);
+
+void fx_create(struct fx *f);
+
+/* A 1 MiB GPU allocation of device 0 at FX_ALLOC(i); its buffer id. */
+uint64_t fx_device_alloc(struct fx *f, int i);
+/* Pageable host memory at addr: the backend reports no buffer id, but
+ * fake_realloc() still changes the id that reg records. */
+uint64_t fx_pageable_alloc(struct fx *f, uintptr_t addr, size_t size);
+
+/* A get (on `rail`) that must succeed. */
+regcache_entry_t *fx_get(struct fx *f, uintptr_t addr, size_t len);
+regcache_entry_t *fx_get_rail(struct fx *f, unsigned rail, uintptr_t addr, size_t len);
+/* A get that must succeed, and its put: the entry is then cached unused. */
+void fx_use(struct fx *f, uintptr_t addr, size_t len);
+/* A get that must fail with `status`, leaving *entry NULL. */
+void fx_get_fails(struct fx *f, uintptr_t addr, size_t len, int status);
+
+/* What the fake backend's reg handed out for the entry. */
+struct fake_handle *fx_handle(regcache_entry_t *e);
+struct regcache_stats fx_stats(struct fx *f);
+
+struct CMUnitTest;
+
+/* out[0 .. n-1]: one test of fn per case of a table whose elements (of
+ * `size` bytes) start with their name, a const char *; each runs between
+ * fx_setup and fx_teardown with its case as fx.param. */
+void fx_case_tests(struct CMUnitTest *out, void (*fn)(void **state), const void *cases,
+                   size_t n, size_t size);
+
+/* regcache_last_error() must contain each of the strings, up to a NULL. */
+void fx_assert_error_says(const char *first, ...);
+
+#endif

@@ -1,0 +1,98 @@
+/* Issue 10 item 3: whole allocations against the byte budget.  With
+ * whole_allocation on, a miss registers the whole allocation only when it
+ * is at most whole_allocation_max - by default a quarter of the device's
+ * budget - since an allocation registered whole for a small request would
+ * crowd out everything else, and one larger than the budget would be
+ * evicted at every put.  Raising the cap shows that second cost. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include <cmocka.h>
+
+#include "cache_fixture.h"
+
+#define BIG FX_BASE /* an 8 MiB allocation */
+#define BIG_SIZE (8 * MiB)
+#define BUDGET (4 * MiB)
+
+static void big_allocation_under_budget(struct fx *f)
+{
+    fake_alloc(&f->fb, BIG, BIG_SIZE, 0, REGCACHE_MEM_DEVICE);
+    f->p.max_bytes = BUDGET;
+    fx_create(f);
+}
+
+static void large_allocation_registers_the_request(void **state)
+{
+    struct fx *f = *state;
+    big_allocation_under_budget(f);
+    regcache_entry_t *e = fx_get(f, BIG + 3 * MiB, 4 * KiB);
+    assert_int_equal(fx_handle(e)->start, BIG + 3 * MiB);
+    assert_int_equal(fx_handle(e)->len, 64 * KiB);
+    regcache_put(f->c, e);
+    struct regcache_stats s = fx_stats(f);
+    assert_int_equal(s.entries, 1);
+    assert_int_equal(s.bytes, 64 * KiB);
+    assert_int_equal(s.budget, BUDGET);
+    assert_int_equal(s.evictions, 0);
+    /* Cached: the same request hits. */
+    fx_use(f, BIG + 3 * MiB, 4 * KiB);
+    assert_int_equal(fx_stats(f).hits, 1);
+    assert_int_equal(atomic_load(&f->fb.regs), 1);
+}
+
+/* With the cap raised above the budget, the whole 8 MiB is registered;
+ * held it may pass the budget, but as soon as it is put the budget binds
+ * and evicts it, so every get registers it again. */
+static void whole_allocation_past_the_budget_is_evicted_at_put(struct fx *f)
+{
+    for (int round = 1; round <= 3; round++) {
+        regcache_entry_t *e = fx_get(f, BIG + 3 * MiB, 4 * KiB);
+        assert_int_equal(fx_handle(e)->start, BIG);
+        assert_int_equal(fx_handle(e)->len, BIG_SIZE);
+        struct regcache_stats s = fx_stats(f);
+        assert_int_equal(s.bytes, BIG_SIZE);
+        assert_int_equal(s.entries, 1);
+        regcache_put(f->c, e);
+        s = fx_stats(f);
+        assert_int_equal(s.entries, 0);
+        assert_int_equal(s.bytes, 0);
+        assert_int_equal(s.evictions, (uint64_t)round);
+        assert_int_equal(s.registrations, (uint64_t)round);
+        assert_int_equal(s.hits, 0);
+        assert_int_equal(s.peak_bytes, BIG_SIZE);
+        assert_int_equal(atomic_load(&f->fb.live), 0);
+    }
+}
+
+static void raised_cap_by_params(void **state)
+{
+    struct fx *f = *state;
+    f->p.whole_allocation_max = 16 * MiB;
+    big_allocation_under_budget(f);
+    whole_allocation_past_the_budget_is_evicted_at_put(f);
+}
+
+static void raised_cap_by_environment(void **state)
+{
+    struct fx *f = *state;
+    setenv("REGCACHE_WHOLE_ALLOCATION_MAX", "16M", 1);
+    big_allocation_under_budget(f);
+    unsetenv("REGCACHE_WHOLE_ALLOCATION_MAX");
+    whole_allocation_past_the_budget_is_evicted_at_put(f);
+}
+
+int main(void)
+{
+#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
+    const struct CMUnitTest tests[] = {
+        T(large_allocation_registers_the_request),
+        T(raised_cap_by_params),
+        T(raised_cap_by_environment),
+    };
+#undef T
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,182 @@
+/* Issue 9 item 5: what a registration that fails for want of resources is
+ * classified as, and what it costs the cache.  EFAULT is exhaustion only
+ * while the memory is still what the cache was asked for: for memory freed
+ * (or replaced) between the query and the reg the get fails with NOT_GPU and
+ * evicts nothing.  Exhaustion evicts the device's least recently used
+ * unused entry and retries, 16 rounds at most: the 17th attempt follows the
+ * 16th eviction.  Giving up says what is left of the device, and whether
+ * what is left is held. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cache_fixture.h"
+
+/* The allocation every failing get asks for; the others are 0 .. n-1. */
+#define TARGET 40
+#define ROUNDS 16
+
+/* n unused entries of 1 MiB each, the target's size: every round of
+ * eviction evicts exactly one. */
+static void cache_unused(struct fx *f, int n)
+{
+    fx_device_alloc(f, TARGET);
+    for (int i = 0; i < n; i++)
+        fx_device_alloc(f, i);
+    fx_create(f);
+    for (int i = 0; i < n; i++)
+        fx_use(f, FX_ALLOC(i), 10);
+}
+
+static void fail_next_regs(struct fx *f, int err, int count)
+{
+    f->fb.fail_errno = err;
+    f->fb.fail_count = count;
+}
+
+/* ---- EFAULT on memory that went away ------------------------------------- */
+
+struct gone {
+    struct fx *f;
+    bool reallocate;
+};
+
+/* Inside reg: the memory is freed (and maybe replaced) after the miss
+ * described it, and the NIC reports EFAULT. */
+static void memory_goes_during_reg(void *arg)
+{
+    struct gone *g = arg;
+    g->f->fb.during_reg = NULL;
+    if (g->reallocate)
+        fake_realloc(&g->f->fb, FX_ALLOC(TARGET));
+    else
+        fake_free(&g->f->fb, FX_ALLOC(TARGET));
+    fail_next_regs(g->f, EFAULT, 1);
+}
+
+static void efault_on_memory_that_went_away(struct fx *f, bool reallocate)
+{
+    struct gone g = {.f = f, .reallocate = reallocate};
+    cache_unused(f, 17);
+    f->fb.during_reg = memory_goes_during_reg;
+    f->fb.during_reg_arg = &g;
+    fx_get_fails(f, FX_ALLOC(TARGET), 10, REGCACHE_ERR_NOT_GPU);
+    fx_assert_error_says("EFAULT", "no longer what the cache was asked for", "nothing was evicted",
+                         NULL);
+    struct regcache_stats s = fx_stats(f);
+    assert_int_equal(s.evictions, 0);
+    assert_int_equal(s.entries, 17);
+    assert_int_equal(s.reg_failures, 1);
+    assert_int_equal(atomic_load(&f->fb.live), 17);
+    assert_int_equal(atomic_load(&f->fb.deregs), 0);
+    /* The 17 still serve, without registering again. */
+    for (int i = 0; i < 17; i++)
+        fx_use(f, FX_ALLOC(i), 10);
+    assert_int_equal(atomic_load(&f->fb.regs), 17);
+}
+
+static void efault_after_free_is_not_gpu(void **state)
+{
+    efault_on_memory_that_went_away(*state, false);
+}
+
+static void efault_after_reallocation_is_not_gpu(void **state)
+{
+    efault_on_memory_that_went_away(*state, true);
+}
+
+/* ---- the bound on rounds ---------------------------------------------- */
+
+static void seventeenth_attempt_follows_the_sixteenth_eviction(void **state)
+{
+    struct fx *f = *state;
+    cache_unused(f, 22);
+    fail_next_regs(f, ENOSPC, ROUNDS);
+    regcache_entry_t *e = fx_get(f, FX_ALLOC(TARGET), 10);
+    struct regcache_stats s = fx_stats(f);
+    assert_int_equal(s.reg_failures, ROUNDS);
+    assert_int_equal(s.evictions, ROUNDS);
+    assert_int_equal(s.entries, 22 - ROUNDS + 1);
+    assert_int_equal(fx_handle(e)->start, FX_ALLOC(TARGET));
+    regcache_put(f->c, e);
+    /* The least recently used went: 0..15 register again, 16..21 hit. */
+    long regs = atomic_load(&f->fb.regs);
+    for (int i = 22 - 1; i >= ROUNDS; i--)
+        fx_use(f, FX_ALLOC(i), 10);
+    assert_int_equal(atomic_load(&f->fb.regs), regs);
+}
+
+static void exhausted_forever_counts_what_is_left(void **state)
+{
+    struct fx *f = *state;
+    cache_unused(f, 22);
+    fail_next_regs(f, ENOSPC, 1000);
+    fx_get_fails(f, FX_ALLOC(TARGET), 10, REGCACHE_ERR_NO_SPACE);
+    fx_assert_error_says("after 16 rounds of eviction", "(16 entries evicted)",
+                         "6 entries of the device remain, 0 of them held", NULL);
+    assert_null(strstr(regcache_last_error(), "no unused entry"));
+    struct regcache_stats s = fx_stats(f);
+    assert_int_equal(s.reg_failures, ROUNDS + 1);
+    assert_int_equal(s.evictions, ROUNDS);
+    assert_int_equal(s.entries, 6);
+    assert_int_equal(atomic_load(&f->fb.live), 6);
+    f->fb.fail_count = 0;
+}
+
+/* Everything of the device held: nothing to evict, and the message says
+ * why; with some unused ones, those go first and the message counts them. */
+static void exhausted_with_held_entries(struct fx *f, int unused)
+{
+    const int held = 5;
+    regcache_entry_t *e[5];
+    cache_unused(f, unused);
+    for (int i = 0; i < held; i++) {
+        fx_device_alloc(f, unused + i);
+        e[i] = fx_get(f, FX_ALLOC(unused + i), 10);
+    }
+    fail_next_regs(f, ENOMEM, 1000);
+    fx_get_fails(f, FX_ALLOC(TARGET), 10, REGCACHE_ERR_NO_SPACE);
+    char want[96];
+    snprintf(want, sizeof(want), "(5 entries, all held; %d evicted before)", unused);
+    fx_assert_error_says("no unused entry of the device is left to evict", want, NULL);
+    struct regcache_stats s = fx_stats(f);
+    assert_int_equal(s.evictions, unused);
+    assert_int_equal(s.reg_failures, unused + 1);
+    assert_int_equal(s.entries, held);
+    assert_int_equal(atomic_load(&f->fb.live), held);
+    f->fb.fail_count = 0;
+    for (int i = 0; i < held; i++)
+        regcache_put(f->c, e[i]);
+}
+
+static void exhausted_with_everything_held(void **state)
+{
+    exhausted_with_held_entries(*state, 0);
+}
+
+static void exhausted_after_evicting_the_unused(void **state)
+{
+    exhausted_with_held_entries(*state, 3);
+}
+
+int main(void)
+{
+#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
+    const struct CMUnitTest tests[] = {
+        T(efault_after_free_is_not_gpu),
+        T(efault_after_reallocation_is_not_gpu),
+        T(seventeenth_attempt_follows_the_sixteenth_eviction),
+        T(exhausted_forever_counts_what_is_left),
+        T(exhausted_with_everything_held),
+        T(exhausted_after_evicting_the_unused),
+    };
+#undef T
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

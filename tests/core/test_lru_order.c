@@ -1,0 +1,104 @@
+/* Issue 10 item 4: eviction takes the least recently used unused entry, so
+ * a hot set that fits the limit survives any number of one-off buffers
+ * passing through, and the order of eviction is the order of last use
+ * (within one LRU epoch the threads' use logs give it; lru.h). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include <cmocka.h>
+
+#include "cache_fixture.h"
+
+/* Starts of the registrations deregistered, in order. */
+struct dereg_log {
+    uintptr_t start[2048];
+    int n;
+};
+
+static void log_dereg(void *arg, const struct fake_handle *h)
+{
+    struct dereg_log *log = arg;
+    if (log->n < (int)(sizeof(log->start) / sizeof(log->start[0])))
+        log->start[log->n++] = h->start;
+}
+
+static void watch_deregs(struct fx *f, struct dereg_log *log)
+{
+    log->n = 0;
+    f->fb.during_dereg = log_dereg;
+    f->fb.during_dereg_arg = log;
+}
+
+#define HOT 7
+#define ONE_OFFS 1000
+
+static void hot_set_survives_a_thousand_one_offs(void **state)
+{
+    struct fx *f = *state;
+    struct dereg_log log;
+    for (int i = 0; i < HOT + ONE_OFFS; i++)
+        fx_device_alloc(f, i);
+    f->p.max_entries = HOT + 1;
+    f->p.validation = REGCACHE_VALIDATE_HOOKS;
+    watch_deregs(f, &log);
+    fx_create(f);
+    for (int k = 0; k < HOT; k++)
+        fx_use(f, FX_ALLOC(k), 10);
+    for (int i = 0; i < ONE_OFFS; i++) {
+        fx_use(f, FX_ALLOC(HOT + i), 10);
+        for (int k = 0; k < HOT; k++)
+            fx_use(f, FX_ALLOC(k), 10);
+    }
+    struct regcache_stats s = fx_stats(f);
+    /* Each one-off registered once, each hot one never again. */
+    assert_int_equal(atomic_load(&f->fb.regs), HOT + ONE_OFFS);
+    assert_int_equal(s.hits, (uint64_t)HOT * ONE_OFFS);
+    assert_int_equal(s.entries, HOT + 1);
+    assert_int_equal(s.evictions, ONE_OFFS - 1);
+    assert_int_equal(log.n, ONE_OFFS - 1);
+    for (int i = 0; i < log.n; i++)
+        if (log.start[i] != FX_ALLOC(HOT + i))
+            fail_msg("eviction %d took allocation %d, not the one-off %d", i,
+                     (int)((log.start[i] - FX_BASE) / (2 * MiB)), HOT + i);
+    f->fb.during_dereg = NULL;
+}
+
+static void eviction_follows_the_order_of_last_use(void **state)
+{
+    struct fx *f = *state;
+    struct dereg_log log;
+    for (int i = 0; i < 8; i++)
+        fx_device_alloc(f, i);
+    f->p.max_entries = 4;
+    watch_deregs(f, &log);
+    fx_create(f);
+    for (int i = 0; i < 4; i++)
+        fx_use(f, FX_ALLOC(i), 10);
+    const int used[] = {3, 1, 0, 2};
+    for (int i = 0; i < 4; i++)
+        fx_use(f, FX_ALLOC(used[i]), 10);
+    assert_int_equal(fx_stats(f).hits, 4);
+    /* Each new allocation's miss evicts the least recently used one. */
+    for (int i = 0; i < 4; i++) {
+        fx_use(f, FX_ALLOC(4 + i), 10);
+        assert_int_equal(log.n, i + 1);
+        if (log.start[i] != FX_ALLOC(used[i]))
+            fail_msg("miss %d evicted allocation %d, not %d", i,
+                     (int)((log.start[i] - FX_BASE) / (2 * MiB)), used[i]);
+    }
+    f->fb.during_dereg = NULL;
+}
+
+int main(void)
+{
+#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
+    const struct CMUnitTest tests[] = {
+        T(hot_set_survives_a_thousand_one_offs),
+        T(eviction_follows_the_order_of_last_use),
+    };
+#undef T
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,220 @@
+/* Issue 13 item 2: one cache for several NICs (params.rails = 2).  One
+ * entry per allocation serves every rail: one memory query, one share of
+ * the budget; its registration on a rail is made when a get first asks for
+ * that rail, and every rail's registration goes with the entry.  Exhaustion
+ * on one rail evicts and retries like any other, and giving up there leaves
+ * the entry's other rails serving. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include <cmocka.h>
+
+#include "cache_fixture.h"
+
+#define A FX_ALLOC(0)
+#define B FX_ALLOC(1)
+
+static void two_rails(struct fx *f, int validation)
+{
+    fx_device_alloc(f, 0);
+    fx_device_alloc(f, 1);
+    f->p.rails = 2;
+    f->p.validation = validation;
+    fx_create(f);
+}
+
+static void one_entry_a_registration_per_rail(void **state)
+{
+    struct fx *f = *state;
+    two_rails(f, REGCACHE_VALIDATE_HOOKS);
+    regcache_entry_t *r0 = fx_get(f, A + 10, 10);
+    assert_int_equal(fx_handle(r0)->rail, 0);
+    assert_int_equal(atomic_load(&f->fb.regs), 1); /* rail 1 only when asked */
+    regcache_entry_t *r1 = fx_get_rail(f, 1, A + 20, 10);
+    assert_int_equal(fx_handle(r1)->rail, 1);
+    assert_int_equal(fx_handle(r1)->start, fx_handle(r0)->start);
+    assert_int_equal(fx_handle(r1)->len, fx_handle(r0)->len);
+    regcache_put(f->c, r0);
+    regcache_put(f->c, r1);
+    struct regcache_stats s = fx_stats(f);
+    assert_int_equal(s.entries, 1);
+    assert_int_equal(s.bytes, MiB);
+    assert_int_equal(s.registrations, 2);
+    /* Both rails hit now, each with its own registration. */
+    r0 = fx_get_rail(f, 0, A + 30, 10);
+    r1 = fx_get_rail(f, 1, A + 30, 10);
+    assert_int_equal(fx_handle(r0)->rail, 0);
+    assert_int_equal(fx_handle(r1)->rail, 1);
+    regcache_put(f->c, r0);
+    regcache_put(f->c, r1);
+    s = fx_stats(f);
+    assert_int_equal(s.hits, 2);
+    assert_int_equal(s.registrations, 2);
+}
+
+/* A second rail's registration of an entry the hit path finds costs no
+ * memory query beyond the hit's own: the tag check in TAG_CHECK mode, none
+ * in HOOKS mode.  The entry is known; describing its memory again would be
+ * a second query per rail. */
+static void second_rail_costs_one_query(int validation, struct fx *f)
+{
+    two_rails(f, validation);
+    fx_use(f, A + 10, 10);
+    long before = atomic_load(&f->fb.queries);
+    fx_use(f, A + 10, 10); /* a hit: the page index knows the entry here */
+    long per_hit = atomic_load(&f->fb.queries) - before;
+    assert_int_equal(per_hit, validation == REGCACHE_VALIDATE_TAG_CHECK);
+    before = atomic_load(&f->fb.queries);
+    regcache_put(f->c, fx_get_rail(f, 1, A + 10, 10));
+    long queries = atomic_load(&f->fb.queries) - before;
+    if (queries != per_hit)
+        fail_msg("registering rail 1 of an entry the hit path found took %ld memory queries, "
+                 "a hit %ld", queries, per_hit);
+    assert_int_equal(atomic_load(&f->fb.regs), 2);
+    struct regcache_stats s = fx_stats(f);
+    assert_int_equal(s.misses, 2);
+    assert_int_equal(s.hits, 1);
+    assert_int_equal(s.entries, 1);
+}
+
+static void second_rail_costs_one_query_hooks(void **state)
+{
+    second_rail_costs_one_query(REGCACHE_VALIDATE_HOOKS, *state);
+}
+
+static void second_rail_costs_one_query_tag_check(void **state)
+{
+    second_rail_costs_one_query(REGCACHE_VALIDATE_TAG_CHECK, *state);
+}
+
+/* Dereg records of the rails released. */
+struct rails_seen {
+    int rail[8];
+    int n;
+};
+
+static void note_rail(void *arg, const struct fake_handle *h)
+{
+    struct rails_seen *r = arg;
+    if (r->n < 8)
+        r->rail[r->n++] = h->rail;
+}
+
+static void both_rails(struct fx *f, uintptr_t addr)
+{
+    fx_use(f, addr, 10);
+    regcache_put(f->c, fx_get_rail(f, 1, addr, 10));
+}
+
+static void assert_both_rails_released(struct rails_seen *r)
+{
+    assert_int_equal(r->n, 2);
+    assert_int_equal(r->rail[0] + r->rail[1], 1); /* 0 and 1, either order */
+    r->n = 0;
+}
+
+static void every_rail_goes_with_the_entry(void **state)
+{
+    struct fx *f = *state;
+    struct rails_seen seen = {0};
+    f->fb.during_dereg = note_rail;
+    f->fb.during_dereg_arg = &seen;
+    f->p.max_entries = 1;
+    two_rails(f, REGCACHE_VALIDATE_HOOKS);
+    both_rails(f, A);
+    regcache_notify_free((const void *)A, MiB);
+    assert_both_rails_released(&seen);
+    assert_int_equal(fx_stats(f).entries, 0);
+    /* Eviction: B's miss makes room under the one-entry limit. */
+    both_rails(f, A);
+    fx_use(f, B, 10);
+    assert_int_equal(fx_stats(f).evictions, 1);
+    assert_both_rails_released(&seen);
+    /* And flush. */
+    regcache_put(f->c, fx_get_rail(f, 1, B, 10));
+    assert_int_equal(regcache_flush(f->c), REGCACHE_OK);
+    assert_both_rails_released(&seen);
+    f->fb.during_dereg = NULL;
+}
+
+static void exhaustion_on_one_rail_evicts_and_retries(void **state)
+{
+    struct fx *f = *state;
+    two_rails(f, REGCACHE_VALIDATE_HOOKS);
+    fx_use(f, A, 10); /* unused, least recently used */
+    regcache_entry_t *b0 = fx_get(f, B, 10);
+    f->fb.fail_rail = 1;
+    f->fb.fail_errno = ENOSPC;
+    f->fb.fail_count = 1;
+    regcache_entry_t *b1 = fx_get_rail(f, 1, B, 10);
+    assert_int_equal(fx_handle(b1)->rail, 1);
+    struct regcache_stats s = fx_stats(f);
+    assert_int_equal(s.reg_failures, 1);
+    assert_int_equal(s.evictions, 1);
+    assert_int_equal(s.entries, 1);
+    regcache_put(f->c, b1);
+    regcache_put(f->c, b0);
+}
+
+static void rail_out_of_space_leaves_the_others_serving(void **state)
+{
+    struct fx *f = *state;
+    two_rails(f, REGCACHE_VALIDATE_HOOKS);
+    regcache_entry_t *a0 = fx_get(f, A, 10);
+    struct fake_handle *h0 = fx_handle(a0);
+    f->fb.fail_rail = 1;
+    f->fb.fail_errno = ENOSPC;
+    f->fb.fail_count = 1000;
+    regcache_entry_t *e = (regcache_entry_t *)(uintptr_t)1;
+    assert_int_equal(regcache_get_rail(f->c, 1, (const void *)A, 10, &e), REGCACHE_ERR_NO_SPACE);
+    assert_null(e);
+    fx_assert_error_says("on rail 1", "no unused entry of the device is left to evict", NULL);
+    /* Rail 0 of the same entry keeps serving, from the same registration. */
+    regcache_put(f->c, a0);
+    regcache_entry_t *again = fx_get(f, A, 10);
+    assert_ptr_equal(fx_handle(again), h0);
+    regcache_put(f->c, again);
+    struct regcache_stats s = fx_stats(f);
+    assert_int_equal(s.entries, 1);
+    assert_int_equal(s.registrations, 1);
+    assert_int_equal(s.evictions, 0);
+    assert_int_equal(atomic_load(&f->fb.live), 1);
+    /* Once the NIC has room again, rail 1 registers. */
+    f->fb.fail_count = 0;
+    regcache_put(f->c, fx_get_rail(f, 1, A, 10));
+    assert_int_equal(fx_stats(f).registrations, 2);
+}
+
+static void rail_out_of_range_is_invalid(void **state)
+{
+    struct fx *f = *state;
+    two_rails(f, REGCACHE_VALIDATE_HOOKS);
+    regcache_entry_t *e = (regcache_entry_t *)(uintptr_t)1;
+    assert_int_equal(regcache_get_rail(f->c, 2, (const void *)A, 10, &e), REGCACHE_ERR_INVALID);
+    assert_null(e);
+    fx_assert_error_says("rail 2, but the cache has 2", NULL);
+    assert_int_equal(regcache_get_rail(f->c, REGCACHE_MAX_RAILS, (const void *)A, 10, &e),
+                     REGCACHE_ERR_INVALID);
+    assert_int_equal(atomic_load(&f->fb.regs), 0);
+    assert_int_equal(atomic_load(&f->fb.queries), 0);
+}
+
+int main(void)
+{
+#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
+    const struct CMUnitTest tests[] = {
+        T(one_entry_a_registration_per_rail),
+        T(second_rail_costs_one_query_hooks),
+        T(second_rail_costs_one_query_tag_check),
+        T(every_rail_goes_with_the_entry),
+        T(exhaustion_on_one_rail_evicts_and_retries),
+        T(rail_out_of_space_leaves_the_others_serving),
+        T(rail_out_of_range_is_invalid),
+    };
+#undef T
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
