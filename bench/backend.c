@@ -43,9 +43,11 @@ int bench_backend_pin(const struct bench_pinner *p, void *addr, size_t len)
 static int null_query(void *arg, const void *addr, size_t len, struct regcache_mem_info *info)
 {
     (void)arg, (void)len;
-    *info = (struct regcache_mem_info){.base = (uintptr_t)addr & ~(uintptr_t)(BENCH_REGION - 1),
-                                       .size = BENCH_REGION, .buffer_id = 42, .device = 0,
-                                       .type = REGCACHE_MEM_DEVICE};
+    *info = (struct regcache_mem_info){ .base = (uintptr_t)addr & ~(uintptr_t)(BENCH_REGION - 1),
+                                        .size = BENCH_REGION,
+                                        .buffer_id = 42,
+                                        .device = 0,
+                                        .type = REGCACHE_MEM_DEVICE };
     return REGCACHE_OK;
 }
 
@@ -76,17 +78,19 @@ int bench_null_source(struct bench_src *s)
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED)
         return -1;
-    *s = (struct bench_src){"null", ((uintptr_t)p + BENCH_REGION - 1) & ~(BENCH_REGION - 1),
-                            regions, 0, {null_tag, NULL, NULL, NULL}};
+    *s = (struct bench_src){ "null",
+                             ((uintptr_t)p + BENCH_REGION - 1) & ~(BENCH_REGION - 1),
+                             regions,
+                             0,
+                             { null_tag, NULL, NULL, NULL } };
     return 0;
 }
 
-regcache_t *bench_cache(const struct bench_src *s, const struct bench_pinner *p,
-                        int validation, size_t max_entries, size_t max_bytes,
-                        char *why, size_t len)
+regcache_t *bench_cache(const struct bench_src *s, const struct bench_pinner *p, int validation,
+                        size_t max_entries, size_t max_bytes, char *why, size_t len)
 {
     /* The cache keeps its own copy of the backend. */
-    struct regcache_backend b = {reg, dereg, (void *)p, s->driver ? NULL : null_query};
+    struct regcache_backend b = { reg, dereg, (void *)p, s->driver ? NULL : null_query };
     struct regcache_params params;
     regcache_t *c;
     regcache_params_init(&params);
@@ -100,7 +104,6 @@ regcache_t *bench_cache(const struct bench_src *s, const struct bench_pinner *p,
     int st = regcache_create(&params, &c);
     if (st == REGCACHE_OK)
         return c;
-    snprintf(why, len, "regcache_create: %s (%s)", regcache_strerror(st),
-             regcache_last_error());
+    snprintf(why, len, "regcache_create: %s (%s)", regcache_strerror(st), regcache_last_error());
     return NULL;
 }

@@ -89,9 +89,8 @@ struct bench_pinner {
 };
 /* validation: a REGCACHE_VALIDATE_* value; limits of 0 mean none.  NULL and
  * why when regcache_create fails. */
-regcache_t *bench_cache(const struct bench_src *s, const struct bench_pinner *p,
-                        int validation, size_t max_entries, size_t max_bytes,
-                        char *why, size_t len);
+regcache_t *bench_cache(const struct bench_src *s, const struct bench_pinner *p, int validation,
+                        size_t max_entries, size_t max_bytes, char *why, size_t len);
 /* reg then dereg, as the cache calls them; 0 or an errno value. */
 int bench_backend_pin(const struct bench_pinner *p, void *addr, size_t len);
 /* The CPU source; -1 when the address space cannot be had. */
@@ -112,7 +111,7 @@ struct bench_row {
     int mode;             /* regcache_validation_mode(); 0 n/a */
     const char *ledger;   /* the REGCACHE_LEDGER setting: "on", "off" */
     uint64_t entries, size;
-    unsigned threads;     /* 0: one thread, timed in samples */
+    unsigned threads; /* 0: one thread, timed in samples */
     double median, p99;
     char note[192];
 };
@@ -147,13 +146,13 @@ int bench_populate(struct bench_use *u, uintptr_t base, size_t regions, char *wh
 /* `regions` regions of s cached, then hit at random on one thread or as a
  * series; set 0: every thread hits them all, else each its own `set`.
  * Fills r's impl, asked, mode and entries. */
-void bench_hit_rows(struct bench_row *r, const struct bench_src *s, int validation,
-                    size_t regions, size_t set, int series);
+void bench_hit_rows(struct bench_row *r, const struct bench_src *s, int validation, size_t regions,
+                    size_t set, int series);
 const char *bench_mode_name(int validation);
 /* misses.c: the backend's reg+dereg alone, the cache's miss get+put and its
  * hit, at one size, `ops` ranges per sample. */
-void bench_miss_rows(struct bench_row *r, const struct bench_src *s,
-                     const struct bench_pinner *p, size_t size, unsigned ops);
+void bench_miss_rows(struct bench_row *r, const struct bench_src *s, const struct bench_pinner *p,
+                     size_t size, unsigned ops);
 
 /* ---- json.c --------------------------------------------------------------- */
 

@@ -27,15 +27,18 @@ static void cycle_run(void *ctx, struct bench_lane *l, uint64_t n)
 void bench_churn(const struct bench_src *s)
 {
     for (int by_bytes = 0; by_bytes < 2; by_bytes++) {
-        struct bench_row r = {.workload = "churn", .source = s->name, .impl = "regcache",
-                              .what = by_bytes ? "max_bytes" : "max_entries",
-                              .asked = bench_mode_name(REGCACHE_VALIDATE_HOOKS),
-                              .entries = BUDGET};
+        struct bench_row r = { .workload = "churn",
+                               .source = s->name,
+                               .impl = "regcache",
+                               .what = by_bytes ? "max_bytes" : "max_entries",
+                               .asked = bench_mode_name(REGCACHE_VALIDATE_HOOKS),
+                               .entries = BUDGET };
         char why[160];
-        struct cycle c = {.use.counter = offsetof(struct regcache_stats, misses), .base = s->base};
+        struct cycle c = { .use.counter = offsetof(struct regcache_stats, misses),
+                           .base = s->base };
         c.use.cache = bench_cache(s, NULL, REGCACHE_VALIDATE_HOOKS, by_bytes ? 0 : BUDGET,
                                   by_bytes ? BUDGET * BENCH_REGION : 0, why, sizeof(why));
-        struct bench_op op = {cycle_run, NULL, bench_use_check, &c};
+        struct bench_op op = { cycle_run, NULL, bench_use_check, &c };
         if (!c.use.cache) {
             bench_note(&r, "failed: %s", why);
             continue;

@@ -14,10 +14,11 @@
 /* The driver calls used here.  cuda.h maps names to versioned ones
  * (cuMemAlloc is cuMemAlloc_v2), which is what libcuda exports: NAME's
  * extra step stringifies the mapped name. */
-#define CU_CALLS(X)                                                                    \
-    X(cuInit) X(cuGetErrorName) X(cuDeviceGet) X(cuDeviceGetName)                      \
-    X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent) X(cuMemAlloc) X(cuMemGetInfo)        \
-    X(cuPointerGetAttribute) X(cuPointerSetAttribute) X(cuMemGetHandleForAddressRange)
+#define CU_CALLS(X)                                                                 \
+    X(cuInit)                                                                       \
+    X(cuGetErrorName) X(cuDeviceGet) X(cuDeviceGetName) X(cuDevicePrimaryCtxRetain) \
+        X(cuCtxSetCurrent) X(cuMemAlloc) X(cuMemGetInfo) X(cuPointerGetAttribute)   \
+            X(cuPointerSetAttribute) X(cuMemGetHandleForAddressRange)
 #define FN(name) __typeof__(&name) name;
 #define NAME(name) #name
 #define LOAD(name)                                    \
@@ -76,8 +77,8 @@ static void buffer_id(void *src, struct bench_lane *l, uint64_t n)
     uint64_t rng = l->rng;
     for (uint64_t i = 0; i < n; i++) {
         CUdeviceptr p = (CUdeviceptr)(uintptr_t)bench_pick(s->base, s->regions, &rng);
-        tag_failures += cu.cuPointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, p) !=
-                        CUDA_SUCCESS;
+        tag_failures +=
+            cu.cuPointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, p) != CUDA_SUCCESS;
         sum += id;
     }
     l->rng = rng;
@@ -110,7 +111,7 @@ static void export_unpin(void *handle)
     close((int)((uintptr_t)handle - 1));
 }
 
-const struct bench_pinner bench_dmabuf = {export_pin, export_unpin};
+const struct bench_pinner bench_dmabuf = { export_pin, export_unpin };
 
 int bench_cuda_open(struct bench_src *s, struct bench_machine *m)
 {
@@ -120,8 +121,8 @@ int bench_cuda_open(struct bench_src *s, struct bench_machine *m)
     size_t free_b = 0, total_b = 0, want = bench_entries[BENCH_NELEM(bench_entries) - 1];
     const char *why = load();
     if (!why && ((r = cu.cuInit(0)) || (r = cu.cuDeviceGet(&dev, 0)) ||
-                 (r = cu.cuDevicePrimaryCtxRetain(&ctx, dev)) ||
-                 (r = cu.cuCtxSetCurrent(ctx)) || (r = cu.cuMemGetInfo(&free_b, &total_b))))
+                 (r = cu.cuDevicePrimaryCtxRetain(&ctx, dev)) || (r = cu.cuCtxSetCurrent(ctx)) ||
+                 (r = cu.cuMemGetInfo(&free_b, &total_b))))
         why = cu_err(r);
     /* An eighth of the free memory stays with the driver: 1M regions
      * (64 GiB) fit an 80 GB GPU less that. */
@@ -130,14 +131,17 @@ int bench_cuda_open(struct bench_src *s, struct bench_machine *m)
     if (!why && (r = cu.cuMemAlloc(&p, (regions + 1) * BENCH_REGION)))
         why = cu_err(r);
     if (why) {
-        bench_note(&(struct bench_row){.workload = "cuda"}, "no GPU rows: %s", why);
+        bench_note(&(struct bench_row){ .workload = "cuda" }, "no GPU rows: %s", why);
         return -1;
     }
     cu.cuDeviceGetName(m->gpu, sizeof(m->gpu), dev);
     driver_version(m->driver, sizeof(m->driver));
     bench_thread_start = enter;
     /* Never freed: the process ends with the run. */
-    *s = (struct bench_src){"cuda", (p + BENCH_REGION - 1) & ~(uintptr_t)(BENCH_REGION - 1),
-                            regions, 1, {buffer_id, NULL, buffer_id_check, NULL}};
+    *s = (struct bench_src){ "cuda",
+                             (p + BENCH_REGION - 1) & ~(uintptr_t)(BENCH_REGION - 1),
+                             regions,
+                             1,
+                             { buffer_id, NULL, buffer_id_check, NULL } };
     return 0;
 }

@@ -2,15 +2,18 @@
  * TAG_CHECK mode, beside the bare tag source a TAG_CHECK hit adds. */
 #include "bench.h"
 
-const size_t bench_entries[4] = {1, 1000, 100000, 1000000};
+const size_t bench_entries[4] = { 1, 1000, 100000, 1000000 };
 
 void bench_hits(const struct bench_src *s)
 {
     for (size_t k = 0; k < BENCH_NELEM(bench_entries); k++) {
         struct bench_src span = *s; /* the first entries' regions */
         struct bench_op tag = s->tag;
-        struct bench_row r = {.workload = "hits", .source = s->name, .impl = "tag",
-                              .what = "query", .entries = bench_entries[k]};
+        struct bench_row r = { .workload = "hits",
+                               .source = s->name,
+                               .impl = "tag",
+                               .what = "query",
+                               .entries = bench_entries[k] };
         span.regions = bench_entries[k];
         tag.ctx = &span;
         if (span.regions > s->regions)
@@ -18,7 +21,7 @@ void bench_hits(const struct bench_src *s)
         else
             bench_measure(&r, &tag, bench.batch);
         for (int mode = REGCACHE_VALIDATE_TAG_CHECK; mode <= REGCACHE_VALIDATE_HOOKS; mode++) {
-            struct bench_row h = {.workload = "hits", .source = s->name, .what = "hit"};
+            struct bench_row h = { .workload = "hits", .source = s->name, .what = "hit" };
             bench_hit_rows(&h, s, mode, span.regions, 0, 0);
         }
     }

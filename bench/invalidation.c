@@ -42,15 +42,20 @@ static void drop_run(void *ctx, struct bench_lane *l, uint64_t n)
 
 void bench_invalidation(const struct bench_src *s)
 {
-    static const size_t counts[] = {1000, 100000};
+    static const size_t counts[] = { 1000, 100000 };
     for (size_t k = 0; k < BENCH_NELEM(counts); k++) {
-        struct bench_row r = {.workload = "invalidation", .source = s->name, .impl = "regcache",
-                              .what = "none", .asked = bench_mode_name(REGCACHE_VALIDATE_HOOKS),
-                              .entries = counts[k]};
-        struct inval v = {{.counter = offsetof(struct regcache_stats, invalidations_notify)},
-                          s->base, counts[k], 0};
-        struct bench_op none = {none_run, NULL, bench_use_check, &v};
-        struct bench_op drop = {drop_run, recache, bench_use_check, &v};
+        struct bench_row r = { .workload = "invalidation",
+                               .source = s->name,
+                               .impl = "regcache",
+                               .what = "none",
+                               .asked = bench_mode_name(REGCACHE_VALIDATE_HOOKS),
+                               .entries = counts[k] };
+        struct inval v = { { .counter = offsetof(struct regcache_stats, invalidations_notify) },
+                           s->base,
+                           counts[k],
+                           0 };
+        struct bench_op none = { none_run, NULL, bench_use_check, &v };
+        struct bench_op drop = { drop_run, recache, bench_use_check, &v };
         char why[160];
         /* notify_free reaches every cache in the process: this is the only one. */
         v.use.cache = bench_cache(s, NULL, REGCACHE_VALIDATE_HOOKS, 0, 0, why, sizeof(why));

@@ -63,8 +63,10 @@ void bench_emit(const struct bench_row *r)
     fputc('}', out);
     fprintf(stderr, "%-12s %-4s %-8s %-11s %-9s %-3s %7llu %2u thr  %.1f (p99 %.1f) %s\n",
             r->workload, r->source, r->impl, r->what, mode, r->ledger ? r->ledger : "",
-            (unsigned long long)(r->entries ? r->entries : r->size), r->threads, r->median,
-            r->p99, r->note[0] ? r->note : r->threads ? "Mops/s" : "ns");
+            (unsigned long long)(r->entries ? r->entries : r->size), r->threads, r->median, r->p99,
+            r->note[0]   ? r->note
+            : r->threads ? "Mops/s"
+                         : "ns");
 }
 
 void bench_note(struct bench_row *r, const char *fmt, ...)

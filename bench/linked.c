@@ -6,8 +6,8 @@
 
 void bench_linked(const struct bench_src *s)
 {
-    struct bench_row hit = {.workload = "linked", .source = s->name, .what = "hit"};
-    struct bench_row shared = {.workload = "linked", .source = s->name, .what = "shared"};
+    struct bench_row hit = { .workload = "linked", .source = s->name, .what = "hit" };
+    struct bench_row shared = { .workload = "linked", .source = s->name, .what = "shared" };
     bench_hit_rows(&hit, s, REGCACHE_VALIDATE_AUTO, BENCH_SET, 0, 0);
     bench_hit_rows(&shared, s, REGCACHE_VALIDATE_AUTO, BENCH_SET, 0, 1);
 }

@@ -28,7 +28,7 @@ static void cpu_model(char *out, size_t len)
 
 int main(int argc, char **argv)
 {
-    struct bench_machine m = {.cores = sysconf(_SC_NPROCESSORS_ONLN)};
+    struct bench_machine m = { .cores = sysconf(_SC_NPROCESSORS_ONLN) };
     struct bench_src cpu, gpu;
     int quick = argc == 4 && strcmp(argv[1], "--quick") == 0;
     if (argc != 3 + quick || strcmp(argv[1 + quick], "--json") != 0) {
@@ -39,8 +39,8 @@ int main(int argc, char **argv)
     }
     /* Enough samples for a stable p99 (5 beyond it in a full run); runs of
      * a fifth of a second keep 7 thread counts of 6 series in a minute. */
-    bench = (struct bench_settings){quick, quick ? 100 : 500, 1000, quick ? 3 : 5,
-                                    quick ? 0.05 : 0.2};
+    bench = (struct bench_settings){ quick, quick ? 100 : 500, 1000, quick ? 3 : 5,
+                                     quick ? 0.05 : 0.2 };
     cpu_model(m.cpu, sizeof(m.cpu));
     if (bench_json_open(argv[2 + quick]) != 0 || bench_null_source(&cpu) != 0) {
         perror("regcache-bench: writing the JSON or mapping the address space");

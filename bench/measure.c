@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-const unsigned bench_thread_counts[7] = {1, 2, 4, 8, 16, 24, 32};
+const unsigned bench_thread_counts[7] = { 1, 2, 4, 8, 16, 24, 32 };
 void (*bench_thread_start)(void);
 volatile uint64_t bench_sink;
 
@@ -36,13 +36,12 @@ static double rank(const double *sorted, size_t n, double q)
 /* Seeds differ per thread so that threads do not walk the regions in step. */
 static struct bench_lane lane(unsigned index)
 {
-    return (struct bench_lane){0x9E3779B97F4A7C15ULL * (index + 1) | 1, index};
+    return (struct bench_lane){ 0x9E3779B97F4A7C15ULL * (index + 1) | 1, index };
 }
 
 /* Fill r from the samples v[0..n) (tail: 0.99 for times, 0.01 for rates,
  * whose bad tail is the low end), check op and emit r. */
-static void finish(struct bench_row *r, const struct bench_op *op, double *v, size_t n,
-                   double tail)
+static void finish(struct bench_row *r, const struct bench_op *op, double *v, size_t n, double tail)
 {
     char why[160];
     qsort(v, n, sizeof(v[0]), cmp_double);
@@ -115,7 +114,7 @@ static double run_once(const struct bench_op *op, unsigned threads, double secon
 
     pthread_barrier_init(&start, NULL, threads + 1);
     for (unsigned i = 0; i < threads; i++) {
-        w[i] = (struct worker){op, &start, &stop, lane(i), 0};
+        w[i] = (struct worker){ op, &start, &stop, lane(i), 0 };
         /* The barrier counts on every thread: without one, no run. */
         if (pthread_create(&tid[i], NULL, work, &w[i]) != 0) {
             fputs("regcache-bench: pthread_create failed\n", stderr);
@@ -123,9 +122,9 @@ static double run_once(const struct bench_op *op, unsigned threads, double secon
         }
     }
     pthread_barrier_wait(&start);
-    nanosleep(&(struct timespec){(time_t)seconds,
-                                 (long)((seconds - (double)(time_t)seconds) * 1e9)},
-              NULL);
+    nanosleep(
+        &(struct timespec){ (time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9) },
+        NULL);
     atomic_store(&stop, 1);
     for (unsigned i = 0; i < threads; i++) {
         pthread_join(tid[i], NULL);

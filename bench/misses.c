@@ -49,15 +49,19 @@ static void uncache(void *ctx)
     regcache_invalidate(m->use.cache, (void *)m->base, m->ops * m->size);
 }
 
-void bench_miss_rows(struct bench_row *r, const struct bench_src *s,
-                     const struct bench_pinner *p, size_t size, unsigned ops)
+void bench_miss_rows(struct bench_row *r, const struct bench_src *s, const struct bench_pinner *p,
+                     size_t size, unsigned ops)
 {
     char why[160];
-    struct miss m = {{.cache = bench_cache(s, p, REGCACHE_VALIDATE_HOOKS, 0, 0, why, sizeof(why)),
-                      .counter = offsetof(struct regcache_stats, misses)}, p, s->base, size, ops};
-    struct bench_op raw = {raw_run, NULL, bench_use_check, &m};
-    struct bench_op miss = {miss_run, uncache, bench_use_check, &m};
-    struct bench_op hit = {hit_run, NULL, bench_use_check, &m};
+    struct miss m = { { .cache = bench_cache(s, p, REGCACHE_VALIDATE_HOOKS, 0, 0, why, sizeof(why)),
+                        .counter = offsetof(struct regcache_stats, misses) },
+                      p,
+                      s->base,
+                      size,
+                      ops };
+    struct bench_op raw = { raw_run, NULL, bench_use_check, &m };
+    struct bench_op miss = { miss_run, uncache, bench_use_check, &m };
+    struct bench_op hit = { hit_run, NULL, bench_use_check, &m };
     r->impl = "backend";
     r->what = "reg+dereg";
     r->size = size;
@@ -84,8 +88,9 @@ void bench_misses(const struct bench_src *s)
     char was[64];
     snprintf(was, sizeof(was), "%s", env ? env : "");
     for (int off = 0; off < 2; off++) {
-        struct bench_row r = {.workload = "misses", .source = s->name,
-                              .ledger = off ? "off" : "on"};
+        struct bench_row r = { .workload = "misses",
+                               .source = s->name,
+                               .ledger = off ? "off" : "on" };
         if (off)
             setenv("REGCACHE_LEDGER", "off", 1);
         else

@@ -80,11 +80,13 @@ static void hit_run(void *ctx, struct bench_lane *l, uint64_t n)
     l->rng = rng;
 }
 
-void bench_hit_rows(struct bench_row *r, const struct bench_src *s, int validation,
-                    size_t regions, size_t set, int series)
+void bench_hit_rows(struct bench_row *r, const struct bench_src *s, int validation, size_t regions,
+                    size_t set, int series)
 {
-    struct target t = {{.counter = offsetof(struct regcache_stats, misses)}, s->base, regions, set};
-    struct bench_op op = {hit_run, NULL, bench_use_check, &t};
+    struct target t = {
+        { .counter = offsetof(struct regcache_stats, misses) }, s->base, regions, set
+    };
+    struct bench_op op = { hit_run, NULL, bench_use_check, &t };
     char why[160];
     r->impl = "regcache";
     r->asked = bench_mode_name(validation);

@@ -7,8 +7,8 @@
 void bench_threads(const struct bench_src *s)
 {
     unsigned most = bench_thread_counts[BENCH_NELEM(bench_thread_counts) - 1];
-    struct bench_row shared = {.workload = "threads", .source = s->name, .what = "shared"};
-    struct bench_row own = {.workload = "threads", .source = s->name, .what = "private"};
+    struct bench_row shared = { .workload = "threads", .source = s->name, .what = "shared" };
+    struct bench_row own = { .workload = "threads", .source = s->name, .what = "private" };
     bench_hit_rows(&shared, s, REGCACHE_VALIDATE_HOOKS, BENCH_SET, 0, 1);
     bench_hit_rows(&own, s, REGCACHE_VALIDATE_HOOKS, (size_t)most * BENCH_SET, BENCH_SET, 1);
 }

@@ -15,7 +15,8 @@
 void bench_ucx(const struct bench_src *s, struct bench_machine *m)
 {
     (void)s, (void)m;
-    bench_note(&(struct bench_row){.workload = "ucx"}, "UCX (ucs/memory/rcache.h, libucs) "
+    bench_note(&(struct bench_row){ .workload = "ucx" },
+               "UCX (ucs/memory/rcache.h, libucs) "
                "not found at configure time: install libucx-dev and reconfigure");
 }
 #else
@@ -25,11 +26,11 @@ void bench_ucx(const struct bench_src *s, struct bench_machine *m)
 #include <sys/mman.h>
 #include <ucs/memory/rcache.h>
 
-#define UCS_CALLS(X)                                                                 \
-    X(ucs_rcache_create) X(ucs_rcache_destroy) X(ucs_rcache_get) X(ucs_rcache_region_put) \
-    X(ucs_status_string)
+#define UCS_CALLS(X)     \
+    X(ucs_rcache_create) \
+    X(ucs_rcache_destroy) X(ucs_rcache_get) X(ucs_rcache_region_put) X(ucs_status_string)
 #define FN(name) __typeof__(&name) name;
-#define LOAD(name)                                  \
+#define LOAD(name)                                \
     if (!(*(void **)&ucs.name = dlsym(h, #name))) \
         return "it lacks " #name;
 
@@ -60,15 +61,15 @@ static void null_dereg(void *context, ucs_rcache_t *rcache, ucs_rcache_region_t 
     (void)context, (void)rcache, (void)region;
 }
 
-static void no_dump(void *context, ucs_rcache_t *rcache, ucs_rcache_region_t *region,
-                    char *buf, size_t max)
+static void no_dump(void *context, ucs_rcache_t *rcache, ucs_rcache_region_t *region, char *buf,
+                    size_t max)
 {
     (void)context, (void)rcache, (void)region;
     if (max)
         buf[0] = '\0';
 }
 
-static const ucs_rcache_ops_t null_ops = {null_reg, null_dereg, no_dump};
+static const ucs_rcache_ops_t null_ops = { null_reg, null_dereg, no_dump };
 
 /* ucs_rcache checks that the mapping allows what is asked for. */
 #define PROT (PROT_READ | PROT_WRITE)
@@ -142,18 +143,20 @@ void bench_ucx(const struct bench_src *s, struct bench_machine *m)
 {
     const char *why = load();
     if (why) {
-        bench_note(&(struct bench_row){.workload = "ucx"}, "cannot load %s: %s",
+        bench_note(&(struct bench_row){ .workload = "ucx" }, "cannot load %s: %s",
                    BENCH_UCS_LIBRARY, why);
         return;
     }
     snprintf(m->ucx, sizeof(m->ucx), "%s", BENCH_UCX_VERSION[0] ? BENCH_UCX_VERSION : "unknown");
     for (size_t k = 0; k <= BENCH_NELEM(bench_entries); k++) {
         int series = k == BENCH_NELEM(bench_entries);
-        struct bench_row r = {.workload = "ucx", .source = s->name, .impl = "ucx",
-                              .what = series ? "shared" : "hit",
-                              .entries = series ? BENCH_SET : bench_entries[k]};
-        struct ucx u = {.base = s->base, .regions = r.entries};
-        struct bench_op op = {ucx_run, NULL, ucx_check, &u};
+        struct bench_row r = { .workload = "ucx",
+                               .source = s->name,
+                               .impl = "ucx",
+                               .what = series ? "shared" : "hit",
+                               .entries = series ? BENCH_SET : bench_entries[k] };
+        struct ucx u = { .base = s->base, .regions = r.entries };
+        struct bench_op op = { ucx_run, NULL, ucx_check, &u };
         if ((why = open_ucx(&u, s)))
             bench_note(&r, "failed: %s", why);
         else if (series)

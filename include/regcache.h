@@ -83,20 +83,20 @@ struct ibv_mr;
  *                      CUmemAllocationProp.allocFlags.gpuDirectRDMACapable:
  *                      refused before the NIC is asked.
  */
-#define REGCACHE_STATUS_TABLE(X)                                               \
-    X(OK, 0, "success")                                                        \
-    X(ERR_INVALID, -1, "invalid argument")                                     \
-    X(ERR_NO_MEMORY, -2, "out of host memory")                                 \
-    X(ERR_NOT_GPU, -3, "not GPU memory (host memory, unknown to CUDA, or already freed)") \
-    X(ERR_MANAGED, -4, "CUDA managed memory cannot be registered for GPUDirect RDMA") \
-    X(ERR_NO_SPACE, -5, "registration resources exhausted (BAR1 or pinned memory)") \
-    X(ERR_BACKEND, -6, "the registration backend failed")                      \
-    X(ERR_CUDA, -7, "a CUDA driver call failed")                               \
-    X(ERR_UNSUPPORTED, -8, "registration method not available on this system") \
+#define REGCACHE_STATUS_TABLE(X)                                                            \
+    X(OK, 0, "success")                                                                     \
+    X(ERR_INVALID, -1, "invalid argument")                                                  \
+    X(ERR_NO_MEMORY, -2, "out of host memory")                                              \
+    X(ERR_NOT_GPU, -3, "not GPU memory (host memory, unknown to CUDA, or already freed)")   \
+    X(ERR_MANAGED, -4, "CUDA managed memory cannot be registered for GPUDirect RDMA")       \
+    X(ERR_NO_SPACE, -5, "registration resources exhausted (BAR1 or pinned memory)")         \
+    X(ERR_BACKEND, -6, "the registration backend failed")                                   \
+    X(ERR_CUDA, -7, "a CUDA driver call failed")                                            \
+    X(ERR_UNSUPPORTED, -8, "registration method not available on this system")              \
     X(ERR_FORKED, -9, "cache was inherited across fork(); create a new cache in the child") \
-    X(ERR_RANGE, -10, "range is not one contiguous piece of mapped memory")    \
-    X(ERR_HOLD_LIMIT, -11, "entry has too many holders (gets without put)")    \
-    X(ERR_REENTRANT, -12, "a backend callback asked for the range it is registering") \
+    X(ERR_RANGE, -10, "range is not one contiguous piece of mapped memory")                 \
+    X(ERR_HOLD_LIMIT, -11, "entry has too many holders (gets without put)")                 \
+    X(ERR_REENTRANT, -12, "a backend callback asked for the range it is registering")       \
     X(ERR_NOT_RDMA_CAPABLE, -13, "VMM memory was created without the GPUDirect RDMA flag")
 
 #define REGCACHE_STATUS_ENUM(name, value, message) REGCACHE_##name = value,
@@ -125,9 +125,9 @@ REGCACHE_API const char *regcache_version(void);
 #define REGCACHE_MAX_RAILS 8
 
 enum regcache_mem_type {
-    REGCACHE_MEM_DEVICE = 1,  /* GPU memory (cuMemAlloc, pools, VMM) */
-    REGCACHE_MEM_HOST = 2,    /* host memory, pinned or pageable */
-    REGCACHE_MEM_MANAGED = 3  /* CUDA managed memory: never registered */
+    REGCACHE_MEM_DEVICE = 1, /* GPU memory (cuMemAlloc, pools, VMM) */
+    REGCACHE_MEM_HOST = 2,   /* host memory, pinned or pageable */
+    REGCACHE_MEM_MANAGED = 3 /* CUDA managed memory: never registered */
 };
 
 /* regcache_mem_info.flags */
@@ -185,12 +185,10 @@ struct regcache_mem_info {
  * registration is then handed out once and deregistered at its put.
  */
 struct regcache_backend {
-    int (*reg)(void *arg, void *addr, size_t len, int device, int rail,
-               void **handle);
+    int (*reg)(void *arg, void *addr, size_t len, int device, int rail, void **handle);
     void (*dereg)(void *arg, void *handle);
     void *arg;
-    int (*query)(void *arg, const void *addr, size_t len,
-                 struct regcache_mem_info *info);
+    int (*query)(void *arg, const void *addr, size_t len, struct regcache_mem_info *info);
 };
 
 /* ------------------------------------------------------------------------ */
@@ -198,12 +196,12 @@ struct regcache_backend {
 /* ------------------------------------------------------------------------ */
 
 enum regcache_method {
-    REGCACHE_METHOD_AUTO = 0,    /* DMABUF where GPU and provider support it,
-                                    else PEERMEM */
-    REGCACHE_METHOD_DMABUF = 1,  /* cuMemGetHandleForAddressRange + 
-                                    ibv_reg_dmabuf_mr */
-    REGCACHE_METHOD_PEERMEM = 2  /* ibv_reg_mr on the GPU address; needs the
-                                    nvidia_peermem kernel module */
+    REGCACHE_METHOD_AUTO = 0,   /* DMABUF where GPU and provider support it,
+                                   else PEERMEM */
+    REGCACHE_METHOD_DMABUF = 1, /* cuMemGetHandleForAddressRange +
+                                   ibv_reg_dmabuf_mr */
+    REGCACHE_METHOD_PEERMEM = 2 /* ibv_reg_mr on the GPU address; needs the
+                                   nvidia_peermem kernel module */
 };
 
 enum regcache_validation {
@@ -223,24 +221,24 @@ enum regcache_validation {
  * when fields are added at the end.
  */
 struct regcache_params {
-    size_t size;                 /* sizeof(struct regcache_params); set by
-                                    regcache_params_init() */
-    struct ibv_pd *pd;           /* protection domain (built-in backend) */
-    int access;                  /* IBV_ACCESS_* flags (built-in backend);
-                                    default LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ */
-    enum regcache_method method; /* default AUTO */
-    enum regcache_validation validation; /* default AUTO */
-    size_t alignment;            /* registrations are rounded to this power of
-                                    two; default 65536 (the GPU BAR page) */
-    size_t max_bytes;            /* per device budget for cached bytes; 0 =
-                                    free BAR1 less a reserve for GPUs (see
-                                    README), unlimited for host memory */
-    size_t max_entries;          /* per device entry limit; 0 = unlimited */
-    int whole_allocation;        /* register the whole CUDA allocation that
-                                    holds a range (default 1), where it is
-                                    at most whole_allocation_max */
-    int host_memory;             /* accept host memory (default 0: refused
-                                    with REGCACHE_ERR_NOT_GPU) */
+    size_t size;                            /* sizeof(struct regcache_params); set by
+                                               regcache_params_init() */
+    struct ibv_pd *pd;                      /* protection domain (built-in backend) */
+    int access;                             /* IBV_ACCESS_* flags (built-in backend);
+                                               default LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ */
+    enum regcache_method method;            /* default AUTO */
+    enum regcache_validation validation;    /* default AUTO */
+    size_t alignment;                       /* registrations are rounded to this power of
+                                               two; default 65536 (the GPU BAR page) */
+    size_t max_bytes;                       /* per device budget for cached bytes; 0 =
+                                               free BAR1 less a reserve for GPUs (see
+                                               README), unlimited for host memory */
+    size_t max_entries;                     /* per device entry limit; 0 = unlimited */
+    int whole_allocation;                   /* register the whole CUDA allocation that
+                                               holds a range (default 1), where it is
+                                               at most whole_allocation_max */
+    int host_memory;                        /* accept host memory (default 0: refused
+                                               with REGCACHE_ERR_NOT_GPU) */
     const struct regcache_backend *backend; /* NULL = built-in verbs */
     /* Fields below were added in 0.2. */
     size_t whole_allocation_max; /* the largest allocation registered whole;
@@ -286,8 +284,7 @@ typedef struct regcache_entry regcache_entry_t;
  * reg or dereg, a REGCACHE_* variable that does not parse), NO_MEMORY,
  * UNSUPPORTED.  Thread safe.
  */
-REGCACHE_API int regcache_create(const struct regcache_params *params,
-                                 regcache_t **cache);
+REGCACHE_API int regcache_create(const struct regcache_params *params, regcache_t **cache);
 
 /*
  * Deregister every entry and free the cache.  Entries still held are
@@ -335,8 +332,7 @@ REGCACHE_API int regcache_get(regcache_t *cache, const void *addr, size_t len,
  * for that rail.  Errors: those of regcache_get(), and INVALID for a rail out
  * of range.  Thread safe.
  */
-REGCACHE_API int regcache_get_rail(regcache_t *cache, unsigned rail,
-                                   const void *addr, size_t len,
+REGCACHE_API int regcache_get_rail(regcache_t *cache, unsigned rail, const void *addr, size_t len,
                                    regcache_entry_t **entry);
 
 /*
@@ -363,8 +359,8 @@ REGCACHE_API struct ibv_mr *regcache_entry_mr(const regcache_entry_t *entry);
 /* The registered range of a held entry (rounded; may be larger than the
  * request).  Either output may be NULL; both are zeroed for a NULL entry.
  * Thread safe. */
-REGCACHE_API void regcache_entry_range(const regcache_entry_t *entry,
-                                       uintptr_t *start, size_t *len);
+REGCACHE_API void regcache_entry_range(const regcache_entry_t *entry, uintptr_t *start,
+                                       size_t *len);
 
 /* ------------------------------------------------------------------------ */
 /* Invalidation and eviction                                                 */
@@ -376,8 +372,7 @@ REGCACHE_API void regcache_entry_range(const regcache_entry_t *entry,
  * deregistered on their last put.
  * Errors: INVALID (NULL cache, len 0, wrapping range), FORKED.  Thread safe.
  */
-REGCACHE_API int regcache_invalidate(regcache_t *cache, const void *addr,
-                                     size_t len);
+REGCACHE_API int regcache_invalidate(regcache_t *cache, const void *addr, size_t len);
 
 /*
  * regcache_invalidate() on every live cache in the process; what the hooks
@@ -408,25 +403,25 @@ REGCACHE_API int regcache_flush(regcache_t *cache);
 /* ------------------------------------------------------------------------ */
 
 struct regcache_stats {
-    uint64_t hits;              /* gets served by a cached entry */
-    uint64_t misses;            /* gets that needed a registration */
-    uint64_t registrations;     /* successful backend reg calls */
-    uint64_t deregistrations;   /* backend dereg calls */
-    uint64_t evictions;         /* entries evicted (budget or exhaustion) */
-    uint64_t invalidations_tag; /* entries dropped by a failed tag check */
-    uint64_t invalidations_notify; /* entries dropped by regcache_notify_free */
+    uint64_t hits;                   /* gets served by a cached entry */
+    uint64_t misses;                 /* gets that needed a registration */
+    uint64_t registrations;          /* successful backend reg calls */
+    uint64_t deregistrations;        /* backend dereg calls */
+    uint64_t evictions;              /* entries evicted (budget or exhaustion) */
+    uint64_t invalidations_tag;      /* entries dropped by a failed tag check */
+    uint64_t invalidations_notify;   /* entries dropped by regcache_notify_free */
     uint64_t invalidations_explicit; /* entries dropped by regcache_invalidate */
-    uint64_t reg_failures;      /* failed backend reg calls (retries count) */
-    uint64_t entries;           /* entries in the cache now */
-    uint64_t bytes;             /* registered bytes in the cache now
-                                   (counted once however many rails) */
-    uint64_t peak_bytes;        /* highest value of bytes so far */
+    uint64_t reg_failures;           /* failed backend reg calls (retries count) */
+    uint64_t entries;                /* entries in the cache now */
+    uint64_t bytes;                  /* registered bytes in the cache now
+                                        (counted once however many rails) */
+    uint64_t peak_bytes;             /* highest value of bytes so far */
     /* Fields below were added in 0.2. */
-    uint64_t one_shots;         /* gets served a registration that never
-                                   entered the cache (its memory was
-                                   invalidated while it was registered) */
-    uint64_t budget;            /* byte budget now (per device; summed over
-                                   devices that have one); 0 = none */
+    uint64_t one_shots; /* gets served a registration that never
+                           entered the cache (its memory was
+                           invalidated while it was registered) */
+    uint64_t budget;    /* byte budget now (per device; summed over
+                           devices that have one); 0 = none */
 };
 
 /*
@@ -434,8 +429,7 @@ struct regcache_stats {
  * stopping other threads: each is exact, the set is not a snapshot.
  * Errors: INVALID (NULL).  Thread safe.
  */
-REGCACHE_API int regcache_get_stats(const regcache_t *cache,
-                                    struct regcache_stats *stats);
+REGCACHE_API int regcache_get_stats(const regcache_t *cache, struct regcache_stats *stats);
 
 /*
  * The counters of one device (a CUDA ordinal, or REGCACHE_DEVICE_HOST for

@@ -16,5 +16,5 @@ static void user_dereg(void *arg, void *handle)
 
 void rc_backend_adapt(struct rc_backend *b, const struct regcache_backend *user)
 {
-    *b = (struct rc_backend){.reg = user_reg, .dereg = user_dereg, .arg = b, .user = *user};
+    *b = (struct rc_backend){ .reg = user_reg, .dereg = user_dereg, .arg = b, .user = *user };
 }

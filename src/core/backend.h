@@ -18,7 +18,7 @@ struct rc_shared {
     uint64_t offset; /* of the range's start within the dmabuf */
 };
 
-#define RC_SHARED_NONE ((struct rc_shared){.fd = -1, .offset = 0})
+#define RC_SHARED_NONE ((struct rc_shared){ .fd = -1, .offset = 0 })
 
 struct rc_backend {
     /* 0 or an errno value, as regcache_backend.reg. */

@@ -50,8 +50,8 @@ static void set_budget(struct regcache *c, int slot, struct rc_device *d)
      * whole for a small request, would crowd out everything else, and under
      * a budget smaller than itself it would be evicted at every put. */
     size_t whole = p->whole_allocation_max ? p->whole_allocation_max
-                   : bytes == SIZE_MAX    ? SIZE_MAX
-                                          : bytes / 4;
+                   : bytes == SIZE_MAX     ? SIZE_MAX
+                                           : bytes / 4;
     d->whole_max = whole;
     atomic_store_explicit(&d->max_entries, or_unlimited(p->max_entries), memory_order_relaxed);
     atomic_store_explicit(&d->max_bytes, bytes, memory_order_relaxed);
@@ -65,9 +65,9 @@ struct rc_device *rc_device(struct regcache *c, int slot)
         return d;
     /* One thread reads the budget (NVML may take milliseconds); others wait
      * for it, without holding the cache lock. */
-    if (state == 0 && atomic_compare_exchange_strong_explicit(&d->budget_state, &state, 1,
-                                                              memory_order_acquire,
-                                                              memory_order_acquire)) {
+    if (state == 0 &&
+        atomic_compare_exchange_strong_explicit(&d->budget_state, &state, 1, memory_order_acquire,
+                                                memory_order_acquire)) {
         set_budget(c, slot, d);
         atomic_store_explicit(&d->budget_state, 2, memory_order_release);
         return d;
@@ -100,12 +100,12 @@ void rc_ledger_note_locked(struct regcache *c, struct rc_device *d)
     d->ledger_published = now;
     struct regcache_stats s;
     regcache_get_device_stats(c, (int)(d - c->dev), &s);
-    rc_ledger_publish(d->ledger, &(struct rc_ledger_counts){
-                                     .hits = s.hits, .misses = s.misses,
-                                     .evictions = s.evictions,
-                                     .inval_tag = s.invalidations_tag,
-                                     .inval_notify = s.invalidations_notify,
-                                     .reg_failures = s.reg_failures});
+    rc_ledger_publish(d->ledger, &(struct rc_ledger_counts){ .hits = s.hits,
+                                                             .misses = s.misses,
+                                                             .evictions = s.evictions,
+                                                             .inval_tag = s.invalidations_tag,
+                                                             .inval_notify = s.invalidations_notify,
+                                                             .reg_failures = s.reg_failures });
 }
 
 void rc_budget_fini(struct regcache *c)

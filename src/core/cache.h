@@ -35,12 +35,12 @@ struct rc_device {
      * under the cache lock. */
     atomic_size_t bytes, entries;
     atomic_size_t max_bytes, max_entries; /* SIZE_MAX = unlimited */
-    atomic_bool over; /* more than the budget: put trims (rc_recheck_budget) */
+    atomic_bool over;                     /* more than the budget: put trims (rc_recheck_budget) */
     /* The GPU's shared BAR1 budget (ledger.h), or NULL: none (host memory,
      * REGCACHE_LEDGER=off, or it could not be had).  Set with the budget. */
     struct rc_ledger *ledger;
-    bool ledger_limits;         /* no max_bytes: the ledger sets the limit */
-    uint64_t ledger_published;  /* when the counters last went out (ns) */
+    bool ledger_limits;        /* no max_bytes: the ledger sets the limit */
+    uint64_t ledger_published; /* when the counters last went out (ns) */
     /* Bytes of registrations in flight (under the lock): the ledger counts
      * them with `bytes`, so that no other cache takes their room. */
     size_t pending;
@@ -64,7 +64,7 @@ struct regcache {
      * a heavy fence instead (asym_fence.h), when that fence works here. */
     bool fenceless;
     unsigned fork_generation;
-    int hit_id;      /* column in the thread records' hit counters, or -1 */
+    int hit_id; /* column in the thread records' hit counters, or -1 */
     unsigned rails;
 
     /* The LRU epoch (lru.h): read by every put, written at registrations,
@@ -87,7 +87,7 @@ struct regcache {
     size_t host_page;
     struct rc_options opts;
 
-    pthread_mutex_t lock; /* tree, heaps, budgets, zombies, pool, log */
+    pthread_mutex_t lock;      /* tree, heaps, budgets, zombies, pool, log */
     pthread_cond_t registered; /* a pending registration finished */
     struct rc_itree tree;
     struct rc_device dev[RC_DEVICE_SLOTS];
@@ -245,8 +245,7 @@ static inline void rc_list_push(struct regcache_entry **list, struct regcache_en
  * deregistration (counted now; the backend's dereg follows without the
  * lock).  From now on nothing but that deregistration touches e until the
  * pool hands it out again. */
-void rc_victim_push(struct regcache *c, struct regcache_entry **victims,
-                    struct regcache_entry *e);
+void rc_victim_push(struct regcache *c, struct regcache_entry **victims, struct regcache_entry *e);
 
 /* Without the lock: deregister a list of victims and give them back. */
 void rc_release_victims(struct regcache *c, struct regcache_entry *list);

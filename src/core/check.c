@@ -56,7 +56,7 @@ void rc_check_locked(struct regcache *c)
     const char *why = rc_itree_check(&c->tree);
     if (why)
         broken(c, why, NULL);
-    struct census k = {.c = c};
+    struct census k = { .c = c };
     rc_itree_visit_overlaps(&c->tree, 0, UINTPTR_MAX, check_entry, &k);
     for (int i = 0; i < RC_DEVICE_SLOTS; i++) {
         struct rc_device *d = &c->dev[i];

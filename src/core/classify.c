@@ -19,15 +19,15 @@ static int round_out(uintptr_t start, uintptr_t end, size_t align, uintptr_t *rs
 
 static int query(struct regcache *c, uintptr_t addr, size_t len, struct regcache_mem_info *info)
 {
-    *info = (struct regcache_mem_info){0};
+    *info = (struct regcache_mem_info){ 0 };
     /* A backend's query callback returns a bare status (it cannot set the
      * message): explain it here, or the message of whatever call failed
      * before would be left to explain this one. */
     rc_clear_error();
     int rc = c->mem.query(c->mem.ctx, (const void *)addr, len, info);
     if (rc != REGCACHE_OK && !regcache_last_error()[0])
-        rc_set_error("the memory query for %p failed: %s (%s)", (void *)addr,
-                     regcache_err_name(rc), regcache_strerror(rc));
+        rc_set_error("the memory query for %p failed: %s (%s)", (void *)addr, regcache_err_name(rc),
+                     regcache_strerror(rc));
     return rc;
 }
 
@@ -36,7 +36,7 @@ static int add_mapping(struct rc_want *w, uintptr_t base, uint64_t id)
     struct rc_mapping *more = realloc(w->more, (w->nmore + 1) * sizeof(*more));
     if (!more)
         return rc_fail(REGCACHE_ERR_NO_MEMORY, "out of memory describing VMM mappings");
-    more[w->nmore++] = (struct rc_mapping){.base = base, .buffer_id = id};
+    more[w->nmore++] = (struct rc_mapping){ .base = base, .buffer_id = id };
     w->more = more;
     return REGCACHE_OK;
 }
@@ -52,18 +52,17 @@ static int span_mappings(struct regcache *c, struct rc_want *w,
         int rc = query(c, *end, w->end - *end, &next);
         if (rc != REGCACHE_OK)
             return rc;
-        if (next.type != REGCACHE_MEM_DEVICE || next.base > *end ||
-            next.base + next.size <= *end)
+        if (next.type != REGCACHE_MEM_DEVICE || next.base > *end || next.base + next.size <= *end)
             return rc_fail(REGCACHE_ERR_RANGE,
                            "[%p, %p) is not one piece of mapped memory: nothing is mapped at "
                            "%#jx (a hole after the VMM mapping that ends there)",
                            (void *)w->start, (void *)w->end, (uintmax_t)*end);
         if (!(next.flags & REGCACHE_MEM_MAPPING) || next.device != first->device)
-            return rc_fail(REGCACHE_ERR_RANGE,
-                           "[%p, %p) spans two allocations: %#jx starts %s",
+            return rc_fail(REGCACHE_ERR_RANGE, "[%p, %p) spans two allocations: %#jx starts %s",
                            (void *)w->start, (void *)w->end, (uintmax_t)*end,
-                           next.device != first->device ? "memory of another device"
-                                                        : "an allocation that is not a VMM mapping");
+                           next.device != first->device
+                               ? "memory of another device"
+                               : "an allocation that is not a VMM mapping");
         rc = add_mapping(w, *end, next.buffer_id);
         if (rc != REGCACHE_OK)
             return rc;
@@ -123,8 +122,8 @@ static int classify_device(struct regcache *c, struct rc_want *w,
                        "dmabuf support",
                        (void *)w->start);
     if (info->device < 0 || info->device >= RC_MAX_DEVICES)
-        return rc_fail(REGCACHE_ERR_UNSUPPORTED, "device ordinal %d is outside 0..%d",
-                       info->device, RC_MAX_DEVICES - 1);
+        return rc_fail(REGCACHE_ERR_UNSUPPORTED, "device ordinal %d is outside 0..%d", info->device,
+                       RC_MAX_DEVICES - 1);
     uintptr_t end = info->base + info->size;
     if (w->start < info->base || w->start >= end)
         return rc_fail(REGCACHE_ERR_BACKEND,
@@ -137,8 +136,7 @@ static int classify_device(struct regcache *c, struct rc_want *w,
         if (!(info->flags & REGCACHE_MEM_MAPPING))
             return rc_fail(REGCACHE_ERR_RANGE,
                            "[%p, %p) runs past the end of its CUDA allocation [%#jx, %#jx)",
-                           (void *)w->start, (void *)w->end, (uintmax_t)info->base,
-                           (uintmax_t)end);
+                           (void *)w->start, (void *)w->end, (uintmax_t)info->base, (uintmax_t)end);
         int rc = span_mappings(c, w, info, &end);
         if (rc != REGCACHE_OK)
             return rc;
@@ -176,9 +174,9 @@ void rc_want_fini(struct rc_want *w)
 
 bool rc_entry_memory_current(struct regcache *c, const struct regcache_entry *e)
 {
-    struct rc_want w = {.start = e->match_start, .end = e->match_end};
-    bool same = rc_classify(c, &w) == REGCACHE_OK && w.buffer_id == e->buffer_id &&
-                w.nmore == e->nmore;
+    struct rc_want w = { .start = e->match_start, .end = e->match_end };
+    bool same =
+        rc_classify(c, &w) == REGCACHE_OK && w.buffer_id == e->buffer_id && w.nmore == e->nmore;
     for (uint32_t i = 0; same && i < w.nmore; i++)
         same = w.more[i].base == e->more[i].base && w.more[i].buffer_id == e->more[i].buffer_id;
     rc_want_fini(&w);

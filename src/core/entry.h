@@ -78,11 +78,11 @@ struct regcache_entry {
     void *handles[RC_MAX_RAILS];
     struct rc_itree_node node; /* registered range, in cache->tree */
     enum rc_entry_state state;
-    bool heavy_scan;          /* its cache's hits do not fence (cache.h) */
-    unsigned rails_pending;   /* rails being registered now */
-    const void *registrant;   /* the thread registering (for REENTRANT) */
-    int device;               /* the backend's device argument */
-    struct rc_shared shared;  /* what the rails share (backend.h) */
+    bool heavy_scan;         /* its cache's hits do not fence (cache.h) */
+    unsigned rails_pending;  /* rails being registered now */
+    const void *registrant;  /* the thread registering (for REENTRANT) */
+    int device;              /* the backend's device argument */
+    struct rc_shared shared; /* what the rails share (backend.h) */
     /* Its place in the LRU heap. */
     size_t heap_idx;
     /* Pages under which the page index lists this entry. */
@@ -104,8 +104,7 @@ static inline int rc_entry_try_hold(struct regcache_entry *e)
             return 1;
         if ((old & RC_COUNT_MASK) == RC_COUNT_MASK)
             return REGCACHE_ERR_HOLD_LIMIT;
-    } while (!atomic_compare_exchange_weak_explicit(&e->refs, &old, old + 1,
-                                                    memory_order_seq_cst,
+    } while (!atomic_compare_exchange_weak_explicit(&e->refs, &old, old + 1, memory_order_seq_cst,
                                                     memory_order_relaxed));
     return REGCACHE_OK;
 }
@@ -123,8 +122,7 @@ static inline bool rc_entry_covers(const struct regcache_entry *e, uintptr_t sta
            end <= atomic_load_explicit(&m->match_end, memory_order_relaxed);
 }
 
-static inline bool rc_entry_overlaps(const struct regcache_entry *e, uintptr_t start,
-                                     uintptr_t end)
+static inline bool rc_entry_overlaps(const struct regcache_entry *e, uintptr_t start, uintptr_t end)
 {
     struct regcache_entry *m = (struct regcache_entry *)e;
     return start < atomic_load_explicit(&m->match_end, memory_order_relaxed) &&

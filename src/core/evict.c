@@ -41,8 +41,8 @@ void rc_make_room_locked(struct regcache *c, struct rc_device *d, size_t len,
         follow_ledger_locked(d, len);
     size_t max_bytes = atomic_load_explicit(&d->max_bytes, memory_order_relaxed);
     size_t max_entries = atomic_load_explicit(&d->max_entries, memory_order_relaxed);
-    rc_evict_locked(c, d, max_bytes > len ? max_bytes - len : 0, max_entries - 1,
-                    &d->n.evictions, victims);
+    rc_evict_locked(c, d, max_bytes > len ? max_bytes - len : 0, max_entries - 1, &d->n.evictions,
+                    victims);
 }
 
 void rc_trim(struct regcache *c, struct rc_device *d)
@@ -52,8 +52,8 @@ void rc_trim(struct regcache *c, struct rc_device *d)
     if (d->ledger_limits)
         follow_ledger_locked(d, 0);
     rc_evict_locked(c, d, atomic_load_explicit(&d->max_bytes, memory_order_relaxed),
-                    atomic_load_explicit(&d->max_entries, memory_order_relaxed),
-                    &d->n.evictions, &victims);
+                    atomic_load_explicit(&d->max_entries, memory_order_relaxed), &d->n.evictions,
+                    &victims);
     rc_check_locked(c);
     pthread_mutex_unlock(&c->lock);
     rc_release_victims(c, victims);

@@ -39,22 +39,23 @@ static COLD int bad_get(const struct regcache *c, const void *addr, size_t len, 
 {
     if (!c || !addr || !out)
         return rc_fail(REGCACHE_ERR_INVALID, "regcache_get: %s is NULL",
-                       !c ? "cache" : !addr ? "addr" : "entry");
+                       !c      ? "cache"
+                       : !addr ? "addr"
+                               : "entry");
     if (len == 0)
         return rc_fail(REGCACHE_ERR_INVALID, "regcache_get: len is 0");
     if (len > UINTPTR_MAX - (uintptr_t)addr)
-        return rc_fail(REGCACHE_ERR_INVALID, "regcache_get: %p + %zu wraps the address space",
-                       addr, len);
+        return rc_fail(REGCACHE_ERR_INVALID, "regcache_get: %p + %zu wraps the address space", addr,
+                       len);
     if (rail >= c->rails)
-        return rc_fail(REGCACHE_ERR_INVALID, "regcache_get: rail %u, but the cache has %u",
-                       rail, c->rails);
+        return rc_fail(REGCACHE_ERR_INVALID, "regcache_get: rail %u, but the cache has %u", rail,
+                       c->rails);
     return rc_fail(REGCACHE_ERR_FORKED,
                    "regcache_get: the cache was created before fork(); create one in the child");
 }
 
 /* TAG_CHECK: every mapping the entry spans still carries its buffer id. */
-static bool tags_current(const struct regcache *c, const struct regcache_entry *e,
-                         uintptr_t start)
+static bool tags_current(const struct regcache *c, const struct regcache_entry *e, uintptr_t start)
 {
     uint64_t id;
     if (!e->buffer_id)
@@ -140,9 +141,8 @@ static COLD int hit_without_rail(struct regcache *c, struct regcache_entry *e,
 
 /* Serve [start, end) from the page index with a slot hold: REGCACHE_OK,
  * RC_NOT_HIT, or the error of registering a missing rail. */
-static inline __attribute__((always_inline)) int try_hit(struct regcache *c, uintptr_t start,
-                                                         uintptr_t end, unsigned rail,
-                                                         regcache_entry_t **out)
+static inline __attribute__((always_inline)) int
+try_hit(struct regcache *c, uintptr_t start, uintptr_t end, unsigned rail, regcache_entry_t **out)
 {
     struct rc_thread *t = rc_thread_self();
     if (__builtin_expect(!t, 0))

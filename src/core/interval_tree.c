@@ -37,8 +37,7 @@ static void replace_child(struct rc_itree *t, struct rc_itree_node *parent,
 
 /* Lift x's right child (lift_right) or left child above x; returns it.  One
  * body for both directions: they differ only in which links they swap. */
-static struct rc_itree_node *rotate(struct rc_itree *t, struct rc_itree_node *x,
-                                    int lift_right)
+static struct rc_itree_node *rotate(struct rc_itree *t, struct rc_itree_node *x, int lift_right)
 {
     struct rc_itree_node **x_side = lift_right ? &x->right : &x->left;
     struct rc_itree_node *y = *x_side;
@@ -177,10 +176,8 @@ static struct rc_itree_node *climb(struct rc_itree_node *n)
     return n->parent;
 }
 
-int rc_itree_visit_overlaps(const struct rc_itree *t, uintptr_t start,
-                            uintptr_t end,
-                            int (*fn)(struct rc_itree_node *n, void *arg),
-                            void *arg)
+int rc_itree_visit_overlaps(const struct rc_itree *t, uintptr_t start, uintptr_t end,
+                            int (*fn)(struct rc_itree_node *n, void *arg), void *arg)
 {
     struct rc_itree_node *n = t->root;
 
@@ -205,8 +202,7 @@ int rc_itree_visit_overlaps(const struct rc_itree *t, uintptr_t start,
     return 0;
 }
 
-void rc_itree_visit_all(struct rc_itree *t,
-                        void (*fn)(struct rc_itree_node *n, void *arg),
+void rc_itree_visit_all(struct rc_itree *t, void (*fn)(struct rc_itree_node *n, void *arg),
                         void *arg)
 {
     struct rc_itree_node *n = t->root ? descend_left(t->root, 0) : NULL;
@@ -215,8 +211,7 @@ void rc_itree_visit_all(struct rc_itree *t,
         /* Take n's successor before fn may remove n.  Removal rotates nodes
          * but keeps the in-order sequence of the others, so the successor
          * found now is still the right next node afterwards. */
-        struct rc_itree_node *next =
-            n->right ? descend_left(n->right, 0) : climb(n);
+        struct rc_itree_node *next = n->right ? descend_left(n->right, 0) : climb(n);
 
         fn(n, arg);
         n = next;
@@ -236,9 +231,10 @@ static int check_subtree(const struct rc_itree_node *n, const struct rc_itree_no
         return 0;
     if (depth >= MAX_DEPTH || n->parent != parent || n->start >= n->end || n->start < lo ||
         n->start > hi) {
-        *why = depth >= MAX_DEPTH ? "too deep" : n->parent != parent ? "parent link"
-               : n->start >= n->end                                ? "empty range"
-                                                                   : "start order";
+        *why = depth >= MAX_DEPTH    ? "too deep"
+               : n->parent != parent ? "parent link"
+               : n->start >= n->end  ? "empty range"
+                                     : "start order";
         return -1;
     }
     int hl = check_subtree(n->left, n, lo, n->start, depth + 1, count, why);

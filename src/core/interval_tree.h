@@ -15,14 +15,14 @@ struct rc_itree_node {
     /* [start, end) with end > start: set before insert, never changed while
      * inserted. */
     uintptr_t start, end;
-    uintptr_t max_end;          /* the largest end in this subtree */
+    uintptr_t max_end; /* the largest end in this subtree */
     struct rc_itree_node *left, *right, *parent;
-    int balance_or_height;      /* AVL height of this subtree, a leaf is 1 */
+    int balance_or_height; /* AVL height of this subtree, a leaf is 1 */
 };
 
 struct rc_itree {
     struct rc_itree_node *root;
-    size_t count;               /* nodes in the tree */
+    size_t count; /* nodes in the tree */
 };
 
 void rc_itree_init(struct rc_itree *t);
@@ -40,15 +40,12 @@ void rc_itree_remove(struct rc_itree *t, struct rc_itree_node *n);
  * Cost: O(log n + k) when the k overlaps are neighbours in start order, as
  * they are when ranges do not nest deeply; O(k log n) at worst, when many
  * short ranges that end before `start` lie between them. */
-int rc_itree_visit_overlaps(const struct rc_itree *t, uintptr_t start,
-                            uintptr_t end,
-                            int (*fn)(struct rc_itree_node *n, void *arg),
-                            void *arg);
+int rc_itree_visit_overlaps(const struct rc_itree *t, uintptr_t start, uintptr_t end,
+                            int (*fn)(struct rc_itree_node *n, void *arg), void *arg);
 
 /* Call fn(node, arg) once for every node, in ascending order of start.  fn
  * may remove the node it is given (teardown), but no other node. */
-void rc_itree_visit_all(struct rc_itree *t,
-                        void (*fn)(struct rc_itree_node *n, void *arg),
+void rc_itree_visit_all(struct rc_itree *t, void (*fn)(struct rc_itree_node *n, void *arg),
                         void *arg);
 
 /* Check every invariant of t (links, order, AVL balance, max_end, count):

@@ -97,11 +97,11 @@ struct rc_ledger_plan rc_ledger_plan(uint64_t budget, const uint64_t *others, si
         rest = add_sat(rest, others[i]);
     /* Room on the GPU: keep what is held and grow into the room. */
     if (add_sat(rest, demand) <= budget)
-        return (struct rc_ledger_plan){.keep = budget - rest - want};
+        return (struct rc_ledger_plan){ .keep = budget - rest - want };
     uint64_t level = water_level(budget, others, n, demand);
     uint64_t keep = level > want ? level - want : 0;
     uint64_t after = add_sat(add_sat(rest, own < keep ? own : keep), want);
-    return (struct rc_ledger_plan){.keep = keep, .pressure = want && after > budget};
+    return (struct rc_ledger_plan){ .keep = keep, .pressure = want && after > budget };
 }
 
 /* ------------------------------------------------------------------------ */
@@ -160,8 +160,7 @@ static void process_name(uint64_t comm[2])
 
 /* Claim a free record: marked CLAIMING while the previous owner's values are
  * cleared, so that no reader ever adds them to this owner. */
-static struct rc_ledger_record *claim(struct rc_ledger_segment *s, uint64_t owner,
-                                      uint64_t pidns)
+static struct rc_ledger_record *claim(struct rc_ledger_segment *s, uint64_t owner, uint64_t pidns)
 {
     for (unsigned i = 0; i < RC_LEDGER_RECORDS; i++) {
         struct rc_ledger_record *r = &s->rec[i];
@@ -178,9 +177,9 @@ static struct rc_ledger_record *claim(struct rc_ledger_segment *s, uint64_t owne
         store(&r->cache, atomic_fetch_add(&attached, 1) + 1);
         store(&r->comm[0], comm[0]);
         store(&r->comm[1], comm[1]);
-        _Atomic uint64_t *zero[] = {&r->bytes,     &r->entries,   &r->budget,
-                                    &r->hits,      &r->misses,    &r->evictions,
-                                    &r->inval_tag, &r->inval_notify, &r->reg_failures};
+        _Atomic uint64_t *zero[] = { &r->bytes,     &r->entries,      &r->budget,
+                                     &r->hits,      &r->misses,       &r->evictions,
+                                     &r->inval_tag, &r->inval_notify, &r->reg_failures };
         for (size_t k = 0; k < sizeof zero / sizeof zero[0]; k++)
             store(zero[k], 0);
         atomic_store_explicit(&r->owner, owner, memory_order_release);
@@ -195,8 +194,7 @@ static struct rc_ledger_record *claim(struct rc_ledger_segment *s, uint64_t owne
 
 static int no_ledger(const char *gpu_key, const char *why)
 {
-    rc_set_error("no shared BAR1 budget for GPU %s (%s): this cache keeps its own", gpu_key,
-                 why);
+    rc_set_error("no shared BAR1 budget for GPU %s (%s): this cache keeps its own", gpu_key, why);
     return REGCACHE_ERR_UNSUPPORTED;
 }
 

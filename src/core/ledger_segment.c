@@ -17,7 +17,8 @@
 #if defined(__GNUC__)
 __attribute__((format(printf, 3, 4)))
 #endif
-static void say(char *why, size_t n, const char *fmt, ...)
+static void
+say(char *why, size_t n, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -31,8 +32,8 @@ static bool all_of(const char *s, size_t max, const char *extra)
     if (len == 0 || len > max)
         return false;
     for (const char *p = s; *p; p++)
-        if (!(*p >= 'a' && *p <= 'z') && !(*p >= 'A' && *p <= 'Z') &&
-            !(*p >= '0' && *p <= '9') && *p != '_' && !strchr(extra, *p))
+        if (!(*p >= 'a' && *p <= 'z') && !(*p >= 'A' && *p <= 'Z') && !(*p >= '0' && *p <= '9') &&
+            *p != '_' && !strchr(extra, *p))
             return false;
     return true;
 }
@@ -124,12 +125,13 @@ bool rc_ledger_check_record(const struct rc_ledger_segment *s, unsigned i, char 
     const struct {
         const char *what;
         uint64_t value;
-    } counts[] = {{"bytes", rc_ledger_read(&r->bytes)}, {"entries", rc_ledger_read(&r->entries)},
-                  {"budget", rc_ledger_read(&r->budget)}};
+    } counts[] = { { "bytes", rc_ledger_read(&r->bytes) },
+                   { "entries", rc_ledger_read(&r->entries) },
+                   { "budget", rc_ledger_read(&r->budget) } };
     for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++)
         if (counts[k].value > RC_LEDGER_MAX_BYTES) {
-            say(why, why_len, "record %u claims %llu %s", i,
-                (unsigned long long)counts[k].value, counts[k].what);
+            say(why, why_len, "record %u claims %llu %s", i, (unsigned long long)counts[k].value,
+                counts[k].what);
             return false;
         }
     return true;
@@ -139,8 +141,7 @@ bool rc_ledger_check(const struct rc_ledger_segment *s, size_t len, char *why, s
 {
     const struct rc_ledger_header *h = &s->hdr;
     if (h->magic != RC_LEDGER_MAGIC) {
-        say(why, why_len, "bad magic %#llx: not a regcache ledger",
-            (unsigned long long)h->magic);
+        say(why, why_len, "bad magic %#llx: not a regcache ledger", (unsigned long long)h->magic);
         return false;
     }
     if (h->version != RC_LEDGER_VERSION) {
@@ -162,8 +163,8 @@ bool rc_ledger_check(const struct rc_ledger_segment *s, size_t len, char *why, s
     }
     uint64_t used = rc_ledger_read(&h->used), budget = rc_ledger_read(&h->budget);
     if (used > RC_LEDGER_RECORDS || budget > RC_LEDGER_MAX_BYTES) {
-        say(why, why_len, "%llu records in use of %u, budget %llu bytes",
-            (unsigned long long)used, RC_LEDGER_RECORDS, (unsigned long long)budget);
+        say(why, why_len, "%llu records in use of %u, budget %llu bytes", (unsigned long long)used,
+            RC_LEDGER_RECORDS, (unsigned long long)budget);
         return false;
     }
     for (unsigned i = 0; i < RC_LEDGER_RECORDS; i++)
@@ -272,8 +273,7 @@ struct rc_ledger_segment *rc_ledger_map(const char *name, const char *key, char 
     off_t size;
     void *p = MAP_FAILED;
     if (owned(fd, name, &size, why, why_len)) {
-        p = mmap(NULL, (size_t)size, key ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd,
-                 0);
+        p = mmap(NULL, (size_t)size, key ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
         if (p == MAP_FAILED)
             say(why, why_len, "cannot map %s%s: %s", RC_LEDGER_DIR, name, strerror(errno));
     }

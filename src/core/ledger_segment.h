@@ -21,8 +21,8 @@
 
 #define RC_LEDGER_MAGIC 0x31524744454c4352ull /* "RCLEDGR1" in memory order */
 #define RC_LEDGER_VERSION 1u
-#define RC_LEDGER_RECORDS 256u /* caches per GPU at once, all processes */
-#define RC_LEDGER_KEY_MAX 64   /* GPU key with its NUL */
+#define RC_LEDGER_RECORDS 256u  /* caches per GPU at once, all processes */
+#define RC_LEDGER_KEY_MAX 64    /* GPU key with its NUL */
 #define RC_LEDGER_PREFIX_MAX 64 /* "regcache-<uid>.<namespace>-" */
 #define RC_LEDGER_NAME_MAX (1 + RC_LEDGER_PREFIX_MAX + RC_LEDGER_KEY_MAX)
 
@@ -38,9 +38,9 @@
  * see the segment, or the record's owner) and read by any: plain atomics,
  * relaxed unless said otherwise. */
 struct rc_ledger_record {
-    _Atomic uint64_t owner; /* release-stored once the record is clear */
-    _Atomic uint64_t pidns; /* the owner's pid namespace (its inode) */
-    _Atomic uint64_t cache; /* which cache of that process */
+    _Atomic uint64_t owner;   /* release-stored once the record is clear */
+    _Atomic uint64_t pidns;   /* the owner's pid namespace (its inode) */
+    _Atomic uint64_t cache;   /* which cache of that process */
     _Atomic uint64_t comm[2]; /* the process name, 16 bytes */
     /* What the cache holds on this GPU, counting a registration it is about
      * to make, and the limit it last computed (0: none yet, or unlimited). */

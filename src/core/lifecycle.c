@@ -98,8 +98,8 @@ int regcache_create(const struct regcache_params *params, regcache_t **out)
     int rc = rc_options_resolve(params, &c->opts);
     if (rc == REGCACHE_OK)
         rc = make_backend(c);
-    if (rc == REGCACHE_OK && rc_page_index_init(&c->index, (unsigned)__builtin_ctzll(
-                                                               c->opts.params.alignment)))
+    if (rc == REGCACHE_OK &&
+        rc_page_index_init(&c->index, (unsigned)__builtin_ctzll(c->opts.params.alignment)))
         rc = rc_fail(REGCACHE_ERR_NO_MEMORY, "out of memory allocating the page index");
     if (rc != REGCACHE_OK) {
         free_cache(c, false, true);

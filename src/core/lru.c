@@ -65,7 +65,7 @@ int rc_lru_push(struct rc_lru *lru, struct regcache_entry *e)
         lru->heap = heap;
         lru->capacity = cap;
     }
-    struct rc_lru_node n = {atomic_load_explicit(&e->last_use, memory_order_relaxed), e};
+    struct rc_lru_node n = { atomic_load_explicit(&e->last_use, memory_order_relaxed), e };
     place(lru, lru->count++, n);
     sift_up(lru, lru->count - 1);
     return REGCACHE_OK;
@@ -120,9 +120,9 @@ static size_t collect_ranks(struct use_rank **out)
             r = grown;
         }
         for (unsigned k = 0; k < logged; k++) {
-            struct regcache_entry *e = atomic_load_explicit(
-                &t->uses[(pos - 1 - k) % RC_USE_LOG], memory_order_relaxed);
-            r[n++] = (struct use_rank){(uintptr_t)e, k};
+            struct regcache_entry *e =
+                atomic_load_explicit(&t->uses[(pos - 1 - k) % RC_USE_LOG], memory_order_relaxed);
+            r[n++] = (struct use_rank){ (uintptr_t)e, k };
         }
     }
     if (n)
@@ -165,9 +165,8 @@ static size_t used_in_epoch(const struct rc_lru *lru, size_t i, uint64_t epoch, 
 
 /* The least recent unused entry of those last used in the epoch (the use
  * logs rank them), at or below heap index i, into *best. */
-static void least_recent(struct rc_lru *lru, size_t i, uint64_t epoch,
-                         const struct use_rank *ranks, size_t n, struct regcache_entry **best,
-                         unsigned *best_rank)
+static void least_recent(struct rc_lru *lru, size_t i, uint64_t epoch, const struct use_rank *ranks,
+                         size_t n, struct regcache_entry **best, unsigned *best_rank)
 {
     if (i >= lru->count || lru->heap[i].key != epoch)
         return;

@@ -10,7 +10,7 @@ static int backend_query(void *ctx, const void *addr, size_t len, struct regcach
 
 static int backend_read_tag(void *ctx, const void *addr, uint64_t *buffer_id)
 {
-    struct regcache_mem_info info = {0};
+    struct regcache_mem_info info = { 0 };
     int rc = backend_query(ctx, addr, 1, &info);
     if (rc == REGCACHE_OK)
         *buffer_id = info.buffer_id;

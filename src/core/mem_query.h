@@ -13,8 +13,7 @@ struct rc_memory {
      * which the driver cannot tell apart from it -- is reported as
      * REGCACHE_MEM_HOST with no buffer id.  Returns REGCACHE_OK, RANGE (the
      * range runs past its allocation), or CUDA. */
-    int (*query)(void *ctx, const void *addr, size_t len,
-                 struct regcache_mem_info *info);
+    int (*query)(void *ctx, const void *addr, size_t len, struct regcache_mem_info *info);
     /* The hit path's tag check: the buffer id now at addr.  REGCACHE_OK, or
      * NOT_GPU when the memory is gone.  Must be as cheap as one
      * cuPointerGetAttribute(BUFFER_ID). */

@@ -24,8 +24,8 @@ static const void *self_token(void)
 }
 
 /* The buffer id at addr by a list of mappings (base0, id0, more...). */
-static uint64_t id_at(uintptr_t base0, uint64_t id0, const struct rc_mapping *more,
-                      uint32_t nmore, uintptr_t addr)
+static uint64_t id_at(uintptr_t base0, uint64_t id0, const struct rc_mapping *more, uint32_t nmore,
+                      uintptr_t addr)
 {
     uint64_t id = id0;
     (void)base0;
@@ -130,7 +130,7 @@ static struct regcache_entry *lookup_locked(struct regcache *c, const struct rc_
                                             struct regcache_entry **busy,
                                             struct regcache_entry **victims)
 {
-    struct lookup l = {.want = w};
+    struct lookup l = { .want = w };
     rc_itree_visit_overlaps(&c->tree, w->start, w->end, lookup_visit, &l);
     while (l.stale) {
         struct regcache_entry *e = l.stale;
@@ -318,8 +318,7 @@ static int register_rail(struct regcache *c, struct regcache_entry *e, unsigned 
     return rc;
 }
 
-int rc_add_rail(struct regcache *c, struct regcache_entry *e, unsigned rail,
-                regcache_entry_t **out)
+int rc_add_rail(struct regcache *c, struct regcache_entry *e, unsigned rail, regcache_entry_t **out)
 {
     pthread_mutex_lock(&c->lock);
     for (;;) {
@@ -393,7 +392,7 @@ static int serve(struct regcache *c, struct rc_want *w, uint64_t seq, unsigned r
 int rc_slow_get(struct regcache *c, uintptr_t start, uintptr_t end, unsigned rail,
                 regcache_entry_t **out)
 {
-    struct rc_want w = {.start = start, .end = end};
+    struct rc_want w = { .start = start, .end = end };
     uint64_t seq = rc_miss_enter(c);
     int rc = rc_classify(c, &w);
     if (rc == REGCACHE_OK)

@@ -69,7 +69,9 @@ static bool parse_word(const char *s, const char *const *words, int *out)
     return false;
 }
 
-static const char *const bool_words[] = {"0", "1", "off", "on", "no", "yes", "false", "true", NULL};
+static const char *const bool_words[] = {
+    "0", "1", "off", "on", "no", "yes", "false", "true", NULL
+};
 
 bool rc_parse_bool(const char *s, int *out)
 {
@@ -79,8 +81,8 @@ bool rc_parse_bool(const char *s, int *out)
     *out = word & 1; /* the words alternate false, true */
     return true;
 }
-static const char *const method_words[] = {"auto", "dmabuf", "peermem", NULL};
-static const char *const validation_words[] = {"auto", "tag_check", "hooks", NULL};
+static const char *const method_words[] = { "auto", "dmabuf", "peermem", NULL };
+static const char *const validation_words[] = { "auto", "tag_check", "hooks", NULL };
 
 /* NAME is a ledger namespace.  Variables without a field (width 0) are
  * process-wide and read where they act (the BAR1 reading, the ledger); they
@@ -97,23 +99,23 @@ static const struct env_option {
     const char *const *words;
     const char *accepts;
 } env_options[] = {
-    {"REGCACHE_METHOD", WORD, FIELD(params.method), method_words, "auto, dmabuf or peermem"},
-    {"REGCACHE_VALIDATION", WORD, FIELD(params.validation), validation_words,
-     "auto, tag_check or hooks"},
-    {"REGCACHE_ALIGNMENT", SIZE, FIELD(params.alignment), NULL,
-     "a power of two from 4K to 1G, e.g. 64K"},
-    {"REGCACHE_MAX_BYTES", SIZE, FIELD(params.max_bytes), NULL, "a size such as 512M"},
-    {"REGCACHE_MAX_ENTRIES", SIZE, FIELD(params.max_entries), NULL, "a count"},
-    {"REGCACHE_WHOLE_ALLOCATION", BOOL, FIELD(params.whole_allocation), bool_words,
-     "0 or 1 (off/on, no/yes)"},
-    {"REGCACHE_WHOLE_ALLOCATION_MAX", SIZE, FIELD(params.whole_allocation_max), NULL,
-     "a size such as 256M"},
-    {"REGCACHE_HOST_MEMORY", BOOL, FIELD(params.host_memory), bool_words, "0 or 1"},
-    {"REGCACHE_STATS", BOOL, FIELD(stats_dump), bool_words, "0 or 1"},
-    {"REGCACHE_HOOKS", BOOL, FIELD(intercept), bool_words, "on or off"},
-    {"REGCACHE_LEDGER", BOOL, PROCESS_WIDE, bool_words, "on or off"},
-    {"REGCACHE_LEDGER_NAMESPACE", NAME, PROCESS_WIDE, NULL, "1-32 of [A-Za-z0-9_]"},
-    {"REGCACHE_BAR1_BYTES", SIZE, PROCESS_WIDE, NULL, "a size such as 256M"},
+    { "REGCACHE_METHOD", WORD, FIELD(params.method), method_words, "auto, dmabuf or peermem" },
+    { "REGCACHE_VALIDATION", WORD, FIELD(params.validation), validation_words,
+      "auto, tag_check or hooks" },
+    { "REGCACHE_ALIGNMENT", SIZE, FIELD(params.alignment), NULL,
+      "a power of two from 4K to 1G, e.g. 64K" },
+    { "REGCACHE_MAX_BYTES", SIZE, FIELD(params.max_bytes), NULL, "a size such as 512M" },
+    { "REGCACHE_MAX_ENTRIES", SIZE, FIELD(params.max_entries), NULL, "a count" },
+    { "REGCACHE_WHOLE_ALLOCATION", BOOL, FIELD(params.whole_allocation), bool_words,
+      "0 or 1 (off/on, no/yes)" },
+    { "REGCACHE_WHOLE_ALLOCATION_MAX", SIZE, FIELD(params.whole_allocation_max), NULL,
+      "a size such as 256M" },
+    { "REGCACHE_HOST_MEMORY", BOOL, FIELD(params.host_memory), bool_words, "0 or 1" },
+    { "REGCACHE_STATS", BOOL, FIELD(stats_dump), bool_words, "0 or 1" },
+    { "REGCACHE_HOOKS", BOOL, FIELD(intercept), bool_words, "on or off" },
+    { "REGCACHE_LEDGER", BOOL, PROCESS_WIDE, bool_words, "on or off" },
+    { "REGCACHE_LEDGER_NAMESPACE", NAME, PROCESS_WIDE, NULL, "1-32 of [A-Za-z0-9_]" },
+    { "REGCACHE_BAR1_BYTES", SIZE, PROCESS_WIDE, NULL, "a size such as 256M" },
 };
 
 #define N_ENV (sizeof(env_options) / sizeof(env_options[0]))
@@ -124,7 +126,7 @@ static void store(struct rc_options *o, const struct env_option *e, uint64_t v)
     size_t s = (size_t)v;
     int i = (int)v;
     bool b = v != 0;
-    const void *from = e->width == sizeof(s) ? (const void *)&s
+    const void *from = e->width == sizeof(s)   ? (const void *)&s
                        : e->width == sizeof(i) ? (const void *)&i
                                                : (const void *)&b;
     if (e->width)
@@ -162,8 +164,7 @@ static const char *source(unsigned from_env, const char *variable, const char *f
 static int check(const struct rc_options *o, unsigned from_env)
 {
     const struct regcache_params *p = &o->params;
-    if (p->alignment < 4096 || p->alignment > MAX_ALIGNMENT ||
-        (p->alignment & (p->alignment - 1)))
+    if (p->alignment < 4096 || p->alignment > MAX_ALIGNMENT || (p->alignment & (p->alignment - 1)))
         return rc_fail(REGCACHE_ERR_INVALID, "%s=%zu: expected a power of two from 4096 to %zu",
                        source(from_env, "REGCACHE_ALIGNMENT", "params.alignment"), p->alignment,
                        MAX_ALIGNMENT);
@@ -206,8 +207,8 @@ int rc_options_resolve(const struct regcache_params *in, struct rc_options *out)
         if (!v)
             continue;
         if (!apply(&env_options[i], v, out))
-            return rc_fail(REGCACHE_ERR_INVALID, "%s=\"%s\": expected %s", env_options[i].name,
-                           v, env_options[i].accepts);
+            return rc_fail(REGCACHE_ERR_INVALID, "%s=\"%s\": expected %s", env_options[i].name, v,
+                           env_options[i].accepts);
         from_env |= 1u << i;
     }
     return check(out, from_env);

@@ -22,8 +22,8 @@ static void *huge_alloc(struct rc_page_index *idx, size_t size)
     if (!c || c->size - c->used < size) {
         size_t bytes = (sizeof(*c) + size + HUGE - 1) & ~(HUGE - 1);
         /* Over-map by one huge page and trim, for 2 MiB alignment. */
-        char *p = mmap(NULL, bytes + HUGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                       -1, 0);
+        char *p =
+            mmap(NULL, bytes + HUGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (p == MAP_FAILED)
             return NULL;
         char *aligned = (char *)(((uintptr_t)p + HUGE - 1) & ~(uintptr_t)(HUGE - 1));
@@ -132,8 +132,8 @@ static void copy_slot(struct rc_slot *to, struct rc_slot *from)
  * its probe run. */
 static void insert_slot(struct rc_slot_table *t, struct rc_slot *from)
 {
-    uint32_t i = (uint32_t)rc_page_hash(atomic_load_explicit(&from->page, memory_order_relaxed)) &
-                 t->mask;
+    uint32_t i =
+        (uint32_t)rc_page_hash(atomic_load_explicit(&from->page, memory_order_relaxed)) & t->mask;
     while (atomic_load_explicit(&t->slots[i].entry, memory_order_relaxed))
         i = (i + 1) & t->mask;
     copy_slot(&t->slots[i], from);
@@ -265,8 +265,8 @@ static void broken(const char *what, const void *e)
 static bool listed(struct rc_page_index *idx, uintptr_t page, const struct regcache_entry *e)
 {
     uint64_t h = rc_page_hash(page);
-    struct rc_slot_table *t = atomic_load_explicit(&rc_shard_of(idx, h)->table,
-                                                   memory_order_relaxed);
+    struct rc_slot_table *t =
+        atomic_load_explicit(&rc_shard_of(idx, h)->table, memory_order_relaxed);
     struct regcache_entry *x;
     for (uint32_t i = (uint32_t)h & t->mask;
          (x = atomic_load_explicit(&t->slots[i].entry, memory_order_relaxed)) != NULL;

@@ -55,7 +55,7 @@ struct rc_shard {
 } __attribute__((aligned(64)));
 
 struct rc_page_index {
-    unsigned shift; /* log2 of the page size */
+    unsigned shift;                /* log2 of the page size */
     struct rc_slot_table *retired; /* replaced tables, freed at fini */
     struct rc_huge_chunk *chunks;
     struct rc_shard shards[RC_SHARDS];

@@ -78,8 +78,8 @@ int rc_register_rail(struct regcache *c, struct regcache_entry *e, unsigned rail
         struct regcache_entry *victims = NULL;
         pthread_mutex_lock(&c->lock);
         size_t have = atomic_load_explicit(&d->bytes, memory_order_relaxed);
-        size_t now = rc_evict_locked(c, d, have > len ? have - len : 0, SIZE_MAX,
-                                     &d->n.evictions, &victims);
+        size_t now =
+            rc_evict_locked(c, d, have > len ? have - len : 0, SIZE_MAX, &d->n.evictions, &victims);
         size_t left = d->lru.count;
         pthread_mutex_unlock(&c->lock);
         rc_release_victims(c, victims);

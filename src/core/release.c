@@ -43,8 +43,7 @@ static void zombie_unlink(struct regcache *c, struct regcache_entry *e)
         e->link_next->link_prev = e->link_prev;
 }
 
-void rc_detach_locked(struct regcache *c, struct regcache_entry *e,
-                      struct regcache_entry **victims)
+void rc_detach_locked(struct regcache *c, struct regcache_entry *e, struct regcache_entry **victims)
 {
     if (e->state == RC_PENDING) {
         /* Its registering thread sees the mark and hands the registration
@@ -109,14 +108,13 @@ static void deregister(struct regcache *c, struct regcache_entry *e)
     e->nmore = 0;
 }
 
-void rc_victim_push(struct regcache *c, struct regcache_entry **victims,
-                    struct regcache_entry *e)
+void rc_victim_push(struct regcache *c, struct regcache_entry **victims, struct regcache_entry *e)
 {
     unsigned rails = atomic_load_explicit(&e->rails_ready, memory_order_relaxed);
     atomic_uint_fast64_t *n = &c->dev[e->device_slot].n.deregistrations;
-    atomic_store_explicit(n, atomic_load_explicit(n, memory_order_relaxed) +
-                                 (unsigned)__builtin_popcount(rails),
-                          memory_order_relaxed);
+    atomic_store_explicit(
+        n, atomic_load_explicit(n, memory_order_relaxed) + (unsigned)__builtin_popcount(rails),
+        memory_order_relaxed);
     e->state = RC_FREE;
     rc_list_push(victims, e);
 }
@@ -132,9 +130,8 @@ void rc_release_victims(struct regcache *c, struct regcache_entry *list)
         struct regcache_entry *head = atomic_load_explicit(&c->returned, memory_order_relaxed);
         do {
             e->link_next = head;
-        } while (!atomic_compare_exchange_weak_explicit(&c->returned, &head, e,
-                                                        memory_order_release,
-                                                        memory_order_relaxed));
+        } while (!atomic_compare_exchange_weak_explicit(
+            &c->returned, &head, e, memory_order_release, memory_order_relaxed));
     }
 }
 
@@ -168,8 +165,8 @@ void rc_sweep_locked(struct regcache *c, struct regcache_entry **victims)
 
 struct regcache_entry *rc_entry_new_locked(struct regcache *c)
 {
-    struct regcache_entry *back = atomic_exchange_explicit(&c->returned, NULL,
-                                                           memory_order_acquire);
+    struct regcache_entry *back =
+        atomic_exchange_explicit(&c->returned, NULL, memory_order_acquire);
     while (back) {
         struct regcache_entry *next = back->link_next;
         rc_entry_pool_put(&c->pool, back);

@@ -41,7 +41,7 @@ int regcache_get_stats(const regcache_t *c, struct regcache_stats *s)
     if (!c || !s)
         return rc_fail(REGCACHE_ERR_INVALID, "regcache_get_stats: %s is NULL",
                        !c ? "cache" : "stats");
-    *s = (struct regcache_stats){0};
+    *s = (struct regcache_stats){ 0 };
     for (int i = 0; i < RC_DEVICE_SLOTS; i++)
         add_device(c, i, s);
     s->peak_bytes = load(&c->peak_bytes);
@@ -58,7 +58,7 @@ int regcache_get_device_stats(const regcache_t *c, int device, struct regcache_s
                        "regcache_get_device_stats: device %d is neither 0..%d nor "
                        "REGCACHE_DEVICE_HOST",
                        device, RC_MAX_DEVICES - 1);
-    *s = (struct regcache_stats){0};
+    *s = (struct regcache_stats){ 0 };
     int slot = device == REGCACHE_DEVICE_HOST ? RC_HOST_SLOT : device;
     add_device(c, slot, s);
     s->peak_bytes = load(&c->dev[slot].n.peak_bytes);
@@ -70,14 +70,13 @@ void rc_stats_dump(const struct regcache *c)
     struct regcache_stats s;
     regcache_get_stats(c, &s);
     fprintf(stderr,
-            "regcache %p: hits %" PRIu64 " misses %" PRIu64
-            " registrations %" PRIu64 " deregistrations %" PRIu64 " evictions %" PRIu64
-            " invalidations tag %" PRIu64 " notify %" PRIu64 " explicit %" PRIu64
-            " reg_failures %" PRIu64 " one_shots %" PRIu64 " entries %" PRIu64 " bytes %" PRIu64
-            " peak_bytes %" PRIu64 "\n",
-            (const void *)c, s.hits, s.misses, s.registrations, s.deregistrations,
-            s.evictions, s.invalidations_tag, s.invalidations_notify, s.invalidations_explicit,
-            s.reg_failures, s.one_shots, s.entries, s.bytes, s.peak_bytes);
+            "regcache %p: hits %" PRIu64 " misses %" PRIu64 " registrations %" PRIu64
+            " deregistrations %" PRIu64 " evictions %" PRIu64 " invalidations tag %" PRIu64
+            " notify %" PRIu64 " explicit %" PRIu64 " reg_failures %" PRIu64 " one_shots %" PRIu64
+            " entries %" PRIu64 " bytes %" PRIu64 " peak_bytes %" PRIu64 "\n",
+            (const void *)c, s.hits, s.misses, s.registrations, s.deregistrations, s.evictions,
+            s.invalidations_tag, s.invalidations_notify, s.invalidations_explicit, s.reg_failures,
+            s.one_shots, s.entries, s.bytes, s.peak_bytes);
     fprintf(stderr, "regcache %p: validation %s: %s\n", (const void *)c,
             c->tag_check ? "TAG_CHECK" : "HOOKS", c->opts.validation_reason);
     if (c->ledger_note[0])

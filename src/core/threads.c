@@ -149,8 +149,8 @@ static struct rc_thread *claim_free(void)
     for (struct rc_thread *t = rc_thread_first(); t; t = t->next) {
         bool used = false;
         if (!atomic_load_explicit(&t->in_use, memory_order_relaxed) &&
-            atomic_compare_exchange_strong_explicit(&t->in_use, &used, true,
-                                                    memory_order_acquire, memory_order_relaxed))
+            atomic_compare_exchange_strong_explicit(&t->in_use, &used, true, memory_order_acquire,
+                                                    memory_order_relaxed))
             return t;
     }
     return NULL;

@@ -45,8 +45,8 @@ struct rc_thread {
     /* Odd while the owner walks the registry (registry.c).  Its own line:
      * destroy reads it while the owner keeps using its slots. */
     atomic_uint_fast64_t walk __attribute__((aligned(64)));
-    unsigned walk_depth;  /* owner only: nested walks */
-    unsigned hint;        /* owner only: the slot to try first */
+    unsigned walk_depth; /* owner only: nested walks */
+    unsigned hint;       /* owner only: the slot to try first */
     atomic_bool in_use;
     struct rc_thread *next; /* the global list; set before publication */
 
@@ -67,7 +67,7 @@ struct rc_thread *rc_thread_attach(void);
 static inline struct rc_thread *rc_thread_self(void)
 {
     struct rc_thread *t = rc_thread_current;
-    return __builtin_expect(t != NULL, 1) ? t : rc_thread_attach();
+    return __builtin_expect(!!t, 1) ? t : rc_thread_attach();
 }
 
 /* The head of the list of every record ever made (NULL before the first). */

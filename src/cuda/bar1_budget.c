@@ -56,7 +56,7 @@ static int nvml_symbol(void *lib, const char *name, void *field)
 {
     void *fn = dlsym(lib, name);
     memcpy(field, &fn, sizeof fn);
-    return fn != NULL;
+    return !!fn;
 }
 
 static const struct nvml *load_nvml(void)
@@ -74,8 +74,8 @@ static const struct nvml *load_nvml(void)
         return NULL;
     }
     struct nvml *expected = NULL;
-    if (!atomic_compare_exchange_strong_explicit(&nvml_table, &expected, t,
-                                                 memory_order_acq_rel, memory_order_acquire)) {
+    if (!atomic_compare_exchange_strong_explicit(&nvml_table, &expected, t, memory_order_acq_rel,
+                                                 memory_order_acquire)) {
         free(t);
         return expected;
     }
@@ -95,7 +95,7 @@ static size_t read_budget(int device)
     const struct rc_cuda_api *api = rc_cuda_api();
     CUdevice dev;
     char bus_id[32];
-    if (api == NULL || api->DeviceGet(&dev, device) != CUDA_SUCCESS ||
+    if (!api || api->DeviceGet(&dev, device) != CUDA_SUCCESS ||
         api->DeviceGetPCIBusId(bus_id, sizeof bus_id, dev) != CUDA_SUCCESS)
         return 0;
     const struct nvml *nvml = load_nvml();

@@ -23,8 +23,7 @@ struct pointer_facts {
     unsigned int rdma_capable;
 };
 
-static CUresult read_facts(const struct rc_cuda_api *api, uintptr_t addr,
-                           struct pointer_facts *f)
+static CUresult read_facts(const struct rc_cuda_api *api, uintptr_t addr, struct pointer_facts *f)
 {
     *f = (struct pointer_facts){ 0 };
     const struct {
@@ -62,13 +61,14 @@ static CUresult read_facts(const struct rc_cuda_api *api, uintptr_t addr,
  * 580, see tests/gpu), and RANGE is the allocation. */
 static int is_vmm(const struct pointer_facts *f)
 {
-    return !f->legacy_ipc && f->pool == NULL && f->mapping_size != 0;
+    return !f->legacy_ipc && !f->pool && f->mapping_size != 0;
 }
 
-static void describe_host(uintptr_t base, size_t size, uint64_t id,
-                          struct regcache_mem_info *info)
+static void describe_host(uintptr_t base, size_t size, uint64_t id, struct regcache_mem_info *info)
 {
-    *info = (struct regcache_mem_info){ .base = base, .size = size, .buffer_id = id,
+    *info = (struct regcache_mem_info){ .base = base,
+                                        .size = size,
+                                        .buffer_id = id,
                                         .device = REGCACHE_DEVICE_HOST,
                                         .type = REGCACHE_MEM_HOST };
 }
@@ -80,8 +80,8 @@ static void describe_host(uintptr_t base, size_t size, uint64_t id,
 static int sync_memops(const struct rc_cuda_api *api, uintptr_t addr)
 {
     unsigned int one = 1;
-    CUresult r = api->PointerSetAttribute(&one, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS,
-                                          (CUdeviceptr)addr);
+    CUresult r =
+        api->PointerSetAttribute(&one, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, (CUdeviceptr)addr);
     /* VMM (cuMemCreate) memory refuses the attribute with NOT_SUPPORTED:
      * there is nothing to set on it. */
     if (r == CUDA_SUCCESS || r == CUDA_ERROR_NOT_SUPPORTED)
@@ -89,8 +89,7 @@ static int sync_memops(const struct rc_cuda_api *api, uintptr_t addr)
     return rc_cuda_error(api, "cuPointerSetAttribute(SYNC_MEMOPS)", r);
 }
 
-static int cuda_query(void *ctx, const void *addr, size_t len,
-                      struct regcache_mem_info *info)
+static int cuda_query(void *ctx, const void *addr, size_t len, struct regcache_mem_info *info)
 {
     const struct rc_cuda_api *api = ctx;
     uintptr_t a = (uintptr_t)addr;
@@ -111,8 +110,10 @@ static int cuda_query(void *ctx, const void *addr, size_t len,
         describe_host(f.range_start, f.range_size, f.buffer_id, info);
         return REGCACHE_OK;
     }
-    *info = (struct regcache_mem_info){ .base = f.range_start, .size = f.range_size,
-                                        .buffer_id = f.buffer_id, .device = f.device,
+    *info = (struct regcache_mem_info){ .base = f.range_start,
+                                        .size = f.range_size,
+                                        .buffer_id = f.buffer_id,
+                                        .device = f.device,
                                         .type = f.managed ? REGCACHE_MEM_MANAGED
                                                           : REGCACHE_MEM_DEVICE };
     if (f.managed)
@@ -121,7 +122,8 @@ static int cuda_query(void *ctx, const void *addr, size_t len,
         if (!f.rdma_capable) {
             rc_set_error("%p is VMM memory created without "
                          "CUmemAllocationProp.allocFlags.gpuDirectRDMACapable: the NIC cannot "
-                         "register it (create the allocation with the flag set)", addr);
+                         "register it (create the allocation with the flag set)",
+                         addr);
             return REGCACHE_ERR_NOT_RDMA_CAPABLE;
         }
         info->base = f.mapping_start;
@@ -136,8 +138,7 @@ static int cuda_read_tag(void *ctx, const void *addr, uint64_t *buffer_id)
 {
     const struct rc_cuda_api *api = ctx;
     unsigned long long id = 0;
-    CUresult r = api->PointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID,
-                                          (CUdeviceptr)addr);
+    CUresult r = api->PointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, (CUdeviceptr)addr);
     if (r == CUDA_SUCCESS) {
         *buffer_id = id;
         return REGCACHE_OK;
@@ -150,9 +151,8 @@ static int cuda_read_tag(void *ctx, const void *addr, uint64_t *buffer_id)
 int rc_cuda_query(struct rc_memory *m)
 {
     const struct rc_cuda_api *api = rc_cuda_api();
-    if (api == NULL)
+    if (!api)
         return REGCACHE_ERR_UNSUPPORTED;
-    *m = (struct rc_memory){ .query = cuda_query, .read_tag = cuda_read_tag,
-                             .ctx = (void *)api };
+    *m = (struct rc_memory){ .query = cuda_query, .read_tag = cuda_read_tag, .ctx = (void *)api };
     return REGCACHE_OK;
 }

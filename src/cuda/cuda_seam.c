@@ -12,8 +12,7 @@
 #include "last_error.h"
 #include "regcache.h"
 
-typedef CUresult (*get_proc_fn)(const char *symbol, void **pfn, int version,
-                                cuuint64_t flags,
+typedef CUresult (*get_proc_fn)(const char *symbol, void **pfn, int version, cuuint64_t flags,
                                 CUdriverProcAddressQueryResult *status);
 
 /* Each field with the CUDA version whose ABI its prototype in cuda_seam.h
@@ -24,8 +23,10 @@ static const struct entry {
     const char *name;
     int version;
 } entries[] = {
-#define ENTRY(field, name, version) \
-    { offsetof(struct rc_cuda_api, field), name, version }
+#define ENTRY(field, name, version)                        \
+    {                                                      \
+        offsetof(struct rc_cuda_api, field), name, version \
+    }
     ENTRY(Init, "cuInit", 2000),
     ENTRY(GetErrorName, "cuGetErrorName", 6000),
     ENTRY(PointerGetAttribute, "cuPointerGetAttribute", 4000),
@@ -62,11 +63,11 @@ rc_dlsym_fn rc_cuda_real_dlsym(void)
     } homes[] = { { "libc.so.6", "GLIBC_2.34" }, { "libdl.so.2", "GLIBC_2.2.5" } };
     for (size_t i = 0; i < sizeof homes / sizeof homes[0]; i++) {
         void *lib = dlopen(homes[i].lib, RTLD_NOW | RTLD_NOLOAD);
-        if (lib == NULL)
+        if (!lib)
             continue;
         void *fn = dlvsym(lib, "dlsym", homes[i].version);
         dlclose(lib);
-        if (fn != NULL) {
+        if (fn) {
             rc_dlsym_fn out;
             memcpy(&out, &fn, sizeof out);
             return out;
@@ -80,12 +81,12 @@ static bool load_entries(get_proc_fn get_proc)
     for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++) {
         void *fn = NULL;
         CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-        CUresult r = get_proc(entries[i].name, &fn, entries[i].version,
-                              CU_GET_PROC_ADDRESS_DEFAULT, &status);
-        if (r != CUDA_SUCCESS || status != CU_GET_PROC_ADDRESS_SUCCESS || fn == NULL) {
+        CUresult r = get_proc(entries[i].name, &fn, entries[i].version, CU_GET_PROC_ADDRESS_DEFAULT,
+                              &status);
+        if (r != CUDA_SUCCESS || status != CU_GET_PROC_ADDRESS_SUCCESS || !fn) {
             snprintf(load_error, sizeof load_error,
-                     "CUDA driver has no %s (version %d): driver too old",
-                     entries[i].name, entries[i].version);
+                     "CUDA driver has no %s (version %d): driver too old", entries[i].name,
+                     entries[i].version);
             return false;
         }
         /* memcpy: the fields are function pointers of differing types. */
@@ -97,19 +98,18 @@ static bool load_entries(get_proc_fn get_proc)
 static void load(void)
 {
     rc_dlsym_fn sym = rc_cuda_real_dlsym();
-    if (sym == NULL) {
+    if (!sym) {
         snprintf(load_error, sizeof load_error, "cannot find glibc's dlsym");
         return;
     }
     /* Never closed: the entry points stay in use until the process exits. */
     void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (lib == NULL) {
-        snprintf(load_error, sizeof load_error,
-                 "cannot load the CUDA driver: %s", dlerror());
+    if (!lib) {
+        snprintf(load_error, sizeof load_error, "cannot load the CUDA driver: %s", dlerror());
         return;
     }
     void *gp = sym(lib, "cuGetProcAddress_v2");
-    if (gp == NULL) {
+    if (!gp) {
         snprintf(load_error, sizeof load_error,
                  "CUDA driver has no cuGetProcAddress_v2: driver older than CUDA 12.0");
         return;
@@ -130,12 +130,11 @@ static void load(void)
 
 const struct rc_cuda_api *rc_cuda_api(void)
 {
-    const struct rc_cuda_api *api =
-        atomic_load_explicit(&override_api, memory_order_acquire);
-    if (api != NULL)
+    const struct rc_cuda_api *api = atomic_load_explicit(&override_api, memory_order_acquire);
+    if (api)
         return api;
     pthread_once(&load_once, load);
-    if (loaded == NULL)
+    if (!loaded)
         rc_set_error("%s", load_error);
     return loaded;
 }
@@ -148,7 +147,7 @@ void rc_cuda_api_override(const struct rc_cuda_api *api)
 int rc_cuda_error(const struct rc_cuda_api *api, const char *call, CUresult r)
 {
     const char *name = NULL;
-    if (api->GetErrorName(r, &name) != CUDA_SUCCESS || name == NULL)
+    if (api->GetErrorName(r, &name) != CUDA_SUCCESS || !name)
         name = "unknown CUDA error";
     rc_set_error("%s failed: %s (%d)", call, name, (int)r);
     return REGCACHE_ERR_CUDA;

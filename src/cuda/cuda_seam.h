@@ -10,22 +10,16 @@
 struct rc_cuda_api {
     CUresult (*Init)(unsigned int flags);
     CUresult (*GetErrorName)(CUresult error, const char **name);
-    CUresult (*PointerGetAttribute)(void *data, CUpointer_attribute attribute,
-                                    CUdeviceptr ptr);
-    CUresult (*PointerGetAttributes)(unsigned int count,
-                                     CUpointer_attribute *attributes,
+    CUresult (*PointerGetAttribute)(void *data, CUpointer_attribute attribute, CUdeviceptr ptr);
+    CUresult (*PointerGetAttributes)(unsigned int count, CUpointer_attribute *attributes,
                                      void **data, CUdeviceptr ptr);
-    CUresult (*PointerSetAttribute)(const void *value,
-                                    CUpointer_attribute attribute,
+    CUresult (*PointerSetAttribute)(const void *value, CUpointer_attribute attribute,
                                     CUdeviceptr ptr);
-    CUresult (*MemGetHandleForAddressRange)(void *handle, CUdeviceptr ptr,
-                                            size_t size,
-                                            CUmemRangeHandleType type,
-                                            unsigned long long flags);
+    CUresult (*MemGetHandleForAddressRange)(void *handle, CUdeviceptr ptr, size_t size,
+                                            CUmemRangeHandleType type, unsigned long long flags);
     CUresult (*DeviceGet)(CUdevice *device, int ordinal);
     CUresult (*DeviceGetCount)(int *count);
-    CUresult (*DeviceGetAttribute)(int *value, CUdevice_attribute attribute,
-                                   CUdevice device);
+    CUresult (*DeviceGetAttribute)(int *value, CUdevice_attribute attribute, CUdevice device);
     CUresult (*DeviceGetPCIBusId)(char *bus_id, int len, CUdevice device);
     CUresult (*DeviceGetUuid)(CUuuid *uuid, CUdevice device);
     /* dmabuf export needs a current context: these let it borrow one on

@@ -28,15 +28,14 @@ static void release_primary(const struct rc_cuda_api *api, CUdevice device)
     rc_intercept_quiet(false);
 }
 
-static int borrow_context(const struct rc_cuda_api *api, uintptr_t addr,
-                          struct borrowed *b)
+static int borrow_context(const struct rc_cuda_api *api, uintptr_t addr, struct borrowed *b)
 {
     *b = (struct borrowed){ 0 };
     CUcontext current = NULL;
     CUresult r = api->CtxGetCurrent(&current);
     if (r != CUDA_SUCCESS)
         return rc_cuda_error(api, "cuCtxGetCurrent", r);
-    if (current != NULL)
+    if (current)
         return REGCACHE_OK;
 
     CUcontext owner = NULL;
@@ -47,7 +46,7 @@ static int borrow_context(const struct rc_cuda_api *api, uintptr_t addr,
     r = api->PointerGetAttributes(2, attrs, data, (CUdeviceptr)addr);
     if (r != CUDA_SUCCESS)
         return rc_cuda_error(api, "cuPointerGetAttributes(CONTEXT)", r);
-    if (owner == NULL) {
+    if (!owner) {
         if (ordinal < 0) {
             rc_set_error("dmabuf export: %#jx is not GPU memory", (uintmax_t)addr);
             return REGCACHE_ERR_CUDA;
@@ -84,7 +83,7 @@ static int give_back(const struct rc_cuda_api *api, const struct borrowed *b)
 int rc_dmabuf_export(uintptr_t addr, size_t len, int *fd, uint64_t *offset)
 {
     const struct rc_cuda_api *api = rc_cuda_api();
-    if (api == NULL)
+    if (!api)
         return REGCACHE_ERR_UNSUPPORTED;
     /* The driver exports whole host pages only. */
     uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
@@ -96,8 +95,7 @@ int rc_dmabuf_export(uintptr_t addr, size_t len, int *fd, uint64_t *offset)
     if (rc != REGCACHE_OK)
         return rc;
     int out = -1;
-    CUresult r = api->MemGetHandleForAddressRange(&out, (CUdeviceptr)start,
-                                                  end - start,
+    CUresult r = api->MemGetHandleForAddressRange(&out, (CUdeviceptr)start, end - start,
                                                   CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
     rc = give_back(api, &b);
     if (r != CUDA_SUCCESS) {
@@ -123,9 +121,9 @@ int rc_dmabuf_supported(int device)
     const struct rc_cuda_api *api = rc_cuda_api();
     CUdevice dev;
     int supported = 0;
-    if (api == NULL || api->DeviceGet(&dev, device) != CUDA_SUCCESS ||
-        api->DeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED,
-                                dev) != CUDA_SUCCESS)
+    if (!api || api->DeviceGet(&dev, device) != CUDA_SUCCESS ||
+        api->DeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, dev) !=
+            CUDA_SUCCESS)
         return 0;
     return supported != 0;
 }

@@ -27,9 +27,8 @@ int rc_gpu_key(int device, char *key, size_t n)
     if (r != CUDA_SUCCESS)
         return rc_cuda_error(api, "cuDeviceGetUuid_v2", r);
     const unsigned char *b = (const unsigned char *)id.bytes;
-    snprintf(key, n,
-             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
-             b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+    snprintf(key, n, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+             b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
              b[14], b[15]);
     return REGCACHE_OK;
 }

@@ -22,17 +22,17 @@
  * rc_wrap_<kind>, which takes the real function first. */
 #define RC_WRAP_PARAMS_get_proc const char *symbol, void **pfn, int version, cuuint64_t flags
 #define RC_WRAP_ARGS_get_proc symbol, pfn, version, flags
-#define RC_WRAP_PARAMS_get_proc_v2                                              \
-    const char *symbol, void **pfn, int version, cuuint64_t flags,              \
+#define RC_WRAP_PARAMS_get_proc_v2                                 \
+    const char *symbol, void **pfn, int version, cuuint64_t flags, \
         CUdriverProcAddressQueryResult *status
 #define RC_WRAP_ARGS_get_proc_v2 symbol, pfn, version, flags, status
 #define RC_HOOK_KIND_LIST(X) X(get_proc) X(get_proc_v2) RC_WRAP_KINDS(X)
 
 /* Every driver symbol the hook defines and looks up: its two forms of
  * cuGetProcAddress, then the shared list (wrap_symbols.h). */
-#define RC_HOOK_SYMBOLS(X)                                                      \
-    X(cuGetProcAddress, "cuGetProcAddress", 11030, 0, get_proc)                 \
-    X(cuGetProcAddress_v2, "cuGetProcAddress", 12000, 0, get_proc_v2)           \
+#define RC_HOOK_SYMBOLS(X)                                            \
+    X(cuGetProcAddress, "cuGetProcAddress", 11030, 0, get_proc)       \
+    X(cuGetProcAddress_v2, "cuGetProcAddress", 12000, 0, get_proc_v2) \
     RC_WRAP_SYMBOLS(X)
 
 #define RC_HOOK_ENUM(kind) RC_HOOK_##kind,

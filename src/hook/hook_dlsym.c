@@ -28,11 +28,11 @@ RC_HOOK_LOCAL void *rc_hook_dlsym_handle(void *handle, const char *symbol);
 void *rc_hook_resolve_real_dlsym(void)
 {
     void *fn = atomic_load_explicit(&rc_hook_real_dlsym_ptr, memory_order_acquire);
-    if (fn != NULL)
+    if (fn)
         return fn;
     /* Racing threads find the same function: storing it twice is harmless. */
     fn = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
-    if (fn == NULL)
+    if (!fn)
         fn = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
     atomic_store_explicit(&rc_hook_real_dlsym_ptr, fn, memory_order_release);
     return fn;
@@ -46,7 +46,7 @@ rc_dlsym_fn rc_hook_real_dlsym(void)
 void *rc_hook_dlsym_handle(void *handle, const char *symbol)
 {
     void *found = rc_hook_real_dlsym()(handle, symbol);
-    if (found == NULL || symbol == NULL)
+    if (!found || !symbol)
         return found;
     return rc_hook_wrap(rc_hook_kind_of_symbol(symbol), found);
 }
@@ -62,9 +62,7 @@ void *rc_hook_dlsym_handle(void *handle, const char *symbol)
 __asm__(".text\n"
         ".globl dlsym\n"
         ".type dlsym, @function\n"
-        "dlsym:\n"
-        RC_HOOK_ENDBR
-        "    testq %rdi, %rdi\n"
+        "dlsym:\n" RC_HOOK_ENDBR "    testq %rdi, %rdi\n"
         "    je 1f\n"
         "    cmpq $-1, %rdi\n"
         "    je 1f\n"

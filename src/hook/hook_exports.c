@@ -22,24 +22,26 @@
 static void *driver_definition(_Atomic(void *) *cache, const char *symbol)
 {
     void *fn = rc_wrap_driver_function(cache, symbol);
-    if (fn == NULL) {
+    if (!fn) {
         /* What the dynamic linker does for a function no library defines. */
-        fprintf(stderr, "libregcache-hook.so: %s called, but libcuda.so.1 is not "
-                        "loaded or does not define it\n", symbol);
+        fprintf(stderr,
+                "libregcache-hook.so: %s called, but libcuda.so.1 is not "
+                "loaded or does not define it\n",
+                symbol);
         _exit(127);
     }
     return fn;
 }
 
 /* The ptsz names are only declared by cuda.h under per-thread streams. */
-#define RC_HOOK_PROTOTYPE(symbol, proc, version, flags, kind)                   \
+#define RC_HOOK_PROTOTYPE(symbol, proc, version, flags, kind) \
     RC_HOOK_API CUresult symbol(RC_WRAP_PARAMS_##kind);
 RC_HOOK_SYMBOLS(RC_HOOK_PROTOTYPE)
 
-#define RC_HOOK_DEFINE(symbol, proc, version, flags, kind)                      \
-    CUresult symbol(RC_WRAP_PARAMS_##kind)                                      \
-    {                                                                           \
-        static _Atomic(void *) real;                                            \
+#define RC_HOOK_DEFINE(symbol, proc, version, flags, kind)                             \
+    CUresult symbol(RC_WRAP_PARAMS_##kind)                                             \
+    {                                                                                  \
+        static _Atomic(void *) real;                                                   \
         return rc_wrap_##kind(driver_definition(&real, #symbol), RC_WRAP_ARGS_##kind); \
     }
 RC_HOOK_SYMBOLS(RC_HOOK_DEFINE)
@@ -61,7 +63,7 @@ int rc_hook_exports_resolved(void)
     int k = atomic_load_explicit(&known, memory_order_acquire);
     if (k != 0)
         return k > 0;
-#define RC_HOOK_CHECK(symbol, proc, version, flags, kind) && resolves_to_hook(#symbol)
+#define RC_HOOK_CHECK(symbol, proc, version, flags, kind) &&resolves_to_hook(#symbol)
     int ok = resolves_to_hook("dlsym") RC_HOOK_SYMBOLS(RC_HOOK_CHECK);
 #undef RC_HOOK_CHECK
     atomic_store_explicit(&known, ok ? 1 : -1, memory_order_release);

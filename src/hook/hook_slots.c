@@ -18,27 +18,25 @@
 static _Atomic(void *) slots[RC_HOOK_KINDS][RC_HOOK_SLOTS];
 static atomic_int escaped;
 
-#define RC_HOOK_TRAMPOLINE(kind, slot)                                          \
-    static CUresult kind##_##slot(RC_WRAP_PARAMS_##kind)                        \
-    {                                                                           \
-        return rc_wrap_##kind(atomic_load_explicit(&slots[RC_HOOK_##kind][slot], \
-                                                   memory_order_acquire),       \
-                              RC_WRAP_ARGS_##kind);                             \
+#define RC_HOOK_TRAMPOLINE(kind, slot)                                                \
+    static CUresult kind##_##slot(RC_WRAP_PARAMS_##kind)                              \
+    {                                                                                 \
+        return rc_wrap_##kind(                                                        \
+            atomic_load_explicit(&slots[RC_HOOK_##kind][slot], memory_order_acquire), \
+            RC_WRAP_ARGS_##kind);                                                     \
     }
-#define RC_HOOK_TRAMPOLINES(kind)                                               \
-    RC_HOOK_TRAMPOLINE(kind, 0) RC_HOOK_TRAMPOLINE(kind, 1)                     \
-    RC_HOOK_TRAMPOLINE(kind, 2) RC_HOOK_TRAMPOLINE(kind, 3)                     \
-    RC_HOOK_TRAMPOLINE(kind, 4) RC_HOOK_TRAMPOLINE(kind, 5)                     \
-    RC_HOOK_TRAMPOLINE(kind, 6) RC_HOOK_TRAMPOLINE(kind, 7)
+#define RC_HOOK_TRAMPOLINES(kind)                                                           \
+    RC_HOOK_TRAMPOLINE(kind, 0)                                                             \
+    RC_HOOK_TRAMPOLINE(kind, 1) RC_HOOK_TRAMPOLINE(kind, 2) RC_HOOK_TRAMPOLINE(kind, 3)     \
+        RC_HOOK_TRAMPOLINE(kind, 4) RC_HOOK_TRAMPOLINE(kind, 5) RC_HOOK_TRAMPOLINE(kind, 6) \
+            RC_HOOK_TRAMPOLINE(kind, 7)
 RC_HOOK_KIND_LIST(RC_HOOK_TRAMPOLINES)
 
-#define RC_HOOK_TRAMPOLINE_ROW(kind)                                            \
-    [RC_HOOK_##kind] = { (void *)kind##_0, (void *)kind##_1, (void *)kind##_2,  \
-                         (void *)kind##_3, (void *)kind##_4, (void *)kind##_5,  \
-                         (void *)kind##_6, (void *)kind##_7 },
-static void *const trampolines[RC_HOOK_KINDS][RC_HOOK_SLOTS] = {
-    RC_HOOK_KIND_LIST(RC_HOOK_TRAMPOLINE_ROW)
-};
+#define RC_HOOK_TRAMPOLINE_ROW(kind)                                                             \
+    [RC_HOOK_##kind] = { (void *)kind##_0, (void *)kind##_1, (void *)kind##_2, (void *)kind##_3, \
+                         (void *)kind##_4, (void *)kind##_5, (void *)kind##_6, (void *)kind##_7 },
+static void *const trampolines[RC_HOOK_KINDS][RC_HOOK_SLOTS] = { RC_HOOK_KIND_LIST(
+    RC_HOOK_TRAMPOLINE_ROW) };
 
 static void note_escape(void)
 {
@@ -53,13 +51,13 @@ int rc_hook_escaped(void)
 int rc_hook_is_own(void *fn)
 {
     Dl_info mine, theirs;
-    return fn != NULL && dladdr((void *)rc_hook_is_own, &mine) && dladdr(fn, &theirs) &&
+    return fn && dladdr((void *)rc_hook_is_own, &mine) && dladdr(fn, &theirs) &&
            mine.dli_fbase == theirs.dli_fbase;
 }
 
 void *rc_hook_wrap(int kind, void *real)
 {
-    if (real == NULL || kind == RC_HOOK_NOT_OURS)
+    if (!real || kind == RC_HOOK_NOT_OURS)
         return real;
     if (kind == RC_HOOK_LEGACY) {
         note_escape();
@@ -71,12 +69,11 @@ void *rc_hook_wrap(int kind, void *real)
         return real;
     for (int i = 0; i < RC_HOOK_SLOTS; i++) {
         void *held = atomic_load_explicit(&slots[kind][i], memory_order_acquire);
-        if (held == NULL) {
+        if (!held) {
             /* Publish the real function before anyone can be handed the
              * trampoline that reads it. */
             if (atomic_compare_exchange_strong_explicit(&slots[kind][i], &held, real,
-                                                        memory_order_acq_rel,
-                                                        memory_order_acquire))
+                                                        memory_order_acq_rel, memory_order_acquire))
                 return trampolines[kind][i];
         }
         if (held == real)

@@ -44,9 +44,8 @@ int rc_hook_kind_of_proc(const char *symbol, int version)
     /* The driver answers with the newest ABI not newer than `version`. */
     const struct symbol *best = NULL;
     for (size_t i = 0; i < N_SYMBOLS; i++)
-        if (symbols[i].version <= version &&
-            strcmp(symbols[i].proc, symbol) == 0 &&
-            (best == NULL || symbols[i].version > best->version))
+        if (symbols[i].version <= version && strcmp(symbols[i].proc, symbol) == 0 &&
+            (!best || symbols[i].version > best->version))
             best = &symbols[i];
     return best ? best->kind : RC_HOOK_NOT_OURS;
 }

@@ -38,17 +38,15 @@ static atomic_int quiet_threads;
 static _Thread_local bool quiet;
 static _Thread_local int first_reached;
 
-#define RC_ICPT_WRAPPER(symbol, proc, version, flags, kind)                     \
-    static CUresult wrapper_##symbol(RC_WRAP_PARAMS_##kind)                     \
-    {                                                                           \
-        void *real = atomic_load_explicit(&originals[ICPT_##symbol],            \
-                                          memory_order_acquire);                \
-        if (atomic_load_explicit(&quiet_threads, memory_order_relaxed) == 0 ||  \
-            !quiet)                                                             \
-            return rc_wrap_##kind(real, RC_WRAP_ARGS_##kind);                   \
-        if (first_reached == 0)                                                 \
-            first_reached = ICPT_##symbol + 1;                                  \
-        return ((CUresult(*)(RC_WRAP_PARAMS_##kind))real)(RC_WRAP_ARGS_##kind); \
+#define RC_ICPT_WRAPPER(symbol, proc, version, flags, kind)                                 \
+    static CUresult wrapper_##symbol(RC_WRAP_PARAMS_##kind)                                 \
+    {                                                                                       \
+        void *real = atomic_load_explicit(&originals[ICPT_##symbol], memory_order_acquire); \
+        if (atomic_load_explicit(&quiet_threads, memory_order_relaxed) == 0 || !quiet)      \
+            return rc_wrap_##kind(real, RC_WRAP_ARGS_##kind);                               \
+        if (first_reached == 0)                                                             \
+            first_reached = ICPT_##symbol + 1;                                              \
+        return ((CUresult(*)(RC_WRAP_PARAMS_##kind))real)(RC_WRAP_ARGS_##kind);             \
     }
 RC_WRAP_SYMBOLS(RC_ICPT_WRAPPER)
 
@@ -59,7 +57,7 @@ static const struct row {
     int kind;
     void *wrapper;
 } rows[ICPT_SYMBOLS] = {
-#define RC_ICPT_ROW(symbol, proc, version, flags, kind)                         \
+#define RC_ICPT_ROW(symbol, proc, version, flags, kind) \
     { #symbol, proc, version, flags, ICPT_KIND_##kind, (void *)wrapper_##symbol },
     RC_WRAP_SYMBOLS(RC_ICPT_ROW)
 };
@@ -70,10 +68,10 @@ static const struct row {
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static rc_dlsym_fn sym;
-static void *driver;                  /* libcuda.so.1, never closed */
-static void *entries[ICPT_SYMBOLS];   /* libcuda's exports; NULL where it has none */
-static int patched;                   /* how many */
-static char install_failure[256];     /* empty once installed */
+static void *driver;                /* libcuda.so.1, never closed */
+static void *entries[ICPT_SYMBOLS]; /* libcuda's exports; NULL where it has none */
+static int patched;                 /* how many */
+static char install_failure[256];   /* empty once installed */
 
 void *rc_wrap_driver_symbol(const char *symbol)
 {
@@ -100,8 +98,8 @@ static int read_entry(int i, uint8_t *code, struct rc_prologue *p, char *why, si
     size_t len = m.end - at < RC_PROLOGUE_MAX ? m.end - at : RC_PROLOGUE_MAX;
     memcpy(code, entries[i], len);
     if (!rc_patch_fits(at)) {
-        snprintf(why, n, "%s at %#jx: its first %d bytes cross an 8-byte boundary",
-                 rows[i].symbol, (uintmax_t)at, RC_PATCH_LEN);
+        snprintf(why, n, "%s at %#jx: its first %d bytes cross an 8-byte boundary", rows[i].symbol,
+                 (uintmax_t)at, RC_PATCH_LEN);
         return -1;
     }
     if (rc_prologue_decode(code, len, at, p) == 0)
@@ -131,14 +129,14 @@ static int patch_all(char *why, size_t n)
     return -1;
 #endif
     sym = rc_cuda_real_dlsym();
-    if (sym == NULL) {
+    if (!sym) {
         snprintf(why, n, "cannot find glibc's dlsym");
         return -1;
     }
     /* Loaded here if the application has not yet: the patches must be in
      * place before it fetches any function. */
     driver = dlopen("libcuda.so.1", RTLD_NOW);
-    if (driver == NULL) {
+    if (!driver) {
         snprintf(why, n, "cannot load libcuda.so.1: %s", dlerror());
         return -1;
     }
@@ -148,7 +146,7 @@ static int patch_all(char *why, size_t n)
     uintptr_t lo = UINTPTR_MAX, hi = 0;
     for (int i = 0; i < ICPT_SYMBOLS; i++) {
         entries[i] = sym(driver, rows[i].symbol);
-        if (entries[i] == NULL || patched_under_another_name(i)) {
+        if (!entries[i] || patched_under_another_name(i)) {
             entries[i] = NULL;
             continue;
         }
@@ -164,11 +162,11 @@ static int patch_all(char *why, size_t n)
     }
     size_t size = (size_t)ICPT_SYMBOLS * SLOT;
     uint8_t *page = rc_patch_page_near(lo, hi, size, why, n);
-    if (page == NULL)
+    if (!page)
         return -1;
     memset(page, 0xcc, size); /* int3 between the pieces */
     for (int i = 0; i < ICPT_SYMBOLS; i++)
-        if (entries[i] != NULL) {
+        if (entries[i]) {
             rc_prologue_jump(page + i * SLOT, (uintptr_t)rows[i].wrapper);
             rc_prologue_trampoline(page + i * SLOT + TRAMPOLINE_AT, code[i], &prologue[i]);
         }
@@ -176,11 +174,11 @@ static int patch_all(char *why, size_t n)
         return -1;
     /* Published before any entry leads to a wrapper that reads them. */
     for (int i = 0; i < ICPT_SYMBOLS; i++)
-        if (entries[i] != NULL)
+        if (entries[i])
             atomic_store_explicit(&originals[i], page + i * SLOT + TRAMPOLINE_AT,
                                   memory_order_release);
     for (int i = 0; i < ICPT_SYMBOLS; i++) {
-        if (entries[i] == NULL)
+        if (!entries[i])
             continue;
         uintptr_t at = (uintptr_t)entries[i];
         int32_t rel = (int32_t)((intptr_t)(page + i * SLOT) - (intptr_t)(at + RC_PATCH_LEN));
@@ -226,9 +224,9 @@ static int probe(int kind, void *fn)
 {
     first_reached = 0;
     switch (kind) {
-#define RC_ICPT_PROBE(kind)                                                     \
-    case ICPT_KIND_##kind:                                                      \
-        ((CUresult(*)(RC_WRAP_PARAMS_##kind))fn)(PROBE_##kind);                 \
+#define RC_ICPT_PROBE(kind)                                     \
+    case ICPT_KIND_##kind:                                      \
+        ((CUresult(*)(RC_WRAP_PARAMS_##kind))fn)(PROBE_##kind); \
         break;
         RC_WRAP_KINDS(RC_ICPT_PROBE)
     }
@@ -240,7 +238,7 @@ static int probe(int kind, void *fn)
 static int probe_exports(char *why, size_t n)
 {
     for (int i = 0; i < ICPT_SYMBOLS; i++)
-        if (entries[i] != NULL && probe(rows[i].kind, entries[i]) != i + 1) {
+        if (entries[i] && probe(rows[i].kind, entries[i]) != i + 1) {
             snprintf(why, n, UNAVAILABLE "%s called through dlsym does not reach its wrapper",
                      rows[i].symbol);
             return 0;
@@ -256,14 +254,15 @@ static int probe_proc_addresses(char *why, size_t n)
     typedef CUresult (*gpa_fn)(const char *, void **, int, cuuint64_t,
                                CUdriverProcAddressQueryResult *);
     gpa_fn gpa = (gpa_fn)sym(driver, "cuGetProcAddress_v2");
-    if (gpa == NULL) {
-        snprintf(why, n, UNAVAILABLE "libcuda.so.1 has no cuGetProcAddress_v2 "
-                                     "(a driver older than CUDA 12.0)");
+    if (!gpa) {
+        snprintf(why, n,
+                 UNAVAILABLE "libcuda.so.1 has no cuGetProcAddress_v2 "
+                             "(a driver older than CUDA 12.0)");
         return 0;
     }
     int newest = 0;
     CUresult (*driver_version)(int *) = (CUresult(*)(int *))sym(driver, "cuDriverGetVersion");
-    if (driver_version == NULL || driver_version(&newest) != CUDA_SUCCESS)
+    if (!driver_version || driver_version(&newest) != CUDA_SUCCESS)
         newest = 0;
     for (int i = 0; i < ICPT_SYMBOLS; i++) {
         const struct row *r = &rows[i];
@@ -275,16 +274,18 @@ static int probe_proc_addresses(char *why, size_t n)
             /* A function this driver does not hand out needs no proof. */
             if (got == CUDA_ERROR_NOT_FOUND)
                 continue;
-            if (got != CUDA_SUCCESS || fn == NULL) {
-                snprintf(why, n, UNAVAILABLE "cuGetProcAddress(%s, version %d, flags %u) "
-                                             "failed (%d)",
+            if (got != CUDA_SUCCESS || !fn) {
+                snprintf(why, n,
+                         UNAVAILABLE "cuGetProcAddress(%s, version %d, flags %u) "
+                                     "failed (%d)",
                          r->proc, versions[v], r->flags, (int)got);
                 return 0;
             }
             int reached = probe(r->kind, fn);
             if (reached == 0 || rows[reached - 1].kind != r->kind) {
-                snprintf(why, n, UNAVAILABLE "%s (version %d, flags %u) from "
-                                             "cuGetProcAddress does not reach a wrapper",
+                snprintf(why, n,
+                         UNAVAILABLE "%s (version %d, flags %u) from "
+                                     "cuGetProcAddress does not reach a wrapper",
                          r->proc, versions[v], r->flags);
                 return 0;
             }
@@ -304,7 +305,9 @@ int rc_intercept_ensure(char *why, size_t n)
     int live = probe_exports(why, n) && probe_proc_addresses(why, n);
     rc_intercept_quiet(false);
     if (live)
-        snprintf(why, n, "in-process interception: %d libcuda functions patched, each "
-                         "reached through dlsym and cuGetProcAddress", patched);
+        snprintf(why, n,
+                 "in-process interception: %d libcuda functions patched, each "
+                 "reached through dlsym and cuGetProcAddress",
+                 patched);
     return live;
 }

@@ -77,8 +77,7 @@ int rc_patch_entry(uintptr_t entry, const uint8_t *bytes, char *why, size_t n)
     memcpy((uint8_t *)&value + offset, bytes, RC_PATCH_LEN);
     __atomic_store_n(at, value, __ATOMIC_SEQ_CST);
     if (mprotect(page, page_size, m.prot) != 0) {
-        snprintf(why, n, "cannot restore the protection of libcuda's code: %s",
-                 strerror(errno));
+        snprintf(why, n, "cannot restore the protection of libcuda's code: %s", strerror(errno));
         return -1;
     }
     return 0;
@@ -92,7 +91,6 @@ int rc_patch_entry(uintptr_t entry, const uint8_t *bytes, char *why, size_t n)
  * is a few instructions long. */
 void rc_patch_sync_cores(void)
 {
-    if (syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0) ==
-        0)
+    if (syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0) == 0)
         syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0);
 }

@@ -16,7 +16,7 @@
 static int each_mapping(int (*fn)(const struct rc_mapping *m, void *arg), void *arg)
 {
     FILE *f = fopen("/proc/self/maps", "r");
-    if (f == NULL)
+    if (!f)
         return -1;
     char *line = NULL;
     size_t cap = 0;
@@ -96,9 +96,13 @@ static int gap_before(const struct rc_mapping *m, void *arg)
 
 int rc_maps_free_near(uintptr_t lo, uintptr_t hi, size_t size, uintptr_t near, uintptr_t *out)
 {
-    struct gap_search g = { .lo = lo, .hi = hi, .near = near, .prev_end = LOWEST,
+    struct gap_search g = { .lo = lo,
+                            .hi = hi,
+                            .near = near,
+                            .prev_end = LOWEST,
                             .best_distance = UINTPTR_MAX,
-                            .page = (uintptr_t)sysconf(_SC_PAGESIZE), .size = size };
+                            .page = (uintptr_t)sysconf(_SC_PAGESIZE),
+                            .size = size };
     if (each_mapping(gap_before, &g) != 0)
         return -1;
     if (HIGHEST > g.prev_end)

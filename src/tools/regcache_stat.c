@@ -27,16 +27,15 @@ static const struct column {
     bool size;
     const char *zero;
 } columns[] = {
-#define COLUMN(field, size, zero) {#field, offsetof(struct rc_ledger_record, field), size, zero}
-    COLUMN(entries, false, NULL),
-    COLUMN(bytes, true, NULL),
+#define COLUMN(field, size, zero)                                    \
+    {                                                                \
+#field, offsetof(struct rc_ledger_record, field), size, zero \
+    }
+    COLUMN(entries, false, NULL),      COLUMN(bytes, true, NULL),
     COLUMN(budget, true, "-"), /* none computed yet, or unlimited */
-    COLUMN(hits, false, NULL),
-    COLUMN(misses, false, NULL),
-    COLUMN(evictions, false, NULL),
-    COLUMN(inval_tag, false, NULL),
-    COLUMN(inval_notify, false, NULL),
-    COLUMN(reg_failures, false, NULL),
+    COLUMN(hits, false, NULL),         COLUMN(misses, false, NULL),
+    COLUMN(evictions, false, NULL),    COLUMN(inval_tag, false, NULL),
+    COLUMN(inval_notify, false, NULL), COLUMN(reg_failures, false, NULL),
 #undef COLUMN
 };
 #define NCOLUMNS (sizeof columns / sizeof columns[0])
@@ -70,7 +69,7 @@ static bool read_row(const struct rc_ledger_record *r, uint64_t pidns, struct ro
     if (!owner || (owner & RC_LEDGER_CLAIMING))
         return false;
     uint64_t owner_pidns = rc_ledger_read(&r->pidns);
-    uint64_t comm[2] = {rc_ledger_read(&r->comm[0]), rc_ledger_read(&r->comm[1])};
+    uint64_t comm[2] = { rc_ledger_read(&r->comm[0]), rc_ledger_read(&r->comm[1]) };
     out->pid = rc_ledger_owner_pid(owner);
     memcpy(out->process, comm, sizeof comm);
     out->process[16] = '\0';
@@ -222,8 +221,8 @@ static void text_gpu(const struct gpu *g)
         printf("%s: %s\n\n", g->segment, g->error);
         return;
     }
-    printf("GPU %s: budget %s, in use %s by %zu cache%s, pressure raised %llu times (%s)\n",
-           g->key, g->budget ? size_text(g->budget, a, sizeof a) : "unknown",
+    printf("GPU %s: budget %s, in use %s by %zu cache%s, pressure raised %llu times (%s)\n", g->key,
+           g->budget ? size_text(g->budget, a, sizeof a) : "unknown",
            size_text(g->in_use, b, sizeof b), g->nrows, g->nrows == 1 ? "" : "s",
            (unsigned long long)g->pressure, g->segment);
     printf("%8s %-16s %5s %-7s", "pid", "process", "cache", "state");
@@ -291,10 +290,11 @@ static int show(const char *prefix, bool json)
 
 static int usage(FILE *to, int status)
 {
-    fprintf(to, "usage: regcache-stat [--json] [--watch SECONDS]\n"
-                "Show what every regcache cache of this user holds on each GPU, from the\n"
-                "shared BAR1 ledgers in %s (REGCACHE_LEDGER_NAMESPACE selects a\n"
-                "namespace).  --watch repeats every SECONDS until interrupted.\n",
+    fprintf(to,
+            "usage: regcache-stat [--json] [--watch SECONDS]\n"
+            "Show what every regcache cache of this user holds on each GPU, from the\n"
+            "shared BAR1 ledgers in %s (REGCACHE_LEDGER_NAMESPACE selects a\n"
+            "namespace).  --watch repeats every SECONDS until interrupted.\n",
             RC_LEDGER_DIR);
     return status;
 }

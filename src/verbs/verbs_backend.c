@@ -129,8 +129,7 @@ static int gpus_export_dmabuf(char *why, size_t n)
  * MRs fails on the fd (EBADF), one that does not fails with EOPNOTSUPP
  * (libibverbs or the provider) or EPROTONOSUPPORT (kernel without the
  * method).  Any other answer cannot be trusted, so it counts as "no". */
-static int provider_takes_dmabuf(struct ibv_pd *pd, int access, char *why,
-                                 size_t n)
+static int provider_takes_dmabuf(struct ibv_pd *pd, int access, char *why, size_t n)
 {
     const struct rc_verbs_seam *v = rc_verbs_seam();
     char buf[128];
@@ -151,8 +150,10 @@ static int provider_takes_dmabuf(struct ibv_pd *pd, int access, char *why,
         snprintf(why, n, "verbs provider lacks ibv_reg_dmabuf_mr (%s)",
                  strerror_r(err, buf, sizeof(buf)));
     else
-        snprintf(why, n, "verbs provider's dmabuf probe failed unexpectedly "
-                 "(errno %d: %s)", err, strerror_r(err, buf, sizeof(buf)));
+        snprintf(why, n,
+                 "verbs provider's dmabuf probe failed unexpectedly "
+                 "(errno %d: %s)",
+                 err, strerror_r(err, buf, sizeof(buf)));
     return 0;
 }
 
@@ -199,7 +200,8 @@ static int select_method(const struct regcache_params *params, const struct verb
             /* The advice first: the message buffer may cut the details. */
             rc_set_error("no GPU registration method: " PEERMEM_HINT " or "
                          "use a GPU driver and verbs provider with dmabuf "
-                         "support (dmabuf: %s)", why);
+                         "support (dmabuf: %s)",
+                         why);
             return REGCACHE_ERR_UNSUPPORTED;
         }
         return REGCACHE_OK;
@@ -208,8 +210,8 @@ static int select_method(const struct regcache_params *params, const struct verb
     return REGCACHE_ERR_INVALID;
 }
 
-int rc_verbs_backend_create(const struct regcache_params *params,
-                            struct rc_backend *backend, int *method_used)
+int rc_verbs_backend_create(const struct regcache_params *params, struct rc_backend *backend,
+                            int *method_used)
 {
     struct verbs_backend *b = calloc(1, sizeof(*b));
     if (!b)
@@ -230,8 +232,9 @@ int rc_verbs_backend_create(const struct regcache_params *params,
         free(b);
         return status;
     }
-    *backend = (struct rc_backend){.reg = verbs_reg, .dereg = verbs_dereg,
-                                   .release_shared = close_shared, .arg = b};
+    *backend = (struct rc_backend){
+        .reg = verbs_reg, .dereg = verbs_dereg, .release_shared = close_shared, .arg = b
+    };
     *method_used = b->method;
     return REGCACHE_OK;
 }

@@ -12,8 +12,8 @@
  * memory can be registered: no GPU method exists and params->host_memory is
  * on).  Returns REGCACHE_OK, INVALID (no pd), UNSUPPORTED (with
  * rc_set_error() saying what to load), NO_MEMORY. */
-int rc_verbs_backend_create(const struct regcache_params *params,
-                            struct rc_backend *backend, int *method_used);
+int rc_verbs_backend_create(const struct regcache_params *params, struct rc_backend *backend,
+                            int *method_used);
 
 /* Release what rc_verbs_backend_create() allocated. */
 void rc_verbs_backend_destroy(struct rc_backend *backend);

@@ -8,8 +8,7 @@
 
 /* ibv_reg_mr is a macro around an inline function in recent verbs.h, so the
  * table needs a real function to point at. */
-static struct ibv_mr *real_reg_mr(struct ibv_pd *pd, void *addr, size_t len,
-                                  int access)
+static struct ibv_mr *real_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access)
 {
     return ibv_reg_mr(pd, addr, len, access);
 }
@@ -27,8 +26,7 @@ static _Atomic(const char *) sysfs_root_override;
 
 const struct rc_verbs_seam *rc_verbs_seam(void)
 {
-    const struct rc_verbs_seam *s =
-        atomic_load_explicit(&seam_override, memory_order_acquire);
+    const struct rc_verbs_seam *s = atomic_load_explicit(&seam_override, memory_order_acquire);
     return s ? s : &real_seam;
 }
 
@@ -51,10 +49,8 @@ static int module_loaded(const char *root, const char *name)
 
 int rc_verbs_peermem_loaded(void)
 {
-    const char *root =
-        atomic_load_explicit(&sysfs_root_override, memory_order_acquire);
+    const char *root = atomic_load_explicit(&sysfs_root_override, memory_order_acquire);
     if (!root)
         root = "/sys";
-    return module_loaded(root, "nvidia_peermem") ||
-           module_loaded(root, "nv_peer_mem");
+    return module_loaded(root, "nvidia_peermem") || module_loaded(root, "nv_peer_mem");
 }

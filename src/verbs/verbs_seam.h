@@ -13,11 +13,9 @@ struct ibv_mr;
 /* Same contracts as the libibverbs calls: NULL / non-zero with errno set on
  * failure. */
 struct rc_verbs_seam {
-    struct ibv_mr *(*reg_mr)(struct ibv_pd *pd, void *addr, size_t len,
-                             int access);
-    struct ibv_mr *(*reg_dmabuf_mr)(struct ibv_pd *pd, uint64_t offset,
-                                    size_t len, uint64_t iova, int fd,
-                                    int access);
+    struct ibv_mr *(*reg_mr)(struct ibv_pd *pd, void *addr, size_t len, int access);
+    struct ibv_mr *(*reg_dmabuf_mr)(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova,
+                                    int fd, int access);
     int (*dereg_mr)(struct ibv_mr *mr);
 };
 

@@ -9,7 +9,7 @@ typedef CUresult (*address_range_fn)(CUdeviceptr *base, size_t *size, CUdevicept
 void *rc_wrap_driver_function(_Atomic(void *) *cache, const char *symbol)
 {
     void *fn = atomic_load_explicit(cache, memory_order_acquire);
-    if (fn == NULL) {
+    if (!fn) {
         /* Racing threads find the same function: storing it twice is
          * harmless. */
         fn = rc_wrap_driver_symbol(symbol);
@@ -44,7 +44,7 @@ static void notify_allocation(CUdeviceptr ptr)
         (address_range_fn)rc_wrap_driver_function(&range, "cuMemGetAddressRange_v2");
     CUdeviceptr base;
     size_t size;
-    if (fn != NULL && fn(&base, &size, ptr) == CUDA_SUCCESS)
+    if (fn && fn(&base, &size, ptr) == CUDA_SUCCESS)
         notify_range(base, size);
     else
         notify_everything();
@@ -68,7 +68,7 @@ CUresult rc_wrap_free_async(void *real, CUdeviceptr ptr, CUstream stream)
 
 CUresult rc_wrap_free_host(void *real, void *ptr)
 {
-    if (ptr != NULL)
+    if (ptr)
         notify_allocation((CUdeviceptr)(uintptr_t)ptr);
     return ((CUresult(*)(void *))real)(ptr);
 }
@@ -107,11 +107,11 @@ CUresult rc_wrap_alloc_async(void *real, CUdeviceptr *ptr, size_t size, CUstream
     return r;
 }
 
-CUresult rc_wrap_alloc_pool(void *real, CUdeviceptr *ptr, size_t size,
-                            CUmemoryPool pool, CUstream stream)
+CUresult rc_wrap_alloc_pool(void *real, CUdeviceptr *ptr, size_t size, CUmemoryPool pool,
+                            CUstream stream)
 {
-    CUresult r = ((CUresult(*)(CUdeviceptr *, size_t, CUmemoryPool, CUstream))real)(
-        ptr, size, pool, stream);
+    CUresult r =
+        ((CUresult(*)(CUdeviceptr *, size_t, CUmemoryPool, CUstream))real)(ptr, size, pool, stream);
     if (r == CUDA_SUCCESS)
         notify_range(*ptr, size);
     return r;
