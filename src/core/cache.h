@@ -82,6 +82,7 @@ struct regcache {
 
     struct rc_backend backend;
     bool builtin;
+    bool destroying; /* regcache_destroy() deregisters held entries too */
     int method_used;
     int validation;
     size_t host_page;

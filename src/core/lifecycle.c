@@ -135,6 +135,7 @@ void regcache_destroy(regcache_t *c)
     bool consistent = !child || pthread_mutex_trylock(&c->lock) == 0;
     if (child && consistent)
         pthread_mutex_unlock(&c->lock);
+    c->destroying = true;
     if (consistent)
         rc_cache_drain(c);
     if (c->opts.stats_dump)
