@@ -100,35 +100,42 @@ static int by_entry(const void *a, const void *b)
     return x->rank < y->rank ? -1 : x->rank > y->rank;
 }
 
+struct ranks {
+    struct use_rank *r;
+    size_t n, cap;
+};
+
+/* Append one thread's log; true (stop) when out of memory: the order is
+ * then by the ranks collected so far. */
+static bool collect_log(struct rc_thread *t, void *arg)
+{
+    struct ranks *rs = arg;
+    unsigned pos = atomic_load_explicit(&t->use_pos, memory_order_acquire);
+    unsigned logged = pos < RC_USE_LOG ? pos : RC_USE_LOG;
+    if (rs->n + logged > rs->cap) {
+        size_t cap = (rs->n + logged) * 2;
+        struct use_rank *grown = realloc(rs->r, cap * sizeof(*grown));
+        if (!grown)
+            return true;
+        rs->r = grown;
+        rs->cap = cap;
+    }
+    for (unsigned k = 0; k < logged; k++) {
+        struct regcache_entry *e =
+            atomic_load_explicit(&t->uses[(pos - 1 - k) % RC_USE_LOG], memory_order_relaxed);
+        rs->r[rs->n++] = (struct use_rank){ (uintptr_t)e, k };
+    }
+    return false;
+}
+
 static size_t collect_ranks(struct use_rank **out)
 {
-    size_t n = 0, cap = 0;
-    struct use_rank *r = NULL;
-    size_t live;
-    struct rc_thread *const _Atomic *threads = rc_thread_live(&live);
-    for (size_t i = 0; i < live; i++) {
-        struct rc_thread *t = atomic_load_explicit(&threads[i], memory_order_acquire);
-        if (!t)
-            continue;
-        unsigned pos = atomic_load_explicit(&t->use_pos, memory_order_acquire);
-        unsigned logged = pos < RC_USE_LOG ? pos : RC_USE_LOG;
-        if (n + logged > cap) {
-            cap = (n + logged) * 2;
-            struct use_rank *grown = realloc(r, cap * sizeof(*r));
-            if (!grown)
-                break; /* order by the ranks collected so far */
-            r = grown;
-        }
-        for (unsigned k = 0; k < logged; k++) {
-            struct regcache_entry *e =
-                atomic_load_explicit(&t->uses[(pos - 1 - k) % RC_USE_LOG], memory_order_relaxed);
-            r[n++] = (struct use_rank){ (uintptr_t)e, k };
-        }
-    }
-    if (n)
-        qsort(r, n, sizeof(*r), by_entry);
-    *out = r;
-    return n;
+    struct ranks rs = { NULL, 0, 0 };
+    rc_thread_visit(collect_log, &rs);
+    if (rs.n)
+        qsort(rs.r, rs.n, sizeof(*rs.r), by_entry);
+    *out = rs.r;
+    return rs.n;
 }
 
 static unsigned rank_of(const struct use_rank *r, size_t n, const struct regcache_entry *e)

@@ -57,19 +57,21 @@ void rc_registry_add(struct regcache *c)
 /* Wait until each walker that was inside a walk has moved on: its marker
  * changes (it left, or left and came back, which then started after the
  * unlink). */
+static bool wait_for_walker(struct rc_thread *t, void *unused)
+{
+    (void)unused;
+    if (t == rc_thread_current)
+        return false; /* destroy from inside a walk: this walk is ours */
+    uint_fast64_t seen = atomic_load_explicit(&t->walk, memory_order_acquire);
+    while ((seen & 1) && atomic_load_explicit(&t->walk, memory_order_acquire) == seen)
+        sched_yield();
+    return false;
+}
+
 static void wait_for_walkers(void)
 {
     rc_fence_heavy();
-    size_t live;
-    struct rc_thread *const _Atomic *threads = rc_thread_live(&live);
-    for (size_t i = 0; i < live; i++) {
-        struct rc_thread *t = atomic_load_explicit(&threads[i], memory_order_acquire);
-        if (!t || t == rc_thread_current)
-            continue; /* destroy from inside a walk: this walk is ours */
-        uint_fast64_t seen = atomic_load_explicit(&t->walk, memory_order_acquire);
-        while ((seen & 1) && atomic_load_explicit(&t->walk, memory_order_acquire) == seen)
-            sched_yield();
-    }
+    rc_thread_visit(wait_for_walker, NULL);
 }
 
 void rc_registry_remove(struct regcache *c)

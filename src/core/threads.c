@@ -79,14 +79,18 @@ static void live_remove_locked(struct rc_thread *t)
             atomic_store_explicit(&slots[i], NULL, memory_order_release);
 }
 
-struct rc_thread *const _Atomic *rc_thread_live(size_t *n)
+bool rc_thread_visit(bool (*fn)(struct rc_thread *t, void *arg), void *arg)
 {
     /* The count first: an array published after it holds at least as many
      * slots (arrays only grow, and growth copies before publishing). */
     size_t count = atomic_load_explicit(&live_count, memory_order_seq_cst);
     struct rc_thread *_Atomic *slots = atomic_load_explicit(&live_slots, memory_order_seq_cst);
-    *n = slots ? count : 0;
-    return (struct rc_thread *const _Atomic *)slots;
+    for (size_t i = 0; slots && i < count; i++) {
+        struct rc_thread *t = atomic_load_explicit(&slots[i], memory_order_acquire);
+        if (t && fn(t, arg))
+            return true;
+    }
+    return false;
 }
 
 static void release_record(void *arg)
@@ -190,23 +194,21 @@ struct rc_thread *rc_thread_attach(void)
     return t;
 }
 
+static bool holds(struct rc_thread *t, void *e)
+{
+    for (int i = 0; i < RC_HOLD_SLOTS; i++)
+        /* Acquire: a holder's reads of the entry happen before its release
+         * of the slot, and so before whatever the caller does to an entry
+         * it finds unheld. */
+        if ((atomic_load_explicit(&t->holds[i], memory_order_acquire) & ~RC_HOLD_RAIL_MASK) ==
+            (uintptr_t)e)
+            return true;
+    return false;
+}
+
 bool rc_thread_holds(const struct regcache_entry *e)
 {
-    size_t n;
-    struct rc_thread *const _Atomic *live = rc_thread_live(&n);
-    for (size_t k = 0; k < n; k++) {
-        struct rc_thread *t = atomic_load_explicit(&live[k], memory_order_acquire);
-        if (!t)
-            continue;
-        for (int i = 0; i < RC_HOLD_SLOTS; i++)
-            /* Acquire: a holder's reads of the entry happen before its
-             * release of the slot, and so before whatever the caller does
-             * to an entry it finds unheld. */
-            if ((atomic_load_explicit(&t->holds[i], memory_order_acquire) & ~RC_HOLD_RAIL_MASK) ==
-                (uintptr_t)e)
-                return true;
-    }
-    return false;
+    return rc_thread_visit(holds, (void *)e);
 }
 
 int rc_thread_claim_hit_id(void)

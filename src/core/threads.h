@@ -73,11 +73,11 @@ static inline struct rc_thread *rc_thread_self(void)
 /* The head of the list of every record ever made (NULL before the first). */
 struct rc_thread *rc_thread_first(void);
 
-/* The live records (see above): *n of them at the returned array, which
- * stays readable for the life of the process.  A record enters before its
- * thread publishes its first hold, with seq_cst stores that a scanner's
- * seq_cst fence before this call orders (entry.h). */
-struct rc_thread *const _Atomic *rc_thread_live(size_t *n);
+/* Call fn on each live record (see above) until it returns true; true if
+ * one did.  A record enters before its thread publishes its first hold,
+ * with seq_cst stores that a scanner's seq_cst fence before this call
+ * orders (entry.h); records stay readable for the life of the process. */
+bool rc_thread_visit(bool (*fn)(struct rc_thread *t, void *arg), void *arg);
 
 /* Is e (any rail) in some thread's hold slots?  The caller has made the
  * change that stops new holds (detach, claim) visible with a seq_cst
