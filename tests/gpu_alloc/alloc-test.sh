@@ -28,6 +28,13 @@ hooks)
     # free reaches the cache before the memory goes.
     export LD_PRELOAD="$hook" REGCACHE_ALLOC_MODE=HOOKS REGCACHE_ALLOC_VALIDATION=HOOKS \
            REGCACHE_ALLOC_DEREG_CHECK=1 ;;
+linked)
+    # No preload: the library, loaded after the framework initialised CUDA,
+    # patches libcuda in-process; AUTO must still come out as HOOKS, and
+    # every free must reach the cache before the memory goes.
+    unset LD_PRELOAD
+    export REGCACHE_ALLOC_MODE=LINKED REGCACHE_ALLOC_VALIDATION=HOOKS \
+           REGCACHE_ALLOC_DEREG_CHECK=1 ;;
 tag_check)
     # No hook: every hit re-reads the buffer id.  Entries of freed memory
     # are deregistered only when a get or an eviction meets them, after the
@@ -36,7 +43,7 @@ tag_check)
     export REGCACHE_VALIDATION=tag_check REGCACHE_ALLOC_MODE=TAG_CHECK \
            REGCACHE_ALLOC_VALIDATION=TAG_CHECK REGCACHE_ALLOC_DEREG_CHECK=0 ;;
 *)
-    echo "alloc-test.sh: unknown mode '$mode' (known: hooks, tag_check)" >&2
+    echo "alloc-test.sh: unknown mode '$mode' (known: hooks, linked, tag_check)" >&2
     exit 2 ;;
 esac
 

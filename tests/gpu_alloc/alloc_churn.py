@@ -14,7 +14,7 @@ framework put the memory on, while a random context is current (another GPU's,
 or the framework's own).
 
 alloc-test.sh sets the mode's environment and what to expect of it:
-  REGCACHE_ALLOC_MODE         the mode's name in the summary (HOOKS, TAG_CHECK)
+  REGCACHE_ALLOC_MODE         the mode's name in the summary (HOOKS, LINKED, TAG_CHECK)
   REGCACHE_ALLOC_VALIDATION   the validation the cache must resolve AUTO to
   REGCACHE_ALLOC_DEREG_CHECK  1: every dereg must come while the memory is still
                               the registered one
