@@ -193,9 +193,9 @@ static void dmabuf_supported_follows_the_attribute(void **state)
 {
     (void)state;
     assert_int_equal(rc_dmabuf_supported(0), 1);
-    drv.dmabuf_supported = 0;
+    drv.dmabuf_supported[0] = 0;
     assert_int_equal(rc_dmabuf_supported(0), 0);
-    drv.dmabuf_supported = 1;
+    drv.dmabuf_supported[0] = 1;
     assert_int_equal(rc_dmabuf_supported(1), 0); /* no such device */
     /* Any driver error reads as "no". */
     for (size_t e = 0; e < sizeof errors / sizeof errors[0]; e++) {

@@ -1,9 +1,8 @@
 #include "fake_verbs.h"
-#include "fake_cuda.h"
+#include "fake_driver.h"
 
 #include "verbs_seam.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <infiniband/verbs.h>
@@ -166,25 +165,12 @@ struct ibv_pd *fake_pd(void)
     return &pd;
 }
 
-int fake_count_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    struct dirent *e;
-    int n = 0;
-
-    if (!d)
-        abort();
-    while ((e = readdir(d)))
-        n += e->d_name[0] != '.';
-    closedir(d);
-    return n;
-}
-
 int fake_world_setup(void **state)
 {
     (void)state;
     fake_verbs_install();
-    fake_cuda_install();
+    drv_install();
+    drv_legacy(0, FAKE_GPU_SIZE);
     fake_sysfs_module(NULL);
     return 0;
 }
@@ -194,7 +180,7 @@ int fake_world_teardown(void **state)
     (void)state;
     assert_int_equal(fake_verbs.live_mrs, 0);
     fake_sysfs_remove();
-    fake_cuda_uninstall();
+    drv_uninstall();
     fake_verbs_uninstall();
     return 0;
 }

@@ -12,7 +12,6 @@
 #include <cmocka.h>
 #include <infiniband/verbs.h>
 
-#include "fake_cuda.h"
 #include "fake_verbs.h"
 #include "regcache.h"
 
@@ -24,7 +23,7 @@ static regcache_t *host_cache(void)
     struct regcache_params p;
     regcache_t *c = NULL;
 
-    fake_cuda.device_count = 0;
+    drv.device_count = 0;
     assert_int_equal(regcache_params_init(&p), REGCACHE_OK);
     p.pd = fake_pd();
     p.host_memory = 1;
@@ -140,8 +139,8 @@ static void test_gpu_memory_through_dmabuf(void **state)
     struct regcache_params p;
     regcache_t *c = NULL;
     regcache_entry_t *e;
-    char *gpu = (char *)fake_cuda.alloc_base;
-    int fds = fake_count_fds();
+    char *gpu = fake_gpu(0);
+    int fds = drv_open_fds();
     uintptr_t start;
     size_t len;
     (void)state;
@@ -159,10 +158,10 @@ static void test_gpu_memory_through_dmabuf(void **state)
     assert_int_equal(fake_verbs.dmabuf_calls, 1);
     assert_int_equal(fake_verbs.last_dmabuf.iova, start);
     assert_int_equal(fake_verbs.last_dmabuf.offset,
-                     start - fake_cuda.export_ptr);
+                     start - drv.export_ptr);
     assert_int_equal(fake_verbs.last_dmabuf.len, len);
     assert_int_equal((uintptr_t)regcache_entry_mr(e)->addr, start);
-    assert_int_equal(fake_count_fds(), fds);
+    assert_int_equal(drv_open_fds(), fds);
     regcache_put(c, e);
     regcache_destroy(c);
 }
@@ -179,8 +178,8 @@ static void test_dmabuf_rails_share_one_export(void **state)
     struct regcache_params p;
     regcache_t *c = NULL;
     regcache_entry_t *e[2];
-    char *gpu = (char *)fake_cuda.alloc_base + 3 * BLOCK + 10;
-    int fds = fake_count_fds();
+    char *gpu = fake_gpu(0) + 3 * BLOCK + 10;
+    int fds = drv_open_fds();
     (void)state;
 
     assert_int_equal(regcache_params_init(&p), REGCACHE_OK);
@@ -191,27 +190,27 @@ static void test_dmabuf_rails_share_one_export(void **state)
     assert_int_equal(regcache_method_used(c), REGCACHE_METHOD_DMABUF);
 
     assert_int_equal(regcache_get_rail(c, 0, gpu, 100, &e[0]), REGCACHE_OK);
-    assert_int_equal(fake_cuda.export_calls, 1);
+    assert_int_equal(drv.calls[FC_GET_HANDLE], 1);
     assert_int_equal(fake_verbs.dmabuf_calls, 1);
     assert_ptr_equal(fake_verbs.last_dmabuf.pd, pds[0]);
     uint64_t offset = fake_verbs.last_dmabuf.offset;
-    assert_int_equal(fake_count_fds(), fds + 1); /* for rail 1 */
+    assert_int_equal(drv_open_fds(), fds + 1); /* for rail 1 */
 
     assert_int_equal(regcache_get_rail(c, 1, gpu, 100, &e[1]), REGCACHE_OK);
-    assert_int_equal(fake_cuda.export_calls, 1);
+    assert_int_equal(drv.calls[FC_GET_HANDLE], 1);
     assert_int_equal(fake_verbs.dmabuf_calls, 2);
     assert_ptr_equal(fake_verbs.last_dmabuf.pd, pds[1]);
-    assert_int_equal(fake_verbs.last_dmabuf.fd, fake_cuda.export_fd);
+    assert_int_equal(fake_verbs.last_dmabuf.fd, drv.export_fd);
     assert_true(fake_verbs.last_dmabuf.fd_was_open);
     assert_int_equal(fake_verbs.last_dmabuf.offset, offset);
     assert_ptr_equal(regcache_entry_mr(e[0])->pd, pds[0]);
     assert_ptr_equal(regcache_entry_mr(e[1])->pd, pds[1]);
-    assert_int_equal(fake_count_fds(), fds); /* every rail has its MR */
+    assert_int_equal(drv_open_fds(), fds); /* every rail has its MR */
 
     regcache_put(c, e[0]);
     regcache_put(c, e[1]);
     regcache_destroy(c);
-    assert_int_equal(fake_count_fds(), fds);
+    assert_int_equal(drv_open_fds(), fds);
 }
 
 /* A cache that found only the host method refuses GPU memory up front,
@@ -222,8 +221,8 @@ static void test_host_only_cache_refuses_gpu_memory(void **state)
     regcache_entry_t *e = NULL;
     (void)state;
 
-    fake_cuda.device_count = 1; /* the memory is a GPU allocation */
-    assert_int_equal(regcache_get(c, (char *)fake_cuda.alloc_base + 10, 100, &e),
+    drv.device_count = 1; /* the memory is a GPU allocation */
+    assert_int_equal(regcache_get(c, fake_gpu(0) + 10, 100, &e),
                      REGCACHE_ERR_UNSUPPORTED);
     assert_null(e);
     assert_non_null(strstr(regcache_last_error(), "nvidia_peermem"));
@@ -237,7 +236,7 @@ static void test_create_says_what_to_load(void **state)
     regcache_t *c = NULL;
     (void)state;
 
-    fake_cuda.device_count = 0;
+    drv.device_count = 0;
     assert_int_equal(regcache_params_init(&p), REGCACHE_OK);
     p.pd = fake_pd();
     assert_int_equal(regcache_create(&p, &c), REGCACHE_ERR_UNSUPPORTED);

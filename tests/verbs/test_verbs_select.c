@@ -10,7 +10,6 @@
 #include <cmocka.h>
 #include <infiniband/verbs.h>
 
-#include "fake_cuda.h"
 #include "fake_verbs.h"
 #include "regcache.h"
 #include "verbs_backend.h"
@@ -149,9 +148,9 @@ static void test_auto_skips_dmabuf_when_one_gpu_cannot_export(void **state)
 {
     int used;
     (void)state;
-    fake_cuda.device_count = 2;
-    fake_cuda.dmabuf_supported[0] = 1;
-    fake_cuda.dmabuf_supported[1] = 0;
+    drv.device_count = 2;
+    drv.dmabuf_supported[0] = 1;
+    drv.dmabuf_supported[1] = 0;
     fake_sysfs_module("nvidia_peermem");
     assert_int_equal(create(REGCACHE_METHOD_AUTO, 0, &used), REGCACHE_OK);
     assert_int_equal(used, REGCACHE_METHOD_PEERMEM);
@@ -162,7 +161,7 @@ static void test_auto_without_gpu_is_host_only(void **state)
 {
     int used;
     (void)state;
-    fake_cuda.device_count = 0;
+    drv.device_count = 0;
     assert_int_equal(create(REGCACHE_METHOD_AUTO, 1, &used), REGCACHE_OK);
     assert_int_equal(used, 0);
     assert_int_equal(fake_verbs.probe_calls, 0);
@@ -183,7 +182,7 @@ static void test_auto_without_gpu_or_host_memory_is_unsupported(void **state)
 {
     int used;
     (void)state;
-    fake_cuda.device_count = 0;
+    drv.device_count = 0;
     assert_int_equal(create(REGCACHE_METHOD_AUTO, 0, &used),
                      REGCACHE_ERR_UNSUPPORTED);
     assert_error_mentions("no CUDA device");
@@ -215,7 +214,7 @@ static void test_explicit_dmabuf_refused_by_gpu(void **state)
 {
     int used;
     (void)state;
-    fake_cuda.dmabuf_supported[0] = 0;
+    drv.dmabuf_supported[0] = 0;
     assert_int_equal(create(REGCACHE_METHOD_DMABUF, 0, &used),
                      REGCACHE_ERR_UNSUPPORTED);
     assert_error_mentions("CUDA device 0 cannot export dmabuf");

@@ -4,9 +4,10 @@
  * backend's dmabuf probe must reach the same verdict as a real
  * ibv_reg_dmabuf_mr on a real dmabuf (udmabuf over a memfd).  Where the
  * GPU side must say "yes" so that only the provider decides, a stand-in
- * CUDA driver answers for it, and a stand-in sysfs for the peermem module
- * (both from tests/verbs); the provider is always the real one. */
-#include "fake_cuda.h"
+ * CUDA driver answers for it (tests/common/fake_driver.h), and a stand-in
+ * sysfs for the peermem module (tests/verbs); the provider is always the
+ * real one. */
+#include "fake_driver.h"
 #include "fake_verbs.h"
 #include "vm_env.h"
 
@@ -47,14 +48,14 @@ static int create(enum regcache_method method, int host_memory,
 static int install_fake_gpu(void **state)
 {
     (void)state;
-    fake_cuda_install();
+    drv_install();
     return 0;
 }
 
 static int remove_fakes(void **state)
 {
     (void)state;
-    fake_cuda_uninstall();
+    drv_uninstall();
     fake_sysfs_remove();
     return 0;
 }

@@ -1,6 +1,7 @@
 #include "fake_driver.h"
 
 #include <dirent.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -47,6 +48,8 @@ static CUresult drv_get_error_name(CUresult error, const char **name)
         { CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED" },
         { CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT" },
         { CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE" },
+        { CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY" },
+        { CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN" },
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         if (names[i].code == error) {
@@ -158,19 +161,26 @@ static CUresult drv_mem_get_handle(void *handle, CUdeviceptr p, size_t size,
     CUresult r = enter(FC_GET_HANDLE);
     drv.export_ptr = p;
     drv.export_size = size;
+    drv.export_fd = -1;
     if (r != CUDA_SUCCESS)
         return r;
     if (drv.current == NULL)
         return CUDA_ERROR_INVALID_CONTEXT;
     struct drv_alloc *a = drv_alloc_at(p);
     if (type != CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD || flags != 0 || a == NULL ||
-        p % 4096 != 0 || size % 4096 != 0)
+        p % 4096 != 0 || size % 4096 != 0 || size > a->base + a->size - p)
         return CUDA_ERROR_INVALID_VALUE;
     int fd = eventfd(0, EFD_CLOEXEC);
     if (fd < 0)
         abort();
+    drv.export_fd = fd;
     *(int *)handle = fd;
     return CUDA_SUCCESS;
+}
+
+static int no_device(CUdevice device)
+{
+    return device < 0 || device >= drv.device_count;
 }
 
 static CUresult drv_device_get(CUdevice *device, int ordinal)
@@ -178,15 +188,15 @@ static CUresult drv_device_get(CUdevice *device, int ordinal)
     CUresult r = enter(FC_DEVICE_GET);
     if (r != CUDA_SUCCESS)
         return r;
-    if (ordinal != 0)
+    if (no_device(ordinal))
         return CUDA_ERROR_INVALID_DEVICE;
-    *device = 0;
+    *device = ordinal;
     return CUDA_SUCCESS;
 }
 
 static CUresult drv_device_get_count(int *count)
 {
-    *count = 1;
+    *count = drv.device_count;
     return CUDA_SUCCESS;
 }
 
@@ -196,34 +206,36 @@ static CUresult drv_device_get_attribute(int *value, CUdevice_attribute attr,
     CUresult r = enter(FC_DEVICE_GET_ATTRIBUTE);
     if (r != CUDA_SUCCESS)
         return r;
-    if (device != 0 || attr != CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED)
+    if (no_device(device) || attr != CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED)
         return CUDA_ERROR_INVALID_VALUE;
-    *value = drv.dmabuf_supported;
+    *value = drv.dmabuf_supported[device];
     return CUDA_SUCCESS;
 }
 
-/* A bus id no machine has, so NVML (where present) never finds it. */
+/* Bus ids no machine has (device 0's is 00ff:fe:1f.7, the next ones count
+ * the device down), so NVML (where present) never finds them. */
 static CUresult drv_device_get_pci_bus_id(char *bus_id, int len, CUdevice device)
 {
     CUresult r = enter(FC_BUS_ID);
     if (r != CUDA_SUCCESS)
         return r;
-    if (device != 0 || len < 13)
+    if (no_device(device) || len < 13)
         return CUDA_ERROR_INVALID_VALUE;
-    memcpy(bus_id, "00ff:fe:1f.7", 13);
+    snprintf(bus_id, (size_t)len, "00ff:fe:%02x.7", (unsigned)(0x1f - device));
     return CUDA_SUCCESS;
 }
 
-/* The UUID's bytes are 0x00..0x0f, so its text form is easy to check. */
+/* Device 0's UUID bytes are 0x00..0x0f, so its text form is easy to check;
+ * device d's are d * 16 more. */
 static CUresult drv_device_get_uuid(CUuuid *uuid, CUdevice device)
 {
     CUresult r = enter(FC_UUID);
     if (r != CUDA_SUCCESS)
         return r;
-    if (device != 0)
+    if (no_device(device))
         return CUDA_ERROR_INVALID_DEVICE;
     for (int i = 0; i < 16; i++)
-        uuid->bytes[i] = (char)i;
+        uuid->bytes[i] = (char)(device * 16 + i);
     return CUDA_SUCCESS;
 }
 
@@ -263,7 +275,7 @@ static CUresult drv_primary_ctx_retain(CUcontext *ctx, CUdevice device)
     CUresult r = enter(FC_PRIMARY_RETAIN);
     if (r != CUDA_SUCCESS)
         return r;
-    if (device != 0)
+    if (no_device(device))
         return CUDA_ERROR_INVALID_DEVICE;
     *ctx = DRV_PRIMARY_CTX;
     drv.retained++;
@@ -275,7 +287,7 @@ static CUresult drv_primary_ctx_release(CUdevice device)
     CUresult r = enter(FC_PRIMARY_RELEASE);
     if (r != CUDA_SUCCESS)
         return r;
-    if (device != 0)
+    if (no_device(device))
         return CUDA_ERROR_INVALID_DEVICE;
     drv.retained--;
     return CUDA_SUCCESS;
@@ -317,7 +329,9 @@ void drv_install(void)
     memset(&drv, 0, sizeof drv);
     drv.arena = arena;
     drv.next_id = 100;
-    drv.dmabuf_supported = 1;
+    drv.device_count = 1;
+    drv.dmabuf_supported[0] = 1;
+    drv.export_fd = -1;
     drv.current = DRV_PRIMARY_CTX;
     rc_cuda_api_override(&drv_api);
 }
