@@ -19,95 +19,95 @@
 
 static void registers_after_setting_sync_memops(void **state)
 {
-    (void)state;
+    struct fx *f = *state;
     int i = drv_legacy(0, MIB);
     regcache_entry_t *e;
-    const struct reg_handle *h = drv_get(drv_addr(4096), 4096, &e);
-    assert_int_equal(h->buffer_id, drv.allocs[i].id);
+    const struct fake_handle *h = drv_get(f, drv_addr(4096), 4096, &e);
+    assert_int_equal(h->id, drv.allocs[i].id);
     assert_int_equal(h->sync_memops, 1);
     assert_int_equal(h->device, 0);
-    regcache_put(drv_cache, e);
-    assert_int_equal(drv_regs, 1);
+    regcache_put(f->c, e);
+    assert_int_equal(atomic_load(&f->fb.regs), 1);
 }
 
 static void hit_checks_the_tag_once(void **state)
 {
-    (void)state;
+    struct fx *f = *state;
     drv_pool(0, MIB);
     regcache_entry_t *e;
-    drv_get(drv_addr(0), MIB, &e);
-    regcache_put(drv_cache, e);
+    drv_get(f, drv_addr(0), MIB, &e);
+    regcache_put(f->c, e);
     unsigned int queries = drv.calls[FC_GET_ATTRIBUTES];
-    drv_get(drv_addr(4096), 4096, &e);
-    regcache_put(drv_cache, e);
-    assert_int_equal(drv_regs, 1);
+    drv_get(f, drv_addr(4096), 4096, &e);
+    regcache_put(f->c, e);
+    assert_int_equal(atomic_load(&f->fb.regs), 1);
     assert_int_equal(drv.calls[FC_GET_ATTRIBUTE], 1);
     assert_int_equal(drv.calls[FC_GET_ATTRIBUTES], queries);
-    assert_int_equal(drv_stats().hits, 1);
+    assert_int_equal(fx_stats(f).hits, 1);
 }
 
 static void reallocated_memory_is_registered_again(void **state)
 {
-    (void)state;
+    struct fx *f = *state;
     int i = drv_legacy(0, MIB);
     regcache_entry_t *e;
-    drv_get(drv_addr(0), 4096, &e);
-    regcache_put(drv_cache, e);
+    drv_get(f, drv_addr(0), 4096, &e);
+    regcache_put(f->c, e);
     unsigned long long old_id = drv.allocs[i].id;
     drv_free(i);
     drv_realloc(i); /* same address, new buffer id */
-    const struct reg_handle *h = drv_get(drv_addr(0), 4096, &e);
-    assert_int_not_equal(h->buffer_id, old_id);
-    assert_int_equal(h->buffer_id, drv.allocs[i].id);
+    const struct fake_handle *h = drv_get(f, drv_addr(0), 4096, &e);
+    assert_int_not_equal(h->id, old_id);
+    assert_int_equal(h->id, drv.allocs[i].id);
     assert_int_equal(h->sync_memops, 1);
-    regcache_put(drv_cache, e);
-    assert_int_equal(drv_regs, 2);
-    assert_int_equal(drv_deregs, 1);
-    assert_int_equal(drv_stats().invalidations_tag, 1);
+    regcache_put(f->c, e);
+    assert_int_equal(atomic_load(&f->fb.regs), 2);
+    assert_int_equal(atomic_load(&f->fb.deregs), 1);
+    assert_int_equal(fx_stats(f).invalidations_tag, 1);
 }
 
 static void freed_memory_on_a_hit_is_not_gpu(void **state)
 {
-    (void)state;
+    struct fx *f = *state;
     int i = drv_pool(0, MIB);
     regcache_entry_t *e;
-    drv_get(drv_addr(0), MIB, &e);
-    regcache_put(drv_cache, e);
+    drv_get(f, drv_addr(0), MIB, &e);
+    regcache_put(f->c, e);
     drv_free(i);
-    assert_int_equal(regcache_get(drv_cache, (const void *)drv_addr(0), MIB, &e),
+    assert_int_equal(regcache_get(f->c, (const void *)drv_addr(0), MIB, &e),
                      REGCACHE_ERR_NOT_GPU);
     assert_null(e);
-    struct regcache_stats s = drv_stats();
+    struct regcache_stats s = fx_stats(f);
     assert_int_equal(s.invalidations_tag, 1);
     assert_int_equal(s.entries, 0);
-    assert_int_equal(drv_deregs, 1);
+    assert_int_equal(atomic_load(&f->fb.deregs), 1);
 }
 
 static void managed_memory_is_refused(void **state)
 {
-    (void)state;
+    struct fx *f = *state;
     drv_managed(0, MIB);
     regcache_entry_t *e;
-    assert_int_equal(regcache_get(drv_cache, (const void *)drv_addr(0), 4096, &e),
+    assert_int_equal(regcache_get(f->c, (const void *)drv_addr(0), 4096, &e),
                      REGCACHE_ERR_MANAGED);
     assert_null(e);
-    assert_int_equal(drv_regs, 0);
+    assert_int_equal(atomic_load(&f->fb.regs), 0);
 }
 
 static void host_memory_is_refused_unless_allowed(void **state)
 {
-    (void)state;
+    struct fx *f = *state;
     drv_pinned_host(0, MIB);
     char *heap = malloc(4096);
     regcache_entry_t *e;
-    assert_int_equal(regcache_get(drv_cache, heap, 100, &e), REGCACHE_ERR_NOT_GPU);
-    assert_int_equal(regcache_get(drv_cache, (const void *)drv_addr(0), 100, &e),
+    assert_int_equal(regcache_get(f->c, heap, 100, &e), REGCACHE_ERR_NOT_GPU);
+    assert_int_equal(regcache_get(f->c, (const void *)drv_addr(0), 100, &e),
                      REGCACHE_ERR_NOT_GPU);
-    assert_int_equal(drv_regs, 0);
+    assert_int_equal(atomic_load(&f->fb.regs), 0);
 
-    regcache_t *host = drv_cache_create(1);
+    regcache_t *host = drv_cache_create(f, 1);
     assert_int_equal(regcache_get(host, heap, 100, &e), REGCACHE_OK);
-    const struct reg_handle *h = regcache_entry_handle(e);
+    const struct fake_handle *h = regcache_entry_handle(e);
     assert_int_equal(h->device, REGCACHE_DEVICE_HOST);
     assert_true(h->start <= (uintptr_t)heap && (uintptr_t)heap + 100 <= h->start + h->len);
     regcache_put(host, e);
@@ -118,59 +118,59 @@ static void host_memory_is_refused_unless_allowed(void **state)
 
 static void range_past_the_allocation_is_refused(void **state)
 {
-    (void)state;
+    struct fx *f = *state;
     drv_legacy(0, MIB);
     regcache_entry_t *e;
-    assert_int_equal(regcache_get(drv_cache, (const void *)drv_addr(MIB - 4096), 8192, &e),
+    assert_int_equal(regcache_get(f->c, (const void *)drv_addr(MIB - 4096), 8192, &e),
                      REGCACHE_ERR_RANGE);
     assert_non_null(strstr(regcache_last_error(), "past the end"));
-    assert_int_equal(drv_regs, 0);
+    assert_int_equal(atomic_load(&f->fb.regs), 0);
 }
 
 /* Two allocations in one page: one registration of the page each (the
  * backend cannot tell them apart, the entries can). */
 static void packed_allocations_each_get_their_own_entry(void **state)
 {
-    (void)state;
+    struct fx *f = *state;
     int a = drv_legacy(0, 1000);
     drv_legacy(1024, 1000);
     regcache_entry_t *ea, *eb, *again;
-    const struct reg_handle *ha = drv_get(drv_addr(0), 1000, &ea);
-    const struct reg_handle *hb = drv_get(drv_addr(1024), 1000, &eb);
+    const struct fake_handle *ha = drv_get(f, drv_addr(0), 1000, &ea);
+    const struct fake_handle *hb = drv_get(f, drv_addr(1024), 1000, &eb);
     assert_ptr_not_equal(ha, hb);
     assert_int_equal(ha->start, hb->start);
-    assert_int_equal(drv_regs, 2);
+    assert_int_equal(atomic_load(&f->fb.regs), 2);
     /* Each keeps serving its own allocation. */
-    assert_ptr_equal(drv_get(drv_addr(0), 10, &again), ha);
-    regcache_put(drv_cache, again);
-    assert_ptr_equal(drv_get(drv_addr(1024 + 10), 10, &again), hb);
-    regcache_put(drv_cache, again);
-    regcache_put(drv_cache, ea);
-    regcache_put(drv_cache, eb);
+    assert_ptr_equal(drv_get(f, drv_addr(0), 10, &again), ha);
+    regcache_put(f->c, again);
+    assert_ptr_equal(drv_get(f, drv_addr(1024 + 10), 10, &again), hb);
+    regcache_put(f->c, again);
+    regcache_put(f->c, ea);
+    regcache_put(f->c, eb);
     /* Freeing one spares the other. */
     drv_free(a);
-    assert_int_equal(regcache_get(drv_cache, (const void *)drv_addr(0), 10, &again),
+    assert_int_equal(regcache_get(f->c, (const void *)drv_addr(0), 10, &again),
                      REGCACHE_ERR_NOT_GPU);
-    assert_ptr_equal(drv_get(drv_addr(1024), 1000, &again), hb);
-    regcache_put(drv_cache, again);
-    assert_int_equal(drv_regs, 2);
-    assert_int_equal(drv_deregs, 1);
+    assert_ptr_equal(drv_get(f, drv_addr(1024), 1000, &again), hb);
+    regcache_put(f->c, again);
+    assert_int_equal(atomic_load(&f->fb.regs), 2);
+    assert_int_equal(atomic_load(&f->fb.deregs), 1);
 }
 
 static void driver_errors_on_a_miss_are_cuda_errors(void **state)
 {
-    (void)state;
+    struct fx *f = *state;
     drv_legacy(0, MIB);
     regcache_entry_t *e;
     drv.fail[FC_GET_ATTRIBUTES] = CUDA_ERROR_DEINITIALIZED;
-    assert_int_equal(regcache_get(drv_cache, (const void *)drv_addr(0), 4096, &e),
+    assert_int_equal(regcache_get(f->c, (const void *)drv_addr(0), 4096, &e),
                      REGCACHE_ERR_CUDA);
     assert_non_null(strstr(regcache_last_error(), "CUDA_ERROR_DEINITIALIZED"));
     drv.fail[FC_GET_ATTRIBUTES] = CUDA_SUCCESS;
     drv.fail[FC_SET_ATTRIBUTE] = CUDA_ERROR_NOT_INITIALIZED;
-    assert_int_equal(regcache_get(drv_cache, (const void *)drv_addr(0), 4096, &e),
+    assert_int_equal(regcache_get(f->c, (const void *)drv_addr(0), 4096, &e),
                      REGCACHE_ERR_CUDA);
-    assert_int_equal(drv_regs, 0);
+    assert_int_equal(atomic_load(&f->fb.regs), 0);
 }
 
 int main(void)
