@@ -3,7 +3,8 @@
  * is at most whole_allocation_max - by default a quarter of the device's
  * budget - since an allocation registered whole for a small request would
  * crowd out everything else, and one larger than the budget would be
- * evicted at every put.  Raising the cap shows that second cost. */
+ * evicted at every put.  Raising the cap shows that second cost.  Under the
+ * cap, whole allocations fill the budget and evict one another. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -85,6 +86,23 @@ static void raised_cap_by_environment(void **state)
     whole_allocation_past_the_budget_is_evicted_at_put(f);
 }
 
+static void max_bytes_budget(void **state)
+{
+    struct fx *f = *state;
+    for (int i = 0; i < 4; i++)
+        fx_device_alloc(f, i);
+    f->p.max_bytes = 2 * MiB;
+    f->p.whole_allocation_max = MiB; /* register each allocation whole */
+    fx_create(f);
+    for (int i = 0; i < 4; i++)
+        fx_use(f, FX_ALLOC(i), 10);
+    struct regcache_stats s = fx_stats(f);
+    assert_int_equal(s.bytes, 2 * MiB);
+    assert_int_equal(s.evictions, 2);
+    assert_int_equal(s.peak_bytes, 2 * MiB);
+    assert_int_equal(atomic_load(&f->fb.live), 2);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
@@ -92,6 +110,7 @@ int main(void)
         T(large_allocation_registers_the_request),
         T(raised_cap_by_params),
         T(raised_cap_by_environment),
+        T(max_bytes_budget),
     };
 #undef T
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -5,7 +5,8 @@
  * evicts nothing.  Exhaustion evicts the device's least recently used
  * unused entry and retries, 16 rounds at most: the 17th attempt follows the
  * 16th eviction.  Giving up says what is left of the device, and whether
- * what is left is held. */
+ * what is left is held.  Any other errno is a backend failure that evicts
+ * nothing, and each device's exhaustion evicts that device's entries only. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -166,6 +167,90 @@ static void exhausted_after_evicting_the_unused(void **state)
     exhausted_with_held_entries(*state, 3);
 }
 
+static void evict_and_retry_on_exhaustion(void **state)
+{
+    struct fx *f = *state;
+    static const int errnos[] = {ENOSPC, ENOMEM, EAGAIN, EFAULT};
+    for (int i = 0; i < 3; i++)
+        fx_device_alloc(f, i);
+    fx_create(f);
+    for (size_t k = 0; k < sizeof(errnos) / sizeof(errnos[0]); k++) {
+        fx_use(f, FX_ALLOC(0), 10);
+        fx_use(f, FX_ALLOC(1), 10);
+        f->fb.fail_errno = errnos[k];
+        f->fb.fail_count = 1;
+        long deregs = atomic_load(&f->fb.deregs);
+        /* The backend refuses once; the cache evicts the least recently
+         * used unused entry (FX_ALLOC(0)) and succeeds on the retry. */
+        regcache_entry_t *e = fx_get(f, FX_ALLOC(2), 10);
+        assert_int_equal(atomic_load(&f->fb.deregs), deregs + 1);
+        regcache_put(f->c, e);
+        regcache_flush(f->c);
+    }
+    struct regcache_stats s = fx_stats(f);
+    assert_int_equal(s.reg_failures, 4);
+    assert_int_equal(s.evictions, 4);
+}
+
+static void held_entries_leave_no_space_until_put(void **state)
+{
+    struct fx *f = *state;
+    for (int i = 0; i < 3; i++)
+        fx_device_alloc(f, i);
+    f->fb.capacity = 2 * MiB;
+    fx_create(f);
+    regcache_entry_t *a = fx_get(f, FX_ALLOC(0), 10);
+    regcache_entry_t *b = fx_get(f, FX_ALLOC(1), 10);
+    fx_get_fails(f, FX_ALLOC(2), 10, REGCACHE_ERR_NO_SPACE);
+    assert_string_not_equal(regcache_last_error(), "");
+    assert_int_equal(atomic_load(&f->fb.live), 2);
+    assert_int_equal(fx_stats(f).entries, 2);
+    /* Once one is released the same request evicts it and succeeds. */
+    regcache_put(f->c, a);
+    regcache_entry_t *e = fx_get(f, FX_ALLOC(2), 10);
+    assert_int_equal(atomic_load(&f->fb.live), 2);
+    regcache_put(f->c, e);
+    regcache_put(f->c, b);
+}
+
+static void other_backend_errors_do_not_evict(void **state)
+{
+    struct fx *f = *state;
+    fx_device_alloc(f, 0);
+    fx_device_alloc(f, 1);
+    fx_create(f);
+    fx_use(f, FX_ALLOC(0), 10);
+    f->fb.fail_errno = EINVAL;
+    f->fb.fail_count = 1;
+    fx_get_fails(f, FX_ALLOC(1), 10, REGCACHE_ERR_BACKEND);
+    struct regcache_stats s = fx_stats(f);
+    assert_int_equal(s.evictions, 0);
+    assert_int_equal(s.entries, 1);
+    assert_int_equal(s.reg_failures, 1);
+    /* The failed miss left nothing behind: the next get registers. */
+    fx_use(f, FX_ALLOC(1), 10);
+    assert_int_equal(fx_stats(f).entries, 2);
+}
+
+static void devices_have_separate_budgets(void **state)
+{
+    struct fx *f = *state;
+    fx_device_alloc(f, 0);
+    fx_device_alloc(f, 1);
+    fake_alloc(&f->fb, FX_ALLOC(2), MiB, 1, REGCACHE_MEM_DEVICE);
+    f->fb.capacity = MiB; /* per device */
+    fx_create(f);
+    fx_use(f, FX_ALLOC(2), 10); /* device 1 */
+    fx_use(f, FX_ALLOC(0), 10); /* device 0 */
+    /* Device 0 is full: it evicts its own entry, never device 1's, even
+     * though device 1's is older. */
+    fx_use(f, FX_ALLOC(1), 10);
+    long regs = atomic_load(&f->fb.regs);
+    fx_use(f, FX_ALLOC(2), 10);
+    assert_int_equal(atomic_load(&f->fb.regs), regs);
+    assert_int_equal(fx_stats(f).evictions, 1);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
@@ -176,6 +261,10 @@ int main(void)
         T(exhausted_forever_counts_what_is_left),
         T(exhausted_with_everything_held),
         T(exhausted_after_evicting_the_unused),
+        T(evict_and_retry_on_exhaustion),
+        T(held_entries_leave_no_space_until_put),
+        T(other_backend_errors_do_not_evict),
+        T(devices_have_separate_budgets),
     };
 #undef T
     return cmocka_run_group_tests(tests, NULL, NULL);

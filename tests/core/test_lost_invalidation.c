@@ -202,7 +202,8 @@ static void invalidation_while_another_get_waits(void **state)
 /* (a) right after the query, (b) during the registration, (c) the notify
  * before the real free with the reallocation later, (e) pageable host
  * memory under TAG_CHECK, (f) GPU memory under HOOKS: every combination of
- * moment, memory, mode and reallocation time. */
+ * moment, memory, mode and reallocation time; and a free during the
+ * registration in the default mode (AUTO). */
 #define CASE(w, m, v, later)                                                                    \
     {.name = #w ", " #m ", " #v ", realloc later: " #later, .when = w, .mem = m,               \
      .validation = REGCACHE_VALIDATE_##v, .realloc_later = later}
@@ -210,6 +211,7 @@ static void invalidation_while_another_get_waits(void **state)
                     CASE(w, m, TAG_CHECK, false), CASE(w, m, TAG_CHECK, true)
 static const struct race_case cases[] = {
     CASES(AT_QUERY, GPU), CASES(AT_REG, GPU), CASES(AT_QUERY, PAGEABLE), CASES(AT_REG, PAGEABLE),
+    CASE(AT_REG, GPU, AUTO, false),
 };
 #undef CASES
 #undef CASE
