@@ -21,16 +21,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 #include <cuda.h>
 
 #include "bar1_budget.h"
-#include "cuda_seam.h"
 #include "dmabuf_export.h"
-#include "mem_query.h"
 #include "regcache.h"
 
 #define MIB ((size_t)1 << 20)
@@ -767,61 +764,21 @@ static void threads_never_see_a_stale_handle(void **state)
 }
 
 /* ------------------------------------------------------------------------ */
-/* Figures (printed, never asserted)                                         */
+/* The BAR1 budget                                                            */
 /* ------------------------------------------------------------------------ */
 
-static double ns_since(const struct timespec *t0, int n)
-{
-    struct timespec t1;
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    return ((double)(t1.tv_sec - t0->tv_sec) * 1e9 + (double)(t1.tv_nsec - t0->tv_nsec)) / n;
-}
-
-static void figures(void **state)
+/* Where NVML is there, it gives device 0 a BAR1 budget (how long the cache's
+ * calls take is the benchmark's business: bench/cuda.c, bench/hits.c). */
+static void bar1_budget_of_device_0_is_read(void **state)
 {
     (void)state;
-    enum { N = 200000 };
-    CUdeviceptr p;
-    CK(cu.cuMemAlloc(&p, MIB));
-    const struct rc_cuda_api *api = rc_cuda_api();
-    struct rc_memory m;
-    assert_int_equal(rc_cuda_query(&m), REGCACHE_OK);
-    unsigned long long id;
-    uint64_t tag;
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (int i = 0; i < N; i++)
-        api->PointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, p);
-    double bare = ns_since(&t0, N);
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (int i = 0; i < N; i++)
-        m.read_tag(m.ctx, (const void *)p, &tag);
-    double read_tag = ns_since(&t0, N);
-    struct regcache_mem_info info;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (int i = 0; i < N; i++)
-        m.query(m.ctx, (const void *)p, 4096, &info);
-    double query = ns_since(&t0, N);
-
-    regcache_t *c = new_cache(0);
-    regcache_entry_t *e;
-    get_checked(c, p, 4096, &e);
-    regcache_put(c, e);
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (int i = 0; i < N; i++) {
-        regcache_get(c, (const void *)p, 4096, &e);
-        regcache_put(c, e);
+    if (dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL) == NULL) {
+        printf("libnvidia-ml.so.1 cannot be loaded: no BAR1 reading to check\n");
+        skip();
     }
-    double hit = ns_since(&t0, N);
-    regcache_destroy(c);
-    CK(cu.cuMemFree(p));
-    printf("ns per call: cuPointerGetAttribute(BUFFER_ID) %.1f, read_tag %.1f, "
-           "query %.1f, get+put hit (TAG_CHECK) %.1f\n", bare, read_tag, query, hit);
     size_t budget = rc_bar1_budget(0);
     printf("BAR1 budget of device 0: %zu MiB\n", budget / MIB);
-    void *nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (nvml != NULL)
-        assert_true(budget > 0);
+    assert_true(budget > 0);
 }
 
 int main(void)
@@ -843,7 +800,7 @@ int main(void)
         T(dmabuf_export_of_every_kind),
         T(budget_evicts_lru_and_never_a_held_entry),
         T(threads_never_see_a_stale_handle),
-        T(figures),
+        T(bar1_budget_of_device_0_is_read),
 #undef T
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
