@@ -105,15 +105,31 @@ void fx_assert_error_says(const char *first, ...)
     va_end(ap);
 }
 
-void fx_case_tests(struct CMUnitTest *out, void (*fn)(void **state), const void *cases,
-                   size_t n, size_t size)
+int fx_run(int (*setup)(void **), int (*teardown)(void **), const char *names,
+           void (*const *fns)(void **), size_t n, void (*case_fn)(void **), const void *cases,
+           size_t n_cases, size_t case_size)
 {
-    for (size_t i = 0; i < n; i++) {
-        const void *one = (const char *)cases + i * size;
-        out[i] = (struct CMUnitTest){.name = *(const char *const *)one,
-                                     .test_func = fn,
-                                     .setup_func = fx_setup,
-                                     .teardown_func = fx_teardown,
-                                     .initial_state = (void *)one};
+    struct CMUnitTest *tests = calloc(n_cases + n, sizeof(*tests));
+    char *copy = strdup(names);
+    assert_non_null(tests);
+    assert_non_null(copy);
+    for (size_t i = 0; i < n_cases; i++) {
+        const void *one = (const char *)cases + i * case_size;
+        tests[i] = (struct CMUnitTest){.name = *(const char *const *)one,
+                                       .test_func = case_fn,
+                                       .setup_func = setup,
+                                       .teardown_func = teardown,
+                                       .initial_state = (void *)one};
     }
+    char *next = NULL;
+    for (size_t i = 0; i < n; i++) {
+        const char *name = strtok_r(i ? NULL : copy, ", ", &next);
+        assert_non_null(name);
+        tests[n_cases + i] = (struct CMUnitTest){
+            .name = name, .test_func = fns[i], .setup_func = setup, .teardown_func = teardown};
+    }
+    int failed = _cmocka_run_group_tests("tests", tests, n_cases + n, NULL, NULL);
+    free(copy);
+    free(tests);
+    return failed;
 }

@@ -52,13 +52,32 @@ void fx_get_fails(struct fx *f, uintptr_t addr, size_t len, int status);
 struct fake_handle *fx_handle(regcache_entry_t *e);
 struct regcache_stats fx_stats(struct fx *f);
 
-struct CMUnitTest;
+/* Run one group of tests, each between setup and teardown: first a test of
+ * case_fn for each of the n_cases cases of a table whose elements (of
+ * case_size bytes) start with their name, a const char *, each test with
+ * its case as fx.param; then the n functions fns, named in `names`, a
+ * comma-separated list as #__VA_ARGS__ writes it.  Returns what cmocka does. */
+int fx_run(int (*setup)(void **), int (*teardown)(void **), const char *names,
+           void (*const *fns)(void **), size_t n, void (*case_fn)(void **), const void *cases,
+           size_t n_cases, size_t case_size);
 
-/* out[0 .. n-1]: one test of fn per case of a table whose elements (of
- * `size` bytes) start with their name, a const char *; each runs between
- * fx_setup and fx_teardown with its case as fx.param. */
-void fx_case_tests(struct CMUnitTest *out, void (*fn)(void **state), const void *cases,
-                   size_t n, size_t size);
+#define FX_FNS(...) ((void (*const[])(void **)){__VA_ARGS__})
+#define FX_COUNT(...) (sizeof(FX_FNS(__VA_ARGS__)) / sizeof(FX_FNS(__VA_ARGS__)[0]))
+/* The tests fns..., each between setup and teardown. */
+#define FX_RUN(setup, teardown, ...)                                                             \
+    fx_run(setup, teardown, #__VA_ARGS__, FX_FNS(__VA_ARGS__), FX_COUNT(__VA_ARGS__), NULL,     \
+           NULL, 0, 0)
+/* main() of a file whose tests each run between fx_setup and fx_teardown. */
+#define FX_MAIN(...)                                                                             \
+    int main(void) { return FX_RUN(fx_setup, fx_teardown, __VA_ARGS__); }
+/* The same, with a test of case_fn for each case of the array `cases` first. */
+#define FX_MAIN_CASES(case_fn, cases, ...)                                                       \
+    int main(void)                                                                               \
+    {                                                                                            \
+        return fx_run(fx_setup, fx_teardown, #__VA_ARGS__, FX_FNS(__VA_ARGS__),                  \
+                      FX_COUNT(__VA_ARGS__), case_fn, cases, sizeof(cases) / sizeof(cases[0]),   \
+                      sizeof(cases[0]));                                                         \
+    }
 
 /* regcache_last_error() must contain each of the strings, up to a NULL. */
 void fx_assert_error_says(const char *first, ...);

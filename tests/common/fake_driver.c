@@ -29,6 +29,14 @@ static CUresult enter(enum drv_call c)
     return drv.fail[c];
 }
 
+/* Count the call, and return the error injected for it, if any. */
+#define ENTER(c)                                                                                   \
+    do {                                                                                           \
+        CUresult injected_ = enter(c);                                                             \
+        if (injected_ != CUDA_SUCCESS)                                                             \
+            return injected_;                                                                      \
+    } while (0)
+
 static CUresult drv_init(unsigned int flags)
 {
     (void)flags;
@@ -115,9 +123,7 @@ static void put_attribute(void *data, CUpointer_attribute attr, const struct drv
 static CUresult drv_pointer_get_attribute(void *data, CUpointer_attribute attr,
                                            CUdeviceptr p)
 {
-    CUresult r = enter(FC_GET_ATTRIBUTE);
-    if (r != CUDA_SUCCESS)
-        return r;
+    ENTER(FC_GET_ATTRIBUTE);
     struct drv_alloc *a = drv_alloc_at(p);
     if (a == NULL)
         return CUDA_ERROR_INVALID_VALUE;
@@ -129,9 +135,7 @@ static CUresult drv_pointer_get_attributes(unsigned int count,
                                             CUpointer_attribute *attrs,
                                             void **data, CUdeviceptr p)
 {
-    CUresult r = enter(FC_GET_ATTRIBUTES);
-    if (r != CUDA_SUCCESS)
-        return r;
+    ENTER(FC_GET_ATTRIBUTES);
     struct drv_alloc *a = drv_alloc_at(p);
     if (a == NULL && drv.unknown_invalid)
         return CUDA_ERROR_INVALID_VALUE;
@@ -143,9 +147,7 @@ static CUresult drv_pointer_get_attributes(unsigned int count,
 static CUresult drv_pointer_set_attribute(const void *value, CUpointer_attribute attr,
                                            CUdeviceptr p)
 {
-    CUresult r = enter(FC_SET_ATTRIBUTE);
-    if (r != CUDA_SUCCESS)
-        return r;
+    ENTER(FC_SET_ATTRIBUTE);
     struct drv_alloc *a = drv_alloc_at(p);
     if (a == NULL || attr != CU_POINTER_ATTRIBUTE_SYNC_MEMOPS)
         return CUDA_ERROR_INVALID_VALUE;
@@ -185,9 +187,7 @@ static int no_device(CUdevice device)
 
 static CUresult drv_device_get(CUdevice *device, int ordinal)
 {
-    CUresult r = enter(FC_DEVICE_GET);
-    if (r != CUDA_SUCCESS)
-        return r;
+    ENTER(FC_DEVICE_GET);
     if (no_device(ordinal))
         return CUDA_ERROR_INVALID_DEVICE;
     *device = ordinal;
@@ -203,9 +203,7 @@ static CUresult drv_device_get_count(int *count)
 static CUresult drv_device_get_attribute(int *value, CUdevice_attribute attr,
                                           CUdevice device)
 {
-    CUresult r = enter(FC_DEVICE_GET_ATTRIBUTE);
-    if (r != CUDA_SUCCESS)
-        return r;
+    ENTER(FC_DEVICE_GET_ATTRIBUTE);
     if (no_device(device) || attr != CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED)
         return CUDA_ERROR_INVALID_VALUE;
     *value = drv.dmabuf_supported[device];
@@ -216,9 +214,7 @@ static CUresult drv_device_get_attribute(int *value, CUdevice_attribute attr,
  * the device down), so NVML (where present) never finds them. */
 static CUresult drv_device_get_pci_bus_id(char *bus_id, int len, CUdevice device)
 {
-    CUresult r = enter(FC_BUS_ID);
-    if (r != CUDA_SUCCESS)
-        return r;
+    ENTER(FC_BUS_ID);
     if (no_device(device) || len < 13)
         return CUDA_ERROR_INVALID_VALUE;
     snprintf(bus_id, (size_t)len, "00ff:fe:%02x.7", (unsigned)(0x1f - device));
@@ -229,9 +225,7 @@ static CUresult drv_device_get_pci_bus_id(char *bus_id, int len, CUdevice device
  * device d's are d * 16 more. */
 static CUresult drv_device_get_uuid(CUuuid *uuid, CUdevice device)
 {
-    CUresult r = enter(FC_UUID);
-    if (r != CUDA_SUCCESS)
-        return r;
+    ENTER(FC_UUID);
     if (no_device(device))
         return CUDA_ERROR_INVALID_DEVICE;
     for (int i = 0; i < 16; i++)
@@ -241,18 +235,14 @@ static CUresult drv_device_get_uuid(CUuuid *uuid, CUdevice device)
 
 static CUresult drv_ctx_get_current(CUcontext *ctx)
 {
-    CUresult r = enter(FC_CTX_GET_CURRENT);
-    if (r != CUDA_SUCCESS)
-        return r;
+    ENTER(FC_CTX_GET_CURRENT);
     *ctx = drv.current;
     return CUDA_SUCCESS;
 }
 
 static CUresult drv_ctx_push_current(CUcontext ctx)
 {
-    CUresult r = enter(FC_CTX_PUSH);
-    if (r != CUDA_SUCCESS)
-        return r;
+    ENTER(FC_CTX_PUSH);
     drv.current = ctx;
     drv.pushed++;
     return CUDA_SUCCESS;
@@ -261,9 +251,7 @@ static CUresult drv_ctx_push_current(CUcontext ctx)
 /* One level deep: the thread had no context before the push. */
 static CUresult drv_ctx_pop_current(CUcontext *ctx)
 {
-    CUresult r = enter(FC_CTX_POP);
-    if (r != CUDA_SUCCESS)
-        return r;
+    ENTER(FC_CTX_POP);
     *ctx = drv.current;
     drv.current = NULL;
     drv.pushed--;
@@ -272,9 +260,7 @@ static CUresult drv_ctx_pop_current(CUcontext *ctx)
 
 static CUresult drv_primary_ctx_retain(CUcontext *ctx, CUdevice device)
 {
-    CUresult r = enter(FC_PRIMARY_RETAIN);
-    if (r != CUDA_SUCCESS)
-        return r;
+    ENTER(FC_PRIMARY_RETAIN);
     if (no_device(device))
         return CUDA_ERROR_INVALID_DEVICE;
     *ctx = DRV_PRIMARY_CTX;
@@ -284,9 +270,7 @@ static CUresult drv_primary_ctx_retain(CUcontext *ctx, CUdevice device)
 
 static CUresult drv_primary_ctx_release(CUdevice device)
 {
-    CUresult r = enter(FC_PRIMARY_RELEASE);
-    if (r != CUDA_SUCCESS)
-        return r;
+    ENTER(FC_PRIMARY_RELEASE);
     if (no_device(device))
         return CUDA_ERROR_INVALID_DEVICE;
     drv.retained--;

@@ -103,15 +103,4 @@ static void max_bytes_budget(void **state)
     assert_int_equal(atomic_load(&f->fb.live), 2);
 }
 
-int main(void)
-{
-#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
-    const struct CMUnitTest tests[] = {
-        T(large_allocation_registers_the_request),
-        T(raised_cap_by_params),
-        T(raised_cap_by_environment),
-        T(max_bytes_budget),
-    };
-#undef T
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+FX_MAIN(large_allocation_registers_the_request, raised_cap_by_params, raised_cap_by_environment, max_bytes_budget)

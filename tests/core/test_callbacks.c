@@ -299,17 +299,5 @@ static const struct blocked_case cases[] = {
 };
 #undef CASE
 
-#define N_CASES (sizeof(cases) / sizeof(cases[0]))
-
-int main(void)
-{
-    struct CMUnitTest tests[N_CASES + 3];
-    fx_case_tests(tests, blocked_dereg_stalls_nothing, cases, N_CASES, sizeof(cases[0]));
-    tests[N_CASES] = (struct CMUnitTest)cmocka_unit_test_setup_teardown(
-        dereg_taking_app_lock_does_not_deadlock, fx_setup, fx_teardown);
-    tests[N_CASES + 1] = (struct CMUnitTest)cmocka_unit_test_setup_teardown(
-        reg_asking_for_its_own_range_is_reentrant, fx_setup, fx_teardown);
-    tests[N_CASES + 2] = (struct CMUnitTest)cmocka_unit_test_setup_teardown(
-        reg_invalidating_its_own_range_is_a_one_shot, fx_setup, fx_teardown);
-    return _cmocka_run_group_tests("callbacks", tests, N_CASES + 3, NULL, NULL);
-}
+FX_MAIN_CASES(blocked_dereg_stalls_nothing, cases, dereg_taking_app_lock_does_not_deadlock, reg_asking_for_its_own_range_is_reentrant,
+              reg_invalidating_its_own_range_is_a_one_shot)

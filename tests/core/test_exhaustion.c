@@ -251,21 +251,4 @@ static void devices_have_separate_budgets(void **state)
     assert_int_equal(fx_stats(f).evictions, 1);
 }
 
-int main(void)
-{
-#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
-    const struct CMUnitTest tests[] = {
-        T(efault_after_free_is_not_gpu),
-        T(efault_after_reallocation_is_not_gpu),
-        T(seventeenth_attempt_follows_the_sixteenth_eviction),
-        T(exhausted_forever_counts_what_is_left),
-        T(exhausted_with_everything_held),
-        T(exhausted_after_evicting_the_unused),
-        T(evict_and_retry_on_exhaustion),
-        T(held_entries_leave_no_space_until_put),
-        T(other_backend_errors_do_not_evict),
-        T(devices_have_separate_budgets),
-    };
-#undef T
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+FX_MAIN(efault_after_free_is_not_gpu, efault_after_reallocation_is_not_gpu, seventeenth_attempt_follows_the_sixteenth_eviction, exhausted_forever_counts_what_is_left, exhausted_with_everything_held, exhausted_after_evicting_the_unused, evict_and_retry_on_exhaustion, held_entries_leave_no_space_until_put, other_backend_errors_do_not_evict, devices_have_separate_budgets)

@@ -355,12 +355,4 @@ static void fork_child_does_not_touch_registrations(void **state)
     assert_int_equal(atomic_load(&f->fb.deregs), 0);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(fork_child_does_not_touch_registrations, fx_setup,
-                                        fx_teardown),
-        cmocka_unit_test_setup_teardown(fork_amid_every_lock, fx_setup, fx_teardown),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+FX_MAIN(fork_child_does_not_touch_registrations, fork_amid_every_lock)

@@ -110,15 +110,4 @@ static void tag_check_catches_reallocation(void **state)
     assert_int_equal(atomic_load(&f->fb.live), 0);
 }
 
-int main(void)
-{
-#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
-    const struct CMUnitTest tests[] = {
-        T(miss_then_hit),
-        T(concurrent_misses_register_once),
-        T(hooks_mode_skips_the_tag_check),
-        T(tag_check_catches_reallocation),
-    };
-#undef T
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+FX_MAIN(miss_then_hit, concurrent_misses_register_once, hooks_mode_skips_the_tag_check, tag_check_catches_reallocation)

@@ -164,13 +164,4 @@ static void new_rail_at_the_limit_is_refused(void **state)
     assert_int_equal(atomic_load(&f->fb.regs), 2);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(holds_saturate_at_the_limit, fx_setup, fx_teardown),
-        cmocka_unit_test_setup_teardown(entry_at_the_limit_invalidated_dies_once, fx_setup,
-                                        fx_teardown),
-        cmocka_unit_test_setup_teardown(new_rail_at_the_limit_is_refused, fx_setup, fx_teardown),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+FX_MAIN(holds_saturate_at_the_limit, entry_at_the_limit_invalidated_dies_once, new_rail_at_the_limit_is_refused)

@@ -96,15 +96,4 @@ static void destroy_with_entries_held(void **state)
     /* teardown checks that both registrations were released */
 }
 
-int main(void)
-{
-#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
-    const struct CMUnitTest tests[] = {
-        T(invalidate_unused_and_held),
-        T(notify_free_reaches_every_cache),
-        T(flush_spares_held_entries),
-        T(destroy_with_entries_held),
-    };
-#undef T
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+FX_MAIN(invalidate_unused_and_held, notify_free_reaches_every_cache, flush_spares_held_entries, destroy_with_entries_held)

@@ -174,11 +174,4 @@ static void success_then_failure(void **state)
     assert_null(strstr(regcache_last_error(), "len is 0"));
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(each_failure_says_its_own_problem, fx_setup, fx_teardown),
-        cmocka_unit_test_setup_teardown(success_then_failure, fx_setup, fx_teardown),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+FX_MAIN(each_failure_says_its_own_problem, success_then_failure)

@@ -150,17 +150,4 @@ static void span_onto_an_allocation_that_is_no_mapping(void **state)
     assert_int_equal(fx_stats(f).entries, 2);
 }
 
-int main(void)
-{
-#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
-    const struct CMUnitTest tests[] = {
-        T(one_registration_serves_both_mappings),
-        T(free_of_either_mapping_drops_the_entry),
-        T(replaced_mapping_is_caught_by_the_tag_check),
-        T(replaced_mapping_is_stale_to_a_miss),
-        T(hole_between_mappings_is_a_range_error),
-        T(span_onto_an_allocation_that_is_no_mapping),
-    };
-#undef T
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+FX_MAIN(one_registration_serves_both_mappings, free_of_either_mapping_drops_the_entry, replaced_mapping_is_caught_by_the_tag_check, replaced_mapping_is_stale_to_a_miss, hole_between_mappings_is_a_range_error, span_onto_an_allocation_that_is_no_mapping)

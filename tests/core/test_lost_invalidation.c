@@ -216,13 +216,4 @@ static const struct race_case cases[] = {
 #undef CASES
 #undef CASE
 
-#define N_CASES (sizeof(cases) / sizeof(cases[0]))
-
-int main(void)
-{
-    struct CMUnitTest tests[N_CASES + 1];
-    fx_case_tests(tests, invalidation_during_miss, cases, N_CASES, sizeof(cases[0]));
-    tests[N_CASES] = (struct CMUnitTest)cmocka_unit_test_setup_teardown(
-        invalidation_while_another_get_waits, fx_setup, fx_teardown);
-    return _cmocka_run_group_tests("lost_invalidation", tests, N_CASES + 1, NULL, NULL);
-}
+FX_MAIN_CASES(invalidation_during_miss, cases, invalidation_while_another_get_waits)

@@ -185,11 +185,4 @@ RUN(pageable_hooks, true, HOOKS)
 RUN(pageable_tag_check, true, TAG_CHECK)
 #undef RUN
 
-int main(void)
-{
-#define T(name) cmocka_unit_test_setup_teardown(name, fx_setup, fx_teardown)
-    const struct CMUnitTest tests[] = {T(gpu_hooks), T(gpu_tag_check), T(pageable_hooks),
-                                       T(pageable_tag_check)};
-#undef T
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+FX_MAIN(gpu_hooks, gpu_tag_check, pageable_hooks, pageable_tag_check)

@@ -138,15 +138,4 @@ static void lru_order(void **state)
     assert_int_equal(atomic_load(&f->fb.regs), regs + 1);
 }
 
-int main(void)
-{
-#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
-    const struct CMUnitTest tests[] = {
-        T(hot_set_survives_a_thousand_one_offs),
-        T(eviction_follows_the_order_of_last_use),
-        T(held_entry_is_never_evicted),
-        T(lru_order),
-    };
-#undef T
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+FX_MAIN(hot_set_survives_a_thousand_one_offs, eviction_follows_the_order_of_last_use, held_entry_is_never_evicted, lru_order)

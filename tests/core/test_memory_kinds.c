@@ -69,14 +69,4 @@ static void pinned_host_memory_is_tag_checked(void **state)
     regcache_put(f->c, e);
 }
 
-int main(void)
-{
-#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
-    const struct CMUnitTest tests[] = {
-        T(managed_and_host_memory),
-        T(host_memory_when_enabled),
-        T(pinned_host_memory_is_tag_checked),
-    };
-#undef T
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+FX_MAIN(managed_and_host_memory, host_memory_when_enabled, pinned_host_memory_is_tag_checked)

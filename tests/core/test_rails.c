@@ -203,18 +203,4 @@ static void rail_out_of_range_is_invalid(void **state)
     assert_int_equal(atomic_load(&f->fb.queries), 0);
 }
 
-int main(void)
-{
-#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
-    const struct CMUnitTest tests[] = {
-        T(one_entry_a_registration_per_rail),
-        T(second_rail_costs_one_query_hooks),
-        T(second_rail_costs_one_query_tag_check),
-        T(every_rail_goes_with_the_entry),
-        T(exhaustion_on_one_rail_evicts_and_retries),
-        T(rail_out_of_space_leaves_the_others_serving),
-        T(rail_out_of_range_is_invalid),
-    };
-#undef T
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+FX_MAIN(one_entry_a_registration_per_rail, second_rail_costs_one_query_hooks, second_rail_costs_one_query_tag_check, every_rail_goes_with_the_entry, exhaustion_on_one_rail_evicts_and_retries, rail_out_of_space_leaves_the_others_serving, rail_out_of_range_is_invalid)

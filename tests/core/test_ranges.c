@@ -112,15 +112,4 @@ static void request_spanning_two_allocations_is_refused(void **state)
     assert_int_equal(atomic_load(&f->fb.regs), 0);
 }
 
-int main(void)
-{
-#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
-    const struct CMUnitTest tests[] = {
-        T(whole_allocation_serves_every_subrange),
-        T(partial_registration_rounds_the_request),
-        T(packed_allocations_are_never_merged),
-        T(request_spanning_two_allocations_is_refused),
-    };
-#undef T
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+FX_MAIN(whole_allocation_serves_every_subrange, partial_registration_rounds_the_request, packed_allocations_are_never_merged, request_spanning_two_allocations_is_refused)

@@ -175,18 +175,5 @@ static void driver_errors_on_a_miss_are_cuda_errors(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-#define T(name) cmocka_unit_test_setup_teardown(name, drv_cache_setup, drv_cache_teardown)
-        T(registers_after_setting_sync_memops),
-        T(hit_checks_the_tag_once),
-        T(reallocated_memory_is_registered_again),
-        T(freed_memory_on_a_hit_is_not_gpu),
-        T(managed_memory_is_refused),
-        T(host_memory_is_refused_unless_allowed),
-        T(range_past_the_allocation_is_refused),
-        T(packed_allocations_each_get_their_own_entry),
-        T(driver_errors_on_a_miss_are_cuda_errors),
-#undef T
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return FX_RUN(drv_cache_setup, drv_cache_teardown, registers_after_setting_sync_memops, hit_checks_the_tag_once, reallocated_memory_is_registered_again, freed_memory_on_a_hit_is_not_gpu, managed_memory_is_refused, host_memory_is_refused_unless_allowed, range_past_the_allocation_is_refused, packed_allocations_each_get_their_own_entry, driver_errors_on_a_miss_are_cuda_errors);
 }

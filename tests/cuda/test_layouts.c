@@ -138,13 +138,5 @@ static void freeing_one_packed_allocation_spares_the_other(void **state)
 
 int main(void)
 {
-#define T(fn) cmocka_unit_test_setup_teardown(fn, drv_cache_setup, drv_cache_teardown)
-    const struct CMUnitTest tests[] = {
-        T(vmm_without_the_rdma_flag_registers_nothing),
-        T(vmm_mappings_side_by_side_are_one_registration),
-        T(packed_pinned_host_memory_has_an_entry_each),
-        T(freeing_one_packed_allocation_spares_the_other),
-    };
-#undef T
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return FX_RUN(drv_cache_setup, drv_cache_teardown, vmm_without_the_rdma_flag_registers_nothing, vmm_mappings_side_by_side_are_one_registration, packed_pinned_host_memory_has_an_entry_each, freeing_one_packed_allocation_spares_the_other);
 }
