@@ -92,6 +92,48 @@ struct regcache_stats fx_stats(struct fx *f)
     return s;
 }
 
+void fx_assert_stats(struct fx *f, const char *first, ...)
+{
+    static const struct {
+        const char *name;
+        size_t offset;
+    } fields[] = {
+#define FIELD(name) {#name, offsetof(struct regcache_stats, name)}
+        FIELD(hits),         FIELD(misses),
+        FIELD(registrations), FIELD(deregistrations),
+        FIELD(evictions),    FIELD(invalidations_tag),
+        FIELD(invalidations_notify), FIELD(invalidations_explicit),
+        FIELD(reg_failures), FIELD(entries),
+        FIELD(bytes),        FIELD(peak_bytes),
+        FIELD(one_shots),    FIELD(budget),
+#undef FIELD
+    };
+    struct regcache_stats s = fx_stats(f);
+    va_list ap;
+    va_start(ap, first);
+    for (const char *name = first; name; name = va_arg(ap, const char *)) {
+        uint64_t want = va_arg(ap, uint64_t);
+        size_t i = 0;
+        while (i < sizeof(fields) / sizeof(fields[0]) && strcmp(fields[i].name, name))
+            i++;
+        if (i == sizeof(fields) / sizeof(fields[0]))
+            fail_msg("struct regcache_stats has no field %s", name);
+        uint64_t got;
+        memcpy(&got, (const char *)&s + fields[i].offset, sizeof(got));
+        if (got != want) {
+            va_end(ap);
+            fail_msg("stats.%s is %ju, expected %ju", name, (uintmax_t)got, (uintmax_t)want);
+        }
+    }
+    va_end(ap);
+}
+
+void fx_device_allocs(struct fx *f, int n)
+{
+    for (int i = 0; i < n; i++)
+        fx_device_alloc(f, i);
+}
+
 void fx_assert_error_says(const char *first, ...)
 {
     const char *msg = regcache_last_error();

@@ -94,8 +94,7 @@ static void blocked_dereg_stalls_nothing(void **state)
     const struct blocked_case *bc = f->param;
     struct blocking b = {.f = f};
     gate_init(&b.dereg_gate);
-    for (int i = 0; i < 3; i++)
-        fx_device_alloc(f, i);
+    fx_device_allocs(f, 3);
     f->p.validation = bc->source == BY_TAG_CHECK ? REGCACHE_VALIDATE_TAG_CHECK
                                                   : REGCACHE_VALIDATE_HOOKS;
     if (bc->source == BY_EVICTION)
@@ -181,8 +180,7 @@ static void dereg_taking_app_lock_does_not_deadlock(void **state)
     pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
     pthread_mutex_init(&a.lock, &attr);
     gate_init(&a.go);
-    for (int i = 0; i < 3; i++)
-        fx_device_alloc(f, i);
+    fx_device_allocs(f, 3);
     f->fb.during_dereg = dereg_takes_app_lock;
     f->fb.during_dereg_arg = &a;
     fx_create(f);
@@ -259,9 +257,7 @@ static void reg_asking_for_its_own_range_is_reentrant(void **state)
     /* The outer get was not disturbed: one registration, cached. */
     assert_int_equal(atomic_load(&f->fb.regs), 1);
     regcache_put(f->c, e);
-    struct regcache_stats s = fx_stats(f);
-    assert_int_equal(s.entries, 1);
-    assert_int_equal(s.one_shots, 0);
+    fx_assert_stats(f, FX_STAT(entries, 1), FX_STAT(one_shots, 0), NULL);
 
     /* The same from the registration of another rail of the entry. */
     r.rail = 1;
@@ -282,9 +278,7 @@ static void reg_invalidating_its_own_range_is_a_one_shot(void **state)
     reentry_setup(f, &r);
     regcache_entry_t *e = fx_get(f, A + 200, 10);
     assert_int_equal(r.rc, REGCACHE_OK);
-    struct regcache_stats s = fx_stats(f);
-    assert_int_equal(s.one_shots, 1);
-    assert_int_equal(s.entries, 0);
+    fx_assert_stats(f, FX_STAT(one_shots, 1), FX_STAT(entries, 0), NULL);
     regcache_put(f->c, e);
     assert_int_equal(atomic_load(&f->fb.live), 0);
     fx_use(f, A + 200, 10);

@@ -29,8 +29,7 @@
 static void cache_unused(struct fx *f, int n)
 {
     fx_device_alloc(f, TARGET);
-    for (int i = 0; i < n; i++)
-        fx_device_alloc(f, i);
+    fx_device_allocs(f, n);
     fx_create(f);
     for (int i = 0; i < n; i++)
         fx_use(f, FX_ALLOC(i), 10);
@@ -71,10 +70,7 @@ static void efault_on_memory_that_went_away(struct fx *f, bool reallocate)
     fx_get_fails(f, FX_ALLOC(TARGET), 10, REGCACHE_ERR_NOT_GPU);
     fx_assert_error_says("EFAULT", "no longer what the cache was asked for", "nothing was evicted",
                          NULL);
-    struct regcache_stats s = fx_stats(f);
-    assert_int_equal(s.evictions, 0);
-    assert_int_equal(s.entries, 17);
-    assert_int_equal(s.reg_failures, 1);
+    fx_assert_stats(f, FX_STAT(evictions, 0), FX_STAT(entries, 17), FX_STAT(reg_failures, 1), NULL);
     assert_int_equal(atomic_load(&f->fb.live), 17);
     assert_int_equal(atomic_load(&f->fb.deregs), 0);
     /* The 17 still serve, without registering again. */
@@ -101,10 +97,7 @@ static void seventeenth_attempt_follows_the_sixteenth_eviction(void **state)
     cache_unused(f, 22);
     fail_next_regs(f, ENOSPC, ROUNDS);
     regcache_entry_t *e = fx_get(f, FX_ALLOC(TARGET), 10);
-    struct regcache_stats s = fx_stats(f);
-    assert_int_equal(s.reg_failures, ROUNDS);
-    assert_int_equal(s.evictions, ROUNDS);
-    assert_int_equal(s.entries, 22 - ROUNDS + 1);
+    fx_assert_stats(f, FX_STAT(reg_failures, ROUNDS), FX_STAT(evictions, ROUNDS), FX_STAT(entries, 22 - ROUNDS + 1), NULL);
     assert_int_equal(fx_handle(e)->start, FX_ALLOC(TARGET));
     regcache_put(f->c, e);
     /* The least recently used went: 0..15 register again, 16..21 hit. */
@@ -123,10 +116,7 @@ static void exhausted_forever_counts_what_is_left(void **state)
     fx_assert_error_says("after 16 rounds of eviction", "(16 entries evicted)",
                          "6 entries of the device remain, 0 of them held", NULL);
     assert_null(strstr(regcache_last_error(), "no unused entry"));
-    struct regcache_stats s = fx_stats(f);
-    assert_int_equal(s.reg_failures, ROUNDS + 1);
-    assert_int_equal(s.evictions, ROUNDS);
-    assert_int_equal(s.entries, 6);
+    fx_assert_stats(f, FX_STAT(reg_failures, ROUNDS + 1), FX_STAT(evictions, ROUNDS), FX_STAT(entries, 6), NULL);
     assert_int_equal(atomic_load(&f->fb.live), 6);
     f->fb.fail_count = 0;
 }
@@ -147,10 +137,7 @@ static void exhausted_with_held_entries(struct fx *f, int unused)
     char want[96];
     snprintf(want, sizeof(want), "(5 entries, all held; %d evicted before)", unused);
     fx_assert_error_says("no unused entry of the device is left to evict", want, NULL);
-    struct regcache_stats s = fx_stats(f);
-    assert_int_equal(s.evictions, unused);
-    assert_int_equal(s.reg_failures, unused + 1);
-    assert_int_equal(s.entries, held);
+    fx_assert_stats(f, FX_STAT(evictions, unused), FX_STAT(reg_failures, unused + 1), FX_STAT(entries, held), NULL);
     assert_int_equal(atomic_load(&f->fb.live), held);
     f->fb.fail_count = 0;
     for (int i = 0; i < held; i++)
@@ -171,8 +158,7 @@ static void evict_and_retry_on_exhaustion(void **state)
 {
     struct fx *f = *state;
     static const int errnos[] = {ENOSPC, ENOMEM, EAGAIN, EFAULT};
-    for (int i = 0; i < 3; i++)
-        fx_device_alloc(f, i);
+    fx_device_allocs(f, 3);
     fx_create(f);
     for (size_t k = 0; k < sizeof(errnos) / sizeof(errnos[0]); k++) {
         fx_use(f, FX_ALLOC(0), 10);
@@ -187,16 +173,13 @@ static void evict_and_retry_on_exhaustion(void **state)
         regcache_put(f->c, e);
         regcache_flush(f->c);
     }
-    struct regcache_stats s = fx_stats(f);
-    assert_int_equal(s.reg_failures, 4);
-    assert_int_equal(s.evictions, 4);
+    fx_assert_stats(f, FX_STAT(reg_failures, 4), FX_STAT(evictions, 4), NULL);
 }
 
 static void held_entries_leave_no_space_until_put(void **state)
 {
     struct fx *f = *state;
-    for (int i = 0; i < 3; i++)
-        fx_device_alloc(f, i);
+    fx_device_allocs(f, 3);
     f->fb.capacity = 2 * MiB;
     fx_create(f);
     regcache_entry_t *a = fx_get(f, FX_ALLOC(0), 10);
@@ -216,17 +199,13 @@ static void held_entries_leave_no_space_until_put(void **state)
 static void other_backend_errors_do_not_evict(void **state)
 {
     struct fx *f = *state;
-    fx_device_alloc(f, 0);
-    fx_device_alloc(f, 1);
+    fx_device_allocs(f, 2);
     fx_create(f);
     fx_use(f, FX_ALLOC(0), 10);
     f->fb.fail_errno = EINVAL;
     f->fb.fail_count = 1;
     fx_get_fails(f, FX_ALLOC(1), 10, REGCACHE_ERR_BACKEND);
-    struct regcache_stats s = fx_stats(f);
-    assert_int_equal(s.evictions, 0);
-    assert_int_equal(s.entries, 1);
-    assert_int_equal(s.reg_failures, 1);
+    fx_assert_stats(f, FX_STAT(evictions, 0), FX_STAT(entries, 1), FX_STAT(reg_failures, 1), NULL);
     /* The failed miss left nothing behind: the next get registers. */
     fx_use(f, FX_ALLOC(1), 10);
     assert_int_equal(fx_stats(f).entries, 2);
@@ -235,8 +214,7 @@ static void other_backend_errors_do_not_evict(void **state)
 static void devices_have_separate_budgets(void **state)
 {
     struct fx *f = *state;
-    fx_device_alloc(f, 0);
-    fx_device_alloc(f, 1);
+    fx_device_allocs(f, 2);
     fake_alloc(&f->fb, FX_ALLOC(2), MiB, 1, REGCACHE_MEM_DEVICE);
     f->fb.capacity = MiB; /* per device */
     fx_create(f);

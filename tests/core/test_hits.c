@@ -25,12 +25,7 @@ static void miss_then_hit(void **state)
     regcache_entry_t *b = fx_get(f, FX_ALLOC(0) + 4 * KiB, 4 * KiB);
     assert_ptr_equal(regcache_entry_handle(a), regcache_entry_handle(b));
     regcache_put(f->c, b);
-    struct regcache_stats s = fx_stats(f);
-    assert_int_equal(s.misses, 1);
-    assert_int_equal(s.hits, 1);
-    assert_int_equal(s.registrations, 1);
-    assert_int_equal(s.entries, 1);
-    assert_int_equal(s.bytes, MiB);
+    fx_assert_stats(f, FX_STAT(misses, 1), FX_STAT(hits, 1), FX_STAT(registrations, 1), FX_STAT(entries, 1), FX_STAT(bytes, MiB), NULL);
     assert_int_equal(atomic_load(&f->fb.regs), 1);
 }
 
@@ -65,9 +60,7 @@ static void concurrent_misses_register_once(void **state)
         assert_int_equal((intptr_t)rc, REGCACHE_OK);
     }
     assert_int_equal(atomic_load(&f->fb.regs), 1);
-    struct regcache_stats s = fx_stats(f);
-    assert_int_equal(s.misses, 1);
-    assert_int_equal(s.hits, 7);
+    fx_assert_stats(f, FX_STAT(misses, 1), FX_STAT(hits, 7), NULL);
 }
 
 static void hooks_mode_skips_the_tag_check(void **state)
@@ -97,11 +90,7 @@ static void tag_check_catches_reallocation(void **state)
     uint64_t id = fake_realloc(&f->fb, FX_ALLOC(0));
     regcache_entry_t *b = fx_get(f, FX_ALLOC(0), 10);
     assert_int_equal(fx_handle(b)->id, id);
-    struct regcache_stats s = fx_stats(f);
-    assert_int_equal(s.invalidations_tag, 1);
-    assert_int_equal(s.registrations, 2);
-    assert_int_equal(s.hits, 0);
-    assert_int_equal(s.misses, 2);
+    fx_assert_stats(f, FX_STAT(invalidations_tag, 1), FX_STAT(registrations, 2), FX_STAT(hits, 0), FX_STAT(misses, 2), NULL);
     regcache_put(f->c, b);
     /* Freed for good: refused, and the stale entry is gone. */
     fake_free(&f->fb, FX_ALLOC(0));

@@ -70,9 +70,7 @@ static void hold_up_to_the_limit(struct fx *f, struct regcache_entry *e, struct 
     assert_false(rc_entry_is_detached(e));
     assert_ptr_equal(e->handles[0], backend_handle);
     assert_int_equal(atomic_load(&f->fb.regs), regs);
-    struct regcache_stats s = fx_stats(f);
-    assert_int_equal(s.entries, 1);
-    assert_int_equal(s.one_shots, 0);
+    fx_assert_stats(f, FX_STAT(entries, 1), FX_STAT(one_shots, 0), NULL);
     /* A put makes room for one more hold, which is served as before. */
     regcache_put(f->c, h->counted[0]);
     h->counted[0] = fx_get(f, X + 20, 10);

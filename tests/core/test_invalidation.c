@@ -16,16 +16,13 @@
 static void invalidate_unused_and_held(void **state)
 {
     struct fx *f = *state;
-    fx_device_alloc(f, 0);
-    fx_device_alloc(f, 1);
+    fx_device_allocs(f, 2);
     fx_create(f);
     fx_use(f, FX_ALLOC(0), 10);
     regcache_entry_t *held = fx_get(f, FX_ALLOC(1), 10);
 
     assert_int_equal(regcache_invalidate(f->c, (void *)FX_ALLOC(0), 2 * MiB + 1), REGCACHE_OK);
-    struct regcache_stats s = fx_stats(f);
-    assert_int_equal(s.invalidations_explicit, 2);
-    assert_int_equal(s.entries, 0);
+    fx_assert_stats(f, FX_STAT(invalidations_explicit, 2), FX_STAT(entries, 0), NULL);
     /* The unused one is gone now; the held one stays registered... */
     assert_int_equal(atomic_load(&f->fb.deregs), 1);
     assert_int_equal(fx_handle(held)->magic, 0x5ca1ab1eu);
@@ -64,17 +61,13 @@ static void notify_free_reaches_every_cache(void **state)
 static void flush_spares_held_entries(void **state)
 {
     struct fx *f = *state;
-    for (int i = 0; i < 3; i++)
-        fx_device_alloc(f, i);
+    fx_device_allocs(f, 3);
     fx_create(f);
     fx_use(f, FX_ALLOC(0), 10);
     fx_use(f, FX_ALLOC(1), 10);
     regcache_entry_t *held = fx_get(f, FX_ALLOC(2), 10);
     assert_int_equal(regcache_flush(f->c), REGCACHE_OK);
-    struct regcache_stats s = fx_stats(f);
-    assert_int_equal(s.entries, 1);
-    assert_int_equal(s.evictions, 0);
-    assert_int_equal(s.deregistrations, 2);
+    fx_assert_stats(f, FX_STAT(entries, 1), FX_STAT(evictions, 0), FX_STAT(deregistrations, 2), NULL);
     regcache_entry_t *again = fx_get(f, FX_ALLOC(2), 10);
     assert_ptr_equal(regcache_entry_handle(again), regcache_entry_handle(held));
     regcache_put(f->c, again);
@@ -84,8 +77,7 @@ static void flush_spares_held_entries(void **state)
 static void destroy_with_entries_held(void **state)
 {
     struct fx *f = *state;
-    fx_device_alloc(f, 0);
-    fx_device_alloc(f, 1);
+    fx_device_allocs(f, 2);
     fx_create(f);
     fx_get(f, FX_ALLOC(0), 10);
     regcache_entry_t *zombie = fx_get(f, FX_ALLOC(1), 10);

@@ -58,12 +58,7 @@ static void one_registration_serves_both_mappings(void **state)
                      (uintmax_t)(inside[i] - M1));
         regcache_put(f->c, again);
     }
-    struct regcache_stats s = fx_stats(f);
-    assert_int_equal(s.registrations, 1);
-    assert_int_equal(s.misses, 1);
-    assert_int_equal(s.hits, 8);
-    assert_int_equal(s.entries, 1);
-    assert_int_equal(s.bytes, 2 * MiB);
+    fx_assert_stats(f, FX_STAT(registrations, 1), FX_STAT(misses, 1), FX_STAT(hits, 8), FX_STAT(entries, 1), FX_STAT(bytes, 2 * MiB), NULL);
 }
 
 static void free_of_either_mapping_drops_the_entry(void **state)
@@ -75,9 +70,7 @@ static void free_of_either_mapping_drops_the_entry(void **state)
         fx_use(f, ACROSS, 200);
         assert_int_equal(fx_stats(f).entries, 1);
         regcache_notify_free((const void *)freed[i], MiB);
-        struct regcache_stats s = fx_stats(f);
-        assert_int_equal(s.entries, 0);
-        assert_int_equal(s.invalidations_notify, (uint64_t)i + 1);
+        fx_assert_stats(f, FX_STAT(entries, 0), FX_STAT(invalidations_notify, (uint64_t)i + 1), NULL);
         assert_int_equal(atomic_load(&f->fb.live), 0);
     }
 }
@@ -92,9 +85,7 @@ static void replaced_mapping_is_caught_by_the_tag_check(void **state)
     /* M2 is unmapped and another handle mapped in its place. */
     uint64_t id = fake_realloc(&f->fb, M2);
     regcache_entry_t *e = fx_get(f, M1 + 10, 10);
-    struct regcache_stats s = fx_stats(f);
-    assert_int_equal(s.invalidations_tag, 1);
-    assert_int_equal(s.hits, 1);
+    fx_assert_stats(f, FX_STAT(invalidations_tag, 1), FX_STAT(hits, 1), NULL);
     assert_int_equal(atomic_load(&f->fb.deregs), 1);
     regcache_put(f->c, e);
     /* Across both again: registered anew, over the new mapping. */
@@ -115,9 +106,7 @@ static void replaced_mapping_is_stale_to_a_miss(void **state)
      * describes the memory and meets the old registration. */
     regcache_entry_t *e = fx_get(f, M2 + MiB / 2, 10);
     assert_int_equal(fx_handle(e)->id, id);
-    struct regcache_stats s = fx_stats(f);
-    assert_int_equal(s.invalidations_tag, 1);
-    assert_int_equal(s.entries, 1);
+    fx_assert_stats(f, FX_STAT(invalidations_tag, 1), FX_STAT(entries, 1), NULL);
     assert_int_equal(atomic_load(&f->fb.deregs), 1);
     regcache_put(f->c, e);
 }

@@ -90,10 +90,7 @@ static void invalidation_during_miss(void **state)
 
     regcache_entry_t *e = fx_get(f, X + 100, 10);
     assert_false(atomic_load(&a.armed)); /* the invalidation did land */
-    struct regcache_stats s = fx_stats(f);
-    assert_int_equal(s.one_shots, 1);
-    assert_int_equal(s.entries, 0);
-    assert_int_equal(s.bytes, 0);
+    fx_assert_stats(f, FX_STAT(one_shots, 1), FX_STAT(entries, 0), FX_STAT(bytes, 0), NULL);
     assert_int_equal(atomic_load(&f->fb.live), 1);
     regcache_put(f->c, e);
     assert_int_equal(atomic_load(&f->fb.live), 0);
@@ -110,9 +107,7 @@ static void invalidation_during_miss(void **state)
     assert_int_equal(fx_handle(e)->id, fake_id_at(&f->fb, X));
     assert_int_equal(atomic_load(&f->fb.regs), 2);
     regcache_put(f->c, e);
-    s = fx_stats(f);
-    assert_int_equal(s.entries, 1);
-    assert_int_equal(s.one_shots, 1);
+    fx_assert_stats(f, FX_STAT(entries, 1), FX_STAT(one_shots, 1), NULL);
     assert_int_equal(atomic_load(&f->fb.live), 1);
     fx_use(f, X + 100, 10);
     assert_int_equal(atomic_load(&f->fb.regs), 2);
@@ -186,9 +181,7 @@ static void invalidation_while_another_get_waits(void **state)
     assert_int_equal(w.rc[0], REGCACHE_OK);
     assert_int_equal(w.rc[1], REGCACHE_OK);
     assert_ptr_not_equal(fx_handle(w.got[0]), fx_handle(w.got[1]));
-    struct regcache_stats s = fx_stats(f);
-    assert_int_equal(s.one_shots, 2);
-    assert_int_equal(s.entries, 0);
+    fx_assert_stats(f, FX_STAT(one_shots, 2), FX_STAT(entries, 0), NULL);
     assert_int_equal(atomic_load(&f->fb.regs), 2);
     regcache_put(f->c, w.got[0]);
     regcache_put(f->c, w.got[1]);

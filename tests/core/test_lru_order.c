@@ -71,8 +71,7 @@ static void eviction_follows_the_order_of_last_use(void **state)
 {
     struct fx *f = *state;
     struct dereg_log log;
-    for (int i = 0; i < 8; i++)
-        fx_device_alloc(f, i);
+    fx_device_allocs(f, 8);
     f->p.max_entries = 4;
     watch_deregs(f, &log);
     fx_create(f);
@@ -96,8 +95,7 @@ static void eviction_follows_the_order_of_last_use(void **state)
 static void held_entry_is_never_evicted(void **state)
 {
     struct fx *f = *state;
-    for (int i = 0; i < 3; i++)
-        fx_device_alloc(f, i);
+    fx_device_allocs(f, 3);
     f->p.max_entries = 1;
     fx_create(f);
     regcache_entry_t *a = fx_get(f, FX_ALLOC(0), 10);
@@ -107,9 +105,7 @@ static void held_entry_is_never_evicted(void **state)
     assert_int_equal(fx_handle(a)->magic, 0x5ca1ab1eu);
     regcache_put(f->c, a);
     /* a became unused while over the limit: it goes, b stays. */
-    struct regcache_stats s = fx_stats(f);
-    assert_int_equal(s.entries, 1);
-    assert_int_equal(s.evictions, 1);
+    fx_assert_stats(f, FX_STAT(entries, 1), FX_STAT(evictions, 1), NULL);
     assert_int_equal(atomic_load(&f->fb.deregs), 1);
     assert_int_equal(fx_handle(b)->magic, 0x5ca1ab1eu);
     regcache_put(f->c, b);
@@ -118,8 +114,7 @@ static void held_entry_is_never_evicted(void **state)
 static void lru_order(void **state)
 {
     struct fx *f = *state;
-    for (int i = 0; i < 4; i++)
-        fx_device_alloc(f, i);
+    fx_device_allocs(f, 4);
     f->p.max_entries = 3;
     fx_create(f);
     regcache_entry_t *e[3];

@@ -62,9 +62,7 @@ static void pinned_host_memory_is_tag_checked(void **state)
     regcache_entry_t *e = fx_get(f, FX_ALLOC(0) + 100, 10);
     assert_int_equal(fx_handle(e)->device, REGCACHE_DEVICE_HOST);
     assert_int_equal(fake_id_at(&f->fb, FX_ALLOC(0)), id);
-    struct regcache_stats s = fx_stats(f);
-    assert_int_equal(s.invalidations_tag, 1);
-    assert_int_equal(s.registrations, 2);
+    fx_assert_stats(f, FX_STAT(invalidations_tag, 1), FX_STAT(registrations, 2), NULL);
     assert_int_equal(atomic_load(&f->fb.live), 1);
     regcache_put(f->c, e);
 }

@@ -20,8 +20,7 @@
 
 static void two_rails(struct fx *f, int validation)
 {
-    fx_device_alloc(f, 0);
-    fx_device_alloc(f, 1);
+    fx_device_allocs(f, 2);
     f->p.rails = 2;
     f->p.validation = validation;
     fx_create(f);
@@ -40,10 +39,7 @@ static void one_entry_a_registration_per_rail(void **state)
     assert_int_equal(fx_handle(r1)->len, fx_handle(r0)->len);
     regcache_put(f->c, r0);
     regcache_put(f->c, r1);
-    struct regcache_stats s = fx_stats(f);
-    assert_int_equal(s.entries, 1);
-    assert_int_equal(s.bytes, MiB);
-    assert_int_equal(s.registrations, 2);
+    fx_assert_stats(f, FX_STAT(entries, 1), FX_STAT(bytes, MiB), FX_STAT(registrations, 2), NULL);
     /* Both rails hit now, each with its own registration. */
     r0 = fx_get_rail(f, 0, A + 30, 10);
     r1 = fx_get_rail(f, 1, A + 30, 10);
@@ -51,9 +47,7 @@ static void one_entry_a_registration_per_rail(void **state)
     assert_int_equal(fx_handle(r1)->rail, 1);
     regcache_put(f->c, r0);
     regcache_put(f->c, r1);
-    s = fx_stats(f);
-    assert_int_equal(s.hits, 2);
-    assert_int_equal(s.registrations, 2);
+    fx_assert_stats(f, FX_STAT(hits, 2), FX_STAT(registrations, 2), NULL);
 }
 
 /* A second rail's registration of an entry the hit path finds costs no
@@ -75,10 +69,7 @@ static void second_rail_costs_one_query(int validation, struct fx *f)
         fail_msg("registering rail 1 of an entry the hit path found took %ld memory queries, "
                  "a hit %ld", queries, per_hit);
     assert_int_equal(atomic_load(&f->fb.regs), 2);
-    struct regcache_stats s = fx_stats(f);
-    assert_int_equal(s.misses, 2);
-    assert_int_equal(s.hits, 1);
-    assert_int_equal(s.entries, 1);
+    fx_assert_stats(f, FX_STAT(misses, 2), FX_STAT(hits, 1), FX_STAT(entries, 1), NULL);
 }
 
 static void second_rail_costs_one_query_hooks(void **state)
@@ -152,10 +143,7 @@ static void exhaustion_on_one_rail_evicts_and_retries(void **state)
     f->fb.fail_count = 1;
     regcache_entry_t *b1 = fx_get_rail(f, 1, B, 10);
     assert_int_equal(fx_handle(b1)->rail, 1);
-    struct regcache_stats s = fx_stats(f);
-    assert_int_equal(s.reg_failures, 1);
-    assert_int_equal(s.evictions, 1);
-    assert_int_equal(s.entries, 1);
+    fx_assert_stats(f, FX_STAT(reg_failures, 1), FX_STAT(evictions, 1), FX_STAT(entries, 1), NULL);
     regcache_put(f->c, b1);
     regcache_put(f->c, b0);
 }
@@ -178,10 +166,7 @@ static void rail_out_of_space_leaves_the_others_serving(void **state)
     regcache_entry_t *again = fx_get(f, A, 10);
     assert_ptr_equal(fx_handle(again), h0);
     regcache_put(f->c, again);
-    struct regcache_stats s = fx_stats(f);
-    assert_int_equal(s.entries, 1);
-    assert_int_equal(s.registrations, 1);
-    assert_int_equal(s.evictions, 0);
+    fx_assert_stats(f, FX_STAT(entries, 1), FX_STAT(registrations, 1), FX_STAT(evictions, 0), NULL);
     assert_int_equal(atomic_load(&f->fb.live), 1);
     /* Once the NIC has room again, rail 1 registers. */
     f->fb.fail_count = 0;

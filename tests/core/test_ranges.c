@@ -88,14 +88,10 @@ static void packed_allocations_are_never_merged(void **state)
         regcache_put(f->c, a);
         regcache_put(f->c, b);
     }
-    struct regcache_stats s = fx_stats(f);
-    assert_int_equal(s.registrations, 2);
-    assert_int_equal(s.hits, 4);
+    fx_assert_stats(f, FX_STAT(registrations, 2), FX_STAT(hits, 4), NULL);
     /* Freeing one spares the other. */
     regcache_notify_free((void *)FX_ALLOC(0), 1000);
-    s = fx_stats(f);
-    assert_int_equal(s.entries, 1);
-    assert_int_equal(s.invalidations_notify, 1);
+    fx_assert_stats(f, FX_STAT(entries, 1), FX_STAT(invalidations_notify, 1), NULL);
     regcache_entry_t *b = fx_get(f, FX_ALLOC(0) + 1024, 1000);
     assert_ptr_equal(regcache_entry_handle(b), regcache_entry_handle(first_b));
     regcache_put(f->c, b);

@@ -77,9 +77,7 @@ static void freed_memory_on_a_hit_is_not_gpu(void **state)
     assert_int_equal(regcache_get(f->c, (const void *)drv_addr(0), MIB, &e),
                      REGCACHE_ERR_NOT_GPU);
     assert_null(e);
-    struct regcache_stats s = fx_stats(f);
-    assert_int_equal(s.invalidations_tag, 1);
-    assert_int_equal(s.entries, 0);
+    fx_assert_stats(f, FX_STAT(invalidations_tag, 1), FX_STAT(entries, 0), NULL);
     assert_int_equal(atomic_load(&f->fb.deregs), 1);
 }
 

@@ -28,9 +28,7 @@ static void vmm_without_the_rdma_flag_registers_nothing(void **state)
     assert_null(e);
     assert_non_null(strstr(regcache_last_error(), "gpuDirectRDMACapable"));
     assert_int_equal(atomic_load(&f->fb.regs), 0);
-    struct regcache_stats s = fx_stats(f);
-    assert_int_equal(s.registrations, 0);
-    assert_int_equal(s.entries, 0);
+    fx_assert_stats(f, FX_STAT(registrations, 0), FX_STAT(entries, 0), NULL);
 }
 
 static void vmm_mappings_side_by_side_are_one_registration(void **state)
@@ -100,10 +98,7 @@ static void packed_pinned_host_memory_has_an_entry_each(void **state)
         assert_ptr_equal(use(f, PACKED_A), ha);
         assert_ptr_equal(use(f, PACKED_B), hb);
     }
-    struct regcache_stats s = fx_stats(f);
-    assert_int_equal(s.registrations, 2);
-    assert_int_equal(s.hits, 18);
-    assert_int_equal(s.entries, 2);
+    fx_assert_stats(f, FX_STAT(registrations, 2), FX_STAT(hits, 18), FX_STAT(entries, 2), NULL);
 }
 
 static void freeing_one_packed_allocation_spares_the_other(void **state)
@@ -115,9 +110,7 @@ static void freeing_one_packed_allocation_spares_the_other(void **state)
     const struct fake_handle *hb = use(f, PACKED_B);
     /* Its 256 bytes reported freed: its entry goes, B's stays. */
     regcache_notify_free((const void *)drv_addr(PACKED_A), 256);
-    struct regcache_stats s = fx_stats(f);
-    assert_int_equal(s.invalidations_notify, 1);
-    assert_int_equal(s.entries, 1);
+    fx_assert_stats(f, FX_STAT(invalidations_notify, 1), FX_STAT(entries, 1), NULL);
     assert_ptr_equal(use(f, PACKED_B), hb);
 
     /* Freed behind the cache's back and reallocated: B's tag checks still
@@ -129,9 +122,7 @@ static void freeing_one_packed_allocation_spares_the_other(void **state)
     const struct fake_handle *ha = use(f, PACKED_A);
     assert_int_equal(ha->id, drv.allocs[a].id);
     assert_ptr_equal(use(f, PACKED_B), hb);
-    s = fx_stats(f);
-    assert_int_equal(s.invalidations_tag, 1);
-    assert_int_equal(s.entries, 2);
+    fx_assert_stats(f, FX_STAT(invalidations_tag, 1), FX_STAT(entries, 2), NULL);
     assert_int_equal(atomic_load(&f->fb.regs), 4);
     assert_int_equal(atomic_load(&f->fb.deregs), 2);
 }
