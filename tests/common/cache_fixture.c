@@ -92,7 +92,9 @@ struct regcache_stats fx_stats(struct fx *f)
     return s;
 }
 
-void fx_assert_stats(struct fx *f, const char *first, ...)
+/* Whether the named statistics of c have their values; else why not, in
+ * why. */
+static bool stats_are(regcache_t *c, char *why, size_t size, const char *first, va_list ap)
 {
     static const struct {
         const char *name;
@@ -108,24 +110,48 @@ void fx_assert_stats(struct fx *f, const char *first, ...)
         FIELD(one_shots),    FIELD(budget),
 #undef FIELD
     };
-    struct regcache_stats s = fx_stats(f);
-    va_list ap;
-    va_start(ap, first);
+    struct regcache_stats s;
+    assert_int_equal(regcache_get_stats(c, &s), REGCACHE_OK);
     for (const char *name = first; name; name = va_arg(ap, const char *)) {
         uint64_t want = va_arg(ap, uint64_t);
         size_t i = 0;
         while (i < sizeof(fields) / sizeof(fields[0]) && strcmp(fields[i].name, name))
             i++;
-        if (i == sizeof(fields) / sizeof(fields[0]))
-            fail_msg("struct regcache_stats has no field %s", name);
+        if (i == sizeof(fields) / sizeof(fields[0])) {
+            snprintf(why, size, "struct regcache_stats has no field %s", name);
+            return false;
+        }
         uint64_t got;
         memcpy(&got, (const char *)&s + fields[i].offset, sizeof(got));
         if (got != want) {
-            va_end(ap);
-            fail_msg("stats.%s is %ju, expected %ju", name, (uintmax_t)got, (uintmax_t)want);
+            snprintf(why, size, "stats.%s is %ju, expected %ju", name, (uintmax_t)got,
+                     (uintmax_t)want);
+            return false;
         }
     }
+    return true;
+}
+
+void assert_cache_stats(regcache_t *c, const char *first, ...)
+{
+    char why[128];
+    va_list ap;
+    va_start(ap, first);
+    bool ok = stats_are(c, why, sizeof(why), first, ap);
     va_end(ap);
+    if (!ok)
+        fail_msg("%s", why);
+}
+
+void fx_assert_stats(struct fx *f, const char *first, ...)
+{
+    char why[128];
+    va_list ap;
+    va_start(ap, first);
+    bool ok = stats_are(f->c, why, sizeof(why), first, ap);
+    va_end(ap);
+    if (!ok)
+        fail_msg("%s", why);
 }
 
 void fx_device_allocs(struct fx *f, int n)

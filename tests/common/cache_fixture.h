@@ -51,10 +51,12 @@ void fx_get_fails(struct fx *f, uintptr_t addr, size_t len, int status);
 /* What the fake backend's reg handed out for the entry. */
 struct fake_handle *fx_handle(regcache_entry_t *e);
 struct regcache_stats fx_stats(struct fx *f);
-/* f's statistics named by each FX_STAT(field, value) pair, up to a NULL,
- * have those values: fx_assert_stats(f, FX_STAT(hits, 1), NULL). */
+/* The statistics of f's cache (of cache c) named by each FX_STAT(field,
+ * value) pair, up to a NULL, have those values:
+ * fx_assert_stats(f, FX_STAT(hits, 1), NULL). */
 #define FX_STAT(field, value) #field, (uint64_t)(value)
 void fx_assert_stats(struct fx *f, const char *first, ...);
+void assert_cache_stats(regcache_t *c, const char *first, ...);
 /* The allocations FX_ALLOC(0 .. n-1), as fx_device_alloc() makes them. */
 void fx_device_allocs(struct fx *f, int n);
 

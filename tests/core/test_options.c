@@ -10,9 +10,8 @@
 #include <cmocka.h>
 
 #include "capture_stderr.h"
-#include "fake_backend.h"
+#include "cache_fixture.h"
 
-#define MiB (1024ul * 1024ul)
 #define ALLOC(i) ((uintptr_t)0x7f0000000000ull + (uintptr_t)(i) * 2 * MiB)
 
 static struct fake_backend fb;
@@ -213,15 +212,5 @@ static void hooks_off(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(max_entries_and_bytes, clean_env, clean_env),
-        cmocka_unit_test_setup_teardown(validation_alignment_whole, clean_env, clean_env),
-        cmocka_unit_test_setup_teardown(host_memory, clean_env, clean_env),
-        cmocka_unit_test_setup_teardown(bad_values_are_refused, clean_env, clean_env),
-        cmocka_unit_test_setup_teardown(sizes_take_suffixes, clean_env, clean_env),
-        cmocka_unit_test_setup_teardown(params_errors_name_the_field, clean_env, clean_env),
-        cmocka_unit_test_setup_teardown(stats_dump_at_destroy, clean_env, clean_env),
-        cmocka_unit_test_setup_teardown(hooks_off, clean_env, clean_env),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return FX_RUN(clean_env, clean_env, max_entries_and_bytes, validation_alignment_whole, host_memory, bad_values_are_refused, sizes_take_suffixes, params_errors_name_the_field, stats_dump_at_destroy, hooks_off);
 }

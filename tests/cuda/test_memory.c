@@ -232,38 +232,41 @@ static void assert_cuda_error(int status, const char *call, CUresult r)
     assert_non_null(strstr(regcache_last_error(), expected_name(r)));
 }
 
-static void query_errors(void **state)
+/* Query a legacy allocation with each error injected into `call`: the
+ * query succeeds on `accepted` (the memory then has type `accepted_type`,
+ * where that is not -1), and fails on every other error with a message
+ * naming `what`. */
+static void query_with_each_error(enum drv_call call, CUresult accepted, int accepted_type,
+                                  const char *what)
 {
-    (void)state;
     drv_legacy(0, MIB);
     struct regcache_mem_info info;
     for (size_t e = 0; e < sizeof errors / sizeof errors[0]; e++) {
-        drv.fail[FC_GET_ATTRIBUTES] = errors[e];
+        drv.fail[call] = errors[e];
         int status = query(drv_addr(0), 4096, &info);
-        if (errors[e] == CUDA_ERROR_INVALID_VALUE) {
-            /* The pointer is not CUDA memory. */
-            assert_int_equal(status, REGCACHE_OK);
-            assert_int_equal(info.type, REGCACHE_MEM_HOST);
-        } else {
-            assert_cuda_error(status, "cuPointerGetAttributes", errors[e]);
+        if (errors[e] != accepted) {
+            assert_cuda_error(status, what, errors[e]);
+            continue;
         }
+        assert_int_equal(status, REGCACHE_OK);
+        if (accepted_type != -1)
+            assert_int_equal(info.type, accepted_type);
     }
+}
+
+static void query_errors(void **state)
+{
+    (void)state;
+    /* INVALID_VALUE: the pointer is not CUDA memory. */
+    query_with_each_error(FC_GET_ATTRIBUTES, CUDA_ERROR_INVALID_VALUE, REGCACHE_MEM_HOST,
+                          "cuPointerGetAttributes");
     assert_int_equal(drv.calls[FC_SET_ATTRIBUTE], 0);
 }
 
 static void sync_memops_errors(void **state)
 {
     (void)state;
-    drv_legacy(0, MIB);
-    struct regcache_mem_info info;
-    for (size_t e = 0; e < sizeof errors / sizeof errors[0]; e++) {
-        drv.fail[FC_SET_ATTRIBUTE] = errors[e];
-        int status = query(drv_addr(0), 4096, &info);
-        if (errors[e] == CUDA_ERROR_NOT_SUPPORTED)
-            assert_int_equal(status, REGCACHE_OK);
-        else
-            assert_cuda_error(status, "SYNC_MEMOPS", errors[e]);
-    }
+    query_with_each_error(FC_SET_ATTRIBUTE, CUDA_ERROR_NOT_SUPPORTED, -1, "SYNC_MEMOPS");
 }
 
 static void read_tag_reads_the_buffer_id(void **state)

@@ -352,10 +352,10 @@ static uintptr_t vmm_replace(uintptr_t addr)
     return addr;
 }
 
-static void vmm_remap_is_reregistered(void **state)
+/* VMM memory of device 0 that GPUDirect RDMA may reach, and its smallest
+ * mapping (vmm_size). */
+static void vmm_granularity(void)
 {
-    (void)state;
-    vmm_cache = new_cache(0);
     vmm_prop = (CUmemAllocationProp){
         .type = CU_MEM_ALLOCATION_TYPE_PINNED,
         .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 },
@@ -363,6 +363,13 @@ static void vmm_remap_is_reregistered(void **state)
     };
     CK(cu.cuMemGetAllocationGranularity(&vmm_size, &vmm_prop,
                                         CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+}
+
+static void vmm_remap_is_reregistered(void **state)
+{
+    (void)state;
+    vmm_cache = new_cache(0);
+    vmm_granularity();
     CUdeviceptr va;
     /* A reservation twice the mapping: the cache must take the mapping. */
     CK(cu.cuMemAddressReserve(&va, 2 * vmm_size, 0, 0, 0));
@@ -555,13 +562,7 @@ static void dmabuf_export_of_every_kind(void **state)
     CK(cu.cuMemAllocAsync(&pool, MIB, stream));
     CK(cu.cuMemAllocAsync(&small_pool, 1000, stream));
     CK(cu.cuStreamSynchronize(stream));
-    vmm_prop = (CUmemAllocationProp){
-        .type = CU_MEM_ALLOCATION_TYPE_PINNED,
-        .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 },
-        .allocFlags = { .gpuDirectRDMACapable = 1 },
-    };
-    CK(cu.cuMemGetAllocationGranularity(&vmm_size, &vmm_prop,
-                                        CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+    vmm_granularity();
     CK(cu.cuMemAddressReserve(&va, vmm_size, 0, 0, 0));
     CK(cu.cuMemCreate(&vmm_handle, vmm_size, &vmm_prop, 0));
     vmm_map(va);

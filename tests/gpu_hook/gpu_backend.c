@@ -177,6 +177,16 @@ static int walk_add(struct walk *w, uintptr_t start, uintptr_t end, unsigned lon
 #define WALK_MAX_PROBES (1u << 20)
 
 /* The memory under [start, end) now, one segment per buffer id. */
+/* read_facts(), or -1 and the driver's error in why. */
+static int read_facts_saying(uintptr_t p, struct facts *f, char *why, size_t size)
+{
+    CUresult r = read_facts(p, f);
+    if (r == CUDA_SUCCESS)
+        return 0;
+    snprintf(why, size, "cuPointerGetAttributes(%#lx): %s", (unsigned long)p, cuda_error_name(r));
+    return -1;
+}
+
 static int walk(uintptr_t start, uintptr_t end, struct walk *w, char *why, size_t size)
 {
     unsigned int probes = 0;
@@ -185,12 +195,8 @@ static int walk(uintptr_t start, uintptr_t end, struct walk *w, char *why, size_
         unsigned long long id = 0;
         if (++probes <= WALK_MAX_PROBES) {
             struct facts f;
-            CUresult r = read_facts(p, &f);
-            if (r != CUDA_SUCCESS) {
-                snprintf(why, size, "cuPointerGetAttributes(%#lx): %s", (unsigned long)p,
-                         cuda_error_name(r));
+            if (read_facts_saying(p, &f, why, size) != 0)
                 return -1;
-            }
             uintptr_t stretch = stretch_end(p, &f);
             e = stretch < end ? stretch : end;
             id = f.id;
@@ -229,12 +235,8 @@ static int compare(const struct record *r, uintptr_t lo, uintptr_t hi, char *why
 {
     for (uintptr_t p = lo; p < hi;) {
         struct facts f;
-        CUresult res = read_facts(p, &f);
-        if (res != CUDA_SUCCESS) {
-            snprintf(why, size, "cuPointerGetAttributes(%#lx): %s", (unsigned long)p,
-                     cuda_error_name(res));
+        if (read_facts_saying(p, &f, why, size) != 0)
             return -1;
-        }
         const struct seg *s = find_seg(r, p);
         if (s == NULL) {
             snprintf(why, size, "%#lx lies outside the registration", (unsigned long)p);

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 #include <infiniband/verbs.h>
 
+#include "cache_fixture.h"
 #include "fake_verbs.h"
 #include "regcache.h"
 
@@ -30,11 +31,6 @@ static regcache_t *host_cache(void)
     assert_int_equal(regcache_create(&p, &c), REGCACHE_OK);
     assert_int_equal(regcache_method_used(c), 0);
     return c;
-}
-
-static void stats_of(regcache_t *c, struct regcache_stats *s)
-{
-    assert_int_equal(regcache_get_stats(c, s), REGCACHE_OK);
 }
 
 static void test_entry_mr_is_the_verbs_mr(void **state)
@@ -78,7 +74,6 @@ static void test_exhausted_reg_mr_evicts_and_retries(void **state)
     for (size_t i = 0; i < sizeof(exhausted) / sizeof(exhausted[0]); i++) {
         regcache_t *c = host_cache();
         regcache_entry_t *ea, *eb;
-        struct regcache_stats s;
 
         assert_int_equal(regcache_get(c, a, BLOCK, &ea), REGCACHE_OK);
         regcache_put(c, ea);
@@ -86,12 +81,9 @@ static void test_exhausted_reg_mr_evicts_and_retries(void **state)
         fake_verbs.reg_mr_errno = exhausted[i];
         assert_int_equal(regcache_get(c, b, BLOCK, &eb), REGCACHE_OK);
         assert_ptr_equal(regcache_entry_mr(eb)->addr, b);
-        stats_of(c, &s);
-        assert_int_equal(s.reg_failures, 1);
-        assert_int_equal(s.evictions, 1);
-        assert_int_equal(s.registrations, 2);
-        assert_int_equal(s.deregistrations, 1);
-        assert_int_equal(s.entries, 1);
+        assert_cache_stats(c, FX_STAT(reg_failures, 1), FX_STAT(evictions, 1),
+                           FX_STAT(registrations, 2), FX_STAT(deregistrations, 1),
+                           FX_STAT(entries, 1), NULL);
         assert_int_equal(fake_verbs.live_mrs, 1);
         regcache_put(c, eb);
         regcache_destroy(c);
@@ -110,7 +102,6 @@ static void test_reg_mr_failures_that_cannot_be_retried(void **state)
     char *a = aligned_alloc(BLOCK, BLOCK);
     char *b = aligned_alloc(BLOCK, BLOCK);
     regcache_entry_t *ea, *eb;
-    struct regcache_stats s;
     (void)state;
 
     assert_int_equal(regcache_get(c, a, BLOCK, &ea), REGCACHE_OK);
@@ -122,9 +113,7 @@ static void test_reg_mr_failures_that_cannot_be_retried(void **state)
     fake_verbs.reg_mr_errno = EINVAL;
     assert_int_equal(regcache_get(c, b, BLOCK, &eb), REGCACHE_ERR_BACKEND);
     assert_null(eb);
-    stats_of(c, &s);
-    assert_int_equal(s.evictions, 0);
-    assert_int_equal(s.entries, 1);
+    assert_cache_stats(c, FX_STAT(evictions, 0), FX_STAT(entries, 1), NULL);
     regcache_put(c, ea);
     regcache_destroy(c);
     free(a);
