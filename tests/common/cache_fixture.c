@@ -44,10 +44,11 @@ uint64_t fx_device_alloc(struct fx *f, int i)
 
 uint64_t fx_pageable_alloc(struct fx *f, uintptr_t addr, size_t size)
 {
-    return fake_alloc_as(&f->fb, &(struct fake_alloc){.base = addr, .size = size,
-                                                      .device = REGCACHE_DEVICE_HOST,
-                                                      .type = REGCACHE_MEM_HOST,
-                                                      .pageable = true});
+    return fake_alloc_as(&f->fb, &(struct fake_alloc){ .base = addr,
+                                                       .size = size,
+                                                       .device = REGCACHE_DEVICE_HOST,
+                                                       .type = REGCACHE_MEM_HOST,
+                                                       .pageable = true });
 }
 
 regcache_entry_t *fx_get_rail(struct fx *f, unsigned rail, uintptr_t addr, size_t len)
@@ -100,14 +101,21 @@ static bool stats_are(regcache_t *c, char *why, size_t size, const char *first, 
         const char *name;
         size_t offset;
     } fields[] = {
-#define FIELD(name) {#name, offsetof(struct regcache_stats, name)}
-        FIELD(hits),         FIELD(misses),
-        FIELD(registrations), FIELD(deregistrations),
-        FIELD(evictions),    FIELD(invalidations_tag),
-        FIELD(invalidations_notify), FIELD(invalidations_explicit),
-        FIELD(reg_failures), FIELD(entries),
-        FIELD(bytes),        FIELD(peak_bytes),
-        FIELD(one_shots),    FIELD(budget),
+#define FIELD(name) { #name, offsetof(struct regcache_stats, name) }
+        FIELD(hits),
+        FIELD(misses),
+        FIELD(registrations),
+        FIELD(deregistrations),
+        FIELD(evictions),
+        FIELD(invalidations_tag),
+        FIELD(invalidations_notify),
+        FIELD(invalidations_explicit),
+        FIELD(reg_failures),
+        FIELD(entries),
+        FIELD(bytes),
+        FIELD(peak_bytes),
+        FIELD(one_shots),
+        FIELD(budget),
 #undef FIELD
     };
     struct regcache_stats s;
@@ -183,18 +191,19 @@ int fx_run(int (*setup)(void **), int (*teardown)(void **), const char *names,
     assert_non_null(copy);
     for (size_t i = 0; i < n_cases; i++) {
         const void *one = (const char *)cases + i * case_size;
-        tests[i] = (struct CMUnitTest){.name = *(const char *const *)one,
-                                       .test_func = case_fn,
-                                       .setup_func = setup,
-                                       .teardown_func = teardown,
-                                       .initial_state = (void *)one};
+        tests[i] = (struct CMUnitTest){ .name = *(const char *const *)one,
+                                        .test_func = case_fn,
+                                        .setup_func = setup,
+                                        .teardown_func = teardown,
+                                        .initial_state = (void *)one };
     }
     char *next = NULL;
     for (size_t i = 0; i < n; i++) {
         const char *name = strtok_r(i ? NULL : copy, ", ", &next);
         assert_non_null(name);
         tests[n_cases + i] = (struct CMUnitTest){
-            .name = name, .test_func = fns[i], .setup_func = setup, .teardown_func = teardown};
+            .name = name, .test_func = fns[i], .setup_func = setup, .teardown_func = teardown
+        };
     }
     int failed = _cmocka_run_group_tests("tests", tests, n_cases + n, NULL, NULL);
     free(copy);

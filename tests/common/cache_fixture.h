@@ -16,7 +16,7 @@
 #define KiB ((size_t)1024)
 #define MiB ((size_t)1024 * 1024)
 #define FX_BASE ((uintptr_t)0x7f0000000000ull)
-#define FX_ALLOC(i) (FX_BASE + (uintptr_t)(i) * 2 * MiB)
+#define FX_ALLOC(i) (FX_BASE + (uintptr_t)(i)*2 * MiB)
 
 struct fx {
     struct fake_backend fb;
@@ -69,22 +69,25 @@ int fx_run(int (*setup)(void **), int (*teardown)(void **), const char *names,
            void (*const *fns)(void **), size_t n, void (*case_fn)(void **), const void *cases,
            size_t n_cases, size_t case_size);
 
-#define FX_FNS(...) ((void (*const[])(void **)){__VA_ARGS__})
+#define FX_FNS(...) ((void (*const[])(void **)){ __VA_ARGS__ })
 #define FX_COUNT(...) (sizeof(FX_FNS(__VA_ARGS__)) / sizeof(FX_FNS(__VA_ARGS__)[0]))
 /* The tests fns..., each between setup and teardown. */
-#define FX_RUN(setup, teardown, ...)                                                             \
-    fx_run(setup, teardown, #__VA_ARGS__, FX_FNS(__VA_ARGS__), FX_COUNT(__VA_ARGS__), NULL,     \
-           NULL, 0, 0)
+#define FX_RUN(setup, teardown, ...)                                                              \
+    fx_run(setup, teardown, #__VA_ARGS__, FX_FNS(__VA_ARGS__), FX_COUNT(__VA_ARGS__), NULL, NULL, \
+           0, 0)
 /* main() of a file whose tests each run between fx_setup and fx_teardown. */
-#define FX_MAIN(...)                                                                             \
-    int main(void) { return FX_RUN(fx_setup, fx_teardown, __VA_ARGS__); }
+#define FX_MAIN(...)                                       \
+    int main(void)                                         \
+    {                                                      \
+        return FX_RUN(fx_setup, fx_teardown, __VA_ARGS__); \
+    }
 /* The same, with a test of case_fn for each case of the array `cases` first. */
-#define FX_MAIN_CASES(case_fn, cases, ...)                                                       \
-    int main(void)                                                                               \
-    {                                                                                            \
-        return fx_run(fx_setup, fx_teardown, #__VA_ARGS__, FX_FNS(__VA_ARGS__),                  \
-                      FX_COUNT(__VA_ARGS__), case_fn, cases, sizeof(cases) / sizeof(cases[0]),   \
-                      sizeof(cases[0]));                                                         \
+#define FX_MAIN_CASES(case_fn, cases, ...)                                                     \
+    int main(void)                                                                             \
+    {                                                                                          \
+        return fx_run(fx_setup, fx_teardown, #__VA_ARGS__, FX_FNS(__VA_ARGS__),                \
+                      FX_COUNT(__VA_ARGS__), case_fn, cases, sizeof(cases) / sizeof(cases[0]), \
+                      sizeof(cases[0]));                                                       \
     }
 
 /* regcache_last_error() must contain each of the strings, up to a NULL. */

@@ -123,8 +123,8 @@ uint64_t fake_alloc_as(struct fake_backend *f, const struct fake_alloc *like)
 
 uint64_t fake_alloc(struct fake_backend *f, uintptr_t base, size_t size, int device, int type)
 {
-    return fake_alloc_as(f, &(struct fake_alloc){.base = base, .size = size, .device = device,
-                                                 .type = type});
+    return fake_alloc_as(
+        f, &(struct fake_alloc){ .base = base, .size = size, .device = device, .type = type });
 }
 
 void fake_free(struct fake_backend *f, uintptr_t base)

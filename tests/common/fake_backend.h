@@ -17,8 +17,8 @@ struct fake_alloc {
     size_t size;
     uint64_t id;
     int device, type;
-    unsigned flags;  /* regcache_mem_info.flags reported */
-    bool pageable;   /* reported without a buffer id (the id still changes) */
+    unsigned flags; /* regcache_mem_info.flags reported */
+    bool pageable;  /* reported without a buffer id (the id still changes) */
     bool live;
 };
 

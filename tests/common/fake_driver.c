@@ -30,11 +30,11 @@ static CUresult enter(enum drv_call c)
 }
 
 /* Count the call, and return the error injected for it, if any. */
-#define ENTER(c)                                                                                   \
-    do {                                                                                           \
-        CUresult injected_ = enter(c);                                                             \
-        if (injected_ != CUDA_SUCCESS)                                                             \
-            return injected_;                                                                      \
+#define ENTER(c)                       \
+    do {                               \
+        CUresult injected_ = enter(c); \
+        if (injected_ != CUDA_SUCCESS) \
+            return injected_;          \
     } while (0)
 
 static CUresult drv_init(unsigned int flags)
@@ -73,7 +73,7 @@ static CUresult drv_get_error_name(CUresult error, const char **name)
 static void put_attribute(void *data, CUpointer_attribute attr, const struct drv_alloc *a)
 {
     static const struct drv_alloc none = { .device = -2 };
-    if (a == NULL)
+    if (!a)
         a = &none;
     switch (attr) {
     case CU_POINTER_ATTRIBUTE_BUFFER_ID:
@@ -120,24 +120,22 @@ static void put_attribute(void *data, CUpointer_attribute attr, const struct drv
     }
 }
 
-static CUresult drv_pointer_get_attribute(void *data, CUpointer_attribute attr,
-                                           CUdeviceptr p)
+static CUresult drv_pointer_get_attribute(void *data, CUpointer_attribute attr, CUdeviceptr p)
 {
     ENTER(FC_GET_ATTRIBUTE);
     struct drv_alloc *a = drv_alloc_at(p);
-    if (a == NULL)
+    if (!a)
         return CUDA_ERROR_INVALID_VALUE;
     put_attribute(data, attr, a);
     return CUDA_SUCCESS;
 }
 
-static CUresult drv_pointer_get_attributes(unsigned int count,
-                                            CUpointer_attribute *attrs,
-                                            void **data, CUdeviceptr p)
+static CUresult drv_pointer_get_attributes(unsigned int count, CUpointer_attribute *attrs,
+                                           void **data, CUdeviceptr p)
 {
     ENTER(FC_GET_ATTRIBUTES);
     struct drv_alloc *a = drv_alloc_at(p);
-    if (a == NULL && drv.unknown_invalid)
+    if (!a && drv.unknown_invalid)
         return CUDA_ERROR_INVALID_VALUE;
     for (unsigned int i = 0; i < count; i++)
         put_attribute(data[i], attrs[i], a);
@@ -145,11 +143,11 @@ static CUresult drv_pointer_get_attributes(unsigned int count,
 }
 
 static CUresult drv_pointer_set_attribute(const void *value, CUpointer_attribute attr,
-                                           CUdeviceptr p)
+                                          CUdeviceptr p)
 {
     ENTER(FC_SET_ATTRIBUTE);
     struct drv_alloc *a = drv_alloc_at(p);
-    if (a == NULL || attr != CU_POINTER_ATTRIBUTE_SYNC_MEMOPS)
+    if (!a || attr != CU_POINTER_ATTRIBUTE_SYNC_MEMOPS)
         return CUDA_ERROR_INVALID_VALUE;
     if (a->refuses_sync)
         return CUDA_ERROR_NOT_SUPPORTED;
@@ -158,7 +156,7 @@ static CUresult drv_pointer_set_attribute(const void *value, CUpointer_attribute
 }
 
 static CUresult drv_mem_get_handle(void *handle, CUdeviceptr p, size_t size,
-                                    CUmemRangeHandleType type, unsigned long long flags)
+                                   CUmemRangeHandleType type, unsigned long long flags)
 {
     CUresult r = enter(FC_GET_HANDLE);
     drv.export_ptr = p;
@@ -166,11 +164,11 @@ static CUresult drv_mem_get_handle(void *handle, CUdeviceptr p, size_t size,
     drv.export_fd = -1;
     if (r != CUDA_SUCCESS)
         return r;
-    if (drv.current == NULL)
+    if (!drv.current)
         return CUDA_ERROR_INVALID_CONTEXT;
     struct drv_alloc *a = drv_alloc_at(p);
-    if (type != CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD || flags != 0 || a == NULL ||
-        p % 4096 != 0 || size % 4096 != 0 || size > a->base + a->size - p)
+    if (type != CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD || flags != 0 || !a || p % 4096 != 0 ||
+        size % 4096 != 0 || size > a->base + a->size - p)
         return CUDA_ERROR_INVALID_VALUE;
     int fd = eventfd(0, EFD_CLOEXEC);
     if (fd < 0)
@@ -200,8 +198,7 @@ static CUresult drv_device_get_count(int *count)
     return CUDA_SUCCESS;
 }
 
-static CUresult drv_device_get_attribute(int *value, CUdevice_attribute attr,
-                                          CUdevice device)
+static CUresult drv_device_get_attribute(int *value, CUdevice_attribute attr, CUdevice device)
 {
     ENTER(FC_DEVICE_GET_ATTRIBUTE);
     if (no_device(device) || attr != CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED)
@@ -348,10 +345,14 @@ static struct drv_alloc chunked(size_t offset, size_t size, size_t chunk)
 {
     size_t first = offset / chunk * chunk;
     size_t last = (offset + size + chunk - 1) / chunk * chunk;
-    return (struct drv_alloc){ .base = drv_addr(offset), .size = size,
-                                .range_start = drv_addr(offset), .range_size = size,
-                                .map_start = drv_addr(first), .map_size = last - first,
-                                .type = CU_MEMORYTYPE_DEVICE, .device = 0 };
+    return (struct drv_alloc){ .base = drv_addr(offset),
+                               .size = size,
+                               .range_start = drv_addr(offset),
+                               .range_size = size,
+                               .map_start = drv_addr(first),
+                               .map_size = last - first,
+                               .type = CU_MEMORYTYPE_DEVICE,
+                               .device = 0 };
 }
 
 int drv_legacy(size_t offset, size_t size)
@@ -372,12 +373,16 @@ int drv_pool(size_t offset, size_t size)
 
 int drv_vmm(size_t reserve_offset, size_t reserve_size, size_t offset, size_t size)
 {
-    return add((struct drv_alloc){ .base = drv_addr(offset), .size = size,
-                                    .range_start = drv_addr(reserve_offset),
-                                    .range_size = reserve_size,
-                                    .map_start = drv_addr(offset), .map_size = size,
-                                    .type = CU_MEMORYTYPE_DEVICE, .device = 0,
-                                    .refuses_sync = 1, .rdma_capable = 1 });
+    return add((struct drv_alloc){ .base = drv_addr(offset),
+                                   .size = size,
+                                   .range_start = drv_addr(reserve_offset),
+                                   .range_size = reserve_size,
+                                   .map_start = drv_addr(offset),
+                                   .map_size = size,
+                                   .type = CU_MEMORYTYPE_DEVICE,
+                                   .device = 0,
+                                   .refuses_sync = 1,
+                                   .rdma_capable = 1 });
 }
 
 int drv_managed(size_t offset, size_t size)
@@ -415,10 +420,10 @@ void drv_realloc(int i)
 int drv_open_fds(void)
 {
     DIR *d = opendir("/proc/self/fd");
-    if (d == NULL)
+    if (!d)
         abort();
     int n = 0;
-    while (readdir(d) != NULL)
+    while (readdir(d))
         n++;
     closedir(d);
     return n;

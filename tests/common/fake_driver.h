@@ -38,22 +38,22 @@ enum drv_call {
 
 struct drv_alloc {
     int live;
-    uintptr_t base;   /* the allocation */
+    uintptr_t base; /* the allocation */
     size_t size;
     uintptr_t range_start; /* RANGE_START/SIZE as the driver reports them */
     size_t range_size;
-    uintptr_t map_start;   /* MAPPING_BASE/SIZE */
+    uintptr_t map_start; /* MAPPING_BASE/SIZE */
     size_t map_size;
     unsigned long long id;
     unsigned int type; /* CUmemorytype */
     unsigned int managed;
     int device;
     unsigned int sync_memops;
-    int refuses_sync; /* VMM: SYNC_MEMOPS is NOT_SUPPORTED */
-    unsigned int legacy_ipc; /* cuMemAlloc memory */
-    CUmemoryPool pool;       /* pool memory */
+    int refuses_sync;          /* VMM: SYNC_MEMOPS is NOT_SUPPORTED */
+    unsigned int legacy_ipc;   /* cuMemAlloc memory */
+    CUmemoryPool pool;         /* pool memory */
     unsigned int rdma_capable; /* IS_GPU_DIRECT_RDMA_CAPABLE */
-    CUcontext owner;  /* NULL for pool and VMM memory */
+    CUcontext owner;           /* NULL for pool and VMM memory */
 };
 
 struct drv_state {
@@ -65,9 +65,9 @@ struct drv_state {
     int dmabuf_supported[DRV_MAX_DEVICES];
     CUresult fail[FC_COUNT]; /* returned by that call when non-zero */
     unsigned int calls[FC_COUNT];
-    CUcontext current; /* the calling thread's context (NULL: none) */
-    int pushed;        /* contexts pushed and not popped */
-    int retained;      /* primary contexts retained and not released */
+    CUcontext current;      /* the calling thread's context (NULL: none) */
+    int pushed;             /* contexts pushed and not popped */
+    int retained;           /* primary contexts retained and not released */
     CUdeviceptr export_ptr; /* what the last export was asked for */
     size_t export_size;
     int export_fd; /* and the fd it handed out (-1: none) */
@@ -86,10 +86,10 @@ void drv_uninstall(void);
 
 /* Allocations, `offset` bytes into the arena.  Each gets a new buffer id and
  * returns its index in drv.allocs. */
-int drv_legacy(size_t offset, size_t size);   /* cuMemAlloc: 2 MiB chunk */
-int drv_pool(size_t offset, size_t size);     /* cuMemAllocAsync: 32 MiB chunk */
+int drv_legacy(size_t offset, size_t size); /* cuMemAlloc: 2 MiB chunk */
+int drv_pool(size_t offset, size_t size);   /* cuMemAllocAsync: 32 MiB chunk */
 int drv_vmm(size_t reserve_offset, size_t reserve_size, size_t offset,
-             size_t size);                     /* cuMemCreate + cuMemMap */
+            size_t size); /* cuMemCreate + cuMemMap */
 int drv_managed(size_t offset, size_t size);
 int drv_pinned_host(size_t offset, size_t size);
 /* IS_GPU_DIRECT_RDMA_CAPABLE of allocation i (VMM memory is created with it

@@ -34,7 +34,8 @@ static void large_allocation_registers_the_request(void **state)
     assert_int_equal(fx_handle(e)->start, BIG + 3 * MiB);
     assert_int_equal(fx_handle(e)->len, 64 * KiB);
     regcache_put(f->c, e);
-    fx_assert_stats(f, FX_STAT(entries, 1), FX_STAT(bytes, 64 * KiB), FX_STAT(budget, BUDGET), FX_STAT(evictions, 0), NULL);
+    fx_assert_stats(f, FX_STAT(entries, 1), FX_STAT(bytes, 64 * KiB), FX_STAT(budget, BUDGET),
+                    FX_STAT(evictions, 0), NULL);
     /* Cached: the same request hits. */
     fx_use(f, BIG + 3 * MiB, 4 * KiB);
     assert_int_equal(fx_stats(f).hits, 1);
@@ -52,7 +53,10 @@ static void whole_allocation_past_the_budget_is_evicted_at_put(struct fx *f)
         assert_int_equal(fx_handle(e)->len, BIG_SIZE);
         fx_assert_stats(f, FX_STAT(bytes, BIG_SIZE), FX_STAT(entries, 1), NULL);
         regcache_put(f->c, e);
-        fx_assert_stats(f, FX_STAT(entries, 0), FX_STAT(bytes, 0), FX_STAT(evictions, (uint64_t)round), FX_STAT(registrations, (uint64_t)round), FX_STAT(hits, 0), FX_STAT(peak_bytes, BIG_SIZE), NULL);
+        fx_assert_stats(f, FX_STAT(entries, 0), FX_STAT(bytes, 0),
+                        FX_STAT(evictions, (uint64_t)round),
+                        FX_STAT(registrations, (uint64_t)round), FX_STAT(hits, 0),
+                        FX_STAT(peak_bytes, BIG_SIZE), NULL);
         assert_int_equal(atomic_load(&f->fb.live), 0);
     }
 }
@@ -83,8 +87,10 @@ static void max_bytes_budget(void **state)
     fx_create(f);
     for (int i = 0; i < 4; i++)
         fx_use(f, FX_ALLOC(i), 10);
-    fx_assert_stats(f, FX_STAT(bytes, 2 * MiB), FX_STAT(evictions, 2), FX_STAT(peak_bytes, 2 * MiB), NULL);
+    fx_assert_stats(f, FX_STAT(bytes, 2 * MiB), FX_STAT(evictions, 2), FX_STAT(peak_bytes, 2 * MiB),
+                    NULL);
     assert_int_equal(atomic_load(&f->fb.live), 2);
 }
 
-FX_MAIN(large_allocation_registers_the_request, raised_cap_by_params, raised_cap_by_environment, max_bytes_budget)
+FX_MAIN(large_allocation_registers_the_request, raised_cap_by_params, raised_cap_by_environment,
+        max_bytes_budget)

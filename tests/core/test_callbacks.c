@@ -92,11 +92,11 @@ static void blocked_dereg_stalls_nothing(void **state)
 {
     struct fx *f = *state;
     const struct blocked_case *bc = f->param;
-    struct blocking b = {.f = f};
+    struct blocking b = { .f = f };
     gate_init(&b.dereg_gate);
     fx_device_allocs(f, 3);
-    f->p.validation = bc->source == BY_TAG_CHECK ? REGCACHE_VALIDATE_TAG_CHECK
-                                                  : REGCACHE_VALIDATE_HOOKS;
+    f->p.validation =
+        bc->source == BY_TAG_CHECK ? REGCACHE_VALIDATE_TAG_CHECK : REGCACHE_VALIDATE_HOOKS;
     if (bc->source == BY_EVICTION)
         f->p.max_entries = 1;
     f->fb.during_dereg = block_dereg_of_a;
@@ -174,7 +174,7 @@ static bool a_dereg_entered(const void *arg)
 static void dereg_taking_app_lock_does_not_deadlock(void **state)
 {
     struct fx *f = *state;
-    struct app a = {.f = f};
+    struct app a = { .f = f };
     pthread_mutexattr_t attr;
     pthread_mutexattr_init(&attr);
     pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
@@ -213,8 +213,8 @@ static void dereg_taking_app_lock_does_not_deadlock(void **state)
 struct reentry {
     struct fx *f;
     atomic_bool armed;
-    bool invalidate;  /* else get */
-    unsigned rail;    /* the rail the callback asks for */
+    bool invalidate; /* else get */
+    unsigned rail;   /* the rail the callback asks for */
     int rc;
     regcache_entry_t *got;
     char message[512];
@@ -247,7 +247,7 @@ static void reentry_setup(struct fx *f, struct reentry *r)
 static void reg_asking_for_its_own_range_is_reentrant(void **state)
 {
     struct fx *f = *state;
-    struct reentry r = {.armed = true};
+    struct reentry r = { .armed = true };
     reentry_setup(f, &r);
     regcache_entry_t *e = fx_get(f, A + 200, 10);
     assert_false(atomic_load(&r.armed));
@@ -274,7 +274,7 @@ static void reg_asking_for_its_own_range_is_reentrant(void **state)
 static void reg_invalidating_its_own_range_is_a_one_shot(void **state)
 {
     struct fx *f = *state;
-    struct reentry r = {.armed = true, .invalidate = true};
+    struct reentry r = { .armed = true, .invalidate = true };
     reentry_setup(f, &r);
     regcache_entry_t *e = fx_get(f, A + 200, 10);
     assert_int_equal(r.rc, REGCACHE_OK);
@@ -286,12 +286,16 @@ static void reg_invalidating_its_own_range_is_a_one_shot(void **state)
     assert_int_equal(atomic_load(&f->fb.regs), 2);
 }
 
-#define CASE(s) {.name = "blocked dereg by " #s " stalls nothing", .source = s}
+#define CASE(s)                                                       \
+    {                                                                 \
+        .name = "blocked dereg by " #s " stalls nothing", .source = s \
+    }
 static const struct blocked_case cases[] = {
     CASE(BY_NOTIFY),   CASE(BY_INVALIDATE), CASE(BY_FLUSH),
     CASE(BY_EVICTION), CASE(BY_LAST_PUT),   CASE(BY_TAG_CHECK),
 };
 #undef CASE
 
-FX_MAIN_CASES(blocked_dereg_stalls_nothing, cases, dereg_taking_app_lock_does_not_deadlock, reg_asking_for_its_own_range_is_reentrant,
+FX_MAIN_CASES(blocked_dereg_stalls_nothing, cases, dereg_taking_app_lock_does_not_deadlock,
+              reg_asking_for_its_own_range_is_reentrant,
               reg_invalidating_its_own_range_is_a_one_shot)

@@ -63,7 +63,7 @@ static void memory_goes_during_reg(void *arg)
 
 static void efault_on_memory_that_went_away(struct fx *f, bool reallocate)
 {
-    struct gone g = {.f = f, .reallocate = reallocate};
+    struct gone g = { .f = f, .reallocate = reallocate };
     cache_unused(f, 17);
     f->fb.during_reg = memory_goes_during_reg;
     f->fb.during_reg_arg = &g;
@@ -97,7 +97,8 @@ static void seventeenth_attempt_follows_the_sixteenth_eviction(void **state)
     cache_unused(f, 22);
     fail_next_regs(f, ENOSPC, ROUNDS);
     regcache_entry_t *e = fx_get(f, FX_ALLOC(TARGET), 10);
-    fx_assert_stats(f, FX_STAT(reg_failures, ROUNDS), FX_STAT(evictions, ROUNDS), FX_STAT(entries, 22 - ROUNDS + 1), NULL);
+    fx_assert_stats(f, FX_STAT(reg_failures, ROUNDS), FX_STAT(evictions, ROUNDS),
+                    FX_STAT(entries, 22 - ROUNDS + 1), NULL);
     assert_int_equal(fx_handle(e)->start, FX_ALLOC(TARGET));
     regcache_put(f->c, e);
     /* The least recently used went: 0..15 register again, 16..21 hit. */
@@ -116,7 +117,8 @@ static void exhausted_forever_counts_what_is_left(void **state)
     fx_assert_error_says("after 16 rounds of eviction", "(16 entries evicted)",
                          "6 entries of the device remain, 0 of them held", NULL);
     assert_null(strstr(regcache_last_error(), "no unused entry"));
-    fx_assert_stats(f, FX_STAT(reg_failures, ROUNDS + 1), FX_STAT(evictions, ROUNDS), FX_STAT(entries, 6), NULL);
+    fx_assert_stats(f, FX_STAT(reg_failures, ROUNDS + 1), FX_STAT(evictions, ROUNDS),
+                    FX_STAT(entries, 6), NULL);
     assert_int_equal(atomic_load(&f->fb.live), 6);
     f->fb.fail_count = 0;
 }
@@ -137,7 +139,8 @@ static void exhausted_with_held_entries(struct fx *f, int unused)
     char want[96];
     snprintf(want, sizeof(want), "(5 entries, all held; %d evicted before)", unused);
     fx_assert_error_says("no unused entry of the device is left to evict", want, NULL);
-    fx_assert_stats(f, FX_STAT(evictions, unused), FX_STAT(reg_failures, unused + 1), FX_STAT(entries, held), NULL);
+    fx_assert_stats(f, FX_STAT(evictions, unused), FX_STAT(reg_failures, unused + 1),
+                    FX_STAT(entries, held), NULL);
     assert_int_equal(atomic_load(&f->fb.live), held);
     f->fb.fail_count = 0;
     for (int i = 0; i < held; i++)
@@ -157,7 +160,7 @@ static void exhausted_after_evicting_the_unused(void **state)
 static void evict_and_retry_on_exhaustion(void **state)
 {
     struct fx *f = *state;
-    static const int errnos[] = {ENOSPC, ENOMEM, EAGAIN, EFAULT};
+    static const int errnos[] = { ENOSPC, ENOMEM, EAGAIN, EFAULT };
     fx_device_allocs(f, 3);
     fx_create(f);
     for (size_t k = 0; k < sizeof(errnos) / sizeof(errnos[0]); k++) {
@@ -229,4 +232,8 @@ static void devices_have_separate_budgets(void **state)
     assert_int_equal(fx_stats(f).evictions, 1);
 }
 
-FX_MAIN(efault_after_free_is_not_gpu, efault_after_reallocation_is_not_gpu, seventeenth_attempt_follows_the_sixteenth_eviction, exhausted_forever_counts_what_is_left, exhausted_with_everything_held, exhausted_after_evicting_the_unused, evict_and_retry_on_exhaustion, held_entries_leave_no_space_until_put, other_backend_errors_do_not_evict, devices_have_separate_budgets)
+FX_MAIN(efault_after_free_is_not_gpu, efault_after_reallocation_is_not_gpu,
+        seventeenth_attempt_follows_the_sixteenth_eviction, exhausted_forever_counts_what_is_left,
+        exhausted_with_everything_held, exhausted_after_evicting_the_unused,
+        evict_and_retry_on_exhaustion, held_entries_leave_no_space_until_put,
+        other_backend_errors_do_not_evict, devices_have_separate_budgets)

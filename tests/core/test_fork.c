@@ -30,9 +30,9 @@
 #include "test_sync.h"
 
 #define FORKS_DEFAULT 200
-#define HELD 0       /* held by the forking thread across every fork */
-#define PENDING 1    /* its registration blocks until the end */
-#define CHURN 2      /* FX_ALLOC(CHURN .. CHURN + NCHURN - 1): the others' */
+#define HELD 0    /* held by the forking thread across every fork */
+#define PENDING 1 /* its registration blocks until the end */
+#define CHURN 2   /* FX_ALLOC(CHURN .. CHURN + NCHURN - 1): the others' */
 #define NCHURN 128
 #define PAGES 16 /* 64 KiB pages of each 1 MiB allocation */
 #define WAITERS 2
@@ -220,7 +220,7 @@ static int forks(void)
 static void fork_amid_every_lock(void **state)
 {
     struct fx *f = *state;
-    struct world w = {.f = f, .parent = getpid()};
+    struct world w = { .f = f, .parent = getpid() };
     atomic_long *shared = mmap(NULL, 2 * sizeof(atomic_long), PROT_READ | PROT_WRITE,
                                MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     assert_true(shared != MAP_FAILED);
@@ -263,10 +263,11 @@ static void fork_amid_every_lock(void **state)
         assert_true(await_sleeping(dthread_tid(&waiters[i]), HANG_SECONDS));
     }
     for (int i = 0; i < GETTERS + 2; i++) {
-        work[i] = (struct busy){.w = &w,
-                                .step = i < GETTERS ? churn : i == GETTERS ? notify
-                                                                            : invalidate_or_flush,
-                                .seed = 2u * (uint32_t)i + 1};
+        work[i] = (struct busy){ .w = &w,
+                                 .step = i < GETTERS    ? churn
+                                         : i == GETTERS ? notify
+                                                        : invalidate_or_flush,
+                                 .seed = 2u * (uint32_t)i + 1 };
         dthread_start(&busy[i], keep_busy, &work[i]);
     }
 

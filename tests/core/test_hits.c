@@ -25,7 +25,8 @@ static void miss_then_hit(void **state)
     regcache_entry_t *b = fx_get(f, FX_ALLOC(0) + 4 * KiB, 4 * KiB);
     assert_ptr_equal(regcache_entry_handle(a), regcache_entry_handle(b));
     regcache_put(f->c, b);
-    fx_assert_stats(f, FX_STAT(misses, 1), FX_STAT(hits, 1), FX_STAT(registrations, 1), FX_STAT(entries, 1), FX_STAT(bytes, MiB), NULL);
+    fx_assert_stats(f, FX_STAT(misses, 1), FX_STAT(hits, 1), FX_STAT(registrations, 1),
+                    FX_STAT(entries, 1), FX_STAT(bytes, MiB), NULL);
     assert_int_equal(atomic_load(&f->fb.regs), 1);
 }
 
@@ -90,7 +91,8 @@ static void tag_check_catches_reallocation(void **state)
     uint64_t id = fake_realloc(&f->fb, FX_ALLOC(0));
     regcache_entry_t *b = fx_get(f, FX_ALLOC(0), 10);
     assert_int_equal(fx_handle(b)->id, id);
-    fx_assert_stats(f, FX_STAT(invalidations_tag, 1), FX_STAT(registrations, 2), FX_STAT(hits, 0), FX_STAT(misses, 2), NULL);
+    fx_assert_stats(f, FX_STAT(invalidations_tag, 1), FX_STAT(registrations, 2), FX_STAT(hits, 0),
+                    FX_STAT(misses, 2), NULL);
     regcache_put(f->c, b);
     /* Freed for good: refused, and the stale entry is gone. */
     fake_free(&f->fb, FX_ALLOC(0));
@@ -99,4 +101,5 @@ static void tag_check_catches_reallocation(void **state)
     assert_int_equal(atomic_load(&f->fb.live), 0);
 }
 
-FX_MAIN(miss_then_hit, concurrent_misses_register_once, hooks_mode_skips_the_tag_check, tag_check_catches_reallocation)
+FX_MAIN(miss_then_hit, concurrent_misses_register_once, hooks_mode_skips_the_tag_check,
+        tag_check_catches_reallocation)

@@ -162,4 +162,5 @@ static void new_rail_at_the_limit_is_refused(void **state)
     assert_int_equal(atomic_load(&f->fb.regs), 2);
 }
 
-FX_MAIN(holds_saturate_at_the_limit, entry_at_the_limit_invalidated_dies_once, new_rail_at_the_limit_is_refused)
+FX_MAIN(holds_saturate_at_the_limit, entry_at_the_limit_invalidated_dies_once,
+        new_rail_at_the_limit_is_refused)

@@ -67,7 +67,8 @@ static void flush_spares_held_entries(void **state)
     fx_use(f, FX_ALLOC(1), 10);
     regcache_entry_t *held = fx_get(f, FX_ALLOC(2), 10);
     assert_int_equal(regcache_flush(f->c), REGCACHE_OK);
-    fx_assert_stats(f, FX_STAT(entries, 1), FX_STAT(evictions, 0), FX_STAT(deregistrations, 2), NULL);
+    fx_assert_stats(f, FX_STAT(entries, 1), FX_STAT(evictions, 0), FX_STAT(deregistrations, 2),
+                    NULL);
     regcache_entry_t *again = fx_get(f, FX_ALLOC(2), 10);
     assert_ptr_equal(regcache_entry_handle(again), regcache_entry_handle(held));
     regcache_put(f->c, again);
@@ -88,4 +89,5 @@ static void destroy_with_entries_held(void **state)
     /* teardown checks that both registrations were released */
 }
 
-FX_MAIN(invalidate_unused_and_held, notify_free_reaches_every_cache, flush_spares_held_entries, destroy_with_entries_held)
+FX_MAIN(invalidate_unused_and_held, notify_free_reaches_every_cache, flush_spares_held_entries,
+        destroy_with_entries_held)

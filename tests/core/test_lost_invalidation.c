@@ -75,7 +75,7 @@ static void invalidation_during_miss(void **state)
 {
     struct fx *f = *state;
     const struct race_case *rc = f->param;
-    struct armed a = {.f = f, .armed = true};
+    struct armed a = { .f = f, .armed = true };
     set_memory(f, rc->mem);
     f->p.validation = rc->validation;
     if (rc->when == AT_QUERY) {
@@ -154,7 +154,7 @@ static bool queried_twice(const void *arg)
 static void invalidation_while_another_get_waits(void **state)
 {
     struct fx *f = *state;
-    struct waiting w = {.f = f};
+    struct waiting w = { .f = f };
     gate_init(&w.reg_gate);
     fake_alloc(&f->fb, X, X_SIZE, 0, REGCACHE_MEM_DEVICE);
     f->p.validation = REGCACHE_VALIDATE_HOOKS;
@@ -197,13 +197,17 @@ static void invalidation_while_another_get_waits(void **state)
  * memory under TAG_CHECK, (f) GPU memory under HOOKS: every combination of
  * moment, memory, mode and reallocation time; and a free during the
  * registration in the default mode (AUTO). */
-#define CASE(w, m, v, later)                                                                    \
-    {.name = #w ", " #m ", " #v ", realloc later: " #later, .when = w, .mem = m,               \
-     .validation = REGCACHE_VALIDATE_##v, .realloc_later = later}
-#define CASES(w, m) CASE(w, m, HOOKS, false), CASE(w, m, HOOKS, true),                         \
-                    CASE(w, m, TAG_CHECK, false), CASE(w, m, TAG_CHECK, true)
+#define CASE(w, m, v, later)                                                        \
+    {                                                                               \
+        .name = #w ", " #m ", " #v ", realloc later: " #later, .when = w, .mem = m, \
+        .validation = REGCACHE_VALIDATE_##v, .realloc_later = later                 \
+    }
+#define CASES(w, m)                                                                  \
+    CASE(w, m, HOOKS, false), CASE(w, m, HOOKS, true), CASE(w, m, TAG_CHECK, false), \
+        CASE(w, m, TAG_CHECK, true)
 static const struct race_case cases[] = {
-    CASES(AT_QUERY, GPU), CASES(AT_REG, GPU), CASES(AT_QUERY, PAGEABLE), CASES(AT_REG, PAGEABLE),
+    CASES(AT_QUERY, GPU),           CASES(AT_REG, GPU),
+    CASES(AT_QUERY, PAGEABLE),      CASES(AT_REG, PAGEABLE),
     CASE(AT_REG, GPU, AUTO, false),
 };
 #undef CASES

@@ -77,7 +77,7 @@ static void eviction_follows_the_order_of_last_use(void **state)
     fx_create(f);
     for (int i = 0; i < 4; i++)
         fx_use(f, FX_ALLOC(i), 10);
-    const int used[] = {3, 1, 0, 2};
+    const int used[] = { 3, 1, 0, 2 };
     for (int i = 0; i < 4; i++)
         fx_use(f, FX_ALLOC(used[i]), 10);
     assert_int_equal(fx_stats(f).hits, 4);
@@ -133,4 +133,5 @@ static void lru_order(void **state)
     assert_int_equal(atomic_load(&f->fb.regs), regs + 1);
 }
 
-FX_MAIN(hot_set_survives_a_thousand_one_offs, eviction_follows_the_order_of_last_use, held_entry_is_never_evicted, lru_order)
+FX_MAIN(hot_set_survives_a_thousand_one_offs, eviction_follows_the_order_of_last_use,
+        held_entry_is_never_evicted, lru_order)

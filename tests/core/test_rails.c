@@ -67,7 +67,8 @@ static void second_rail_costs_one_query(int validation, struct fx *f)
     long queries = atomic_load(&f->fb.queries) - before;
     if (queries != per_hit)
         fail_msg("registering rail 1 of an entry the hit path found took %ld memory queries, "
-                 "a hit %ld", queries, per_hit);
+                 "a hit %ld",
+                 queries, per_hit);
     assert_int_equal(atomic_load(&f->fb.regs), 2);
     fx_assert_stats(f, FX_STAT(misses, 2), FX_STAT(hits, 1), FX_STAT(entries, 1), NULL);
 }
@@ -111,7 +112,7 @@ static void assert_both_rails_released(struct rails_seen *r)
 static void every_rail_goes_with_the_entry(void **state)
 {
     struct fx *f = *state;
-    struct rails_seen seen = {0};
+    struct rails_seen seen = { 0 };
     f->fb.during_dereg = note_rail;
     f->fb.during_dereg_arg = &seen;
     f->p.max_entries = 1;
@@ -188,4 +189,7 @@ static void rail_out_of_range_is_invalid(void **state)
     assert_int_equal(atomic_load(&f->fb.queries), 0);
 }
 
-FX_MAIN(one_entry_a_registration_per_rail, second_rail_costs_one_query_hooks, second_rail_costs_one_query_tag_check, every_rail_goes_with_the_entry, exhaustion_on_one_rail_evicts_and_retries, rail_out_of_space_leaves_the_others_serving, rail_out_of_range_is_invalid)
+FX_MAIN(one_entry_a_registration_per_rail, second_rail_costs_one_query_hooks,
+        second_rail_costs_one_query_tag_check, every_rail_goes_with_the_entry,
+        exhaustion_on_one_rail_evicts_and_retries, rail_out_of_space_leaves_the_others_serving,
+        rail_out_of_range_is_invalid)

@@ -108,4 +108,5 @@ static void request_spanning_two_allocations_is_refused(void **state)
     assert_int_equal(atomic_load(&f->fb.regs), 0);
 }
 
-FX_MAIN(whole_allocation_serves_every_subrange, partial_registration_rounds_the_request, packed_allocations_are_never_merged, request_spanning_two_allocations_is_refused)
+FX_MAIN(whole_allocation_serves_every_subrange, partial_registration_rounds_the_request,
+        packed_allocations_are_never_merged, request_spanning_two_allocations_is_refused)

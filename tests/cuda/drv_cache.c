@@ -54,8 +54,7 @@ void drv_cache_reopen(struct fx *f, int host_memory)
     f->c = drv_cache_create(f, host_memory);
 }
 
-const struct fake_handle *drv_get(struct fx *f, uintptr_t addr, size_t len,
-                                  regcache_entry_t **e)
+const struct fake_handle *drv_get(struct fx *f, uintptr_t addr, size_t len, regcache_entry_t **e)
 {
     *e = fx_get(f, addr, len);
     return fx_handle(*e);

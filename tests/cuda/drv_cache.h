@@ -27,7 +27,6 @@ regcache_t *drv_cache_create(struct fx *f, int host_memory);
 void drv_cache_reopen(struct fx *f, int host_memory);
 
 /* A get on f's cache that must succeed; what reg recorded. */
-const struct fake_handle *drv_get(struct fx *f, uintptr_t addr, size_t len,
-                                  regcache_entry_t **e);
+const struct fake_handle *drv_get(struct fx *f, uintptr_t addr, size_t len, regcache_entry_t **e);
 
 #endif

@@ -74,8 +74,7 @@ static void freed_memory_on_a_hit_is_not_gpu(void **state)
     drv_get(f, drv_addr(0), MIB, &e);
     regcache_put(f->c, e);
     drv_free(i);
-    assert_int_equal(regcache_get(f->c, (const void *)drv_addr(0), MIB, &e),
-                     REGCACHE_ERR_NOT_GPU);
+    assert_int_equal(regcache_get(f->c, (const void *)drv_addr(0), MIB, &e), REGCACHE_ERR_NOT_GPU);
     assert_null(e);
     fx_assert_stats(f, FX_STAT(invalidations_tag, 1), FX_STAT(entries, 0), NULL);
     assert_int_equal(atomic_load(&f->fb.deregs), 1);
@@ -86,8 +85,7 @@ static void managed_memory_is_refused(void **state)
     struct fx *f = *state;
     drv_managed(0, MIB);
     regcache_entry_t *e;
-    assert_int_equal(regcache_get(f->c, (const void *)drv_addr(0), 4096, &e),
-                     REGCACHE_ERR_MANAGED);
+    assert_int_equal(regcache_get(f->c, (const void *)drv_addr(0), 4096, &e), REGCACHE_ERR_MANAGED);
     assert_null(e);
     assert_int_equal(atomic_load(&f->fb.regs), 0);
 }
@@ -99,8 +97,7 @@ static void host_memory_is_refused_unless_allowed(void **state)
     char *heap = malloc(4096);
     regcache_entry_t *e;
     assert_int_equal(regcache_get(f->c, heap, 100, &e), REGCACHE_ERR_NOT_GPU);
-    assert_int_equal(regcache_get(f->c, (const void *)drv_addr(0), 100, &e),
-                     REGCACHE_ERR_NOT_GPU);
+    assert_int_equal(regcache_get(f->c, (const void *)drv_addr(0), 100, &e), REGCACHE_ERR_NOT_GPU);
     assert_int_equal(atomic_load(&f->fb.regs), 0);
 
     regcache_t *host = drv_cache_create(f, 1);
@@ -161,17 +158,20 @@ static void driver_errors_on_a_miss_are_cuda_errors(void **state)
     drv_legacy(0, MIB);
     regcache_entry_t *e;
     drv.fail[FC_GET_ATTRIBUTES] = CUDA_ERROR_DEINITIALIZED;
-    assert_int_equal(regcache_get(f->c, (const void *)drv_addr(0), 4096, &e),
-                     REGCACHE_ERR_CUDA);
+    assert_int_equal(regcache_get(f->c, (const void *)drv_addr(0), 4096, &e), REGCACHE_ERR_CUDA);
     assert_non_null(strstr(regcache_last_error(), "CUDA_ERROR_DEINITIALIZED"));
     drv.fail[FC_GET_ATTRIBUTES] = CUDA_SUCCESS;
     drv.fail[FC_SET_ATTRIBUTE] = CUDA_ERROR_NOT_INITIALIZED;
-    assert_int_equal(regcache_get(f->c, (const void *)drv_addr(0), 4096, &e),
-                     REGCACHE_ERR_CUDA);
+    assert_int_equal(regcache_get(f->c, (const void *)drv_addr(0), 4096, &e), REGCACHE_ERR_CUDA);
     assert_int_equal(atomic_load(&f->fb.regs), 0);
 }
 
 int main(void)
 {
-    return FX_RUN(drv_cache_setup, drv_cache_teardown, registers_after_setting_sync_memops, hit_checks_the_tag_once, reallocated_memory_is_registered_again, freed_memory_on_a_hit_is_not_gpu, managed_memory_is_refused, host_memory_is_refused_unless_allowed, range_past_the_allocation_is_refused, packed_allocations_each_get_their_own_entry, driver_errors_on_a_miss_are_cuda_errors);
+    return FX_RUN(drv_cache_setup, drv_cache_teardown, registers_after_setting_sync_memops,
+                  hit_checks_the_tag_once, reallocated_memory_is_registered_again,
+                  freed_memory_on_a_hit_is_not_gpu, managed_memory_is_refused,
+                  host_memory_is_refused_unless_allowed, range_past_the_allocation_is_refused,
+                  packed_allocations_each_get_their_own_entry,
+                  driver_errors_on_a_miss_are_cuda_errors);
 }

@@ -178,8 +178,7 @@ static void pop_failure_closes_the_new_fd(void **state)
         drv.fail[FC_CTX_POP] = errors[e];
         int fd = -1;
         uint64_t offset;
-        assert_int_equal(rc_dmabuf_export(drv_addr(0), page, &fd, &offset),
-                         REGCACHE_ERR_CUDA);
+        assert_int_equal(rc_dmabuf_export(drv_addr(0), page, &fd, &offset), REGCACHE_ERR_CUDA);
         assert_int_equal(fd, -1);
         assert_non_null(strstr(regcache_last_error(), "cuCtxPopCurrent"));
         assert_int_equal(drv_open_fds(), fds_before);

@@ -43,7 +43,7 @@ static void vmm_mappings_side_by_side_are_one_registration(void **state)
     assert_int_equal(h->len, 4 * MIB);
     assert_int_equal(h->id, drv.allocs[a].id);
     regcache_put(f->c, e);
-    const size_t inside[] = {0, MIB, 2 * MIB, 3 * MIB, 4 * MIB - 4096};
+    const size_t inside[] = { 0, MIB, 2 * MIB, 3 * MIB, 4 * MIB - 4096 };
     for (size_t i = 0; i < sizeof(inside) / sizeof(inside[0]); i++) {
         assert_ptr_equal(drv_get(f, drv_addr(inside[i]), 4096, &e), h);
         regcache_put(f->c, e);
@@ -129,5 +129,8 @@ static void freeing_one_packed_allocation_spares_the_other(void **state)
 
 int main(void)
 {
-    return FX_RUN(drv_cache_setup, drv_cache_teardown, vmm_without_the_rdma_flag_registers_nothing, vmm_mappings_side_by_side_are_one_registration, packed_pinned_host_memory_has_an_entry_each, freeing_one_packed_allocation_spares_the_other);
+    return FX_RUN(drv_cache_setup, drv_cache_teardown, vmm_without_the_rdma_flag_registers_nothing,
+                  vmm_mappings_side_by_side_are_one_registration,
+                  packed_pinned_host_memory_has_an_entry_each,
+                  freeing_one_packed_allocation_spares_the_other);
 }

@@ -38,8 +38,8 @@ static int query(uintptr_t addr, size_t len, struct regcache_mem_info *info)
     return mem.query(mem.ctx, (const void *)addr, len, info);
 }
 
-static void assert_info(const struct regcache_mem_info *info, uintptr_t base,
-                        size_t size, uint64_t id, int device, int type)
+static void assert_info(const struct regcache_mem_info *info, uintptr_t base, size_t size,
+                        uint64_t id, int device, int type)
 {
     assert_int_equal(info->base, base);
     assert_int_equal(info->size, size);
@@ -75,8 +75,7 @@ static void vmm_is_the_mapping_not_the_reservation(void **state)
     int b = drv_vmm(0, 8 * MIB, 2 * MIB, 2 * MIB);
     struct regcache_mem_info info;
     assert_int_equal(query(drv_addr(2 * MIB + 4096), 4096, &info), REGCACHE_OK);
-    assert_info(&info, drv_addr(2 * MIB), 2 * MIB, drv.allocs[b].id, 0,
-                REGCACHE_MEM_DEVICE);
+    assert_info(&info, drv_addr(2 * MIB), 2 * MIB, drv.allocs[b].id, 0, REGCACHE_MEM_DEVICE);
     assert_int_equal(info.flags, REGCACHE_MEM_MAPPING);
     /* A request across both: the query describes the first mapping, and
      * says it is one, so that the cache asks for the next. */
@@ -290,8 +289,7 @@ static void read_tag_on_freed_memory_is_not_gpu(void **state)
     int i = drv_legacy(0, MIB);
     drv_free(i);
     uint64_t id = 77;
-    assert_int_equal(mem.read_tag(mem.ctx, (const void *)drv_addr(0), &id),
-                     REGCACHE_ERR_NOT_GPU);
+    assert_int_equal(mem.read_tag(mem.ctx, (const void *)drv_addr(0), &id), REGCACHE_ERR_NOT_GPU);
 }
 
 static void read_tag_errors(void **state)

@@ -38,13 +38,14 @@
 
 /* Each field is named and typed after the cuda.h declaration its name
  * expands to (cuMemAlloc is cuMemAlloc_v2), and loaded by that name. */
-#define DRIVER_CALLS(X)                                                                        \
-    X(cuInit) X(cuGetErrorName) X(cuDeviceGet) X(cuDeviceGetCount) X(cuDevicePrimaryCtxRetain) \
-    X(cuCtxSetCurrent) X(cuMemAlloc) X(cuMemFree) X(cuMemAllocHost) X(cuMemFreeHost)           \
-    X(cuMemAllocManaged) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)           \
-    X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuMemAddressReserve) X(cuMemAddressFree)            \
-    X(cuMemCreate) X(cuMemRelease) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess)                 \
-    X(cuMemGetAllocationGranularity) X(cuPointerGetAttribute)
+#define DRIVER_CALLS(X)                                                                         \
+    X(cuInit)                                                                                   \
+    X(cuGetErrorName) X(cuDeviceGet) X(cuDeviceGetCount) X(cuDevicePrimaryCtxRetain)            \
+        X(cuCtxSetCurrent) X(cuMemAlloc) X(cuMemFree) X(cuMemAllocHost) X(cuMemFreeHost)        \
+            X(cuMemAllocManaged) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)    \
+                X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuMemAddressReserve) X(cuMemAddressFree) \
+                    X(cuMemCreate) X(cuMemRelease) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess)  \
+                        X(cuMemGetAllocationGranularity) X(cuPointerGetAttribute)
 #define STR(x) #x
 #define NAME(x) STR(x)
 #define FIELD(f) __typeof__(&f) f;
@@ -61,14 +62,14 @@ static const char *driver_missing(void)
 {
     static char why[256];
     void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (lib == NULL)
+    if (!lib)
         return "no CUDA driver (libcuda.so.1 cannot be loaded)";
-#define LOAD(f)                                              \
-    do {                                                     \
-        void *p = dlsym(lib, NAME(f));                       \
-        if (p == NULL)                                       \
-            return "the CUDA driver lacks " NAME(f);         \
-        memcpy(&cu.f, &p, sizeof p);                         \
+#define LOAD(f)                                      \
+    do {                                             \
+        void *p = dlsym(lib, NAME(f));               \
+        if (!p)                                      \
+            return "the CUDA driver lacks " NAME(f); \
+        memcpy(&cu.f, &p, sizeof p);                 \
     } while (0);
     DRIVER_CALLS(LOAD)
 #undef LOAD
@@ -87,14 +88,14 @@ static const char *driver_missing(void)
     return NULL;
 }
 
-#define CK(call)                                                        \
-    do {                                                                \
-        CUresult r_ = (call);                                           \
-        if (r_ != CUDA_SUCCESS) {                                       \
-            const char *n_ = "?";                                       \
-            cu.cuGetErrorName(r_, &n_);                                 \
-            fail_msg("%s: %s", #call, n_);                              \
-        }                                                               \
+#define CK(call)                           \
+    do {                                   \
+        CUresult r_ = (call);              \
+        if (r_ != CUDA_SUCCESS) {          \
+            const char *n_ = "?";          \
+            cu.cuGetErrorName(r_, &n_);    \
+            fail_msg("%s: %s", #call, n_); \
+        }                                  \
     } while (0)
 
 static unsigned long long buffer_id(uintptr_t addr)
@@ -122,8 +123,8 @@ static unsigned int sync_memops_of(uintptr_t addr)
 struct handle {
     uintptr_t start;
     size_t len;
-    unsigned long long id;  /* buffer id of the requested memory at reg */
-    unsigned int sync;      /* its SYNC_MEMOPS at reg */
+    unsigned long long id; /* buffer id of the requested memory at reg */
+    unsigned int sync;     /* its SYNC_MEMOPS at reg */
     atomic_int dead;
     struct handle *next;
 };
@@ -142,7 +143,7 @@ static int counting_reg(void *arg, void *addr, size_t len, int device, int rail,
     (void)arg;
     (void)device, (void)rail;
     struct handle *h = calloc(1, sizeof *h);
-    if (h == NULL)
+    if (!h)
         return ENOMEM;
     h->start = (uintptr_t)addr;
     h->len = len;
@@ -216,14 +217,13 @@ static int release_handles(void **state)
 }
 
 /* get that must succeed, with the handle checked against the memory now. */
-static struct handle *get_checked(regcache_t *c, uintptr_t addr, size_t len,
-                                  regcache_entry_t **e)
+static struct handle *get_checked(regcache_t *c, uintptr_t addr, size_t len, regcache_entry_t **e)
 {
     requested = addr;
     int rc = regcache_get(c, (const void *)addr, len, e);
     if (rc != REGCACHE_OK)
-        fail_msg("regcache_get(%#jx, %zu): %s (%s)", (uintmax_t)addr, len,
-                 regcache_strerror(rc), regcache_last_error());
+        fail_msg("regcache_get(%#jx, %zu): %s (%s)", (uintmax_t)addr, len, regcache_strerror(rc),
+                 regcache_last_error());
     struct handle *h = regcache_entry_handle(*e);
     assert_false(atomic_load(&h->dead));
     assert_int_equal(h->id, buffer_id(addr));
@@ -272,8 +272,7 @@ static void expect_reregistration(regcache_t *c, uintptr_t base, size_t offset, 
     assert_ptr_not_equal(second, first);
     assert_int_equal(atomic_load(&regs), regs_before + 1);
     assert_true(atomic_load(&first->dead));
-    printf("%s: %#jx id %llu -> %llu, re-registered\n", kind, (uintmax_t)addr, old_id,
-           second->id);
+    printf("%s: %#jx id %llu -> %llu, re-registered\n", kind, (uintmax_t)addr, old_id, second->id);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -361,8 +360,7 @@ static void vmm_granularity(void)
         .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 },
         .allocFlags = { .gpuDirectRDMACapable = 1 },
     };
-    CK(cu.cuMemGetAllocationGranularity(&vmm_size, &vmm_prop,
-                                        CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+    CK(cu.cuMemGetAllocationGranularity(&vmm_size, &vmm_prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
 }
 
 static void vmm_remap_is_reregistered(void **state)
@@ -399,8 +397,8 @@ static void packed_small_allocations_stay_apart(void **state)
     CUdeviceptr a, b;
     CK(cu.cuMemAlloc(&a, 1000));
     CK(cu.cuMemAlloc(&b, 1000));
-    printf("packed: %#jx and %#jx, ids %llu and %llu\n", (uintmax_t)a, (uintmax_t)b,
-           buffer_id(a), buffer_id(b));
+    printf("packed: %#jx and %#jx, ids %llu and %llu\n", (uintmax_t)a, (uintmax_t)b, buffer_id(a),
+           buffer_id(b));
     assert_int_equal(a / 65536, b / 65536); /* the case under test */
     regcache_entry_t *ea, *eb, *e;
     struct handle *ha = get_checked(c, a, 1000, &ea);
@@ -513,7 +511,7 @@ static int open_fds(void)
 {
     DIR *d = opendir("/proc/self/fd");
     int n = 0;
-    while (readdir(d) != NULL)
+    while (readdir(d))
         n++;
     closedir(d);
     return n;
@@ -773,7 +771,7 @@ static void threads_never_see_a_stale_handle(void **state)
 static void bar1_budget_of_device_0_is_read(void **state)
 {
     (void)state;
-    if (dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL) == NULL) {
+    if (!dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL)) {
         printf("libnvidia-ml.so.1 cannot be loaded: no BAR1 reading to check\n");
         skip();
     }
@@ -785,7 +783,7 @@ static void bar1_budget_of_device_0_is_read(void **state)
 int main(void)
 {
     const char *why = driver_missing();
-    if (why != NULL) {
+    if (why) {
         printf("skipped: %s\n", why);
         return 77;
     }

@@ -48,8 +48,7 @@ static int take_failure(int *failures, int err)
     return 1;
 }
 
-static struct ibv_mr *fake_reg_mr(struct ibv_pd *pd, void *addr, size_t len,
-                                  int access)
+static struct ibv_mr *fake_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access)
 {
     fake_verbs.reg_mr_calls++;
     fake_verbs.last_reg_mr.pd = pd;
@@ -61,13 +60,11 @@ static struct ibv_mr *fake_reg_mr(struct ibv_pd *pd, void *addr, size_t len,
     return new_mr(pd, (uintptr_t)addr, len);
 }
 
-static struct ibv_mr *fake_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset,
-                                         size_t len, uint64_t iova, int fd,
-                                         int access)
+static struct ibv_mr *fake_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len,
+                                         uint64_t iova, int fd, int access)
 {
     int probe = fd == -1;
-    struct fake_dmabuf_call *rec =
-        probe ? &fake_verbs.last_probe : &fake_verbs.last_dmabuf;
+    struct fake_dmabuf_call *rec = probe ? &fake_verbs.last_probe : &fake_verbs.last_dmabuf;
 
     if (probe)
         fake_verbs.probe_calls++;
@@ -149,8 +146,7 @@ void fake_sysfs_module(const char *name)
         abort();
     }
     if (name) {
-        snprintf(module_dir, sizeof(module_dir), "%s/module/%s", sysfs_root,
-                 name);
+        snprintf(module_dir, sizeof(module_dir), "%s/module/%s", sysfs_root, name);
         if (mkdir(module_dir, 0700) != 0) {
             perror("mkdir");
             abort();

@@ -19,11 +19,11 @@ struct fake_dmabuf_call {
 
 struct fake_verbs {
     /* What the fake answers. */
-    int probe_errno;        /* reg_dmabuf_mr with fd -1 fails with this;
-                               0 = it returns an MR */
-    int reg_mr_failures;    /* the next N reg_mr calls fail ... */
-    int reg_mr_errno;       /* ... with this errno (0: errno left at 0) */
-    int dmabuf_failures;    /* same for reg_dmabuf_mr with a real fd */
+    int probe_errno;     /* reg_dmabuf_mr with fd -1 fails with this;
+                            0 = it returns an MR */
+    int reg_mr_failures; /* the next N reg_mr calls fail ... */
+    int reg_mr_errno;    /* ... with this errno (0: errno left at 0) */
+    int dmabuf_failures; /* same for reg_dmabuf_mr with a real fd */
     int dmabuf_errno;
 
     /* What it saw. */

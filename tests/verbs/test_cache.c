@@ -55,8 +55,7 @@ static void test_entry_mr_is_the_verbs_mr(void **state)
     assert_true(start <= (uintptr_t)buf + 100);
     assert_true(start + len >= (uintptr_t)buf + 300);
     assert_int_equal(fake_verbs.last_reg_mr.access,
-                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                         IBV_ACCESS_REMOTE_READ);
+                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
     regcache_put(c, e);
     regcache_destroy(c);
     free(buf);
@@ -66,7 +65,7 @@ static void test_entry_mr_is_the_verbs_mr(void **state)
  * the unused entry and register again. */
 static void test_exhausted_reg_mr_evicts_and_retries(void **state)
 {
-    static const int exhausted[] = {ENOMEM, ENOSPC, EAGAIN, EFAULT};
+    static const int exhausted[] = { ENOMEM, ENOSPC, EAGAIN, EFAULT };
     char *a = aligned_alloc(BLOCK, BLOCK);
     char *b = aligned_alloc(BLOCK, BLOCK);
     (void)state;
@@ -139,15 +138,13 @@ static void test_gpu_memory_through_dmabuf(void **state)
     p.whole_allocation = 0;
     assert_int_equal(regcache_create(&p, &c), REGCACHE_OK);
     assert_int_equal(regcache_method_used(c), REGCACHE_METHOD_DMABUF);
-    assert_int_equal(regcache_get(c, gpu + 3 * BLOCK + 10, 100, &e),
-                     REGCACHE_OK);
+    assert_int_equal(regcache_get(c, gpu + 3 * BLOCK + 10, 100, &e), REGCACHE_OK);
     regcache_entry_range(e, &start, &len);
     assert_int_equal(start, (uintptr_t)gpu + 3 * BLOCK);
     assert_int_equal(len, BLOCK);
     assert_int_equal(fake_verbs.dmabuf_calls, 1);
     assert_int_equal(fake_verbs.last_dmabuf.iova, start);
-    assert_int_equal(fake_verbs.last_dmabuf.offset,
-                     start - drv.export_ptr);
+    assert_int_equal(fake_verbs.last_dmabuf.offset, start - drv.export_ptr);
     assert_int_equal(fake_verbs.last_dmabuf.len, len);
     assert_int_equal((uintptr_t)regcache_entry_mr(e)->addr, start);
     assert_int_equal(drv_open_fds(), fds);
@@ -163,7 +160,7 @@ static void test_gpu_memory_through_dmabuf(void **state)
 static void test_dmabuf_rails_share_one_export(void **state)
 {
     static struct ibv_pd pd1;
-    struct ibv_pd *pds[2] = {fake_pd(), &pd1};
+    struct ibv_pd *pds[2] = { fake_pd(), &pd1 };
     struct regcache_params p;
     regcache_t *c = NULL;
     regcache_entry_t *e[2];
@@ -211,8 +208,7 @@ static void test_host_only_cache_refuses_gpu_memory(void **state)
     (void)state;
 
     drv.device_count = 1; /* the memory is a GPU allocation */
-    assert_int_equal(regcache_get(c, fake_gpu(0) + 10, 100, &e),
-                     REGCACHE_ERR_UNSUPPORTED);
+    assert_int_equal(regcache_get(c, fake_gpu(0) + 10, 100, &e), REGCACHE_ERR_UNSUPPORTED);
     assert_null(e);
     assert_non_null(strstr(regcache_last_error(), "nvidia_peermem"));
     assert_int_equal(fake_verbs.reg_mr_calls + fake_verbs.dmabuf_calls, 0);

@@ -16,12 +16,11 @@
 #include "regcache.h"
 #include "verbs_backend.h"
 
-#define ACCESS                                                                 \
-    (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
+#define ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
 
 /* Every errno a provider may plausibly return, exhaustion or not. */
-static const int verbs_errnos[] = {ENOMEM, ENOSPC, EAGAIN, EFAULT,
-                                   EINVAL, EPERM,  EACCES, EOPNOTSUPP};
+static const int verbs_errnos[] = { ENOMEM, ENOSPC, EAGAIN, EFAULT,
+                                    EINVAL, EPERM,  EACCES, EOPNOTSUPP };
 #define N_ERRNOS (sizeof(verbs_errnos) / sizeof(verbs_errnos[0]))
 
 static struct rc_backend be;
@@ -74,8 +73,8 @@ static void assert_fd_closed(int fd)
 
 static void test_host_memory_uses_reg_mr_on_any_method(void **state)
 {
-    static const enum regcache_method methods[] = {REGCACHE_METHOD_DMABUF,
-                                                   REGCACHE_METHOD_PEERMEM};
+    static const enum regcache_method methods[] = { REGCACHE_METHOD_DMABUF,
+                                                    REGCACHE_METHOD_PEERMEM };
     char *buf = malloc(8192);
     struct ibv_mr *mr;
     (void)state;
@@ -117,7 +116,7 @@ static void test_dmabuf_offset_iova_and_fd(void **state)
 {
     static const struct {
         size_t off, len;
-    } ranges[] = {{0, 0x10000}, {0x12000, 0x30000}, {0x12345, 100}};
+    } ranges[] = { { 0, 0x10000 }, { 0x12000, 0x30000 }, { 0x12345, 100 } };
     (void)state;
     make_backend(REGCACHE_METHOD_DMABUF, REGCACHE_METHOD_DMABUF);
 
@@ -131,8 +130,7 @@ static void test_dmabuf_offset_iova_and_fd(void **state)
         assert_int_equal(drv.calls[FC_GET_HANDLE], (int)i + 1);
         assert_true(drv.export_ptr <= addr);
         assert_true(drv.export_ptr + drv.export_size >= addr + len);
-        assert_int_equal(fake_verbs.last_dmabuf.offset,
-                         addr - drv.export_ptr);
+        assert_int_equal(fake_verbs.last_dmabuf.offset, addr - drv.export_ptr);
         assert_int_equal(fake_verbs.last_dmabuf.len, len);
         assert_int_equal(fake_verbs.last_dmabuf.iova, addr);
         assert_int_equal(fake_verbs.last_dmabuf.access, ACCESS);
@@ -155,8 +153,7 @@ static void check_reg_mr_errnos(int device)
     for (size_t i = 0; i < N_ERRNOS; i++) {
         fake_verbs.reg_mr_failures = 1;
         fake_verbs.reg_mr_errno = verbs_errnos[i];
-        assert_int_equal(reg(gpu_addr(0), 0x10000, device, &mr),
-                         verbs_errnos[i]);
+        assert_int_equal(reg(gpu_addr(0), 0x10000, device, &mr), verbs_errnos[i]);
     }
     /* A provider that fails without setting errno is still a failure. */
     fake_verbs.reg_mr_failures = 1;
@@ -198,9 +195,8 @@ static void test_dmabuf_errno_passes_through_and_fd_is_closed(void **state)
  * and retry on it): UNSUPPORTED maps to EOPNOTSUPP, anything else to EIO. */
 static void test_export_failure_maps_to_errno(void **state)
 {
-    static const CUresult failures[] = {
-        CUDA_ERROR_NOT_SUPPORTED, CUDA_ERROR_INVALID_VALUE,
-        CUDA_ERROR_OUT_OF_MEMORY, CUDA_ERROR_UNKNOWN};
+    static const CUresult failures[] = { CUDA_ERROR_NOT_SUPPORTED, CUDA_ERROR_INVALID_VALUE,
+                                         CUDA_ERROR_OUT_OF_MEMORY, CUDA_ERROR_UNKNOWN };
     int saw_unsupported = 0;
     (void)state;
     make_backend(REGCACHE_METHOD_DMABUF, REGCACHE_METHOD_DMABUF);
@@ -212,8 +208,7 @@ static void test_export_failure_maps_to_errno(void **state)
         int status, want;
 
         drv.fail[FC_GET_HANDLE] = failures[i];
-        status = rc_dmabuf_export((uintptr_t)gpu_addr(0), 0x10000, &fd,
-                                  &offset);
+        status = rc_dmabuf_export((uintptr_t)gpu_addr(0), 0x10000, &fd, &offset);
         assert_int_not_equal(status, REGCACHE_OK);
         saw_unsupported |= status == REGCACHE_ERR_UNSUPPORTED;
         want = status == REGCACHE_ERR_UNSUPPORTED ? EOPNOTSUPP : EIO;
