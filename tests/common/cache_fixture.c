@@ -1,5 +1,6 @@
 /* The shared cache fixture (see cache_fixture.h). */
 #include "cache_fixture.h"
+#include "stats_field.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -97,40 +98,15 @@ struct regcache_stats fx_stats(struct fx *f)
  * why. */
 static bool stats_are(regcache_t *c, char *why, size_t size, const char *first, va_list ap)
 {
-    static const struct {
-        const char *name;
-        size_t offset;
-    } fields[] = {
-#define FIELD(name) { #name, offsetof(struct regcache_stats, name) }
-        FIELD(hits),
-        FIELD(misses),
-        FIELD(registrations),
-        FIELD(deregistrations),
-        FIELD(evictions),
-        FIELD(invalidations_tag),
-        FIELD(invalidations_notify),
-        FIELD(invalidations_explicit),
-        FIELD(reg_failures),
-        FIELD(entries),
-        FIELD(bytes),
-        FIELD(peak_bytes),
-        FIELD(one_shots),
-        FIELD(budget),
-#undef FIELD
-    };
     struct regcache_stats s;
     assert_int_equal(regcache_get_stats(c, &s), REGCACHE_OK);
     for (const char *name = first; name; name = va_arg(ap, const char *)) {
         uint64_t want = va_arg(ap, uint64_t);
-        size_t i = 0;
-        while (i < sizeof(fields) / sizeof(fields[0]) && strcmp(fields[i].name, name))
-            i++;
-        if (i == sizeof(fields) / sizeof(fields[0])) {
+        uint64_t got;
+        if (!stats_field(&s, name, &got)) {
             snprintf(why, size, "struct regcache_stats has no field %s", name);
             return false;
         }
-        uint64_t got;
-        memcpy(&got, (const char *)&s + fields[i].offset, sizeof(got));
         if (got != want) {
             snprintf(why, size, "stats.%s is %ju, expected %ju", name, (uintmax_t)got,
                      (uintmax_t)want);

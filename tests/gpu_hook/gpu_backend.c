@@ -1,5 +1,6 @@
 /* The checking backend over the real driver (see gpu_backend.h). */
 #include "gpu_backend.h"
+#include "../common/stats_field.h"
 
 #include <cuda.h>
 #include <errno.h>
@@ -682,38 +683,11 @@ int gb_memory_kind(uintptr_t addr, unsigned long long *buffer_id)
 
 long long gb_stat(const regcache_t *cache, const char *name)
 {
-#define FIELD(f)                               \
-    {                                          \
-#f, offsetof(struct regcache_stats, f) \
-    }
-    static const struct {
-        const char *name;
-        size_t offset;
-    } fields[] = {
-        FIELD(hits),
-        FIELD(misses),
-        FIELD(registrations),
-        FIELD(deregistrations),
-        FIELD(evictions),
-        FIELD(invalidations_tag),
-        FIELD(invalidations_notify),
-        FIELD(invalidations_explicit),
-        FIELD(reg_failures),
-        FIELD(entries),
-        FIELD(bytes),
-        FIELD(peak_bytes),
-    };
-#undef FIELD
     struct regcache_stats s;
-    if (regcache_get_stats(cache, &s) != REGCACHE_OK)
+    uint64_t v;
+    if (regcache_get_stats(cache, &s) != REGCACHE_OK || !stats_field(&s, name, &v))
         return -1;
-    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
-        if (strcmp(fields[i].name, name) == 0) {
-            uint64_t v;
-            memcpy(&v, (const char *)&s + fields[i].offset, sizeof v);
-            return (long long)v;
-        }
-    return -1;
+    return (long long)v;
 }
 
 /* ------------------------------------------------------------------------ */
