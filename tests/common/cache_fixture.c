@@ -1,5 +1,6 @@
 /* The shared cache fixture (see cache_fixture.h). */
 #include "cache_fixture.h"
+#include "stats_field.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -44,10 +45,11 @@ uint64_t fx_device_alloc(struct fx *f, int i)
 
 uint64_t fx_pageable_alloc(struct fx *f, uintptr_t addr, size_t size)
 {
-    return fake_alloc_as(&f->fb, &(struct fake_alloc){.base = addr, .size = size,
-                                                      .device = REGCACHE_DEVICE_HOST,
-                                                      .type = REGCACHE_MEM_HOST,
-                                                      .pageable = true});
+    return fake_alloc_as(&f->fb, &(struct fake_alloc){ .base = addr,
+                                                       .size = size,
+                                                       .device = REGCACHE_DEVICE_HOST,
+                                                       .type = REGCACHE_MEM_HOST,
+                                                       .pageable = true });
 }
 
 regcache_entry_t *fx_get_rail(struct fx *f, unsigned rail, uintptr_t addr, size_t len)
@@ -92,6 +94,56 @@ struct regcache_stats fx_stats(struct fx *f)
     return s;
 }
 
+/* Whether the named statistics of c have their values; else why not, in
+ * why. */
+static bool stats_are(regcache_t *c, char *why, size_t size, const char *first, va_list ap)
+{
+    struct regcache_stats s;
+    assert_int_equal(regcache_get_stats(c, &s), REGCACHE_OK);
+    for (const char *name = first; name; name = va_arg(ap, const char *)) {
+        uint64_t want = va_arg(ap, uint64_t);
+        uint64_t got;
+        if (!stats_field(&s, name, &got)) {
+            snprintf(why, size, "struct regcache_stats has no field %s", name);
+            return false;
+        }
+        if (got != want) {
+            snprintf(why, size, "stats.%s is %ju, expected %ju", name, (uintmax_t)got,
+                     (uintmax_t)want);
+            return false;
+        }
+    }
+    return true;
+}
+
+void assert_cache_stats(regcache_t *c, const char *first, ...)
+{
+    char why[128];
+    va_list ap;
+    va_start(ap, first);
+    bool ok = stats_are(c, why, sizeof(why), first, ap);
+    va_end(ap);
+    if (!ok)
+        fail_msg("%s", why);
+}
+
+void fx_assert_stats(struct fx *f, const char *first, ...)
+{
+    char why[128];
+    va_list ap;
+    va_start(ap, first);
+    bool ok = stats_are(f->c, why, sizeof(why), first, ap);
+    va_end(ap);
+    if (!ok)
+        fail_msg("%s", why);
+}
+
+void fx_device_allocs(struct fx *f, int n)
+{
+    for (int i = 0; i < n; i++)
+        fx_device_alloc(f, i);
+}
+
 void fx_assert_error_says(const char *first, ...)
 {
     const char *msg = regcache_last_error();
@@ -105,15 +157,32 @@ void fx_assert_error_says(const char *first, ...)
     va_end(ap);
 }
 
-void fx_case_tests(struct CMUnitTest *out, void (*fn)(void **state), const void *cases,
-                   size_t n, size_t size)
+int fx_run(int (*setup)(void **), int (*teardown)(void **), const char *names,
+           void (*const *fns)(void **), size_t n, void (*case_fn)(void **), const void *cases,
+           size_t n_cases, size_t case_size)
 {
-    for (size_t i = 0; i < n; i++) {
-        const void *one = (const char *)cases + i * size;
-        out[i] = (struct CMUnitTest){.name = *(const char *const *)one,
-                                     .test_func = fn,
-                                     .setup_func = fx_setup,
-                                     .teardown_func = fx_teardown,
-                                     .initial_state = (void *)one};
+    struct CMUnitTest *tests = calloc(n_cases + n, sizeof(*tests));
+    char *copy = strdup(names);
+    assert_non_null(tests);
+    assert_non_null(copy);
+    for (size_t i = 0; i < n_cases; i++) {
+        const void *one = (const char *)cases + i * case_size;
+        tests[i] = (struct CMUnitTest){ .name = *(const char *const *)one,
+                                        .test_func = case_fn,
+                                        .setup_func = setup,
+                                        .teardown_func = teardown,
+                                        .initial_state = (void *)one };
     }
+    char *next = NULL;
+    for (size_t i = 0; i < n; i++) {
+        const char *name = strtok_r(i ? NULL : copy, ", ", &next);
+        assert_non_null(name);
+        tests[n_cases + i] = (struct CMUnitTest){
+            .name = name, .test_func = fns[i], .setup_func = setup, .teardown_func = teardown
+        };
+    }
+    int failed = _cmocka_run_group_tests("tests", tests, n_cases + n, NULL, NULL);
+    free(copy);
+    free(tests);
+    return failed;
 }

@@ -16,7 +16,7 @@
 #define KiB ((size_t)1024)
 #define MiB ((size_t)1024 * 1024)
 #define FX_BASE ((uintptr_t)0x7f0000000000ull)
-#define FX_ALLOC(i) (FX_BASE + (uintptr_t)(i) * 2 * MiB)
+#define FX_ALLOC(i) (FX_BASE + (uintptr_t)(i)*2 * MiB)
 
 struct fx {
     struct fake_backend fb;
@@ -51,14 +51,44 @@ void fx_get_fails(struct fx *f, uintptr_t addr, size_t len, int status);
 /* What the fake backend's reg handed out for the entry. */
 struct fake_handle *fx_handle(regcache_entry_t *e);
 struct regcache_stats fx_stats(struct fx *f);
+/* The statistics of f's cache (of cache c) named by each FX_STAT(field,
+ * value) pair, up to a NULL, have those values:
+ * fx_assert_stats(f, FX_STAT(hits, 1), NULL). */
+#define FX_STAT(field, value) #field, (uint64_t)(value)
+void fx_assert_stats(struct fx *f, const char *first, ...);
+void assert_cache_stats(regcache_t *c, const char *first, ...);
+/* The allocations FX_ALLOC(0 .. n-1), as fx_device_alloc() makes them. */
+void fx_device_allocs(struct fx *f, int n);
 
-struct CMUnitTest;
+/* Run one group of tests, each between setup and teardown: first a test of
+ * case_fn for each of the n_cases cases of a table whose elements (of
+ * case_size bytes) start with their name, a const char *, each test with
+ * its case as fx.param; then the n functions fns, named in `names`, a
+ * comma-separated list as #__VA_ARGS__ writes it.  Returns what cmocka does. */
+int fx_run(int (*setup)(void **), int (*teardown)(void **), const char *names,
+           void (*const *fns)(void **), size_t n, void (*case_fn)(void **), const void *cases,
+           size_t n_cases, size_t case_size);
 
-/* out[0 .. n-1]: one test of fn per case of a table whose elements (of
- * `size` bytes) start with their name, a const char *; each runs between
- * fx_setup and fx_teardown with its case as fx.param. */
-void fx_case_tests(struct CMUnitTest *out, void (*fn)(void **state), const void *cases,
-                   size_t n, size_t size);
+#define FX_FNS(...) ((void (*const[])(void **)){ __VA_ARGS__ })
+#define FX_COUNT(...) (sizeof(FX_FNS(__VA_ARGS__)) / sizeof(FX_FNS(__VA_ARGS__)[0]))
+/* The tests fns..., each between setup and teardown. */
+#define FX_RUN(setup, teardown, ...)                                                              \
+    fx_run(setup, teardown, #__VA_ARGS__, FX_FNS(__VA_ARGS__), FX_COUNT(__VA_ARGS__), NULL, NULL, \
+           0, 0)
+/* main() of a file whose tests each run between fx_setup and fx_teardown. */
+#define FX_MAIN(...)                                       \
+    int main(void)                                         \
+    {                                                      \
+        return FX_RUN(fx_setup, fx_teardown, __VA_ARGS__); \
+    }
+/* The same, with a test of case_fn for each case of the array `cases` first. */
+#define FX_MAIN_CASES(case_fn, cases, ...)                                                     \
+    int main(void)                                                                             \
+    {                                                                                          \
+        return fx_run(fx_setup, fx_teardown, #__VA_ARGS__, FX_FNS(__VA_ARGS__),                \
+                      FX_COUNT(__VA_ARGS__), case_fn, cases, sizeof(cases) / sizeof(cases[0]), \
+                      sizeof(cases[0]));                                                       \
+    }
 
 /* regcache_last_error() must contain each of the strings, up to a NULL. */
 void fx_assert_error_says(const char *first, ...);

@@ -7,7 +7,7 @@
 size_t destroy_capturing_stderr(regcache_t *cache, char *buf, size_t n)
 {
     FILE *tmp = tmpfile();
-    if (tmp == NULL || n == 0)
+    if (!tmp || n == 0)
         return 0;
     fflush(stderr);
     int saved = dup(2);

@@ -31,7 +31,10 @@ static int fake_reg(void *arg, void *addr, size_t len, int device, int rail, voi
     h->id = fake_id_at(f, (uintptr_t)addr);
     h->device = device;
     h->rail = rail;
+    h->sync_memops = 0;
     h->magic = HANDLE_MAGIC;
+    if (f->on_handle)
+        f->on_handle(f->on_handle_arg, h);
     atomic_fetch_add(&f->regs, 1);
     atomic_fetch_add(&f->live, 1);
     atomic_fetch_add(&f->live_bytes[slot], len);
@@ -120,8 +123,8 @@ uint64_t fake_alloc_as(struct fake_backend *f, const struct fake_alloc *like)
 
 uint64_t fake_alloc(struct fake_backend *f, uintptr_t base, size_t size, int device, int type)
 {
-    return fake_alloc_as(f, &(struct fake_alloc){.base = base, .size = size, .device = device,
-                                                 .type = type});
+    return fake_alloc_as(
+        f, &(struct fake_alloc){ .base = base, .size = size, .device = device, .type = type });
 }
 
 void fake_free(struct fake_backend *f, uintptr_t base)

@@ -17,8 +17,8 @@ struct fake_alloc {
     size_t size;
     uint64_t id;
     int device, type;
-    unsigned flags;  /* regcache_mem_info.flags reported */
-    bool pageable;   /* reported without a buffer id (the id still changes) */
+    unsigned flags; /* regcache_mem_info.flags reported */
+    bool pageable;  /* reported without a buffer id (the id still changes) */
     bool live;
 };
 
@@ -29,6 +29,8 @@ struct fake_handle {
     uint64_t id; /* buffer id of the allocation when registered (reported
                     or not) */
     int device, rail;
+    unsigned sync_memops; /* recorded by an on_handle hook that asks a
+                             driver (drv_cache.c), else 0 */
     unsigned magic;
 };
 
@@ -48,6 +50,10 @@ struct fake_backend {
     /* Called inside reg, to act while a registration is in flight. */
     void (*during_reg)(void *arg);
     void *during_reg_arg;
+    /* Called inside reg once the handle is filled in, to record what a
+     * driver says of the memory (for caches without the query callback). */
+    void (*on_handle)(void *arg, struct fake_handle *h);
+    void *on_handle_arg;
     /* Called inside dereg, before the handle is freed. */
     void (*during_dereg)(void *arg, const struct fake_handle *h);
     void *during_dereg_arg;

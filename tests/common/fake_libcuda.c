@@ -24,8 +24,8 @@
  * starts with the bytes measured at libcuda's and runs the C body
  * <name>_body; otherwise the C function is the export. */
 #ifdef FAKECUDA_MEASURED_PROLOGUE
-#define PATCHED(name, params)                                                   \
-    API CUresult name params;                                                   \
+#define PATCHED(name, params) \
+    API CUresult name params; \
     static __attribute__((used)) CUresult name##_body params
 #else
 #define PATCHED(name, params) API CUresult name params
@@ -52,8 +52,8 @@ size_t fakecuda_events(const struct fakecuda_event **out)
     return n_events;
 }
 
-static void log_event(enum fakecuda_event_type type, const char *fn, uintptr_t addr,
-                      size_t len, int live)
+static void log_event(enum fakecuda_event_type type, const char *fn, uintptr_t addr, size_t len,
+                      int live)
 {
     if (n_events < FAKECUDA_EVENTS)
         events[n_events++] = (struct fakecuda_event){ type, fn, addr, len, live };
@@ -72,11 +72,10 @@ static uintptr_t base_of(const struct slot *s)
     return FAKECUDA_ARENA + (uintptr_t)(s - slots) * FAKECUDA_SLOT_SIZE;
 }
 
-int fakecuda_describe(uintptr_t addr, uintptr_t *base, size_t *size, uint64_t *id,
-                      int *host)
+int fakecuda_describe(uintptr_t addr, uintptr_t *base, size_t *size, uint64_t *id, int *host)
 {
     struct slot *s = slot_of(addr);
-    if (s == NULL || !s->live || addr >= base_of(s) + s->size)
+    if (!s || !s->live || addr >= base_of(s) + s->size)
         return -1;
     *base = base_of(s);
     *size = s->size;
@@ -128,7 +127,7 @@ void fakecuda_free_unhooked(uintptr_t addr)
 static CUresult free_logged(const char *fn, uintptr_t addr)
 {
     struct slot *s = slot_of(addr);
-    if (s == NULL || !s->live || base_of(s) != addr)
+    if (!s || !s->live || base_of(s) != addr)
         return CUDA_ERROR_INVALID_VALUE;
     log_event(FAKECUDA_CALL, fn, addr, s->size, 1);
     s->live = 0;
@@ -223,8 +222,8 @@ PATCHED(cuMemUnmap, (CUdeviceptr ptr, size_t size))
     return free_logged("cuMemUnmap", ptr);
 }
 
-API CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment,
-                                 CUdeviceptr addr, unsigned long long flags)
+API CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
+                                 unsigned long long flags)
 {
     (void)alignment, (void)addr, (void)flags;
     if (size > FAKECUDA_SLOT_SIZE)
@@ -241,19 +240,19 @@ API CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment
 PATCHED(cuMemAddressFree, (CUdeviceptr ptr, size_t size))
 {
     struct slot *s = slot_of(ptr);
-    if (s == NULL || !s->reserved || s->live)
+    if (!s || !s->reserved || s->live)
         return CUDA_ERROR_INVALID_VALUE;
     log_event(FAKECUDA_CALL, "cuMemAddressFree", ptr, size, 1);
     s->reserved = 0;
     return CUDA_SUCCESS;
 }
 
-PATCHED(cuMemMap, (CUdeviceptr ptr, size_t size, size_t offset,
-                   CUmemGenericAllocationHandle handle, unsigned long long flags))
+PATCHED(cuMemMap, (CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                   unsigned long long flags))
 {
     (void)offset, (void)handle, (void)flags;
     struct slot *s = slot_of(ptr);
-    if (s == NULL || !s->reserved || s->live || size > FAKECUDA_SLOT_SIZE)
+    if (!s || !s->reserved || s->live || size > FAKECUDA_SLOT_SIZE)
         return CUDA_ERROR_INVALID_VALUE;
     make_live(s, size, 0);
     log_event(FAKECUDA_CALL, "cuMemMap", ptr, size, 1);
@@ -262,12 +261,12 @@ PATCHED(cuMemMap, (CUdeviceptr ptr, size_t size, size_t offset,
 
 PATCHED(cuCtxDestroy, (CUcontext ctx))
 {
-    return ctx != NULL ? context_gone("cuCtxDestroy") : CUDA_ERROR_INVALID_VALUE;
+    return ctx ? context_gone("cuCtxDestroy") : CUDA_ERROR_INVALID_VALUE;
 }
 
 PATCHED(cuCtxDestroy_v2, (CUcontext ctx))
 {
-    return ctx != NULL ? context_gone("cuCtxDestroy_v2") : CUDA_ERROR_INVALID_VALUE;
+    return ctx ? context_gone("cuCtxDestroy_v2") : CUDA_ERROR_INVALID_VALUE;
 }
 
 PATCHED(cuDevicePrimaryCtxReset, (CUdevice device))
@@ -296,32 +295,32 @@ API CUresult cuMemAlloc(unsigned int *ptr, unsigned int size)
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 
-PATCHED(cuMemAlloc_v2, (CUdeviceptr *ptr, size_t size))
+PATCHED(cuMemAlloc_v2, (CUdeviceptr * ptr, size_t size))
 {
     return alloc_logged("cuMemAlloc_v2", ptr, size);
 }
 
-PATCHED(cuMemAllocAsync, (CUdeviceptr *ptr, size_t size, CUstream stream))
+PATCHED(cuMemAllocAsync, (CUdeviceptr * ptr, size_t size, CUstream stream))
 {
     (void)stream;
     return alloc_logged("cuMemAllocAsync", ptr, size);
 }
 
-PATCHED(cuMemAllocAsync_ptsz, (CUdeviceptr *ptr, size_t size, CUstream stream))
+PATCHED(cuMemAllocAsync_ptsz, (CUdeviceptr * ptr, size_t size, CUstream stream))
 {
     (void)stream;
     return alloc_logged("cuMemAllocAsync_ptsz", ptr, size);
 }
 
-PATCHED(cuMemAllocFromPoolAsync, (CUdeviceptr *ptr, size_t size, CUmemoryPool pool,
-                                  CUstream stream))
+PATCHED(cuMemAllocFromPoolAsync,
+        (CUdeviceptr * ptr, size_t size, CUmemoryPool pool, CUstream stream))
 {
     (void)pool, (void)stream;
     return alloc_logged("cuMemAllocFromPoolAsync", ptr, size);
 }
 
-PATCHED(cuMemAllocFromPoolAsync_ptsz, (CUdeviceptr *ptr, size_t size,
-                                       CUmemoryPool pool, CUstream stream))
+PATCHED(cuMemAllocFromPoolAsync_ptsz,
+        (CUdeviceptr * ptr, size_t size, CUmemoryPool pool, CUstream stream))
 {
     (void)pool, (void)stream;
     return alloc_logged("cuMemAllocFromPoolAsync_ptsz", ptr, size);
@@ -337,7 +336,7 @@ int fakecuda_other_patcher_calls(void)
     return __atomic_load_n(&other_patcher_calls, __ATOMIC_RELAXED);
 }
 
-#define ENTRY_START(name)                                                       \
+#define ENTRY_START(name) \
     ".text\n.globl " #name "\n.type " #name ",@function\n.p2align 4\n" #name ":\n"
 #define ENTRY_END(name) ".size " #name ",.-" #name "\n"
 
@@ -345,12 +344,11 @@ int fakecuda_other_patcher_calls(void)
  * aligned; device-facts.md): push %rbp; mov %rsp,%rbp; push %r12;
  * sub $8,%rsp; cmpl $imm32,x(%rip).  Then the C body, which finds its
  * arguments untouched and the stack aligned. */
-#define MEASURED(name)                                                          \
-    __asm__(ENTRY_START(name)                                                   \
-            "push %rbp\nmov %rsp,%rbp\npush %r12\nsub $8,%rsp\n"                \
-            "cmpl $0x321cba00,tools_flag(%rip)\n"                               \
-            "call " #name "_body\n"                                             \
-            "add $8,%rsp\npop %r12\npop %rbp\nret\n" ENTRY_END(name));
+#define MEASURED(name)                                                             \
+    __asm__(ENTRY_START(name) "push %rbp\nmov %rsp,%rbp\npush %r12\nsub $8,%rsp\n" \
+                              "cmpl $0x321cba00,tools_flag(%rip)\n"                \
+                              "call " #name "_body\n"                              \
+                              "add $8,%rsp\npop %r12\npop %rbp\nret\n" ENTRY_END(name));
 
 MEASURED(cuMemFree_v2)
 MEASURED(cuIpcCloseMemHandle)
@@ -373,27 +371,24 @@ MEASURED(cuMemAllocFromPoolAsync_ptsz)
 /* cuMemFreeHost as another patcher (UCX's bistro) leaves an entry: a
  * jmp rel32 over the first bytes to its hook, which counts the call and
  * runs the original. */
-__asm__(ENTRY_START(cuMemFreeHost)
-        ".byte 0xe9\n.long other_patcher_hook-.-4\n"
-        ".byte 0xe5,0x41,0x54\n" ENTRY_END(cuMemFreeHost)
-        "other_patcher_hook:\n"
-        "lock incl other_patcher_calls(%rip)\n"
-        "jmp cuMemFreeHost_body\n");
+__asm__(ENTRY_START(cuMemFreeHost) ".byte 0xe9\n.long other_patcher_hook-.-4\n"
+                                   ".byte 0xe5,0x41,0x54\n" ENTRY_END(
+                                       cuMemFreeHost) "other_patcher_hook:\n"
+                                                      "lock incl other_patcher_calls(%rip)\n"
+                                                      "jmp cuMemFreeHost_body\n");
 
 #ifdef FAKECUDA_UNRECOGNISED_UNMAP
 /* An entry the decoder must refuse: a load relative to where it runs. */
-__asm__(ENTRY_START(cuMemUnmap)
-        "mov tools_flag(%rip),%eax\n"
-        "jmp cuMemUnmap_body\n" ENTRY_END(cuMemUnmap));
+__asm__(ENTRY_START(cuMemUnmap) "mov tools_flag(%rip),%eax\n"
+                                "jmp cuMemUnmap_body\n" ENTRY_END(cuMemUnmap));
 #else
 MEASURED(cuMemUnmap)
 #endif
 #endif
 
-API CUresult cuGetProcAddress(const char *symbol, void **pfn, int version,
-                              cuuint64_t flags);
-API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
-                                 cuuint64_t flags, CUdriverProcAddressQueryResult *status);
+API CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags);
+API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
+                                 CUdriverProcAddressQueryResult *status);
 
 /* What cuGetProcAddress hands out: per name, the newest ABI not newer than
  * the version asked, and the per-thread-stream function on that flag. */
@@ -434,19 +429,18 @@ static void *find_proc(const char *symbol, int version, int ptsz)
     const struct proc *best = NULL;
     for (size_t i = 0; i < sizeof procs / sizeof procs[0]; i++)
         if (procs[i].ptsz == ptsz && procs[i].version <= version &&
-            strcmp(procs[i].name, symbol) == 0 &&
-            (best == NULL || procs[i].version > best->version))
+            strcmp(procs[i].name, symbol) == 0 && (!best || procs[i].version > best->version))
             best = &procs[i];
     return best ? best->fn : NULL;
 }
 
-API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
-                                 cuuint64_t flags, CUdriverProcAddressQueryResult *status)
+API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
+                                 CUdriverProcAddressQueryResult *status)
 {
     void *fn = NULL;
     if (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)
         fn = find_proc(symbol, version, 1);
-    if (fn == NULL)
+    if (!fn)
         fn = find_proc(symbol, version, 0);
     *pfn = fn;
     if (status)
@@ -454,8 +448,7 @@ API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
     return fn ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
 }
 
-API CUresult cuGetProcAddress(const char *symbol, void **pfn, int version,
-                              cuuint64_t flags)
+API CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags)
 {
     return cuGetProcAddress_v2(symbol, pfn, version, flags, NULL);
 }
@@ -465,11 +458,10 @@ void *fakecuda_own(const char *symbol)
     /* glibc's dlsym (the hook's would wrap), on this library's handle. */
     void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
     void *real = libc ? dlvsym(libc, "dlsym", "GLIBC_2.34") : NULL;
-    if (real == NULL && libc != NULL)
+    if (!real && libc)
         real = dlvsym(libc, "dlsym", "GLIBC_2.2.5");
     Dl_info self;
-    void *me = dladdr((void *)fakecuda_own, &self)
-                   ? dlopen(self.dli_fname, RTLD_NOW | RTLD_NOLOAD)
-                   : NULL;
+    void *me =
+        dladdr((void *)fakecuda_own, &self) ? dlopen(self.dli_fname, RTLD_NOW | RTLD_NOLOAD) : NULL;
     return real && me ? ((void *(*)(void *, const char *))real)(me, symbol) : NULL;
 }

@@ -45,8 +45,7 @@ void fakecuda_free_unhooked(uintptr_t addr);
 
 /* The allocation holding addr: 0 and its base, size, buffer id and whether
  * it is host memory, or -1 when addr is not allocated. */
-int fakecuda_describe(uintptr_t addr, uintptr_t *base, size_t *size, uint64_t *id,
-                      int *host);
+int fakecuda_describe(uintptr_t addr, uintptr_t *base, size_t *size, uint64_t *id, int *host);
 
 /* The fake's own definition of an exported name (never a wrapper). */
 void *fakecuda_own(const char *symbol);

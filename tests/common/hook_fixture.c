@@ -38,8 +38,7 @@ static int query(void *arg, const void *addr, size_t len, struct regcache_mem_in
 {
     (void)arg, (void)len;
     int host;
-    if (fakecuda_describe((uintptr_t)addr, &info->base, &info->size, &info->buffer_id,
-                          &host) != 0)
+    if (fakecuda_describe((uintptr_t)addr, &info->base, &info->size, &info->buffer_id, &host) != 0)
         return REGCACHE_ERR_NOT_GPU;
     info->device = host ? REGCACHE_DEVICE_HOST : 0;
     info->type = host ? REGCACHE_MEM_HOST : REGCACHE_MEM_DEVICE;
@@ -85,8 +84,7 @@ static long find(int type, const char *fn, uintptr_t addr)
     const struct fakecuda_event *ev;
     size_t n = fakecuda_events(&ev);
     for (size_t i = 0; i < n; i++)
-        if ((int)ev[i].type == type && ev[i].addr == addr &&
-            (fn == NULL || strcmp(ev[i].fn, fn) == 0))
+        if ((int)ev[i].type == type && ev[i].addr == addr && (!fn || strcmp(ev[i].fn, fn) == 0))
             return (long)i;
     return -1;
 }
@@ -145,7 +143,7 @@ CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *ptr, size_t size, CUmemoryPoo
                                       CUstream stream);
 
 typedef CUresult (*get_proc_v2_fn)(const char *, void **, int, cuuint64_t,
-                            CUdriverProcAddressQueryResult *);
+                                   CUdriverProcAddressQueryResult *);
 typedef CUresult (*get_proc_fn)(const char *, void **, int, cuuint64_t);
 
 #define PTDS CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
@@ -166,14 +164,12 @@ const struct fixture_variant fixture_procs[] = {
     { "cuDevicePrimaryCtxReset", 7000, 0, "cuDevicePrimaryCtxReset", FIX_DEVICE_GONE },
     { "cuDevicePrimaryCtxReset", 11000, 0, "cuDevicePrimaryCtxReset_v2", FIX_DEVICE_GONE },
     { "cuDevicePrimaryCtxRelease", 7000, 0, "cuDevicePrimaryCtxRelease", FIX_DEVICE_GONE },
-    { "cuDevicePrimaryCtxRelease", 11000, 0, "cuDevicePrimaryCtxRelease_v2",
-      FIX_DEVICE_GONE },
+    { "cuDevicePrimaryCtxRelease", 11000, 0, "cuDevicePrimaryCtxRelease_v2", FIX_DEVICE_GONE },
     { "cuMemAlloc", 3020, 0, "cuMemAlloc_v2", FIX_ALLOC },
     { "cuMemAllocAsync", 11020, 0, "cuMemAllocAsync", FIX_ALLOC_ASYNC },
     { "cuMemAllocAsync", 11020, PTDS, "cuMemAllocAsync_ptsz", FIX_ALLOC_ASYNC },
     { "cuMemAllocFromPoolAsync", 11020, 0, "cuMemAllocFromPoolAsync", FIX_ALLOC_POOL },
-    { "cuMemAllocFromPoolAsync", 11020, PTDS, "cuMemAllocFromPoolAsync_ptsz",
-      FIX_ALLOC_POOL },
+    { "cuMemAllocFromPoolAsync", 11020, PTDS, "cuMemAllocFromPoolAsync_ptsz", FIX_ALLOC_POOL },
     { "cuMemMap", 10020, 0, "cuMemMap", FIX_MAP },
     { "cuGetProcAddress", 11030, 0, "cuMemFree_v2", FIX_GET_PROC },
     { "cuGetProcAddress", 12000, 0, "cuMemFree_v2", FIX_GET_PROC_V2 },
@@ -222,10 +218,9 @@ void fixture_assert_dereg_before(uintptr_t addr, const char *runs, uintptr_t cal
 static void check_free(regcache_t *cache, enum fixture_what what, void *fn, const char *runs)
 {
     uintptr_t p = fixture_cached_alloc(cache, what == FIX_FREE_HOST);
-    CUresult r = what == FIX_FREE ? ((CUresult(*)(CUdeviceptr))fn)(p)
-                 : what == FIX_FREE_ASYNC
-                     ? ((CUresult(*)(CUdeviceptr, CUstream))fn)(p, NULL)
-                     : ((CUresult(*)(void *))fn)((void *)p);
+    CUresult r = what == FIX_FREE         ? ((CUresult(*)(CUdeviceptr))fn)(p)
+                 : what == FIX_FREE_ASYNC ? ((CUresult(*)(CUdeviceptr, CUstream))fn)(p, NULL)
+                                          : ((CUresult(*)(void *))fn)((void *)p);
     assert_int_equal(r, CUDA_SUCCESS);
     fixture_assert_dereg_before(p, runs, p);
     assert_true(fixture_dereg_was_live(fixture_dereg_at(p)));
@@ -236,14 +231,13 @@ static void check_free(regcache_t *cache, enum fixture_what what, void *fn, cons
 static CUdeviceptr cached_mapping(regcache_t *cache)
 {
     CUdeviceptr p;
-    assert_int_equal(((CUresult(*)(CUdeviceptr *, size_t, size_t, CUdeviceptr,
-                                   unsigned long long))fixture_own("cuMemAddressReserve"))(
-                         &p, FIXTURE_SIZE, 0, 0, 0),
+    assert_int_equal(((CUresult(*)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long))
+                          fixture_own("cuMemAddressReserve"))(&p, FIXTURE_SIZE, 0, 0, 0),
                      CUDA_SUCCESS);
-    assert_int_equal(((CUresult(*)(CUdeviceptr, size_t, size_t,
-                                   CUmemGenericAllocationHandle, unsigned long long))
-                          fixture_own("cuMemMap"))(p, FIXTURE_SIZE, 0, 0, 0),
-                     CUDA_SUCCESS);
+    assert_int_equal(
+        ((CUresult(*)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+                      unsigned long long))fixture_own("cuMemMap"))(p, FIXTURE_SIZE, 0, 0, 0),
+        CUDA_SUCCESS);
     fixture_cache_range(cache, p, FIXTURE_SIZE);
     return p;
 }
@@ -266,8 +260,7 @@ static void check_range(regcache_t *cache, enum fixture_what what, void *fn, con
 }
 
 /* A context goes: every cached range goes first. */
-static void check_context(regcache_t *cache, enum fixture_what what, void *fn,
-                          const char *runs)
+static void check_context(regcache_t *cache, enum fixture_what what, void *fn, const char *runs)
 {
     static int context;
     uintptr_t a = fixture_cached_alloc(cache, 0), b = fixture_cached_alloc(cache, 1);
@@ -298,8 +291,8 @@ static void check_alloc(regcache_t *cache, enum fixture_what what, void *fn, con
         r = what == FIX_ALLOC ? ((CUresult(*)(CUdeviceptr *, size_t))fn)(&q, FIXTURE_SIZE)
             : what == FIX_ALLOC_ASYNC
                 ? ((CUresult(*)(CUdeviceptr *, size_t, CUstream))fn)(&q, FIXTURE_SIZE, NULL)
-                : ((CUresult(*)(CUdeviceptr *, size_t, CUmemoryPool, CUstream))fn)(
-                      &q, FIXTURE_SIZE, NULL, NULL);
+                : ((CUresult(*)(CUdeviceptr *, size_t, CUmemoryPool, CUstream))fn)(&q, FIXTURE_SIZE,
+                                                                                   NULL, NULL);
     }
     assert_int_equal(r, CUDA_SUCCESS);
     assert_int_equal(q, p);
@@ -319,7 +312,7 @@ static void check_get_proc(enum fixture_what what, void *fn, const char *runs)
                      : ((get_proc_fn)fn)("cuMemFree", &free_fn, 3020, 0);
     assert_int_equal(r, CUDA_SUCCESS);
     assert_int_equal(status, what == FIX_GET_PROC_V2 ? CU_GET_PROC_ADDRESS_SUCCESS
-                                              : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+                                                     : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
     fixture_check(FIX_FREE, free_fn, runs);
 }
 
@@ -332,13 +325,17 @@ void fixture_check(enum fixture_what what, void *fn, const char *runs)
     }
     regcache_t *cache = fixture_cache();
     switch (what) {
-    case FIX_FREE: case FIX_FREE_ASYNC: case FIX_FREE_HOST:
+    case FIX_FREE:
+    case FIX_FREE_ASYNC:
+    case FIX_FREE_HOST:
         check_free(cache, what, fn, runs);
         break;
-    case FIX_UNMAP: case FIX_ADDRESS_FREE:
+    case FIX_UNMAP:
+    case FIX_ADDRESS_FREE:
         check_range(cache, what, fn, runs);
         break;
-    case FIX_CTX_GONE: case FIX_DEVICE_GONE:
+    case FIX_CTX_GONE:
+    case FIX_DEVICE_GONE:
         check_context(cache, what, fn, runs);
         break;
     default:
@@ -352,12 +349,10 @@ void fixture_check_procs(void *gpa, int five_args)
 {
     for (size_t i = 0; i < fixture_n_procs; i++) {
         const struct fixture_variant *v = &fixture_procs[i];
-        print_message("  %s version %d flags %u -> %s\n", v->proc, v->version, v->flags,
-                      v->runs);
+        print_message("  %s version %d flags %u -> %s\n", v->proc, v->version, v->flags, v->runs);
         void *fn = NULL;
-        CUresult r = five_args
-                         ? ((get_proc_v2_fn)gpa)(v->proc, &fn, v->version, v->flags, NULL)
-                         : ((get_proc_fn)gpa)(v->proc, &fn, v->version, v->flags);
+        CUresult r = five_args ? ((get_proc_v2_fn)gpa)(v->proc, &fn, v->version, v->flags, NULL)
+                               : ((get_proc_fn)gpa)(v->proc, &fn, v->version, v->flags);
         assert_int_equal(r, CUDA_SUCCESS);
         fixture_check(v->what, fn, v->runs);
     }

@@ -51,8 +51,19 @@ void *fixture_own(const char *symbol);
 
 /* What a driver function does to memory, which decides how it is tested. */
 enum fixture_what {
-    FIX_FREE, FIX_FREE_ASYNC, FIX_FREE_HOST, FIX_UNMAP, FIX_ADDRESS_FREE, FIX_CTX_GONE,
-    FIX_DEVICE_GONE, FIX_ALLOC, FIX_ALLOC_ASYNC, FIX_ALLOC_POOL, FIX_MAP, FIX_GET_PROC, FIX_GET_PROC_V2
+    FIX_FREE,
+    FIX_FREE_ASYNC,
+    FIX_FREE_HOST,
+    FIX_UNMAP,
+    FIX_ADDRESS_FREE,
+    FIX_CTX_GONE,
+    FIX_DEVICE_GONE,
+    FIX_ALLOC,
+    FIX_ALLOC_ASYNC,
+    FIX_ALLOC_POOL,
+    FIX_MAP,
+    FIX_GET_PROC,
+    FIX_GET_PROC_V2
 };
 
 /* A memory function as cuGetProcAddress hands it out: name, version and

@@ -19,7 +19,7 @@ static double now(void)
 
 static void nap(void)
 {
-    struct timespec ts = {0, 1000000}; /* 1 ms */
+    struct timespec ts = { 0, 1000000 }; /* 1 ms */
     nanosleep(&ts, NULL);
 }
 

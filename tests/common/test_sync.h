@@ -55,7 +55,7 @@ struct dthread {
     pthread_t thread;
     void (*fn)(void *arg);
     void *arg;
-    _Atomic pid_t tid;     /* set as it starts */
+    _Atomic pid_t tid; /* set as it starts */
     atomic_bool done;
 };
 

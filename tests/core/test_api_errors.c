@@ -52,7 +52,7 @@ static void create_bad_params(void **state)
 {
     (void)state;
     struct regcache_params p;
-    struct regcache_backend no_dereg = {0};
+    struct regcache_backend no_dereg = { 0 };
     regcache_t *c;
     fake_init(&fb);
 
@@ -76,7 +76,7 @@ static void create_bad_params(void **state)
     p.method = (enum regcache_method)7;
     expect_create_invalid(&p);
     fake_params(&fb, &p);
-    p.validation = (enum regcache_validation)-1;
+    p.validation = (enum regcache_validation) - 1;
     expect_create_invalid(&p);
     fake_params(&fb, &p);
     no_dereg.reg = fb.ops.reg;
@@ -183,10 +183,10 @@ static void strerror_and_version(void **state)
 {
     (void)state;
     static const int codes[] = {
-        REGCACHE_OK,           REGCACHE_ERR_INVALID, REGCACHE_ERR_NO_MEMORY,
-        REGCACHE_ERR_NOT_GPU,  REGCACHE_ERR_MANAGED, REGCACHE_ERR_NO_SPACE,
-        REGCACHE_ERR_BACKEND,  REGCACHE_ERR_CUDA,    REGCACHE_ERR_UNSUPPORTED,
-        REGCACHE_ERR_FORKED,   REGCACHE_ERR_RANGE,
+        REGCACHE_OK,          REGCACHE_ERR_INVALID, REGCACHE_ERR_NO_MEMORY,
+        REGCACHE_ERR_NOT_GPU, REGCACHE_ERR_MANAGED, REGCACHE_ERR_NO_SPACE,
+        REGCACHE_ERR_BACKEND, REGCACHE_ERR_CUDA,    REGCACHE_ERR_UNSUPPORTED,
+        REGCACHE_ERR_FORKED,  REGCACHE_ERR_RANGE,
     };
     const size_t n = sizeof(codes) / sizeof(codes[0]);
     const char *unknown = regcache_strerror(12345);
@@ -199,8 +199,8 @@ static void strerror_and_version(void **state)
             assert_string_not_equal(msg, regcache_strerror(codes[j]));
     }
     char expect[32];
-    snprintf(expect, sizeof(expect), "%d.%d.%d", REGCACHE_VERSION_MAJOR,
-             REGCACHE_VERSION_MINOR, REGCACHE_VERSION_PATCH);
+    snprintf(expect, sizeof(expect), "%d.%d.%d", REGCACHE_VERSION_MAJOR, REGCACHE_VERSION_MINOR,
+             REGCACHE_VERSION_PATCH);
     assert_string_equal(regcache_version(), expect);
 }
 

@@ -3,7 +3,8 @@
  * is at most whole_allocation_max - by default a quarter of the device's
  * budget - since an allocation registered whole for a small request would
  * crowd out everything else, and one larger than the budget would be
- * evicted at every put.  Raising the cap shows that second cost. */
+ * evicted at every put.  Raising the cap shows that second cost.  Under the
+ * cap, whole allocations fill the budget and evict one another. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -33,11 +34,8 @@ static void large_allocation_registers_the_request(void **state)
     assert_int_equal(fx_handle(e)->start, BIG + 3 * MiB);
     assert_int_equal(fx_handle(e)->len, 64 * KiB);
     regcache_put(f->c, e);
-    struct regcache_stats s = fx_stats(f);
-    assert_int_equal(s.entries, 1);
-    assert_int_equal(s.bytes, 64 * KiB);
-    assert_int_equal(s.budget, BUDGET);
-    assert_int_equal(s.evictions, 0);
+    fx_assert_stats(f, FX_STAT(entries, 1), FX_STAT(bytes, 64 * KiB), FX_STAT(budget, BUDGET),
+                    FX_STAT(evictions, 0), NULL);
     /* Cached: the same request hits. */
     fx_use(f, BIG + 3 * MiB, 4 * KiB);
     assert_int_equal(fx_stats(f).hits, 1);
@@ -53,17 +51,12 @@ static void whole_allocation_past_the_budget_is_evicted_at_put(struct fx *f)
         regcache_entry_t *e = fx_get(f, BIG + 3 * MiB, 4 * KiB);
         assert_int_equal(fx_handle(e)->start, BIG);
         assert_int_equal(fx_handle(e)->len, BIG_SIZE);
-        struct regcache_stats s = fx_stats(f);
-        assert_int_equal(s.bytes, BIG_SIZE);
-        assert_int_equal(s.entries, 1);
+        fx_assert_stats(f, FX_STAT(bytes, BIG_SIZE), FX_STAT(entries, 1), NULL);
         regcache_put(f->c, e);
-        s = fx_stats(f);
-        assert_int_equal(s.entries, 0);
-        assert_int_equal(s.bytes, 0);
-        assert_int_equal(s.evictions, (uint64_t)round);
-        assert_int_equal(s.registrations, (uint64_t)round);
-        assert_int_equal(s.hits, 0);
-        assert_int_equal(s.peak_bytes, BIG_SIZE);
+        fx_assert_stats(f, FX_STAT(entries, 0), FX_STAT(bytes, 0),
+                        FX_STAT(evictions, (uint64_t)round),
+                        FX_STAT(registrations, (uint64_t)round), FX_STAT(hits, 0),
+                        FX_STAT(peak_bytes, BIG_SIZE), NULL);
         assert_int_equal(atomic_load(&f->fb.live), 0);
     }
 }
@@ -85,14 +78,19 @@ static void raised_cap_by_environment(void **state)
     whole_allocation_past_the_budget_is_evicted_at_put(f);
 }
 
-int main(void)
+static void max_bytes_budget(void **state)
 {
-#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
-    const struct CMUnitTest tests[] = {
-        T(large_allocation_registers_the_request),
-        T(raised_cap_by_params),
-        T(raised_cap_by_environment),
-    };
-#undef T
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    struct fx *f = *state;
+    fx_device_allocs(f, 4);
+    f->p.max_bytes = 2 * MiB;
+    f->p.whole_allocation_max = MiB; /* register each allocation whole */
+    fx_create(f);
+    for (int i = 0; i < 4; i++)
+        fx_use(f, FX_ALLOC(i), 10);
+    fx_assert_stats(f, FX_STAT(bytes, 2 * MiB), FX_STAT(evictions, 2), FX_STAT(peak_bytes, 2 * MiB),
+                    NULL);
+    assert_int_equal(atomic_load(&f->fb.live), 2);
 }
+
+FX_MAIN(large_allocation_registers_the_request, raised_cap_by_params, raised_cap_by_environment,
+        max_bytes_budget)

@@ -92,12 +92,11 @@ static void blocked_dereg_stalls_nothing(void **state)
 {
     struct fx *f = *state;
     const struct blocked_case *bc = f->param;
-    struct blocking b = {.f = f};
+    struct blocking b = { .f = f };
     gate_init(&b.dereg_gate);
-    for (int i = 0; i < 3; i++)
-        fx_device_alloc(f, i);
-    f->p.validation = bc->source == BY_TAG_CHECK ? REGCACHE_VALIDATE_TAG_CHECK
-                                                  : REGCACHE_VALIDATE_HOOKS;
+    fx_device_allocs(f, 3);
+    f->p.validation =
+        bc->source == BY_TAG_CHECK ? REGCACHE_VALIDATE_TAG_CHECK : REGCACHE_VALIDATE_HOOKS;
     if (bc->source == BY_EVICTION)
         f->p.max_entries = 1;
     f->fb.during_dereg = block_dereg_of_a;
@@ -175,14 +174,13 @@ static bool a_dereg_entered(const void *arg)
 static void dereg_taking_app_lock_does_not_deadlock(void **state)
 {
     struct fx *f = *state;
-    struct app a = {.f = f};
+    struct app a = { .f = f };
     pthread_mutexattr_t attr;
     pthread_mutexattr_init(&attr);
     pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
     pthread_mutex_init(&a.lock, &attr);
     gate_init(&a.go);
-    for (int i = 0; i < 3; i++)
-        fx_device_alloc(f, i);
+    fx_device_allocs(f, 3);
     f->fb.during_dereg = dereg_takes_app_lock;
     f->fb.during_dereg_arg = &a;
     fx_create(f);
@@ -215,8 +213,8 @@ static void dereg_taking_app_lock_does_not_deadlock(void **state)
 struct reentry {
     struct fx *f;
     atomic_bool armed;
-    bool invalidate;  /* else get */
-    unsigned rail;    /* the rail the callback asks for */
+    bool invalidate; /* else get */
+    unsigned rail;   /* the rail the callback asks for */
     int rc;
     regcache_entry_t *got;
     char message[512];
@@ -249,7 +247,7 @@ static void reentry_setup(struct fx *f, struct reentry *r)
 static void reg_asking_for_its_own_range_is_reentrant(void **state)
 {
     struct fx *f = *state;
-    struct reentry r = {.armed = true};
+    struct reentry r = { .armed = true };
     reentry_setup(f, &r);
     regcache_entry_t *e = fx_get(f, A + 200, 10);
     assert_false(atomic_load(&r.armed));
@@ -259,9 +257,7 @@ static void reg_asking_for_its_own_range_is_reentrant(void **state)
     /* The outer get was not disturbed: one registration, cached. */
     assert_int_equal(atomic_load(&f->fb.regs), 1);
     regcache_put(f->c, e);
-    struct regcache_stats s = fx_stats(f);
-    assert_int_equal(s.entries, 1);
-    assert_int_equal(s.one_shots, 0);
+    fx_assert_stats(f, FX_STAT(entries, 1), FX_STAT(one_shots, 0), NULL);
 
     /* The same from the registration of another rail of the entry. */
     r.rail = 1;
@@ -278,13 +274,11 @@ static void reg_asking_for_its_own_range_is_reentrant(void **state)
 static void reg_invalidating_its_own_range_is_a_one_shot(void **state)
 {
     struct fx *f = *state;
-    struct reentry r = {.armed = true, .invalidate = true};
+    struct reentry r = { .armed = true, .invalidate = true };
     reentry_setup(f, &r);
     regcache_entry_t *e = fx_get(f, A + 200, 10);
     assert_int_equal(r.rc, REGCACHE_OK);
-    struct regcache_stats s = fx_stats(f);
-    assert_int_equal(s.one_shots, 1);
-    assert_int_equal(s.entries, 0);
+    fx_assert_stats(f, FX_STAT(one_shots, 1), FX_STAT(entries, 0), NULL);
     regcache_put(f->c, e);
     assert_int_equal(atomic_load(&f->fb.live), 0);
     fx_use(f, A + 200, 10);
@@ -292,24 +286,16 @@ static void reg_invalidating_its_own_range_is_a_one_shot(void **state)
     assert_int_equal(atomic_load(&f->fb.regs), 2);
 }
 
-#define CASE(s) {.name = "blocked dereg by " #s " stalls nothing", .source = s}
+#define CASE(s)                                                       \
+    {                                                                 \
+        .name = "blocked dereg by " #s " stalls nothing", .source = s \
+    }
 static const struct blocked_case cases[] = {
     CASE(BY_NOTIFY),   CASE(BY_INVALIDATE), CASE(BY_FLUSH),
     CASE(BY_EVICTION), CASE(BY_LAST_PUT),   CASE(BY_TAG_CHECK),
 };
 #undef CASE
 
-#define N_CASES (sizeof(cases) / sizeof(cases[0]))
-
-int main(void)
-{
-    struct CMUnitTest tests[N_CASES + 3];
-    fx_case_tests(tests, blocked_dereg_stalls_nothing, cases, N_CASES, sizeof(cases[0]));
-    tests[N_CASES] = (struct CMUnitTest)cmocka_unit_test_setup_teardown(
-        dereg_taking_app_lock_does_not_deadlock, fx_setup, fx_teardown);
-    tests[N_CASES + 1] = (struct CMUnitTest)cmocka_unit_test_setup_teardown(
-        reg_asking_for_its_own_range_is_reentrant, fx_setup, fx_teardown);
-    tests[N_CASES + 2] = (struct CMUnitTest)cmocka_unit_test_setup_teardown(
-        reg_invalidating_its_own_range_is_a_one_shot, fx_setup, fx_teardown);
-    return _cmocka_run_group_tests("callbacks", tests, N_CASES + 3, NULL, NULL);
-}
+FX_MAIN_CASES(blocked_dereg_stalls_nothing, cases, dereg_taking_app_lock_does_not_deadlock,
+              reg_asking_for_its_own_range_is_reentrant,
+              reg_invalidating_its_own_range_is_a_one_shot)

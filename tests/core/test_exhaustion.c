@@ -5,7 +5,8 @@
  * evicts nothing.  Exhaustion evicts the device's least recently used
  * unused entry and retries, 16 rounds at most: the 17th attempt follows the
  * 16th eviction.  Giving up says what is left of the device, and whether
- * what is left is held. */
+ * what is left is held.  Any other errno is a backend failure that evicts
+ * nothing, and each device's exhaustion evicts that device's entries only. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -28,8 +29,7 @@
 static void cache_unused(struct fx *f, int n)
 {
     fx_device_alloc(f, TARGET);
-    for (int i = 0; i < n; i++)
-        fx_device_alloc(f, i);
+    fx_device_allocs(f, n);
     fx_create(f);
     for (int i = 0; i < n; i++)
         fx_use(f, FX_ALLOC(i), 10);
@@ -63,17 +63,14 @@ static void memory_goes_during_reg(void *arg)
 
 static void efault_on_memory_that_went_away(struct fx *f, bool reallocate)
 {
-    struct gone g = {.f = f, .reallocate = reallocate};
+    struct gone g = { .f = f, .reallocate = reallocate };
     cache_unused(f, 17);
     f->fb.during_reg = memory_goes_during_reg;
     f->fb.during_reg_arg = &g;
     fx_get_fails(f, FX_ALLOC(TARGET), 10, REGCACHE_ERR_NOT_GPU);
     fx_assert_error_says("EFAULT", "no longer what the cache was asked for", "nothing was evicted",
                          NULL);
-    struct regcache_stats s = fx_stats(f);
-    assert_int_equal(s.evictions, 0);
-    assert_int_equal(s.entries, 17);
-    assert_int_equal(s.reg_failures, 1);
+    fx_assert_stats(f, FX_STAT(evictions, 0), FX_STAT(entries, 17), FX_STAT(reg_failures, 1), NULL);
     assert_int_equal(atomic_load(&f->fb.live), 17);
     assert_int_equal(atomic_load(&f->fb.deregs), 0);
     /* The 17 still serve, without registering again. */
@@ -100,10 +97,8 @@ static void seventeenth_attempt_follows_the_sixteenth_eviction(void **state)
     cache_unused(f, 22);
     fail_next_regs(f, ENOSPC, ROUNDS);
     regcache_entry_t *e = fx_get(f, FX_ALLOC(TARGET), 10);
-    struct regcache_stats s = fx_stats(f);
-    assert_int_equal(s.reg_failures, ROUNDS);
-    assert_int_equal(s.evictions, ROUNDS);
-    assert_int_equal(s.entries, 22 - ROUNDS + 1);
+    fx_assert_stats(f, FX_STAT(reg_failures, ROUNDS), FX_STAT(evictions, ROUNDS),
+                    FX_STAT(entries, 22 - ROUNDS + 1), NULL);
     assert_int_equal(fx_handle(e)->start, FX_ALLOC(TARGET));
     regcache_put(f->c, e);
     /* The least recently used went: 0..15 register again, 16..21 hit. */
@@ -122,10 +117,8 @@ static void exhausted_forever_counts_what_is_left(void **state)
     fx_assert_error_says("after 16 rounds of eviction", "(16 entries evicted)",
                          "6 entries of the device remain, 0 of them held", NULL);
     assert_null(strstr(regcache_last_error(), "no unused entry"));
-    struct regcache_stats s = fx_stats(f);
-    assert_int_equal(s.reg_failures, ROUNDS + 1);
-    assert_int_equal(s.evictions, ROUNDS);
-    assert_int_equal(s.entries, 6);
+    fx_assert_stats(f, FX_STAT(reg_failures, ROUNDS + 1), FX_STAT(evictions, ROUNDS),
+                    FX_STAT(entries, 6), NULL);
     assert_int_equal(atomic_load(&f->fb.live), 6);
     f->fb.fail_count = 0;
 }
@@ -146,10 +139,8 @@ static void exhausted_with_held_entries(struct fx *f, int unused)
     char want[96];
     snprintf(want, sizeof(want), "(5 entries, all held; %d evicted before)", unused);
     fx_assert_error_says("no unused entry of the device is left to evict", want, NULL);
-    struct regcache_stats s = fx_stats(f);
-    assert_int_equal(s.evictions, unused);
-    assert_int_equal(s.reg_failures, unused + 1);
-    assert_int_equal(s.entries, held);
+    fx_assert_stats(f, FX_STAT(evictions, unused), FX_STAT(reg_failures, unused + 1),
+                    FX_STAT(entries, held), NULL);
     assert_int_equal(atomic_load(&f->fb.live), held);
     f->fb.fail_count = 0;
     for (int i = 0; i < held; i++)
@@ -166,17 +157,83 @@ static void exhausted_after_evicting_the_unused(void **state)
     exhausted_with_held_entries(*state, 3);
 }
 
-int main(void)
+static void evict_and_retry_on_exhaustion(void **state)
 {
-#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
-    const struct CMUnitTest tests[] = {
-        T(efault_after_free_is_not_gpu),
-        T(efault_after_reallocation_is_not_gpu),
-        T(seventeenth_attempt_follows_the_sixteenth_eviction),
-        T(exhausted_forever_counts_what_is_left),
-        T(exhausted_with_everything_held),
-        T(exhausted_after_evicting_the_unused),
-    };
-#undef T
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    struct fx *f = *state;
+    static const int errnos[] = { ENOSPC, ENOMEM, EAGAIN, EFAULT };
+    fx_device_allocs(f, 3);
+    fx_create(f);
+    for (size_t k = 0; k < sizeof(errnos) / sizeof(errnos[0]); k++) {
+        fx_use(f, FX_ALLOC(0), 10);
+        fx_use(f, FX_ALLOC(1), 10);
+        f->fb.fail_errno = errnos[k];
+        f->fb.fail_count = 1;
+        long deregs = atomic_load(&f->fb.deregs);
+        /* The backend refuses once; the cache evicts the least recently
+         * used unused entry (FX_ALLOC(0)) and succeeds on the retry. */
+        regcache_entry_t *e = fx_get(f, FX_ALLOC(2), 10);
+        assert_int_equal(atomic_load(&f->fb.deregs), deregs + 1);
+        regcache_put(f->c, e);
+        regcache_flush(f->c);
+    }
+    fx_assert_stats(f, FX_STAT(reg_failures, 4), FX_STAT(evictions, 4), NULL);
 }
+
+static void held_entries_leave_no_space_until_put(void **state)
+{
+    struct fx *f = *state;
+    fx_device_allocs(f, 3);
+    f->fb.capacity = 2 * MiB;
+    fx_create(f);
+    regcache_entry_t *a = fx_get(f, FX_ALLOC(0), 10);
+    regcache_entry_t *b = fx_get(f, FX_ALLOC(1), 10);
+    fx_get_fails(f, FX_ALLOC(2), 10, REGCACHE_ERR_NO_SPACE);
+    assert_string_not_equal(regcache_last_error(), "");
+    assert_int_equal(atomic_load(&f->fb.live), 2);
+    assert_int_equal(fx_stats(f).entries, 2);
+    /* Once one is released the same request evicts it and succeeds. */
+    regcache_put(f->c, a);
+    regcache_entry_t *e = fx_get(f, FX_ALLOC(2), 10);
+    assert_int_equal(atomic_load(&f->fb.live), 2);
+    regcache_put(f->c, e);
+    regcache_put(f->c, b);
+}
+
+static void other_backend_errors_do_not_evict(void **state)
+{
+    struct fx *f = *state;
+    fx_device_allocs(f, 2);
+    fx_create(f);
+    fx_use(f, FX_ALLOC(0), 10);
+    f->fb.fail_errno = EINVAL;
+    f->fb.fail_count = 1;
+    fx_get_fails(f, FX_ALLOC(1), 10, REGCACHE_ERR_BACKEND);
+    fx_assert_stats(f, FX_STAT(evictions, 0), FX_STAT(entries, 1), FX_STAT(reg_failures, 1), NULL);
+    /* The failed miss left nothing behind: the next get registers. */
+    fx_use(f, FX_ALLOC(1), 10);
+    assert_int_equal(fx_stats(f).entries, 2);
+}
+
+static void devices_have_separate_budgets(void **state)
+{
+    struct fx *f = *state;
+    fx_device_allocs(f, 2);
+    fake_alloc(&f->fb, FX_ALLOC(2), MiB, 1, REGCACHE_MEM_DEVICE);
+    f->fb.capacity = MiB; /* per device */
+    fx_create(f);
+    fx_use(f, FX_ALLOC(2), 10); /* device 1 */
+    fx_use(f, FX_ALLOC(0), 10); /* device 0 */
+    /* Device 0 is full: it evicts its own entry, never device 1's, even
+     * though device 1's is older. */
+    fx_use(f, FX_ALLOC(1), 10);
+    long regs = atomic_load(&f->fb.regs);
+    fx_use(f, FX_ALLOC(2), 10);
+    assert_int_equal(atomic_load(&f->fb.regs), regs);
+    assert_int_equal(fx_stats(f).evictions, 1);
+}
+
+FX_MAIN(efault_after_free_is_not_gpu, efault_after_reallocation_is_not_gpu,
+        seventeenth_attempt_follows_the_sixteenth_eviction, exhausted_forever_counts_what_is_left,
+        exhausted_with_everything_held, exhausted_after_evicting_the_unused,
+        evict_and_retry_on_exhaustion, held_entries_leave_no_space_until_put,
+        other_backend_errors_do_not_evict, devices_have_separate_budgets)

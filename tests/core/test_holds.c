@@ -70,9 +70,7 @@ static void hold_up_to_the_limit(struct fx *f, struct regcache_entry *e, struct 
     assert_false(rc_entry_is_detached(e));
     assert_ptr_equal(e->handles[0], backend_handle);
     assert_int_equal(atomic_load(&f->fb.regs), regs);
-    struct regcache_stats s = fx_stats(f);
-    assert_int_equal(s.entries, 1);
-    assert_int_equal(s.one_shots, 0);
+    fx_assert_stats(f, FX_STAT(entries, 1), FX_STAT(one_shots, 0), NULL);
     /* A put makes room for one more hold, which is served as before. */
     regcache_put(f->c, h->counted[0]);
     h->counted[0] = fx_get(f, X + 20, 10);
@@ -164,13 +162,5 @@ static void new_rail_at_the_limit_is_refused(void **state)
     assert_int_equal(atomic_load(&f->fb.regs), 2);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(holds_saturate_at_the_limit, fx_setup, fx_teardown),
-        cmocka_unit_test_setup_teardown(entry_at_the_limit_invalidated_dies_once, fx_setup,
-                                        fx_teardown),
-        cmocka_unit_test_setup_teardown(new_rail_at_the_limit_is_refused, fx_setup, fx_teardown),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+FX_MAIN(holds_saturate_at_the_limit, entry_at_the_limit_invalidated_dies_once,
+        new_rail_at_the_limit_is_refused)

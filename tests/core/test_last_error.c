@@ -109,7 +109,10 @@ static int method_used_null(void)
     return regcache_method_used(NULL);
 }
 
-#define CALL(fn, st, phrase) {#fn, fn, REGCACHE_ERR_##st, phrase}
+#define CALL(fn, st, phrase)               \
+    {                                      \
+#fn, fn, REGCACHE_ERR_##st, phrase \
+    }
 static const struct failing_call calls[] = {
     CALL(get_host_memory, NOT_GPU, "is not GPU memory"),
     CALL(get_null_cache, INVALID, "regcache_get: cache is NULL"),
@@ -148,8 +151,8 @@ static void each_failure_says_its_own_problem(void **state)
         int rc = k->call();
         const char *msg = regcache_last_error();
         if (rc != k->status)
-            fail_msg("%s returned %s, expected %s (message \"%s\")", k->what,
-                     regcache_err_name(rc), regcache_err_name(k->status), msg);
+            fail_msg("%s returned %s, expected %s (message \"%s\")", k->what, regcache_err_name(rc),
+                     regcache_err_name(k->status), msg);
         if (!strstr(msg, k->says))
             fail_msg("%s: the message \"%s\" does not say \"%s\"", k->what, msg, k->says);
         if (before && strstr(msg, before))
@@ -174,11 +177,4 @@ static void success_then_failure(void **state)
     assert_null(strstr(regcache_last_error(), "len is 0"));
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(each_failure_says_its_own_problem, fx_setup, fx_teardown),
-        cmocka_unit_test_setup_teardown(success_then_failure, fx_setup, fx_teardown),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+FX_MAIN(each_failure_says_its_own_problem, success_then_failure)

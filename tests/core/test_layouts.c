@@ -26,9 +26,11 @@
 
 static uint64_t map(struct fx *f, uintptr_t base)
 {
-    return fake_alloc_as(&f->fb, &(struct fake_alloc){.base = base, .size = MiB, .device = 0,
-                                                      .type = REGCACHE_MEM_DEVICE,
-                                                      .flags = REGCACHE_MEM_MAPPING});
+    return fake_alloc_as(&f->fb, &(struct fake_alloc){ .base = base,
+                                                       .size = MiB,
+                                                       .device = 0,
+                                                       .type = REGCACHE_MEM_DEVICE,
+                                                       .flags = REGCACHE_MEM_MAPPING });
 }
 
 static void two_mappings(struct fx *f, int validation)
@@ -49,8 +51,8 @@ static void one_registration_serves_both_mappings(void **state)
     assert_int_equal(h->len, 2 * MiB);
     regcache_put(f->c, e);
     /* Anywhere inside either mapping, and across them again. */
-    const uintptr_t inside[] = {M1, M1 + 10, M1 + MiB / 2, M2 - 10, M2, M2 + MiB / 2,
-                                M2 + MiB - 10, ACROSS};
+    const uintptr_t inside[] = { M1, M1 + 10,      M1 + MiB / 2,  M2 - 10,
+                                 M2, M2 + MiB / 2, M2 + MiB - 10, ACROSS };
     for (size_t i = 0; i < sizeof(inside) / sizeof(inside[0]); i++) {
         regcache_entry_t *again = fx_get(f, inside[i], 10);
         if (fx_handle(again) != h)
@@ -58,26 +60,21 @@ static void one_registration_serves_both_mappings(void **state)
                      (uintmax_t)(inside[i] - M1));
         regcache_put(f->c, again);
     }
-    struct regcache_stats s = fx_stats(f);
-    assert_int_equal(s.registrations, 1);
-    assert_int_equal(s.misses, 1);
-    assert_int_equal(s.hits, 8);
-    assert_int_equal(s.entries, 1);
-    assert_int_equal(s.bytes, 2 * MiB);
+    fx_assert_stats(f, FX_STAT(registrations, 1), FX_STAT(misses, 1), FX_STAT(hits, 8),
+                    FX_STAT(entries, 1), FX_STAT(bytes, 2 * MiB), NULL);
 }
 
 static void free_of_either_mapping_drops_the_entry(void **state)
 {
     struct fx *f = *state;
     two_mappings(f, REGCACHE_VALIDATE_HOOKS);
-    const uintptr_t freed[] = {M1, M2};
+    const uintptr_t freed[] = { M1, M2 };
     for (int i = 0; i < 2; i++) {
         fx_use(f, ACROSS, 200);
         assert_int_equal(fx_stats(f).entries, 1);
         regcache_notify_free((const void *)freed[i], MiB);
-        struct regcache_stats s = fx_stats(f);
-        assert_int_equal(s.entries, 0);
-        assert_int_equal(s.invalidations_notify, (uint64_t)i + 1);
+        fx_assert_stats(f, FX_STAT(entries, 0), FX_STAT(invalidations_notify, (uint64_t)i + 1),
+                        NULL);
         assert_int_equal(atomic_load(&f->fb.live), 0);
     }
 }
@@ -92,9 +89,7 @@ static void replaced_mapping_is_caught_by_the_tag_check(void **state)
     /* M2 is unmapped and another handle mapped in its place. */
     uint64_t id = fake_realloc(&f->fb, M2);
     regcache_entry_t *e = fx_get(f, M1 + 10, 10);
-    struct regcache_stats s = fx_stats(f);
-    assert_int_equal(s.invalidations_tag, 1);
-    assert_int_equal(s.hits, 1);
+    fx_assert_stats(f, FX_STAT(invalidations_tag, 1), FX_STAT(hits, 1), NULL);
     assert_int_equal(atomic_load(&f->fb.deregs), 1);
     regcache_put(f->c, e);
     /* Across both again: registered anew, over the new mapping. */
@@ -115,9 +110,7 @@ static void replaced_mapping_is_stale_to_a_miss(void **state)
      * describes the memory and meets the old registration. */
     regcache_entry_t *e = fx_get(f, M2 + MiB / 2, 10);
     assert_int_equal(fx_handle(e)->id, id);
-    struct regcache_stats s = fx_stats(f);
-    assert_int_equal(s.invalidations_tag, 1);
-    assert_int_equal(s.entries, 1);
+    fx_assert_stats(f, FX_STAT(invalidations_tag, 1), FX_STAT(entries, 1), NULL);
     assert_int_equal(atomic_load(&f->fb.deregs), 1);
     regcache_put(f->c, e);
 }
@@ -150,17 +143,6 @@ static void span_onto_an_allocation_that_is_no_mapping(void **state)
     assert_int_equal(fx_stats(f).entries, 2);
 }
 
-int main(void)
-{
-#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
-    const struct CMUnitTest tests[] = {
-        T(one_registration_serves_both_mappings),
-        T(free_of_either_mapping_drops_the_entry),
-        T(replaced_mapping_is_caught_by_the_tag_check),
-        T(replaced_mapping_is_stale_to_a_miss),
-        T(hole_between_mappings_is_a_range_error),
-        T(span_onto_an_allocation_that_is_no_mapping),
-    };
-#undef T
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+FX_MAIN(one_registration_serves_both_mappings, free_of_either_mapping_drops_the_entry,
+        replaced_mapping_is_caught_by_the_tag_check, replaced_mapping_is_stale_to_a_miss,
+        hole_between_mappings_is_a_range_error, span_onto_an_allocation_that_is_no_mapping)

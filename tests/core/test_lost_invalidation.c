@@ -75,7 +75,7 @@ static void invalidation_during_miss(void **state)
 {
     struct fx *f = *state;
     const struct race_case *rc = f->param;
-    struct armed a = {.f = f, .armed = true};
+    struct armed a = { .f = f, .armed = true };
     set_memory(f, rc->mem);
     f->p.validation = rc->validation;
     if (rc->when == AT_QUERY) {
@@ -90,10 +90,7 @@ static void invalidation_during_miss(void **state)
 
     regcache_entry_t *e = fx_get(f, X + 100, 10);
     assert_false(atomic_load(&a.armed)); /* the invalidation did land */
-    struct regcache_stats s = fx_stats(f);
-    assert_int_equal(s.one_shots, 1);
-    assert_int_equal(s.entries, 0);
-    assert_int_equal(s.bytes, 0);
+    fx_assert_stats(f, FX_STAT(one_shots, 1), FX_STAT(entries, 0), FX_STAT(bytes, 0), NULL);
     assert_int_equal(atomic_load(&f->fb.live), 1);
     regcache_put(f->c, e);
     assert_int_equal(atomic_load(&f->fb.live), 0);
@@ -110,9 +107,7 @@ static void invalidation_during_miss(void **state)
     assert_int_equal(fx_handle(e)->id, fake_id_at(&f->fb, X));
     assert_int_equal(atomic_load(&f->fb.regs), 2);
     regcache_put(f->c, e);
-    s = fx_stats(f);
-    assert_int_equal(s.entries, 1);
-    assert_int_equal(s.one_shots, 1);
+    fx_assert_stats(f, FX_STAT(entries, 1), FX_STAT(one_shots, 1), NULL);
     assert_int_equal(atomic_load(&f->fb.live), 1);
     fx_use(f, X + 100, 10);
     assert_int_equal(atomic_load(&f->fb.regs), 2);
@@ -159,7 +154,7 @@ static bool queried_twice(const void *arg)
 static void invalidation_while_another_get_waits(void **state)
 {
     struct fx *f = *state;
-    struct waiting w = {.f = f};
+    struct waiting w = { .f = f };
     gate_init(&w.reg_gate);
     fake_alloc(&f->fb, X, X_SIZE, 0, REGCACHE_MEM_DEVICE);
     f->p.validation = REGCACHE_VALIDATE_HOOKS;
@@ -186,9 +181,7 @@ static void invalidation_while_another_get_waits(void **state)
     assert_int_equal(w.rc[0], REGCACHE_OK);
     assert_int_equal(w.rc[1], REGCACHE_OK);
     assert_ptr_not_equal(fx_handle(w.got[0]), fx_handle(w.got[1]));
-    struct regcache_stats s = fx_stats(f);
-    assert_int_equal(s.one_shots, 2);
-    assert_int_equal(s.entries, 0);
+    fx_assert_stats(f, FX_STAT(one_shots, 2), FX_STAT(entries, 0), NULL);
     assert_int_equal(atomic_load(&f->fb.regs), 2);
     regcache_put(f->c, w.got[0]);
     regcache_put(f->c, w.got[1]);
@@ -202,25 +195,22 @@ static void invalidation_while_another_get_waits(void **state)
 /* (a) right after the query, (b) during the registration, (c) the notify
  * before the real free with the reallocation later, (e) pageable host
  * memory under TAG_CHECK, (f) GPU memory under HOOKS: every combination of
- * moment, memory, mode and reallocation time. */
-#define CASE(w, m, v, later)                                                                    \
-    {.name = #w ", " #m ", " #v ", realloc later: " #later, .when = w, .mem = m,               \
-     .validation = REGCACHE_VALIDATE_##v, .realloc_later = later}
-#define CASES(w, m) CASE(w, m, HOOKS, false), CASE(w, m, HOOKS, true),                         \
-                    CASE(w, m, TAG_CHECK, false), CASE(w, m, TAG_CHECK, true)
+ * moment, memory, mode and reallocation time; and a free during the
+ * registration in the default mode (AUTO). */
+#define CASE(w, m, v, later)                                                        \
+    {                                                                               \
+        .name = #w ", " #m ", " #v ", realloc later: " #later, .when = w, .mem = m, \
+        .validation = REGCACHE_VALIDATE_##v, .realloc_later = later                 \
+    }
+#define CASES(w, m)                                                                  \
+    CASE(w, m, HOOKS, false), CASE(w, m, HOOKS, true), CASE(w, m, TAG_CHECK, false), \
+        CASE(w, m, TAG_CHECK, true)
 static const struct race_case cases[] = {
-    CASES(AT_QUERY, GPU), CASES(AT_REG, GPU), CASES(AT_QUERY, PAGEABLE), CASES(AT_REG, PAGEABLE),
+    CASES(AT_QUERY, GPU),           CASES(AT_REG, GPU),
+    CASES(AT_QUERY, PAGEABLE),      CASES(AT_REG, PAGEABLE),
+    CASE(AT_REG, GPU, AUTO, false),
 };
 #undef CASES
 #undef CASE
 
-#define N_CASES (sizeof(cases) / sizeof(cases[0]))
-
-int main(void)
-{
-    struct CMUnitTest tests[N_CASES + 1];
-    fx_case_tests(tests, invalidation_during_miss, cases, N_CASES, sizeof(cases[0]));
-    tests[N_CASES] = (struct CMUnitTest)cmocka_unit_test_setup_teardown(
-        invalidation_while_another_get_waits, fx_setup, fx_teardown);
-    return _cmocka_run_group_tests("lost_invalidation", tests, N_CASES + 1, NULL, NULL);
-}
+FX_MAIN_CASES(invalidation_during_miss, cases, invalidation_while_another_get_waits)

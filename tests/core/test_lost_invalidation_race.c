@@ -161,11 +161,12 @@ static void run(struct fx *f, bool pageable, int validation)
     struct regcache_stats s = fx_stats(f);
     printf("# %s %s: %ld gets in %.2f s, %ld reallocations; hits %llu, misses %llu, one-shots "
            "%llu, dropped by notify %llu, stale entries met by misses %llu; stale gets %ld\n",
-           pageable ? "pageable" : "GPU", validation == REGCACHE_VALIDATE_HOOKS ? "HOOKS" : "TAG_CHECK",
-           atomic_load(&r->gets), seconds_since(&t0), atomic_load(&r->reallocs),
-           (unsigned long long)s.hits, (unsigned long long)s.misses,
-           (unsigned long long)s.one_shots, (unsigned long long)s.invalidations_notify,
-           (unsigned long long)s.invalidations_tag, atomic_load(&r->stale));
+           pageable ? "pageable" : "GPU",
+           validation == REGCACHE_VALIDATE_HOOKS ? "HOOKS" : "TAG_CHECK", atomic_load(&r->gets),
+           seconds_since(&t0), atomic_load(&r->reallocs), (unsigned long long)s.hits,
+           (unsigned long long)s.misses, (unsigned long long)s.one_shots,
+           (unsigned long long)s.invalidations_notify, (unsigned long long)s.invalidations_tag,
+           atomic_load(&r->stale));
     assert_int_equal(atomic_load(&r->stale), 0);
     assert_int_equal(atomic_load(&r->failures), 0);
     assert_true(atomic_load(&r->gets) >= gets_per_run());
@@ -174,10 +175,10 @@ static void run(struct fx *f, bool pageable, int validation)
     free(r);
 }
 
-#define RUN(name, pageable, mode)                                                         \
-    static void name(void **state)                                                        \
-    {                                                                                     \
-        run(*state, pageable, REGCACHE_VALIDATE_##mode);                                  \
+#define RUN(name, pageable, mode)                        \
+    static void name(void **state)                       \
+    {                                                    \
+        run(*state, pageable, REGCACHE_VALIDATE_##mode); \
     }
 RUN(gpu_hooks, false, HOOKS)
 RUN(gpu_tag_check, false, TAG_CHECK)
@@ -185,11 +186,4 @@ RUN(pageable_hooks, true, HOOKS)
 RUN(pageable_tag_check, true, TAG_CHECK)
 #undef RUN
 
-int main(void)
-{
-#define T(name) cmocka_unit_test_setup_teardown(name, fx_setup, fx_teardown)
-    const struct CMUnitTest tests[] = {T(gpu_hooks), T(gpu_tag_check), T(pageable_hooks),
-                                       T(pageable_tag_check)};
-#undef T
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+FX_MAIN(gpu_hooks, gpu_tag_check, pageable_hooks, pageable_tag_check)

@@ -45,7 +45,7 @@ static void pops_in_order_of_last_use(void **state)
     uint64_t last = 0;
     int popped = 0;
     struct regcache_entry *v;
-    while ((v = rc_lru_pop_unused(&lru, 1u << 30)) != NULL) {
+    while ((v = rc_lru_pop_unused(&lru, 1u << 30))) {
         uint64_t t = atomic_load(&v->last_use);
         assert_true(t >= last);
         /* No unused entry still in the heap was used earlier. */
@@ -79,7 +79,7 @@ static void remove_from_the_middle(void **state)
     rc_lru_remove(&lru, &e[7]); /* the oldest */
     rc_lru_remove(&lru, &e[3]);
     assert_int_equal(e[7].heap_idx, RC_LRU_NONE);
-    static const int order[] = {6, 5, 4, 2, 1, 0};
+    static const int order[] = { 6, 5, 4, 2, 1, 0 };
     for (int i = 0; i < 6; i++)
         assert_ptr_equal(rc_lru_pop_unused(&lru, 1u << 30), &e[order[i]]);
     assert_null(rc_lru_pop_unused(&lru, 1u << 30));

@@ -1,7 +1,8 @@
 /* Issue 10 item 4: eviction takes the least recently used unused entry, so
  * a hot set that fits the limit survives any number of one-off buffers
  * passing through, and the order of eviction is the order of last use
- * (within one LRU epoch the threads' use logs give it; lru.h). */
+ * (within one LRU epoch the threads' use logs give it; lru.h).  The entry
+ * limit binds unused entries only: a held entry is never evicted. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -70,14 +71,13 @@ static void eviction_follows_the_order_of_last_use(void **state)
 {
     struct fx *f = *state;
     struct dereg_log log;
-    for (int i = 0; i < 8; i++)
-        fx_device_alloc(f, i);
+    fx_device_allocs(f, 8);
     f->p.max_entries = 4;
     watch_deregs(f, &log);
     fx_create(f);
     for (int i = 0; i < 4; i++)
         fx_use(f, FX_ALLOC(i), 10);
-    const int used[] = {3, 1, 0, 2};
+    const int used[] = { 3, 1, 0, 2 };
     for (int i = 0; i < 4; i++)
         fx_use(f, FX_ALLOC(used[i]), 10);
     assert_int_equal(fx_stats(f).hits, 4);
@@ -92,13 +92,46 @@ static void eviction_follows_the_order_of_last_use(void **state)
     f->fb.during_dereg = NULL;
 }
 
-int main(void)
+static void held_entry_is_never_evicted(void **state)
 {
-#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
-    const struct CMUnitTest tests[] = {
-        T(hot_set_survives_a_thousand_one_offs),
-        T(eviction_follows_the_order_of_last_use),
-    };
-#undef T
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    struct fx *f = *state;
+    fx_device_allocs(f, 3);
+    f->p.max_entries = 1;
+    fx_create(f);
+    regcache_entry_t *a = fx_get(f, FX_ALLOC(0), 10);
+    regcache_entry_t *b = fx_get(f, FX_ALLOC(1), 10);
+    /* Both held: the limit binds unused entries only. */
+    assert_int_equal(fx_stats(f).entries, 2);
+    assert_int_equal(fx_handle(a)->magic, 0x5ca1ab1eu);
+    regcache_put(f->c, a);
+    /* a became unused while over the limit: it goes, b stays. */
+    fx_assert_stats(f, FX_STAT(entries, 1), FX_STAT(evictions, 1), NULL);
+    assert_int_equal(atomic_load(&f->fb.deregs), 1);
+    assert_int_equal(fx_handle(b)->magic, 0x5ca1ab1eu);
+    regcache_put(f->c, b);
 }
+
+static void lru_order(void **state)
+{
+    struct fx *f = *state;
+    fx_device_allocs(f, 4);
+    f->p.max_entries = 3;
+    fx_create(f);
+    regcache_entry_t *e[3];
+    for (int i = 0; i < 3; i++)
+        regcache_put(f->c, e[i] = fx_get(f, FX_ALLOC(i), 10));
+    /* Use 0 again: 1 is now the least recently used. */
+    fx_use(f, FX_ALLOC(0), 10);
+    fx_use(f, FX_ALLOC(3), 10);
+    assert_int_equal(fx_stats(f).evictions, 1);
+    long regs = atomic_load(&f->fb.regs);
+    /* 0 and 2 are still cached, 1 is not. */
+    fx_use(f, FX_ALLOC(0), 10);
+    fx_use(f, FX_ALLOC(2), 10);
+    assert_int_equal(atomic_load(&f->fb.regs), regs);
+    fx_use(f, FX_ALLOC(1), 10);
+    assert_int_equal(atomic_load(&f->fb.regs), regs + 1);
+}
+
+FX_MAIN(hot_set_survives_a_thousand_one_offs, eviction_follows_the_order_of_last_use,
+        held_entry_is_never_evicted, lru_order)

@@ -10,18 +10,25 @@
 #include <cmocka.h>
 
 #include "capture_stderr.h"
-#include "fake_backend.h"
+#include "cache_fixture.h"
 
-#define MiB (1024ul * 1024ul)
-#define ALLOC(i) ((uintptr_t)0x7f0000000000ull + (uintptr_t)(i) * 2 * MiB)
+#define ALLOC(i) ((uintptr_t)0x7f0000000000ull + (uintptr_t)(i)*2 * MiB)
 
 static struct fake_backend fb;
 
 static const char *const vars[] = {
-    "REGCACHE_METHOD",    "REGCACHE_VALIDATION",       "REGCACHE_ALIGNMENT",
-    "REGCACHE_MAX_BYTES", "REGCACHE_MAX_ENTRIES",      "REGCACHE_WHOLE_ALLOCATION",
-    "REGCACHE_HOST_MEMORY", "REGCACHE_STATS",      "REGCACHE_WHOLE_ALLOCATION_MAX",
-    "REGCACHE_LEDGER",    "REGCACHE_LEDGER_NAMESPACE", "REGCACHE_BAR1_BYTES",
+    "REGCACHE_METHOD",
+    "REGCACHE_VALIDATION",
+    "REGCACHE_ALIGNMENT",
+    "REGCACHE_MAX_BYTES",
+    "REGCACHE_MAX_ENTRIES",
+    "REGCACHE_WHOLE_ALLOCATION",
+    "REGCACHE_HOST_MEMORY",
+    "REGCACHE_STATS",
+    "REGCACHE_WHOLE_ALLOCATION_MAX",
+    "REGCACHE_LEDGER",
+    "REGCACHE_LEDGER_NAMESPACE",
+    "REGCACHE_BAR1_BYTES",
     "REGCACHE_HOOKS",
 };
 
@@ -108,21 +115,31 @@ static void bad_values_are_refused(void **state)
 {
     (void)state;
     static const char *const bad[][2] = {
-        {"REGCACHE_METHOD", "rdma"},      {"REGCACHE_VALIDATION", "sometimes"},
-        {"REGCACHE_MAX_BYTES", "12Q"},    {"REGCACHE_MAX_ENTRIES", "-3"},
-        {"REGCACHE_ALIGNMENT", "3000"},   {"REGCACHE_WHOLE_ALLOCATION", "maybe"},
-        {"REGCACHE_STATS", "2"},          {"REGCACHE_MAX_BYTES", "99999999999999999999G"},
+        { "REGCACHE_METHOD", "rdma" },
+        { "REGCACHE_VALIDATION", "sometimes" },
+        { "REGCACHE_MAX_BYTES", "12Q" },
+        { "REGCACHE_MAX_ENTRIES", "-3" },
+        { "REGCACHE_ALIGNMENT", "3000" },
+        { "REGCACHE_WHOLE_ALLOCATION", "maybe" },
+        { "REGCACHE_STATS", "2" },
+        { "REGCACHE_MAX_BYTES", "99999999999999999999G" },
         /* Strict decimal: no octal, hex, sign, blanks or unknown suffix. */
-        {"REGCACHE_MAX_BYTES", "010"},    {"REGCACHE_MAX_BYTES", "0x10"},
-        {"REGCACHE_MAX_ENTRIES", " -3"},  {"REGCACHE_MAX_ENTRIES", "3 "},
-        {"REGCACHE_MAX_BYTES", "+5"},     {"REGCACHE_MAX_BYTES", "5KB"},
-        {"REGCACHE_MAX_BYTES", ""},       {"REGCACHE_MAX_BYTES", "20000000T"},
+        { "REGCACHE_MAX_BYTES", "010" },
+        { "REGCACHE_MAX_BYTES", "0x10" },
+        { "REGCACHE_MAX_ENTRIES", " -3" },
+        { "REGCACHE_MAX_ENTRIES", "3 " },
+        { "REGCACHE_MAX_BYTES", "+5" },
+        { "REGCACHE_MAX_BYTES", "5KB" },
+        { "REGCACHE_MAX_BYTES", "" },
+        { "REGCACHE_MAX_BYTES", "20000000T" },
         /* Alignment: a power of two from 4K to 1G. */
-        {"REGCACHE_ALIGNMENT", "2G"},     {"REGCACHE_ALIGNMENT", "2048"},
-        {"REGCACHE_WHOLE_ALLOCATION_MAX", "1.5G"},
-        {"REGCACHE_LEDGER", "sometimes"}, {"REGCACHE_LEDGER_NAMESPACE", "a-b"},
-        {"REGCACHE_BAR1_BYTES", "12Q"},
-        {"REGCACHE_HOOKS", "maybe"},
+        { "REGCACHE_ALIGNMENT", "2G" },
+        { "REGCACHE_ALIGNMENT", "2048" },
+        { "REGCACHE_WHOLE_ALLOCATION_MAX", "1.5G" },
+        { "REGCACHE_LEDGER", "sometimes" },
+        { "REGCACHE_LEDGER_NAMESPACE", "a-b" },
+        { "REGCACHE_BAR1_BYTES", "12Q" },
+        { "REGCACHE_HOOKS", "maybe" },
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         struct regcache_params p;
@@ -146,8 +163,8 @@ static void sizes_take_suffixes(void **state)
     static const struct {
         const char *value;
         size_t bytes;
-    } ok[] = {{"0", 0}, {"4096", 4096}, {"64K", 64 << 10}, {"64k", 64 << 10},
-              {"3M", 3ul << 20}, {"2G", 2ul << 30}, {"1T", 1ul << 40}};
+    } ok[] = { { "0", 0 },          { "4096", 4096 },    { "64K", 64 << 10 }, { "64k", 64 << 10 },
+               { "3M", 3ul << 20 }, { "2G", 2ul << 30 }, { "1T", 1ul << 40 } };
     for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
         setenv("REGCACHE_MAX_BYTES", ok[i].value, 1);
         struct regcache_params p;
@@ -213,15 +230,7 @@ static void hooks_off(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(max_entries_and_bytes, clean_env, clean_env),
-        cmocka_unit_test_setup_teardown(validation_alignment_whole, clean_env, clean_env),
-        cmocka_unit_test_setup_teardown(host_memory, clean_env, clean_env),
-        cmocka_unit_test_setup_teardown(bad_values_are_refused, clean_env, clean_env),
-        cmocka_unit_test_setup_teardown(sizes_take_suffixes, clean_env, clean_env),
-        cmocka_unit_test_setup_teardown(params_errors_name_the_field, clean_env, clean_env),
-        cmocka_unit_test_setup_teardown(stats_dump_at_destroy, clean_env, clean_env),
-        cmocka_unit_test_setup_teardown(hooks_off, clean_env, clean_env),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return FX_RUN(clean_env, clean_env, max_entries_and_bytes, validation_alignment_whole,
+                  host_memory, bad_values_are_refused, sizes_take_suffixes,
+                  params_errors_name_the_field, stats_dump_at_destroy, hooks_off);
 }

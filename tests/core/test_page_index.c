@@ -22,9 +22,9 @@
 #define OPS 20000
 
 struct model {
-    struct regcache_entry *e;     /* ENTRIES of them */
+    struct regcache_entry *e; /* ENTRIES of them */
     bool live[ENTRIES];
-    uintptr_t pages[ENTRIES][4];  /* pages each live entry is indexed under */
+    uintptr_t pages[ENTRIES][4]; /* pages each live entry is indexed under */
     unsigned npages[ENTRIES];
 };
 
@@ -151,9 +151,9 @@ static void growth_keeps_every_entry(void **state)
     }
     for (unsigned i = 0; i < N; i++) {
         struct rc_probe probe;
-        assert_ptr_equal(rc_page_index_find(&idx, (uintptr_t)i * PAGE + 7, (uintptr_t)i * PAGE + 99,
-                                            &probe),
-                         &e[i]);
+        assert_ptr_equal(
+            rc_page_index_find(&idx, (uintptr_t)i * PAGE + 7, (uintptr_t)i * PAGE + 99, &probe),
+            &e[i]);
     }
     rc_page_index_check(&idx);
     for (unsigned i = 0; i < N; i++)

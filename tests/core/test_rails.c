@@ -20,8 +20,7 @@
 
 static void two_rails(struct fx *f, int validation)
 {
-    fx_device_alloc(f, 0);
-    fx_device_alloc(f, 1);
+    fx_device_allocs(f, 2);
     f->p.rails = 2;
     f->p.validation = validation;
     fx_create(f);
@@ -40,10 +39,7 @@ static void one_entry_a_registration_per_rail(void **state)
     assert_int_equal(fx_handle(r1)->len, fx_handle(r0)->len);
     regcache_put(f->c, r0);
     regcache_put(f->c, r1);
-    struct regcache_stats s = fx_stats(f);
-    assert_int_equal(s.entries, 1);
-    assert_int_equal(s.bytes, MiB);
-    assert_int_equal(s.registrations, 2);
+    fx_assert_stats(f, FX_STAT(entries, 1), FX_STAT(bytes, MiB), FX_STAT(registrations, 2), NULL);
     /* Both rails hit now, each with its own registration. */
     r0 = fx_get_rail(f, 0, A + 30, 10);
     r1 = fx_get_rail(f, 1, A + 30, 10);
@@ -51,9 +47,7 @@ static void one_entry_a_registration_per_rail(void **state)
     assert_int_equal(fx_handle(r1)->rail, 1);
     regcache_put(f->c, r0);
     regcache_put(f->c, r1);
-    s = fx_stats(f);
-    assert_int_equal(s.hits, 2);
-    assert_int_equal(s.registrations, 2);
+    fx_assert_stats(f, FX_STAT(hits, 2), FX_STAT(registrations, 2), NULL);
 }
 
 /* A second rail's registration of an entry the hit path finds costs no
@@ -73,12 +67,10 @@ static void second_rail_costs_one_query(int validation, struct fx *f)
     long queries = atomic_load(&f->fb.queries) - before;
     if (queries != per_hit)
         fail_msg("registering rail 1 of an entry the hit path found took %ld memory queries, "
-                 "a hit %ld", queries, per_hit);
+                 "a hit %ld",
+                 queries, per_hit);
     assert_int_equal(atomic_load(&f->fb.regs), 2);
-    struct regcache_stats s = fx_stats(f);
-    assert_int_equal(s.misses, 2);
-    assert_int_equal(s.hits, 1);
-    assert_int_equal(s.entries, 1);
+    fx_assert_stats(f, FX_STAT(misses, 2), FX_STAT(hits, 1), FX_STAT(entries, 1), NULL);
 }
 
 static void second_rail_costs_one_query_hooks(void **state)
@@ -120,7 +112,7 @@ static void assert_both_rails_released(struct rails_seen *r)
 static void every_rail_goes_with_the_entry(void **state)
 {
     struct fx *f = *state;
-    struct rails_seen seen = {0};
+    struct rails_seen seen = { 0 };
     f->fb.during_dereg = note_rail;
     f->fb.during_dereg_arg = &seen;
     f->p.max_entries = 1;
@@ -152,10 +144,7 @@ static void exhaustion_on_one_rail_evicts_and_retries(void **state)
     f->fb.fail_count = 1;
     regcache_entry_t *b1 = fx_get_rail(f, 1, B, 10);
     assert_int_equal(fx_handle(b1)->rail, 1);
-    struct regcache_stats s = fx_stats(f);
-    assert_int_equal(s.reg_failures, 1);
-    assert_int_equal(s.evictions, 1);
-    assert_int_equal(s.entries, 1);
+    fx_assert_stats(f, FX_STAT(reg_failures, 1), FX_STAT(evictions, 1), FX_STAT(entries, 1), NULL);
     regcache_put(f->c, b1);
     regcache_put(f->c, b0);
 }
@@ -178,10 +167,7 @@ static void rail_out_of_space_leaves_the_others_serving(void **state)
     regcache_entry_t *again = fx_get(f, A, 10);
     assert_ptr_equal(fx_handle(again), h0);
     regcache_put(f->c, again);
-    struct regcache_stats s = fx_stats(f);
-    assert_int_equal(s.entries, 1);
-    assert_int_equal(s.registrations, 1);
-    assert_int_equal(s.evictions, 0);
+    fx_assert_stats(f, FX_STAT(entries, 1), FX_STAT(registrations, 1), FX_STAT(evictions, 0), NULL);
     assert_int_equal(atomic_load(&f->fb.live), 1);
     /* Once the NIC has room again, rail 1 registers. */
     f->fb.fail_count = 0;
@@ -203,18 +189,7 @@ static void rail_out_of_range_is_invalid(void **state)
     assert_int_equal(atomic_load(&f->fb.queries), 0);
 }
 
-int main(void)
-{
-#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
-    const struct CMUnitTest tests[] = {
-        T(one_entry_a_registration_per_rail),
-        T(second_rail_costs_one_query_hooks),
-        T(second_rail_costs_one_query_tag_check),
-        T(every_rail_goes_with_the_entry),
-        T(exhaustion_on_one_rail_evicts_and_retries),
-        T(rail_out_of_space_leaves_the_others_serving),
-        T(rail_out_of_range_is_invalid),
-    };
-#undef T
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+FX_MAIN(one_entry_a_registration_per_rail, second_rail_costs_one_query_hooks,
+        second_rail_costs_one_query_tag_check, every_rail_goes_with_the_entry,
+        exhaustion_on_one_rail_evicts_and_retries, rail_out_of_space_leaves_the_others_serving,
+        rail_out_of_range_is_invalid)

@@ -13,7 +13,7 @@
 #define MiB (1024ul * 1024ul)
 #define SLOTS 16
 #define GETTERS 8
-#define ALLOC(i) ((uintptr_t)0x7f0000000000ull + (uintptr_t)(i) * 2 * MiB)
+#define ALLOC(i) ((uintptr_t)0x7f0000000000ull + (uintptr_t)(i)*2 * MiB)
 #define MAGIC 0x5ca1ab1eu
 
 struct world {

@@ -178,8 +178,7 @@ static void pop_failure_closes_the_new_fd(void **state)
         drv.fail[FC_CTX_POP] = errors[e];
         int fd = -1;
         uint64_t offset;
-        assert_int_equal(rc_dmabuf_export(drv_addr(0), page, &fd, &offset),
-                         REGCACHE_ERR_CUDA);
+        assert_int_equal(rc_dmabuf_export(drv_addr(0), page, &fd, &offset), REGCACHE_ERR_CUDA);
         assert_int_equal(fd, -1);
         assert_non_null(strstr(regcache_last_error(), "cuCtxPopCurrent"));
         assert_int_equal(drv_open_fds(), fds_before);
@@ -193,9 +192,9 @@ static void dmabuf_supported_follows_the_attribute(void **state)
 {
     (void)state;
     assert_int_equal(rc_dmabuf_supported(0), 1);
-    drv.dmabuf_supported = 0;
+    drv.dmabuf_supported[0] = 0;
     assert_int_equal(rc_dmabuf_supported(0), 0);
-    drv.dmabuf_supported = 1;
+    drv.dmabuf_supported[0] = 1;
     assert_int_equal(rc_dmabuf_supported(1), 0); /* no such device */
     /* Any driver error reads as "no". */
     for (size_t e = 0; e < sizeof errors / sizeof errors[0]; e++) {

@@ -95,12 +95,12 @@ static void stats(void)
  * in one reservation, each mapping registered. */
 static void map_and_register(size_t count)
 {
-    CUmemAllocationProp prop = {0};
+    CUmemAllocationProp prop = { 0 };
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     prop.location.id = device;
     prop.allocFlags.gpuDirectRDMACapable = 1;
-    CUmemAccessDesc access = {prop.location, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    CUmemAccessDesc access = { prop.location, CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
     vmm_reserved = count * CHUNK;
     cu(cuMemAddressReserve(&vmm, vmm_reserved, CHUNK, 0, 0), "cuMemAddressReserve");
     cu(cuMemCreate(&handle, CHUNK, &prop, 0), "cuMemCreate");

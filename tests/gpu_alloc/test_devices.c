@@ -26,10 +26,10 @@
 
 #define MIB ((size_t)1 << 20)
 #define MAX_GPUS 2
-#define BUF (2 * MIB)        /* one buffer, one registration */
-#define PER_DEVICE 6         /* buffers per device */
-#define BUDGET (8 * MIB)     /* less than PER_DEVICE buffers: each device evicts */
-#define CAPACITY (3 * BUF)   /* the injected "BAR1" of device 0 */
+#define BUF (2 * MIB)      /* one buffer, one registration */
+#define PER_DEVICE 6       /* buffers per device */
+#define BUDGET (8 * MIB)   /* less than PER_DEVICE buffers: each device evicts */
+#define CAPACITY (3 * BUF) /* the injected "BAR1" of device 0 */
 
 static int gpus;
 static CUcontext ctx[MAX_GPUS];
@@ -46,15 +46,15 @@ static int failed;
     } while (0)
 
 /* A driver call that fails leaves nothing after it meaningful: stop. */
-#define CU(call)                                                                      \
-    do {                                                                              \
-        CUresult r_ = (call);                                                         \
-        if (r_ != CUDA_SUCCESS) {                                                     \
-            const char *n_ = "?";                                                     \
-            cuGetErrorName(r_, &n_);                                                  \
+#define CU(call)                                                                         \
+    do {                                                                                 \
+        CUresult r_ = (call);                                                            \
+        if (r_ != CUDA_SUCCESS) {                                                        \
+            const char *n_ = "?";                                                        \
+            cuGetErrorName(r_, &n_);                                                     \
             printf("FAIL %s:%d: %s: %s (%d)\n", __FILE__, __LINE__, #call, n_, (int)r_); \
-            exit(1);                                                                  \
-        }                                                                             \
+            exit(1);                                                                     \
+        }                                                                                \
     } while (0)
 
 static regcache_t *create(size_t max_bytes)
@@ -134,8 +134,7 @@ static int touch_from(regcache_t *cache, const struct buffer *b, int current)
 {
     char msg[1536];
     int rc;
-    int outcome = gb_checked_get(cache, b->ptr, b->size, b->device, current, &rc, msg,
-                                 sizeof msg);
+    int outcome = gb_checked_get(cache, b->ptr, b->size, b->device, current, &rc, msg, sizeof msg);
     CHECK(outcome == GB_SERVED, "%s", msg);
     return outcome;
 }
@@ -162,8 +161,7 @@ static void bar1_budgets(void)
         CU(cuDeviceGet(&dev, d));
         CU(cuDeviceGetPCIBusId(bus, sizeof bus, dev));
         size_t budget = rc_bar1_budget(d);
-        printf("device %d (%s): BAR1 budget %zu MiB (%zu bytes)%s\n", d, bus, budget / MIB,
-               budget,
+        printf("device %d (%s): BAR1 budget %zu MiB (%zu bytes)%s\n", d, bus, budget / MIB, budget,
                budget == 1 ? ": the reserve takes all free BAR1, no unused entry is kept" : "");
         CHECK(budget != 0,
               "device %d: no BAR1 reading from NVML (libnvidia-ml.so.1 not loadable, or no "
@@ -180,8 +178,8 @@ static void expect_kept(regcache_t *cache, const struct buffer *bufs, int device
     for (long i = PER_DEVICE - kept; i < PER_DEVICE; i++)
         touch(cache, &bufs[i]);
     CHECK(gb_regs_on(device) == regs,
-          "device %d: %ld of its %ld kept entries were gone (evicted by another device?)",
-          device, gb_regs_on(device) - regs, kept);
+          "device %d: %ld of its %ld kept entries were gone (evicted by another device?)", device,
+          gb_regs_on(device) - regs, kept);
 }
 
 static void budgets(struct buffer bufs[][PER_DEVICE])
@@ -220,8 +218,7 @@ static void budgets(struct buffer bufs[][PER_DEVICE])
               regcache_last_error());
     }
     CHECK((size_t)gb_bytes_on(0) >= PER_DEVICE * BUF,
-          "device 0 keeps %ld bytes with %d buffers of %zu held", gb_bytes_on(0), PER_DEVICE,
-          BUF);
+          "device 0 keeps %ld bytes with %d buffers of %zu held", gb_bytes_on(0), PER_DEVICE, BUF);
     for (int i = 0; i < PER_DEVICE; i++)
         regcache_put(cache, held[i]);
     CHECK((size_t)gb_bytes_on(0) <= BUDGET, "device 0 keeps %ld bytes after the puts",
@@ -230,8 +227,8 @@ static void budgets(struct buffer bufs[][PER_DEVICE])
         CHECK(gb_deregs_on(e) == others[e], "device 0's held entries evicted %ld of device %d",
               gb_deregs_on(e) - others[e], e);
     for (int d = 0; d < gpus; d++)
-        printf("budget %zu MiB: device %d evicted %ld entries, keeps %ld (%ld MiB)\n",
-               BUDGET / MIB, d, evicted[d], live_on(d), gb_bytes_on(d) / (long)MIB);
+        printf("budget %zu MiB: device %d evicted %ld entries, keeps %ld (%ld MiB)\n", BUDGET / MIB,
+               d, evicted[d], live_on(d), gb_bytes_on(d) / (long)MIB);
     regcache_destroy(cache);
 }
 

@@ -1,5 +1,6 @@
 /* The checking backend over the real driver (see gpu_backend.h). */
 #include "gpu_backend.h"
+#include "../common/stats_field.h"
 
 #include <cuda.h>
 #include <errno.h>
@@ -33,19 +34,20 @@ static CUresult read_facts(uintptr_t addr, struct facts *f)
 {
     *f = (struct facts){ 0 };
     CUpointer_attribute attrs[] = {
-        CU_POINTER_ATTRIBUTE_BUFFER_ID,       CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-        CU_POINTER_ATTRIBUTE_IS_MANAGED,      CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
-        CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,  CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE,
-        CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+        CU_POINTER_ATTRIBUTE_BUFFER_ID,         CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+        CU_POINTER_ATTRIBUTE_IS_MANAGED,        CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
+        CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,    CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE,
+        CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,  CU_POINTER_ATTRIBUTE_RANGE_SIZE,
         CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, CU_POINTER_ATTRIBUTE_MAPPING_SIZE,
     };
-    void *values[] = { &f->id,          &f->type,       &f->managed,     &f->legacy_ipc,
-                       &f->ordinal,     &f->pool,       &f->range_start, &f->range_size,
-                       &f->mapping_start, &f->mapping_size };
+    void *values[] = { &f->id,          &f->type,       &f->managed,
+                       &f->legacy_ipc,  &f->ordinal,    &f->pool,
+                       &f->range_start, &f->range_size, &f->mapping_start,
+                       &f->mapping_size };
     _Static_assert(sizeof attrs / sizeof attrs[0] == sizeof values / sizeof values[0],
                    "one value per attribute");
-    CUresult r = cuPointerGetAttributes(sizeof attrs / sizeof attrs[0], attrs, values,
-                                        (CUdeviceptr)addr);
+    CUresult r =
+        cuPointerGetAttributes(sizeof attrs / sizeof attrs[0], attrs, values, (CUdeviceptr)addr);
     if (r == CUDA_ERROR_INVALID_VALUE || (r == CUDA_SUCCESS && f->type == 0)) {
         *f = (struct facts){ 0 }; /* some drivers say "unknown" this way */
         return CUDA_SUCCESS;
@@ -71,13 +73,13 @@ static int kind_of(const struct facts *f)
         return GB_KIND_HOST;
     if (f->legacy_ipc)
         return GB_KIND_MALLOC;
-    return f->pool != NULL ? GB_KIND_POOL : GB_KIND_VMM;
+    return f->pool ? GB_KIND_POOL : GB_KIND_VMM;
 }
 
 static const char *kind_name(int kind)
 {
     static const char *const names[] = { "no CUDA memory", "cuMemAlloc", "pool", "VMM",
-                                         "pinned host", "managed" };
+                                         "pinned host",    "managed" };
     return names[kind];
 }
 
@@ -163,7 +165,7 @@ static int walk_add(struct walk *w, uintptr_t start, uintptr_t end, unsigned lon
     if (w->n == w->cap) {
         size_t cap = w->cap ? 2 * w->cap : 16;
         struct seg *s = realloc(w->seg, cap * sizeof *s);
-        if (s == NULL)
+        if (!s)
             return -1;
         w->seg = s;
         w->cap = cap;
@@ -177,6 +179,16 @@ static int walk_add(struct walk *w, uintptr_t start, uintptr_t end, unsigned lon
 #define WALK_MAX_PROBES (1u << 20)
 
 /* The memory under [start, end) now, one segment per buffer id. */
+/* read_facts(), or -1 and the driver's error in why. */
+static int read_facts_saying(uintptr_t p, struct facts *f, char *why, size_t size)
+{
+    CUresult r = read_facts(p, f);
+    if (r == CUDA_SUCCESS)
+        return 0;
+    snprintf(why, size, "cuPointerGetAttributes(%#lx): %s", (unsigned long)p, cuda_error_name(r));
+    return -1;
+}
+
 static int walk(uintptr_t start, uintptr_t end, struct walk *w, char *why, size_t size)
 {
     unsigned int probes = 0;
@@ -185,20 +197,15 @@ static int walk(uintptr_t start, uintptr_t end, struct walk *w, char *why, size_
         unsigned long long id = 0;
         if (++probes <= WALK_MAX_PROBES) {
             struct facts f;
-            CUresult r = read_facts(p, &f);
-            if (r != CUDA_SUCCESS) {
-                snprintf(why, size, "cuPointerGetAttributes(%#lx): %s", (unsigned long)p,
-                         cuda_error_name(r));
+            if (read_facts_saying(p, &f, why, size) != 0)
                 return -1;
-            }
             uintptr_t stretch = stretch_end(p, &f);
             e = stretch < end ? stretch : end;
             id = f.id;
         } else {
             printf("note: registration %#lx+%zu: stopped reading it at %#lx after %u "
                    "stretches; the rest counts as no memory\n",
-                   (unsigned long)start, (size_t)(end - start), (unsigned long)p,
-                   WALK_MAX_PROBES);
+                   (unsigned long)start, (size_t)(end - start), (unsigned long)p, WALK_MAX_PROBES);
             fflush(stdout);
         }
         if (walk_add(w, p, e, id) != 0) {
@@ -229,14 +236,10 @@ static int compare(const struct record *r, uintptr_t lo, uintptr_t hi, char *why
 {
     for (uintptr_t p = lo; p < hi;) {
         struct facts f;
-        CUresult res = read_facts(p, &f);
-        if (res != CUDA_SUCCESS) {
-            snprintf(why, size, "cuPointerGetAttributes(%#lx): %s", (unsigned long)p,
-                     cuda_error_name(res));
+        if (read_facts_saying(p, &f, why, size) != 0)
             return -1;
-        }
         const struct seg *s = find_seg(r, p);
-        if (s == NULL) {
+        if (!s) {
             snprintf(why, size, "%#lx lies outside the registration", (unsigned long)p);
             return 1;
         }
@@ -256,7 +259,7 @@ static int compare(const struct record *r, uintptr_t lo, uintptr_t hi, char *why
 int gb_cache_first(void)
 {
     static regcache_t *first;
-    if (getenv("GB_CACHE_FIRST") == NULL)
+    if (!getenv("GB_CACHE_FIRST"))
         return 0;
     int rc = gb_create(REGCACHE_VALIDATE_AUTO, 0, &first);
     printf("cache created before CUDA: %s, validation %s (%s)\n", regcache_strerror(rc),
@@ -298,20 +301,44 @@ static int slot(int device)
     return device >= REGCACHE_DEVICE_HOST && device < SLOTS - 1 ? device + 1 : -1;
 }
 
-long gb_regs(void) { return atomic_load(&regs); }
-long gb_deregs(void) { return atomic_load(&deregs); }
-long gb_deregs_valid(void) { return atomic_load(&valid); }
-long gb_deregs_stale(void) { return atomic_load(&stale); }
-long gb_queries(void) { return atomic_load(&queries); }
+long gb_regs(void)
+{
+    return atomic_load(&regs);
+}
+long gb_deregs(void)
+{
+    return atomic_load(&deregs);
+}
+long gb_deregs_valid(void)
+{
+    return atomic_load(&valid);
+}
+long gb_deregs_stale(void)
+{
+    return atomic_load(&stale);
+}
+long gb_queries(void)
+{
+    return atomic_load(&queries);
+}
 
 static long on_device(atomic_long *counters, int device)
 {
     return slot(device) < 0 ? 0 : atomic_load(&counters[slot(device)]);
 }
 
-long gb_regs_on(int device) { return on_device(regs_on, device); }
-long gb_deregs_on(int device) { return on_device(deregs_on, device); }
-long gb_bytes_on(int device) { return on_device(bytes_on, device); }
+long gb_regs_on(int device)
+{
+    return on_device(regs_on, device);
+}
+long gb_deregs_on(int device)
+{
+    return on_device(deregs_on, device);
+}
+long gb_bytes_on(int device)
+{
+    return on_device(bytes_on, device);
+}
 
 void gb_set_capacity(int device, size_t bytes)
 {
@@ -343,8 +370,7 @@ static _Thread_local struct {
     uintptr_t lo, hi;
 } request;
 
-static int reg(UNUSED void *arg, void *addr, size_t len, int device, UNUSED int rail,
-               void **handle)
+static int reg(UNUSED void *arg, void *addr, size_t len, int device, UNUSED int rail, void **handle)
 {
     uintptr_t a = (uintptr_t)addr;
     int s = slot(device);
@@ -365,7 +391,7 @@ static int reg(UNUSED void *arg, void *addr, size_t len, int device, UNUSED int 
     char why[160] = "out of memory";
     struct record *r = NULL;
     if (walk(a, a + len, &w, why, sizeof why) != 0 ||
-        (r = malloc(sizeof *r + w.n * sizeof w.seg[0])) == NULL) {
+        !(r = malloc(sizeof *r + w.n * sizeof w.seg[0]))) {
         char line[256];
         snprintf(line, sizeof line, "reg %#lx+%zu failed: %s", (unsigned long)a, len, why);
         report(line);
@@ -474,7 +500,7 @@ static CUresult primary_context(int device, CUcontext *ctx)
         return CUDA_ERROR_INVALID_DEVICE;
     pthread_mutex_lock(&lock);
     CUresult r = CUDA_SUCCESS;
-    if (retained[device] == NULL) {
+    if (!retained[device]) {
         CUdevice dev;
         r = cuDeviceGet(&dev, device);
         if (r == CUDA_SUCCESS)
@@ -642,7 +668,7 @@ int gb_registered_for(const void *handle, uintptr_t addr, int *device,
         return -1;
     const struct seg *s = find_seg(r, addr);
     *device = r->device;
-    *buffer_id = s != NULL ? s->id : 0;
+    *buffer_id = s ? s->id : 0;
     return 0;
 }
 
@@ -657,27 +683,11 @@ int gb_memory_kind(uintptr_t addr, unsigned long long *buffer_id)
 
 long long gb_stat(const regcache_t *cache, const char *name)
 {
-#define FIELD(f) { #f, offsetof(struct regcache_stats, f) }
-    static const struct {
-        const char *name;
-        size_t offset;
-    } fields[] = {
-        FIELD(hits),           FIELD(misses),           FIELD(registrations),
-        FIELD(deregistrations), FIELD(evictions),        FIELD(invalidations_tag),
-        FIELD(invalidations_notify), FIELD(invalidations_explicit), FIELD(reg_failures),
-        FIELD(entries),        FIELD(bytes),            FIELD(peak_bytes),
-    };
-#undef FIELD
     struct regcache_stats s;
-    if (regcache_get_stats(cache, &s) != REGCACHE_OK)
+    uint64_t v;
+    if (regcache_get_stats(cache, &s) != REGCACHE_OK || !stats_field(&s, name, &v))
         return -1;
-    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
-        if (strcmp(fields[i].name, name) == 0) {
-            uint64_t v;
-            memcpy(&v, (const char *)&s + fields[i].offset, sizeof v);
-            return (long long)v;
-        }
-    return -1;
+    return (long long)v;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -689,23 +699,23 @@ long long gb_stat(const regcache_t *cache, const char *name)
 #define GB_ROUNDS 3
 #define GB_HITS 10
 
-#define CHECK(cond, ...)                                  \
-    do {                                                  \
-        if (!(cond)) {                                    \
-            printf("FAIL [%s] ", memory->name);           \
-            printf(__VA_ARGS__);                          \
-            printf("\n");                                 \
-            failed = 1;                                   \
-        }                                                 \
+#define CHECK(cond, ...)                        \
+    do {                                        \
+        if (!(cond)) {                          \
+            printf("FAIL [%s] ", memory->name); \
+            printf(__VA_ARGS__);                \
+            printf("\n");                       \
+            failed = 1;                         \
+        }                                       \
     } while (0)
 
 /* Without memory nothing after means anything: stop at once. */
-#define ALLOC(ptr)                                                \
-    do {                                                          \
-        if (memory->alloc(ptr, GB_SIZE, memory->ctx) != 0) {      \
+#define ALLOC(ptr)                                                 \
+    do {                                                           \
+        if (memory->alloc(ptr, GB_SIZE, memory->ctx) != 0) {       \
             printf("FAIL [%s] allocation failed\n", memory->name); \
-            return 1;                                             \
-        }                                                         \
+            return 1;                                              \
+        }                                                          \
     } while (0)
 
 int gb_run(const struct gb_memory *memory)
@@ -754,8 +764,8 @@ int gb_run(const struct gb_memory *memory)
         for (int i = 0; i < GB_BUFFERS; i++)
             CHECK(memory->free(buf[i], GB_SIZE, memory->ctx) == 0, "free failed");
         CHECK(gb_deregs() == before + GB_BUFFERS,
-              "round %d: %ld deregs for %d frees (bystander taken too, or a free unseen)",
-              round, gb_deregs() - before, GB_BUFFERS);
+              "round %d: %ld deregs for %d frees (bystander taken too, or a free unseen)", round,
+              gb_deregs() - before, GB_BUFFERS);
     }
     long before = gb_deregs();
     CHECK(memory->free(bystander, GB_SIZE, memory->ctx) == 0, "free failed");

@@ -91,12 +91,12 @@ int gb_registered_for(const void *handle, uintptr_t addr, int *device,
 
 /* What memory addr is now, by the driver's pointer attributes. */
 enum gb_kind {
-    GB_KIND_NONE = 0,    /* no CUDA memory (freed, unmapped, never allocated) */
-    GB_KIND_MALLOC = 1,  /* cuMemAlloc / cudaMalloc */
-    GB_KIND_POOL = 2,    /* stream-ordered pool: cuMemAllocAsync / cudaMallocAsync */
-    GB_KIND_VMM = 3,     /* cuMemCreate + cuMemMap */
-    GB_KIND_HOST = 4,    /* pinned host memory */
-    GB_KIND_MANAGED = 5  /* managed (unified) memory */
+    GB_KIND_NONE = 0,   /* no CUDA memory (freed, unmapped, never allocated) */
+    GB_KIND_MALLOC = 1, /* cuMemAlloc / cudaMalloc */
+    GB_KIND_POOL = 2,   /* stream-ordered pool: cuMemAllocAsync / cudaMallocAsync */
+    GB_KIND_VMM = 3,    /* cuMemCreate + cuMemMap */
+    GB_KIND_HOST = 4,   /* pinned host memory */
+    GB_KIND_MANAGED = 5 /* managed (unified) memory */
 };
 /* The kind of the memory at addr, and its buffer id in *buffer_id (0 for
  * GB_KIND_NONE). */

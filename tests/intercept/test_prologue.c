@@ -97,8 +97,8 @@ static void endbr64_prologues(void **state)
     assert_int_equal(p.copied, 5);
     assert_trampoline(push, &p);
 
-    static const uint8_t sub[] = { 0xf3, 0x0f, 0x1e, 0xfa, 0x48, 0x81, 0xec,
-                                   0x00, 0x01, 0x00, 0x00, 0xc3 };
+    static const uint8_t sub[] = { 0xf3, 0x0f, 0x1e, 0xfa, 0x48, 0x81,
+                                   0xec, 0x00, 0x01, 0x00, 0x00, 0xc3 };
     p = decoded(sub, sizeof sub);
     assert_int_equal(p.len, 11);
     assert_int_equal(p.resume, AT + 11);
@@ -173,12 +173,9 @@ static void truncated_code_is_refused(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(measured_libcuda_entry),
-        cmocka_unit_test(other_patchers_near_jump),
-        cmocka_unit_test(other_patchers_far_jump),
-        cmocka_unit_test(endbr64_prologues),
-        cmocka_unit_test(other_frame_setups),
-        cmocka_unit_test(everything_else_is_refused),
+        cmocka_unit_test(measured_libcuda_entry),    cmocka_unit_test(other_patchers_near_jump),
+        cmocka_unit_test(other_patchers_far_jump),   cmocka_unit_test(endbr64_prologues),
+        cmocka_unit_test(other_frame_setups),        cmocka_unit_test(everything_else_is_refused),
         cmocka_unit_test(truncated_code_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

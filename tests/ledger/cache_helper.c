@@ -109,8 +109,8 @@ static int command(const char *line)
         return get_newest(0);
     }
     if (sscanf(line, "sleep %lu", &n) == 1) {
-        nanosleep(&(struct timespec){.tv_sec = (time_t)(n / 1000),
-                                     .tv_nsec = (long)(n % 1000) * 1000000},
+        nanosleep(&(struct timespec){ .tv_sec = (time_t)(n / 1000),
+                                      .tv_nsec = (long)(n % 1000) * 1000000 },
                   NULL);
         return REGCACHE_OK;
     }
@@ -155,8 +155,8 @@ static void answer(int rc)
         held += hold_bytes[i];
     printf("stats %d %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64
            " %" PRIu64 " %" PRIu64 " %" PRIu64 " %zu\n",
-           rc, s.bytes, s.entries, s.budget, s.hits, s.misses, s.evictions,
-           s.invalidations_tag, s.invalidations_notify, s.reg_failures, held);
+           rc, s.bytes, s.entries, s.budget, s.hits, s.misses, s.evictions, s.invalidations_tag,
+           s.invalidations_notify, s.reg_failures, held);
 }
 
 int main(int argc, char **argv)

@@ -47,7 +47,7 @@ unsigned namespace_segments(bool remove)
     unsigned n = 0;
     prefix(p, sizeof p);
     DIR *dir = opendir(RC_LEDGER_DIR);
-    for (struct dirent *d; dir && (d = readdir(dir)) != NULL;) {
+    for (struct dirent *d; dir && (d = readdir(dir));) {
         if (strncmp(d->d_name, p, strlen(p)))
             continue;
         n++;
@@ -96,8 +96,8 @@ struct rc_ledger_segment *segment_open(const char *key)
     int fd = open(path, O_RDWR | O_NOFOLLOW);
     if (fd < 0)
         return NULL;
-    void *p = mmap(NULL, sizeof(struct rc_ledger_segment), PROT_READ | PROT_WRITE, MAP_SHARED,
-                   fd, 0);
+    void *p =
+        mmap(NULL, sizeof(struct rc_ledger_segment), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     assert_true(p != MAP_FAILED);
     return p;
@@ -166,13 +166,13 @@ static void start(struct helper *h, char *const argv[])
 
 void helper_start(struct helper *h, const char *key)
 {
-    char *argv[] = {LEDGER_HELPER, (char *)key, NULL};
+    char *argv[] = { LEDGER_HELPER, (char *)key, NULL };
     start(h, argv);
 }
 
 void cache_start(struct helper *h, const char *err)
 {
-    char *argv[] = {CACHE_HELPER, (char *)err, NULL};
+    char *argv[] = { CACHE_HELPER, (char *)err, NULL };
     start(h, argv);
 }
 
@@ -271,9 +271,8 @@ static const char *parse_cache(const char *p, struct stat_cache *c)
            "\"entries\":%llu,\"bytes\":%llu,\"budget\":%llu,\"hits\":%llu,\"misses\":%llu,"
            "\"evictions\":%llu,\"inval_tag\":%llu,\"inval_notify\":%llu,"
            "\"reg_failures\":%llu}%n",
-           &c->pid, c->process, &c->cache, c->state, &c->entries, &c->bytes, &c->budget,
-           &c->hits, &c->misses, &c->evictions, &c->inval_tag, &c->inval_notify,
-           &c->reg_failures, &end);
+           &c->pid, c->process, &c->cache, c->state, &c->entries, &c->bytes, &c->budget, &c->hits,
+           &c->misses, &c->evictions, &c->inval_tag, &c->inval_notify, &c->reg_failures, &end);
     return end ? p + end : NULL;
 }
 

@@ -57,8 +57,9 @@ int main(int argc, char **argv)
                 evict_to(rc_ledger_limit(ledger, 0));
         } else if (sscanf(line, "hold %llu", &n) == 1) {
             held_mib = n < bytes_mib ? n : bytes_mib;
-        } else if (sscanf(line, "count %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64
-                                " %" SCNu64,
+        } else if (sscanf(line,
+                          "count %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64
+                          " %" SCNu64,
                           &c.hits, &c.misses, &c.evictions, &c.inval_tag, &c.inval_notify,
                           &c.reg_failures) == 6) {
             rc_ledger_publish(ledger, &c);

@@ -41,8 +41,8 @@ static void stderr_says(const char *path, const char *text)
 /* The cache serves gets and keeps to its own budget: the whole budget. */
 static void keeps_own_budget(struct helper *h, struct cache_view *v)
 {
-    static const char *const moves[] = {"reg 100", "reg 100", "touch", "reg 100", "realloc",
-                                        "put",     "reg 100"};
+    static const char *const moves[] = { "reg 100", "reg 100", "touch",  "reg 100",
+                                         "realloc", "put",     "reg 100" };
     for (size_t i = 0; i < sizeof moves / sizeof moves[0]; i++) {
         cache_ask(h, moves[i], v);
         assert_int_equal(v->rc, 0);
@@ -123,8 +123,8 @@ static void foreign_segment_is_refused_and_left_alone(void **state)
         spoil_fn spoil;
         const char *what;
     } cases[] = {
-        {other_mode, "mode 0644"},
-        {other_owner, "another user's (only root can make one)"},
+        { other_mode, "mode 0644" },
+        { other_owner, "another user's (only root can make one)" },
     };
     struct stat_gpu g;
     char path[256], err[32], text[512];

@@ -58,7 +58,7 @@ static void sum_stays_within_budget_plus_held(void **state)
     (void)state;
     enum { N = 4, ROUNDS = 150 };
     struct helper h[N];
-    struct cache_view v[N] = {{0}};
+    struct cache_view v[N] = { { 0 } };
     unsigned long long most = 0, held;
     for (int i = 0; i < N; i++)
         cache_start(&h[i], NULL);
@@ -237,10 +237,8 @@ int main(void)
 {
 #define T(test) cmocka_unit_test_setup_teardown(test, ledger_setup, ledger_teardown)
     const struct CMUnitTest tests[] = {
-        T(sum_stays_within_budget_plus_held),
-        T(pressure_makes_the_other_evict),
-        T(registration_in_flight_is_counted),
-        T(killed_process_is_taken_back),
+        T(sum_stays_within_budget_plus_held), T(pressure_makes_the_other_evict),
+        T(registration_in_flight_is_counted), T(killed_process_is_taken_back),
         T(ledger_off_keeps_budgets_apart),
     };
 #undef T

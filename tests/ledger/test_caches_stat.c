@@ -22,10 +22,10 @@
 static void counters(const struct stat_cache *c, const struct cache_view *v,
                      unsigned long long shown[COUNTERS], unsigned long long own[COUNTERS])
 {
-    const unsigned long long s[COUNTERS] = {c->hits,      c->misses,       c->evictions,
-                                            c->inval_tag, c->inval_notify, c->reg_failures};
-    const unsigned long long o[COUNTERS] = {v->hits, v->misses, v->evictions,
-                                            v->tag,  v->notify, v->failures};
+    const unsigned long long s[COUNTERS] = { c->hits,      c->misses,       c->evictions,
+                                             c->inval_tag, c->inval_notify, c->reg_failures };
+    const unsigned long long o[COUNTERS] = { v->hits, v->misses, v->evictions,
+                                             v->tag,  v->notify, v->failures };
     memcpy(shown, s, sizeof s);
     memcpy(own, o, sizeof o);
 }
@@ -110,11 +110,11 @@ static void stat_shows_what_each_cache_says(void **state)
     /* A: hits, an invalidation by tag check (with its miss), one by
      * notify, a failed registration, a held entry; B: hits.  Then A's miss
      * on the full GPU evicts one of its entries. */
-    static const char *const a_moves[] = {"reg 60", "reg 60", "reg 60", "reg 60", "touch",
-                                          "touch",  "touch",  "touch",  "touch",  "realloc",
-                                          "notify", "fail",   "hold 10", NULL};
-    static const char *const b_moves[] = {"reg 20", "touch", "touch", "touch", "reg 72", NULL};
-    static const char *const a_full[] = {"reg 40", NULL};
+    static const char *const a_moves[] = { "reg 60", "reg 60", "reg 60",  "reg 60", "touch",
+                                           "touch",  "touch",  "touch",   "touch",  "realloc",
+                                           "notify", "fail",   "hold 10", NULL };
+    static const char *const b_moves[] = { "reg 20", "touch", "touch", "touch", "reg 72", NULL };
+    static const char *const a_full[] = { "reg 40", NULL };
     struct helper h[2];
     struct cache_view v[2];
     struct stat_gpu g;

@@ -17,9 +17,8 @@
 
 /* Checks the subtree at n (parent link, start order within [lo, hi], AVL
  * height and balance, max_end); returns its height, adds its size. */
-static int check_subtree(const struct rc_itree_node *n,
-                         const struct rc_itree_node *parent, uintptr_t lo,
-                         uintptr_t hi, int depth, size_t *count)
+static int check_subtree(const struct rc_itree_node *n, const struct rc_itree_node *parent,
+                         uintptr_t lo, uintptr_t hi, int depth, size_t *count)
 {
     int hl, hr;
     uintptr_t max_end;
@@ -61,7 +60,7 @@ static int check_tree(const struct rc_itree *t)
 struct seen {
     struct rc_itree_node *nodes[MAX_SEEN];
     size_t n;
-    size_t stop_after;          /* 0: never stop */
+    size_t stop_after; /* 0: never stop */
     int stop_code;
 };
 
@@ -74,8 +73,7 @@ static int record(struct rc_itree_node *n, void *arg)
     return s->n == s->stop_after ? s->stop_code : 0;
 }
 
-static size_t query(const struct rc_itree *t, uintptr_t start, uintptr_t end,
-                    struct seen *s)
+static size_t query(const struct rc_itree *t, uintptr_t start, uintptr_t end, struct seen *s)
 {
     s->n = 0;
     s->stop_after = 0;
@@ -239,7 +237,7 @@ struct teardown {
     struct rc_itree *t;
     struct rc_itree_node *nodes;
     int *visits;
-    int remove_every;           /* remove the nodes whose index % this == 0 */
+    int remove_every; /* remove the nodes whose index % this == 0 */
     int calls;
 };
 
@@ -312,10 +310,9 @@ static void test_sorted_inserts_stay_balanced(void **state)
     (void)state;
     assert_non_null(nodes);
     rc_itree_init(&t);
-    for (int i = 0; i < N / 2; i++) {       /* ascending, then descending */
+    for (int i = 0; i < N / 2; i++) { /* ascending, then descending */
         set_range(&nodes[i], (uintptr_t)i * 8, (uintptr_t)i * 8 + 8);
-        set_range(&nodes[N - 1 - i], (uintptr_t)(N - 1 - i) * 8,
-                  (uintptr_t)(N - 1 - i) * 8 + 8);
+        set_range(&nodes[N - 1 - i], (uintptr_t)(N - 1 - i) * 8, (uintptr_t)(N - 1 - i) * 8 + 8);
     }
     for (int i = 0; i < N / 2; i++)
         rc_itree_insert(&t, &nodes[i]);
@@ -366,8 +363,8 @@ static uint64_t below(uint64_t n)
 struct model {
     struct rc_itree tree;
     struct rc_itree_node nodes[POOL];
-    uint64_t expect[POOL];      /* == query id: the node should be visited */
-    uint64_t visited[POOL];     /* == query id: the node was visited */
+    uint64_t expect[POOL];  /* == query id: the node should be visited */
+    uint64_t visited[POOL]; /* == query id: the node was visited */
     /* A permutation of the node indices: the first nlive are in the tree,
      * the others free; pos is its inverse. */
     int slot[POOL];
@@ -402,8 +399,8 @@ static int check_visit(struct rc_itree_node *n, void *arg)
     ptrdiff_t i = n - m->nodes;
 
     assert_true(i >= 0 && i < POOL);
-    assert_true(m->expect[i] == m->query_id);   /* overlaps and is live */
-    assert_true(m->visited[i] != m->query_id);  /* not visited twice */
+    assert_true(m->expect[i] == m->query_id);  /* overlaps and is live */
+    assert_true(m->visited[i] != m->query_id); /* not visited twice */
     m->visited[i] = m->query_id;
     assert_true(v->n == 0 || v->last_start <= n->start);
     v->last_start = n->start;
@@ -429,17 +426,17 @@ static void random_range(struct model *m, uintptr_t *start, uintptr_t *end)
 
         s = o->start;
         e = o->end;
-        if (shape < 15) {                       /* identical */
-        } else if (shape < 25) {                /* nested */
+        if (shape < 15) {        /* identical */
+        } else if (shape < 25) { /* nested */
             s += below(e - s);
             e = s + 1 + below(o->end - s);
-        } else if (shape < 30) {                /* enclosing */
+        } else if (shape < 30) { /* enclosing */
             s -= below(min_uptr(s, m->space) + 1);
             e += below(min_uptr(UINTPTR_MAX - e, m->space) + 1);
-        } else if (shape < 35 && e < UINTPTR_MAX) {     /* touching after */
+        } else if (shape < 35 && e < UINTPTR_MAX) { /* touching after */
             s = e;
             e = s + 1 + below(min_uptr(UINTPTR_MAX - s, m->space));
-        } else if (s > 0) {                     /* touching before */
+        } else if (s > 0) { /* touching before */
             e = s;
             s = e - 1 - below(min_uptr(e, m->space));
         }
@@ -483,7 +480,7 @@ static void model_query(struct model *m)
     size_t expected = 0;
     int rc;
 
-    if (below(50) == 0) {                       /* everything in the space */
+    if (below(50) == 0) { /* everything in the space */
         v.start = m->base;
         v.end = m->base + m->space;
     } else {
@@ -541,16 +538,13 @@ static void model_check(struct model *m)
 /* One phase: a target size to grow or shrink to, in one address space. */
 static void new_phase(struct model *m, int *target)
 {
-    static const uintptr_t spaces[] = { 8, 64, 1024, (uintptr_t)1 << 20,
-                                        (uintptr_t)1 << 40 };
+    static const uintptr_t spaces[] = { 8, 64, 1024, (uintptr_t)1 << 20, (uintptr_t)1 << 40 };
     /* The bottom, the middle and the top of the address space: ends reach
      * UINTPTR_MAX and starts reach 0. */
     uint64_t where = below(3);
 
     m->space = spaces[below(sizeof(spaces) / sizeof(spaces[0]))];
-    m->base = where == 0 ? 0
-            : where == 1 ? (uintptr_t)0x7f0000000000
-                         : UINTPTR_MAX - m->space;
+    m->base = where == 0 ? 0 : where == 1 ? (uintptr_t)0x7f0000000000 : UINTPTR_MAX - m->space;
     *target = below(4) == 0 ? 0 : (int)below(POOL + 1);
 }
 
@@ -591,8 +585,8 @@ static void test_random_against_model(void **state)
     /* The mix really exercised all three operations. */
     assert_true(counts[0] > RANDOM_OPS / 5 && counts[1] > RANDOM_OPS / 5 &&
                 counts[2] > RANDOM_OPS / 5);
-    print_message("random: %ld inserts, %ld removes, %ld queries, %d live at end\n",
-                  counts[0], counts[1], counts[2], m->nlive);
+    print_message("random: %ld inserts, %ld removes, %ld queries, %d live at end\n", counts[0],
+                  counts[1], counts[2], m->nlive);
     free(m);
 }
 

@@ -1,9 +1,8 @@
 #include "fake_verbs.h"
-#include "fake_cuda.h"
+#include "fake_driver.h"
 
 #include "verbs_seam.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <infiniband/verbs.h>
@@ -49,8 +48,7 @@ static int take_failure(int *failures, int err)
     return 1;
 }
 
-static struct ibv_mr *fake_reg_mr(struct ibv_pd *pd, void *addr, size_t len,
-                                  int access)
+static struct ibv_mr *fake_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access)
 {
     fake_verbs.reg_mr_calls++;
     fake_verbs.last_reg_mr.pd = pd;
@@ -62,13 +60,11 @@ static struct ibv_mr *fake_reg_mr(struct ibv_pd *pd, void *addr, size_t len,
     return new_mr(pd, (uintptr_t)addr, len);
 }
 
-static struct ibv_mr *fake_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset,
-                                         size_t len, uint64_t iova, int fd,
-                                         int access)
+static struct ibv_mr *fake_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len,
+                                         uint64_t iova, int fd, int access)
 {
     int probe = fd == -1;
-    struct fake_dmabuf_call *rec =
-        probe ? &fake_verbs.last_probe : &fake_verbs.last_dmabuf;
+    struct fake_dmabuf_call *rec = probe ? &fake_verbs.last_probe : &fake_verbs.last_dmabuf;
 
     if (probe)
         fake_verbs.probe_calls++;
@@ -150,8 +146,7 @@ void fake_sysfs_module(const char *name)
         abort();
     }
     if (name) {
-        snprintf(module_dir, sizeof(module_dir), "%s/module/%s", sysfs_root,
-                 name);
+        snprintf(module_dir, sizeof(module_dir), "%s/module/%s", sysfs_root, name);
         if (mkdir(module_dir, 0700) != 0) {
             perror("mkdir");
             abort();
@@ -166,25 +161,12 @@ struct ibv_pd *fake_pd(void)
     return &pd;
 }
 
-int fake_count_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    struct dirent *e;
-    int n = 0;
-
-    if (!d)
-        abort();
-    while ((e = readdir(d)))
-        n += e->d_name[0] != '.';
-    closedir(d);
-    return n;
-}
-
 int fake_world_setup(void **state)
 {
     (void)state;
     fake_verbs_install();
-    fake_cuda_install();
+    drv_install();
+    drv_legacy(0, FAKE_GPU_SIZE);
     fake_sysfs_module(NULL);
     return 0;
 }
@@ -194,7 +176,7 @@ int fake_world_teardown(void **state)
     (void)state;
     assert_int_equal(fake_verbs.live_mrs, 0);
     fake_sysfs_remove();
-    fake_cuda_uninstall();
+    drv_uninstall();
     fake_verbs_uninstall();
     return 0;
 }

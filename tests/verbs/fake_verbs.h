@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fake_driver.h"
+
 struct ibv_pd;
 
 struct fake_dmabuf_call {
@@ -17,11 +19,11 @@ struct fake_dmabuf_call {
 
 struct fake_verbs {
     /* What the fake answers. */
-    int probe_errno;        /* reg_dmabuf_mr with fd -1 fails with this;
-                               0 = it returns an MR */
-    int reg_mr_failures;    /* the next N reg_mr calls fail ... */
-    int reg_mr_errno;       /* ... with this errno (0: errno left at 0) */
-    int dmabuf_failures;    /* same for reg_dmabuf_mr with a real fd */
+    int probe_errno;     /* reg_dmabuf_mr with fd -1 fails with this;
+                            0 = it returns an MR */
+    int reg_mr_failures; /* the next N reg_mr calls fail ... */
+    int reg_mr_errno;    /* ... with this errno (0: errno left at 0) */
+    int dmabuf_failures; /* same for reg_dmabuf_mr with a real fd */
     int dmabuf_errno;
 
     /* What it saw. */
@@ -49,12 +51,13 @@ void fake_sysfs_remove(void);
 /* A protection domain the fake accepts; never dereferenced. */
 struct ibv_pd *fake_pd(void);
 
-/* Open file descriptors of this process, from /proc/self/fd. */
-int fake_count_fds(void);
-
 /* The usual world of a verbs test, as cmocka setup and teardown: fake
- * verbs, one fake GPU that exports dmabuf, no nvidia_peermem module.  The
- * teardown fails the test if an MR was left registered. */
+ * verbs, the fake CUDA driver (fake_driver.h) with one GPU that exports
+ * dmabuf and one allocation on it, FAKE_GPU_SIZE bytes at fake_gpu(0), no
+ * nvidia_peermem module.  The teardown fails the test if an MR was left
+ * registered. */
+#define FAKE_GPU_SIZE ((size_t)8 << 20)
+#define fake_gpu(offset) ((char *)drv_addr(offset))
 int fake_world_setup(void **state);
 int fake_world_teardown(void **state);
 

@@ -17,7 +17,8 @@ static void dev_init(struct vm_dev *d, struct ibv_context *ctx, const char *why)
     d->ctx = ctx;
     if (!d->ctx) {
         printf("SKIP: %s; this test runs inside the soft-RoCE VM, which "
-               "`ctest -L vm` boots (tests/vm/run_vm_tests.sh)\n", why);
+               "`ctest -L vm` boots (tests/vm/run_vm_tests.sh)\n",
+               why);
         exit(77);
     }
     d->pd = ibv_alloc_pd(d->ctx);
@@ -45,8 +46,8 @@ void vm_dev_open_named(struct vm_dev *d, const char *name)
         if (found)
             ctx = ibv_open_device(list[i]);
     }
-    snprintf(why, sizeof(why), found ? "ibv_open_device failed on %s"
-                                     : "no RDMA device named %s", name);
+    snprintf(why, sizeof(why), found ? "ibv_open_device failed on %s" : "no RDMA device named %s",
+             name);
     if (list)
         ibv_free_device_list(list);
     dev_init(d, ctx, why);
@@ -72,8 +73,7 @@ regcache_t *vm_cache_create(const struct regcache_params *p)
     regcache_t *cache = NULL;
     int rc = regcache_create(p, &cache);
     if (rc != REGCACHE_OK)
-        print_error("regcache_create: %s (%s)\n", regcache_strerror(rc),
-                    regcache_last_error());
+        print_error("regcache_create: %s (%s)\n", regcache_strerror(rc), regcache_last_error());
     assert_int_equal(rc, REGCACHE_OK);
     assert_non_null(cache);
     return cache;
@@ -89,8 +89,7 @@ regcache_t *vm_cache(struct ibv_pd *pd, int access, size_t alignment)
 
 void *vm_pages(size_t len)
 {
-    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     assert_true(p != MAP_FAILED);
     return p;
 }
@@ -126,11 +125,10 @@ int vm_provider_mrs(void)
     return vm_provider_mrs_on(NULL);
 }
 
-int vm_rdma(struct loopback *lb, enum ibv_wr_opcode op, void *local,
-            uint32_t lkey, void *remote, uint32_t rkey, size_t len)
+int vm_rdma(struct loopback *lb, enum ibv_wr_opcode op, void *local, uint32_t lkey, void *remote,
+            uint32_t rkey, size_t len)
 {
-    struct ibv_sge sge = { .addr = (uintptr_t)local, .length = (uint32_t)len,
-                           .lkey = lkey };
+    struct ibv_sge sge = { .addr = (uintptr_t)local, .length = (uint32_t)len, .lkey = lkey };
     struct ibv_send_wr wr = {
         .sg_list = &sge,
         .num_sge = 1,
@@ -157,23 +155,21 @@ void vm_fill(void *p, size_t len, int seed)
         c[i] = (char)(i * 31 + (size_t)seed);
 }
 
-void vm_write_read(struct loopback *lb, void *src, uint32_t lkey, void *dst,
-                   uint32_t rkey, size_t len, int seed)
+void vm_write_read(struct loopback *lb, void *src, uint32_t lkey, void *dst, uint32_t rkey,
+                   size_t len, int seed)
 {
     vm_fill(src, len, seed);
     memset(dst, 0, len);
-    assert_int_equal(vm_rdma(lb, IBV_WR_RDMA_WRITE, src, lkey, dst, rkey, len),
-                     IBV_WC_SUCCESS);
+    assert_int_equal(vm_rdma(lb, IBV_WR_RDMA_WRITE, src, lkey, dst, rkey, len), IBV_WC_SUCCESS);
     assert_memory_equal(dst, src, len);
 
     vm_fill(dst, len, seed + 100);
-    assert_int_equal(vm_rdma(lb, IBV_WR_RDMA_READ, src, lkey, dst, rkey, len),
-                     IBV_WC_SUCCESS);
+    assert_int_equal(vm_rdma(lb, IBV_WR_RDMA_READ, src, lkey, dst, rkey, len), IBV_WC_SUCCESS);
     assert_memory_equal(src, dst, len);
 }
 
-void vm_write_refused(struct loopback *lb, void *src, uint32_t lkey, void *dst,
-                      uint32_t rkey, size_t len)
+void vm_write_refused(struct loopback *lb, void *src, uint32_t lkey, void *dst, uint32_t rkey,
+                      size_t len)
 {
     char *before = malloc(len);
     assert_non_null(before);

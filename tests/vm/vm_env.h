@@ -12,8 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define VM_ACCESS_ALL \
-    (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
+#define VM_ACCESS_ALL (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
 
 struct vm_dev {
     struct ibv_context *ctx;
@@ -55,8 +54,8 @@ int vm_provider_mrs_on(const char *name);
 /* One RDMA READ or WRITE of len bytes on lb's side 0: local memory under
  * lkey, remote memory (side 1) under rkey.  Returns the completion status
  * (IBV_WC_SUCCESS, IBV_WC_REM_ACCESS_ERR, ...) or -1. */
-int vm_rdma(struct loopback *lb, enum ibv_wr_opcode op, void *local,
-            uint32_t lkey, void *remote, uint32_t rkey, size_t len);
+int vm_rdma(struct loopback *lb, enum ibv_wr_opcode op, void *local, uint32_t lkey, void *remote,
+            uint32_t rkey, size_t len);
 
 /* The entry's keys on the rail it was got on. */
 uint32_t vm_lkey(const regcache_entry_t *e);
@@ -69,14 +68,14 @@ void vm_fill(void *p, size_t len, int seed);
  * rkey), then READ dst -> src of other bytes, each checked byte for byte:
  * data moved both ways through the keys.  seed picks the patterns, so that
  * a round cannot pass on the bytes an earlier one left. */
-void vm_write_read(struct loopback *lb, void *src, uint32_t lkey, void *dst,
-                   uint32_t rkey, size_t len, int seed);
+void vm_write_read(struct loopback *lb, void *src, uint32_t lkey, void *dst, uint32_t rkey,
+                   size_t len, int seed);
 
 /* An RDMA WRITE src -> dst with rkey is refused by the responder
  * (IBV_WC_REM_ACCESS_ERR) and dst keeps every byte.  The refusal moves lb's
  * QPs to the error state: call it last on a pair. */
-void vm_write_refused(struct loopback *lb, void *src, uint32_t lkey, void *dst,
-                      uint32_t rkey, size_t len);
+void vm_write_refused(struct loopback *lb, void *src, uint32_t lkey, void *dst, uint32_t rkey,
+                      size_t len);
 
 /* The cache's counters; fails the test if they cannot be read. */
 struct regcache_stats vm_stats(const regcache_t *cache);

@@ -67,10 +67,10 @@ static void escape(void **state)
     assert_non_null(driver);
     void *gpa = dlsym(driver, "cuGetProcAddress_v2");
     void *fn = NULL;
-    assert_int_equal(((CUresult(*)(const char *, void **, int, cuuint64_t,
-                                    CUdriverProcAddressQueryResult *))gpa)(
-                         "cuMemFree", &fn, 2000, 0, NULL),
-                     CUDA_SUCCESS);
+    assert_int_equal(
+        ((CUresult(*)(const char *, void **, int, cuuint64_t,
+                      CUdriverProcAddressQueryResult *))gpa)("cuMemFree", &fn, 2000, 0, NULL),
+        CUDA_SUCCESS);
     assert_ptr_equal(fn, fakecuda_own("cuMemFree"));
     assert_false(hook_says(RTLD_DEFAULT));
     assert_int_equal(auto_mode(), REGCACHE_VALIDATE_TAG_CHECK);

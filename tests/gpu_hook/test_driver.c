@@ -9,13 +9,13 @@
 
 #include "gpu_backend.h"
 
-#define CU(call)                                                               \
-    do {                                                                       \
-        CUresult r_ = (call);                                                  \
-        if (r_ != CUDA_SUCCESS) {                                              \
-            printf("%s:%d: %s failed: %d\n", __FILE__, __LINE__, #call, r_);   \
-            return 1;                                                          \
-        }                                                                      \
+#define CU(call)                                                             \
+    do {                                                                     \
+        CUresult r_ = (call);                                                \
+        if (r_ != CUDA_SUCCESS) {                                            \
+            printf("%s:%d: %s failed: %d\n", __FILE__, __LINE__, #call, r_); \
+            return 1;                                                        \
+        }                                                                    \
     } while (0)
 
 static CUdevice device;
@@ -159,8 +159,7 @@ int main(void)
     const struct gb_memory memories[] = {
         { "driver cuMemAlloc/cuMemFree", 0, plain_alloc, plain_free, NULL },
         { "driver cuMemAllocAsync/cuMemFreeAsync", 0, async_alloc, async_free, NULL },
-        { "driver per-thread-stream async via cuGetProcAddress", 0, ptsz_alloc, ptsz_free,
-          NULL },
+        { "driver per-thread-stream async via cuGetProcAddress", 0, ptsz_alloc, ptsz_free, NULL },
         { "driver VMM cuMemMap/cuMemUnmap", 0, vmm_alloc, vmm_free, NULL },
         { "driver cuMemAllocHost/cuMemFreeHost", 1, host_alloc, host_free, NULL },
     };

@@ -38,8 +38,8 @@ static int query(uintptr_t addr, size_t len, struct regcache_mem_info *info)
     return mem.query(mem.ctx, (const void *)addr, len, info);
 }
 
-static void assert_info(const struct regcache_mem_info *info, uintptr_t base,
-                        size_t size, uint64_t id, int device, int type)
+static void assert_info(const struct regcache_mem_info *info, uintptr_t base, size_t size,
+                        uint64_t id, int device, int type)
 {
     assert_int_equal(info->base, base);
     assert_int_equal(info->size, size);
@@ -75,8 +75,7 @@ static void vmm_is_the_mapping_not_the_reservation(void **state)
     int b = drv_vmm(0, 8 * MIB, 2 * MIB, 2 * MIB);
     struct regcache_mem_info info;
     assert_int_equal(query(drv_addr(2 * MIB + 4096), 4096, &info), REGCACHE_OK);
-    assert_info(&info, drv_addr(2 * MIB), 2 * MIB, drv.allocs[b].id, 0,
-                REGCACHE_MEM_DEVICE);
+    assert_info(&info, drv_addr(2 * MIB), 2 * MIB, drv.allocs[b].id, 0, REGCACHE_MEM_DEVICE);
     assert_int_equal(info.flags, REGCACHE_MEM_MAPPING);
     /* A request across both: the query describes the first mapping, and
      * says it is one, so that the cache asks for the next. */
@@ -232,38 +231,41 @@ static void assert_cuda_error(int status, const char *call, CUresult r)
     assert_non_null(strstr(regcache_last_error(), expected_name(r)));
 }
 
-static void query_errors(void **state)
+/* Query a legacy allocation with each error injected into `call`: the
+ * query succeeds on `accepted` (the memory then has type `accepted_type`,
+ * where that is not -1), and fails on every other error with a message
+ * naming `what`. */
+static void query_with_each_error(enum drv_call call, CUresult accepted, int accepted_type,
+                                  const char *what)
 {
-    (void)state;
     drv_legacy(0, MIB);
     struct regcache_mem_info info;
     for (size_t e = 0; e < sizeof errors / sizeof errors[0]; e++) {
-        drv.fail[FC_GET_ATTRIBUTES] = errors[e];
+        drv.fail[call] = errors[e];
         int status = query(drv_addr(0), 4096, &info);
-        if (errors[e] == CUDA_ERROR_INVALID_VALUE) {
-            /* The pointer is not CUDA memory. */
-            assert_int_equal(status, REGCACHE_OK);
-            assert_int_equal(info.type, REGCACHE_MEM_HOST);
-        } else {
-            assert_cuda_error(status, "cuPointerGetAttributes", errors[e]);
+        if (errors[e] != accepted) {
+            assert_cuda_error(status, what, errors[e]);
+            continue;
         }
+        assert_int_equal(status, REGCACHE_OK);
+        if (accepted_type != -1)
+            assert_int_equal(info.type, accepted_type);
     }
+}
+
+static void query_errors(void **state)
+{
+    (void)state;
+    /* INVALID_VALUE: the pointer is not CUDA memory. */
+    query_with_each_error(FC_GET_ATTRIBUTES, CUDA_ERROR_INVALID_VALUE, REGCACHE_MEM_HOST,
+                          "cuPointerGetAttributes");
     assert_int_equal(drv.calls[FC_SET_ATTRIBUTE], 0);
 }
 
 static void sync_memops_errors(void **state)
 {
     (void)state;
-    drv_legacy(0, MIB);
-    struct regcache_mem_info info;
-    for (size_t e = 0; e < sizeof errors / sizeof errors[0]; e++) {
-        drv.fail[FC_SET_ATTRIBUTE] = errors[e];
-        int status = query(drv_addr(0), 4096, &info);
-        if (errors[e] == CUDA_ERROR_NOT_SUPPORTED)
-            assert_int_equal(status, REGCACHE_OK);
-        else
-            assert_cuda_error(status, "SYNC_MEMOPS", errors[e]);
-    }
+    query_with_each_error(FC_SET_ATTRIBUTE, CUDA_ERROR_NOT_SUPPORTED, -1, "SYNC_MEMOPS");
 }
 
 static void read_tag_reads_the_buffer_id(void **state)
@@ -287,8 +289,7 @@ static void read_tag_on_freed_memory_is_not_gpu(void **state)
     int i = drv_legacy(0, MIB);
     drv_free(i);
     uint64_t id = 77;
-    assert_int_equal(mem.read_tag(mem.ctx, (const void *)drv_addr(0), &id),
-                     REGCACHE_ERR_NOT_GPU);
+    assert_int_equal(mem.read_tag(mem.ctx, (const void *)drv_addr(0), &id), REGCACHE_ERR_NOT_GPU);
 }
 
 static void read_tag_errors(void **state)

@@ -1,6 +1,7 @@
 #include "fake_driver.h"
 
 #include <dirent.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -28,6 +29,14 @@ static CUresult enter(enum drv_call c)
     return drv.fail[c];
 }
 
+/* Count the call, and return the error injected for it, if any. */
+#define ENTER(c)                       \
+    do {                               \
+        CUresult injected_ = enter(c); \
+        if (injected_ != CUDA_SUCCESS) \
+            return injected_;          \
+    } while (0)
+
 static CUresult drv_init(unsigned int flags)
 {
     (void)flags;
@@ -47,6 +56,8 @@ static CUresult drv_get_error_name(CUresult error, const char **name)
         { CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED" },
         { CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT" },
         { CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE" },
+        { CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY" },
+        { CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN" },
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         if (names[i].code == error) {
@@ -62,7 +73,7 @@ static CUresult drv_get_error_name(CUresult error, const char **name)
 static void put_attribute(void *data, CUpointer_attribute attr, const struct drv_alloc *a)
 {
     static const struct drv_alloc none = { .device = -2 };
-    if (a == NULL)
+    if (!a)
         a = &none;
     switch (attr) {
     case CU_POINTER_ATTRIBUTE_BUFFER_ID:
@@ -109,28 +120,22 @@ static void put_attribute(void *data, CUpointer_attribute attr, const struct drv
     }
 }
 
-static CUresult drv_pointer_get_attribute(void *data, CUpointer_attribute attr,
-                                           CUdeviceptr p)
+static CUresult drv_pointer_get_attribute(void *data, CUpointer_attribute attr, CUdeviceptr p)
 {
-    CUresult r = enter(FC_GET_ATTRIBUTE);
-    if (r != CUDA_SUCCESS)
-        return r;
+    ENTER(FC_GET_ATTRIBUTE);
     struct drv_alloc *a = drv_alloc_at(p);
-    if (a == NULL)
+    if (!a)
         return CUDA_ERROR_INVALID_VALUE;
     put_attribute(data, attr, a);
     return CUDA_SUCCESS;
 }
 
-static CUresult drv_pointer_get_attributes(unsigned int count,
-                                            CUpointer_attribute *attrs,
-                                            void **data, CUdeviceptr p)
+static CUresult drv_pointer_get_attributes(unsigned int count, CUpointer_attribute *attrs,
+                                           void **data, CUdeviceptr p)
 {
-    CUresult r = enter(FC_GET_ATTRIBUTES);
-    if (r != CUDA_SUCCESS)
-        return r;
+    ENTER(FC_GET_ATTRIBUTES);
     struct drv_alloc *a = drv_alloc_at(p);
-    if (a == NULL && drv.unknown_invalid)
+    if (!a && drv.unknown_invalid)
         return CUDA_ERROR_INVALID_VALUE;
     for (unsigned int i = 0; i < count; i++)
         put_attribute(data[i], attrs[i], a);
@@ -138,13 +143,11 @@ static CUresult drv_pointer_get_attributes(unsigned int count,
 }
 
 static CUresult drv_pointer_set_attribute(const void *value, CUpointer_attribute attr,
-                                           CUdeviceptr p)
+                                          CUdeviceptr p)
 {
-    CUresult r = enter(FC_SET_ATTRIBUTE);
-    if (r != CUDA_SUCCESS)
-        return r;
+    ENTER(FC_SET_ATTRIBUTE);
     struct drv_alloc *a = drv_alloc_at(p);
-    if (a == NULL || attr != CU_POINTER_ATTRIBUTE_SYNC_MEMOPS)
+    if (!a || attr != CU_POINTER_ATTRIBUTE_SYNC_MEMOPS)
         return CUDA_ERROR_INVALID_VALUE;
     if (a->refuses_sync)
         return CUDA_ERROR_NOT_SUPPORTED;
@@ -153,94 +156,90 @@ static CUresult drv_pointer_set_attribute(const void *value, CUpointer_attribute
 }
 
 static CUresult drv_mem_get_handle(void *handle, CUdeviceptr p, size_t size,
-                                    CUmemRangeHandleType type, unsigned long long flags)
+                                   CUmemRangeHandleType type, unsigned long long flags)
 {
     CUresult r = enter(FC_GET_HANDLE);
     drv.export_ptr = p;
     drv.export_size = size;
+    drv.export_fd = -1;
     if (r != CUDA_SUCCESS)
         return r;
-    if (drv.current == NULL)
+    if (!drv.current)
         return CUDA_ERROR_INVALID_CONTEXT;
     struct drv_alloc *a = drv_alloc_at(p);
-    if (type != CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD || flags != 0 || a == NULL ||
-        p % 4096 != 0 || size % 4096 != 0)
+    if (type != CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD || flags != 0 || !a || p % 4096 != 0 ||
+        size % 4096 != 0 || size > a->base + a->size - p)
         return CUDA_ERROR_INVALID_VALUE;
     int fd = eventfd(0, EFD_CLOEXEC);
     if (fd < 0)
         abort();
+    drv.export_fd = fd;
     *(int *)handle = fd;
     return CUDA_SUCCESS;
 }
 
+static int no_device(CUdevice device)
+{
+    return device < 0 || device >= drv.device_count;
+}
+
 static CUresult drv_device_get(CUdevice *device, int ordinal)
 {
-    CUresult r = enter(FC_DEVICE_GET);
-    if (r != CUDA_SUCCESS)
-        return r;
-    if (ordinal != 0)
+    ENTER(FC_DEVICE_GET);
+    if (no_device(ordinal))
         return CUDA_ERROR_INVALID_DEVICE;
-    *device = 0;
+    *device = ordinal;
     return CUDA_SUCCESS;
 }
 
 static CUresult drv_device_get_count(int *count)
 {
-    *count = 1;
+    *count = drv.device_count;
     return CUDA_SUCCESS;
 }
 
-static CUresult drv_device_get_attribute(int *value, CUdevice_attribute attr,
-                                          CUdevice device)
+static CUresult drv_device_get_attribute(int *value, CUdevice_attribute attr, CUdevice device)
 {
-    CUresult r = enter(FC_DEVICE_GET_ATTRIBUTE);
-    if (r != CUDA_SUCCESS)
-        return r;
-    if (device != 0 || attr != CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED)
+    ENTER(FC_DEVICE_GET_ATTRIBUTE);
+    if (no_device(device) || attr != CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED)
         return CUDA_ERROR_INVALID_VALUE;
-    *value = drv.dmabuf_supported;
+    *value = drv.dmabuf_supported[device];
     return CUDA_SUCCESS;
 }
 
-/* A bus id no machine has, so NVML (where present) never finds it. */
+/* Bus ids no machine has (device 0's is 00ff:fe:1f.7, the next ones count
+ * the device down), so NVML (where present) never finds them. */
 static CUresult drv_device_get_pci_bus_id(char *bus_id, int len, CUdevice device)
 {
-    CUresult r = enter(FC_BUS_ID);
-    if (r != CUDA_SUCCESS)
-        return r;
-    if (device != 0 || len < 13)
+    ENTER(FC_BUS_ID);
+    if (no_device(device) || len < 13)
         return CUDA_ERROR_INVALID_VALUE;
-    memcpy(bus_id, "00ff:fe:1f.7", 13);
+    snprintf(bus_id, (size_t)len, "00ff:fe:%02x.7", (unsigned)(0x1f - device));
     return CUDA_SUCCESS;
 }
 
-/* The UUID's bytes are 0x00..0x0f, so its text form is easy to check. */
+/* Device 0's UUID bytes are 0x00..0x0f, so its text form is easy to check;
+ * device d's are d * 16 more. */
 static CUresult drv_device_get_uuid(CUuuid *uuid, CUdevice device)
 {
-    CUresult r = enter(FC_UUID);
-    if (r != CUDA_SUCCESS)
-        return r;
-    if (device != 0)
+    ENTER(FC_UUID);
+    if (no_device(device))
         return CUDA_ERROR_INVALID_DEVICE;
     for (int i = 0; i < 16; i++)
-        uuid->bytes[i] = (char)i;
+        uuid->bytes[i] = (char)(device * 16 + i);
     return CUDA_SUCCESS;
 }
 
 static CUresult drv_ctx_get_current(CUcontext *ctx)
 {
-    CUresult r = enter(FC_CTX_GET_CURRENT);
-    if (r != CUDA_SUCCESS)
-        return r;
+    ENTER(FC_CTX_GET_CURRENT);
     *ctx = drv.current;
     return CUDA_SUCCESS;
 }
 
 static CUresult drv_ctx_push_current(CUcontext ctx)
 {
-    CUresult r = enter(FC_CTX_PUSH);
-    if (r != CUDA_SUCCESS)
-        return r;
+    ENTER(FC_CTX_PUSH);
     drv.current = ctx;
     drv.pushed++;
     return CUDA_SUCCESS;
@@ -249,9 +248,7 @@ static CUresult drv_ctx_push_current(CUcontext ctx)
 /* One level deep: the thread had no context before the push. */
 static CUresult drv_ctx_pop_current(CUcontext *ctx)
 {
-    CUresult r = enter(FC_CTX_POP);
-    if (r != CUDA_SUCCESS)
-        return r;
+    ENTER(FC_CTX_POP);
     *ctx = drv.current;
     drv.current = NULL;
     drv.pushed--;
@@ -260,10 +257,8 @@ static CUresult drv_ctx_pop_current(CUcontext *ctx)
 
 static CUresult drv_primary_ctx_retain(CUcontext *ctx, CUdevice device)
 {
-    CUresult r = enter(FC_PRIMARY_RETAIN);
-    if (r != CUDA_SUCCESS)
-        return r;
-    if (device != 0)
+    ENTER(FC_PRIMARY_RETAIN);
+    if (no_device(device))
         return CUDA_ERROR_INVALID_DEVICE;
     *ctx = DRV_PRIMARY_CTX;
     drv.retained++;
@@ -272,10 +267,8 @@ static CUresult drv_primary_ctx_retain(CUcontext *ctx, CUdevice device)
 
 static CUresult drv_primary_ctx_release(CUdevice device)
 {
-    CUresult r = enter(FC_PRIMARY_RELEASE);
-    if (r != CUDA_SUCCESS)
-        return r;
-    if (device != 0)
+    ENTER(FC_PRIMARY_RELEASE);
+    if (no_device(device))
         return CUDA_ERROR_INVALID_DEVICE;
     drv.retained--;
     return CUDA_SUCCESS;
@@ -317,7 +310,9 @@ void drv_install(void)
     memset(&drv, 0, sizeof drv);
     drv.arena = arena;
     drv.next_id = 100;
-    drv.dmabuf_supported = 1;
+    drv.device_count = 1;
+    drv.dmabuf_supported[0] = 1;
+    drv.export_fd = -1;
     drv.current = DRV_PRIMARY_CTX;
     rc_cuda_api_override(&drv_api);
 }
@@ -350,10 +345,14 @@ static struct drv_alloc chunked(size_t offset, size_t size, size_t chunk)
 {
     size_t first = offset / chunk * chunk;
     size_t last = (offset + size + chunk - 1) / chunk * chunk;
-    return (struct drv_alloc){ .base = drv_addr(offset), .size = size,
-                                .range_start = drv_addr(offset), .range_size = size,
-                                .map_start = drv_addr(first), .map_size = last - first,
-                                .type = CU_MEMORYTYPE_DEVICE, .device = 0 };
+    return (struct drv_alloc){ .base = drv_addr(offset),
+                               .size = size,
+                               .range_start = drv_addr(offset),
+                               .range_size = size,
+                               .map_start = drv_addr(first),
+                               .map_size = last - first,
+                               .type = CU_MEMORYTYPE_DEVICE,
+                               .device = 0 };
 }
 
 int drv_legacy(size_t offset, size_t size)
@@ -374,12 +373,16 @@ int drv_pool(size_t offset, size_t size)
 
 int drv_vmm(size_t reserve_offset, size_t reserve_size, size_t offset, size_t size)
 {
-    return add((struct drv_alloc){ .base = drv_addr(offset), .size = size,
-                                    .range_start = drv_addr(reserve_offset),
-                                    .range_size = reserve_size,
-                                    .map_start = drv_addr(offset), .map_size = size,
-                                    .type = CU_MEMORYTYPE_DEVICE, .device = 0,
-                                    .refuses_sync = 1, .rdma_capable = 1 });
+    return add((struct drv_alloc){ .base = drv_addr(offset),
+                                   .size = size,
+                                   .range_start = drv_addr(reserve_offset),
+                                   .range_size = reserve_size,
+                                   .map_start = drv_addr(offset),
+                                   .map_size = size,
+                                   .type = CU_MEMORYTYPE_DEVICE,
+                                   .device = 0,
+                                   .refuses_sync = 1,
+                                   .rdma_capable = 1 });
 }
 
 int drv_managed(size_t offset, size_t size)
@@ -417,10 +420,10 @@ void drv_realloc(int i)
 int drv_open_fds(void)
 {
     DIR *d = opendir("/proc/self/fd");
-    if (d == NULL)
+    if (!d)
         abort();
     int n = 0;
-    while (readdir(d) != NULL)
+    while (readdir(d))
         n++;
     closedir(d);
     return n;

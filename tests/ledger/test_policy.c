@@ -14,7 +14,7 @@
 static void room_is_grown_into(void **state)
 {
     (void)state;
-    uint64_t others[] = {100 * M, 50 * M};
+    uint64_t others[] = { 100 * M, 50 * M };
     /* 288 - 150 - 20 held by this one = 118 of room; it may keep its 20 and
      * all the room, less the 10 it is about to register. */
     struct rc_ledger_plan p = rc_ledger_plan(288 * M, others, 2, 20 * M, 10 * M);
@@ -29,7 +29,7 @@ static void room_is_grown_into(void **state)
 static void newcomer_within_share_raises_pressure(void **state)
 {
     (void)state;
-    uint64_t others[] = {288 * M};
+    uint64_t others[] = { 288 * M };
     /* Holdings {288, 20} over-fill 288: the level is 268, so the newcomer
      * keeps what it has and the other must come down to 268. */
     struct rc_ledger_plan p = rc_ledger_plan(288 * M, others, 1, 0, 20 * M);
@@ -45,7 +45,7 @@ static void newcomer_within_share_raises_pressure(void **state)
 static void cache_over_its_share_evicts_its_own(void **state)
 {
     (void)state;
-    uint64_t others[] = {144 * M};
+    uint64_t others[] = { 144 * M };
     /* At its share of 144 already: it makes room from its own entries and
      * nobody else is asked to. */
     struct rc_ledger_plan p = rc_ledger_plan(288 * M, others, 1, 144 * M, 20 * M);
@@ -58,7 +58,7 @@ static void small_holdings_leave_the_rest_to_others(void **state)
     (void)state;
     /* 300 over three caches, one of which holds only 10: the other two get
      * 145 each, not 100. */
-    uint64_t others[] = {10 * M, 200 * M};
+    uint64_t others[] = { 10 * M, 200 * M };
     struct rc_ledger_plan p = rc_ledger_plan(300 * M, others, 2, 200 * M, 0);
     assert_int_equal(p.keep, 145 * M);
     assert_false(p.pressure);
@@ -67,7 +67,7 @@ static void small_holdings_leave_the_rest_to_others(void **state)
 static void request_above_the_budget_keeps_nothing(void **state)
 {
     (void)state;
-    uint64_t others[] = {50 * M};
+    uint64_t others[] = { 50 * M };
     struct rc_ledger_plan p = rc_ledger_plan(100 * M, others, 1, 30 * M, 200 * M);
     assert_int_equal(p.keep, 0);
     assert_true(p.pressure);

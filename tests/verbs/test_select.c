@@ -10,7 +10,6 @@
 #include <cmocka.h>
 #include <infiniband/verbs.h>
 
-#include "fake_cuda.h"
 #include "fake_verbs.h"
 #include "regcache.h"
 #include "verbs_backend.h"
@@ -18,8 +17,7 @@
 #define ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ)
 
 /* Create a backend; on success check its shape and destroy it. */
-static int create(enum regcache_method method, int host_memory,
-                  int *method_used)
+static int create(enum regcache_method method, int host_memory, int *method_used)
 {
     struct regcache_params p;
     struct rc_backend be;
@@ -59,8 +57,7 @@ static void test_null_pd_is_invalid(void **state)
     (void)state;
     regcache_params_init(&p);
     p.access = ACCESS;
-    assert_int_equal(rc_verbs_backend_create(&p, &be, &used),
-                     REGCACHE_ERR_INVALID);
+    assert_int_equal(rc_verbs_backend_create(&p, &be, &used), REGCACHE_ERR_INVALID);
     assert_error_mentions("pd");
     assert_int_equal(fake_verbs.probe_calls, 0);
 }
@@ -102,8 +99,7 @@ static void test_auto_does_not_trust_other_probe_errors(void **state)
     int used;
     (void)state;
     fake_verbs.probe_errno = EINVAL;
-    assert_int_equal(create(REGCACHE_METHOD_AUTO, 0, &used),
-                     REGCACHE_ERR_UNSUPPORTED);
+    assert_int_equal(create(REGCACHE_METHOD_AUTO, 0, &used), REGCACHE_ERR_UNSUPPORTED);
     assert_error_mentions("unexpectedly (errno 22");
     fake_sysfs_module("nvidia_peermem");
     assert_int_equal(create(REGCACHE_METHOD_AUTO, 0, &used), REGCACHE_OK);
@@ -117,18 +113,17 @@ static void test_probe_refusals_are_explained(void **state)
         int err;
         const char *why;
     } answers[] = {
-        {EOPNOTSUPP, "lacks ibv_reg_dmabuf_mr"},
-        {EPROTONOSUPPORT, "lacks ibv_reg_dmabuf_mr"},
-        {EINVAL, "failed unexpectedly (errno 22"},
-        {EIO, "failed unexpectedly (errno 5"},
+        { EOPNOTSUPP, "lacks ibv_reg_dmabuf_mr" },
+        { EPROTONOSUPPORT, "lacks ibv_reg_dmabuf_mr" },
+        { EINVAL, "failed unexpectedly (errno 22" },
+        { EIO, "failed unexpectedly (errno 5" },
     };
     int used;
     (void)state;
 
     for (size_t i = 0; i < sizeof(answers) / sizeof(answers[0]); i++) {
         fake_verbs.probe_errno = answers[i].err;
-        assert_int_equal(create(REGCACHE_METHOD_DMABUF, 1, &used),
-                         REGCACHE_ERR_UNSUPPORTED);
+        assert_int_equal(create(REGCACHE_METHOD_DMABUF, 1, &used), REGCACHE_ERR_UNSUPPORTED);
         assert_error_mentions(answers[i].why);
     }
 }
@@ -149,9 +144,9 @@ static void test_auto_skips_dmabuf_when_one_gpu_cannot_export(void **state)
 {
     int used;
     (void)state;
-    fake_cuda.device_count = 2;
-    fake_cuda.dmabuf_supported[0] = 1;
-    fake_cuda.dmabuf_supported[1] = 0;
+    drv.device_count = 2;
+    drv.dmabuf_supported[0] = 1;
+    drv.dmabuf_supported[1] = 0;
     fake_sysfs_module("nvidia_peermem");
     assert_int_equal(create(REGCACHE_METHOD_AUTO, 0, &used), REGCACHE_OK);
     assert_int_equal(used, REGCACHE_METHOD_PEERMEM);
@@ -162,7 +157,7 @@ static void test_auto_without_gpu_is_host_only(void **state)
 {
     int used;
     (void)state;
-    fake_cuda.device_count = 0;
+    drv.device_count = 0;
     assert_int_equal(create(REGCACHE_METHOD_AUTO, 1, &used), REGCACHE_OK);
     assert_int_equal(used, 0);
     assert_int_equal(fake_verbs.probe_calls, 0);
@@ -173,8 +168,7 @@ static void test_auto_without_any_method_says_what_to_load(void **state)
     int used;
     (void)state;
     fake_verbs.probe_errno = EOPNOTSUPP;
-    assert_int_equal(create(REGCACHE_METHOD_AUTO, 0, &used),
-                     REGCACHE_ERR_UNSUPPORTED);
+    assert_int_equal(create(REGCACHE_METHOD_AUTO, 0, &used), REGCACHE_ERR_UNSUPPORTED);
     assert_error_mentions("modprobe nvidia-peermem");
     assert_error_mentions("lacks ibv_reg_dmabuf_mr");
 }
@@ -183,9 +177,8 @@ static void test_auto_without_gpu_or_host_memory_is_unsupported(void **state)
 {
     int used;
     (void)state;
-    fake_cuda.device_count = 0;
-    assert_int_equal(create(REGCACHE_METHOD_AUTO, 0, &used),
-                     REGCACHE_ERR_UNSUPPORTED);
+    drv.device_count = 0;
+    assert_int_equal(create(REGCACHE_METHOD_AUTO, 0, &used), REGCACHE_ERR_UNSUPPORTED);
     assert_error_mentions("no CUDA device");
 }
 
@@ -205,8 +198,7 @@ static void test_explicit_dmabuf_refused_by_provider(void **state)
     (void)state;
     fake_verbs.probe_errno = EOPNOTSUPP;
     fake_sysfs_module("nvidia_peermem");
-    assert_int_equal(create(REGCACHE_METHOD_DMABUF, 1, &used),
-                     REGCACHE_ERR_UNSUPPORTED);
+    assert_int_equal(create(REGCACHE_METHOD_DMABUF, 1, &used), REGCACHE_ERR_UNSUPPORTED);
     assert_error_mentions("method DMABUF unavailable");
     assert_error_mentions("lacks ibv_reg_dmabuf_mr");
 }
@@ -215,9 +207,8 @@ static void test_explicit_dmabuf_refused_by_gpu(void **state)
 {
     int used;
     (void)state;
-    fake_cuda.dmabuf_supported[0] = 0;
-    assert_int_equal(create(REGCACHE_METHOD_DMABUF, 0, &used),
-                     REGCACHE_ERR_UNSUPPORTED);
+    drv.dmabuf_supported[0] = 0;
+    assert_int_equal(create(REGCACHE_METHOD_DMABUF, 0, &used), REGCACHE_ERR_UNSUPPORTED);
     assert_error_mentions("CUDA device 0 cannot export dmabuf");
     assert_int_equal(fake_verbs.probe_calls, 0);
 }
@@ -226,8 +217,7 @@ static void test_explicit_peermem_without_module(void **state)
 {
     int used;
     (void)state;
-    assert_int_equal(create(REGCACHE_METHOD_PEERMEM, 1, &used),
-                     REGCACHE_ERR_UNSUPPORTED);
+    assert_int_equal(create(REGCACHE_METHOD_PEERMEM, 1, &used), REGCACHE_ERR_UNSUPPORTED);
     assert_error_mentions("method PEERMEM unavailable");
     assert_error_mentions("modprobe nvidia-peermem");
 }
@@ -255,8 +245,7 @@ static void test_unknown_method_is_invalid(void **state)
 {
     int used;
     (void)state;
-    assert_int_equal(create((enum regcache_method)7, 1, &used),
-                     REGCACHE_ERR_INVALID);
+    assert_int_equal(create((enum regcache_method)7, 1, &used), REGCACHE_ERR_INVALID);
 }
 
 int main(void)

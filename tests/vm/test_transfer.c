@@ -59,8 +59,7 @@ static void write_and_read_through_cached_keys(void **state)
         assert_int_equal(regcache_get(f->cache, f->src, LEN, &se), REGCACHE_OK);
         assert_int_equal(regcache_get(f->cache, f->dst, LEN, &de), REGCACHE_OK);
 
-        vm_write_read(&f->lb, f->src, vm_lkey(se), f->dst, vm_rkey(de), LEN,
-                      round);
+        vm_write_read(&f->lb, f->src, vm_lkey(se), f->dst, vm_rkey(de), LEN, round);
 
         regcache_put(f->cache, se);
         regcache_put(f->cache, de);
@@ -91,9 +90,7 @@ static void invalidated_target(struct fixture *f, int by_notify)
     else
         assert_int_equal(regcache_invalidate(f->cache, f->dst, LEN), REGCACHE_OK);
     struct regcache_stats s = vm_stats(f->cache);
-    assert_int_equal(by_notify ? s.invalidations_notify
-                               : s.invalidations_explicit,
-                     1);
+    assert_int_equal(by_notify ? s.invalidations_notify : s.invalidations_explicit, 1);
     assert_int_equal(vm_provider_mrs(), before - 1);
 
     assert_int_equal(regcache_get(f->cache, f->dst, LEN, &de), REGCACHE_OK);
@@ -155,14 +152,12 @@ static void held_mr_lives_until_put(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(write_and_read_through_cached_keys,
-                                        setup, teardown),
-        cmocka_unit_test_setup_teardown(
-            invalidate_replaces_mr_and_old_rkey_is_refused, setup, teardown),
-        cmocka_unit_test_setup_teardown(
-            notify_free_replaces_mr_and_old_rkey_is_refused, setup, teardown),
-        cmocka_unit_test_setup_teardown(held_mr_lives_until_put, setup,
+        cmocka_unit_test_setup_teardown(write_and_read_through_cached_keys, setup, teardown),
+        cmocka_unit_test_setup_teardown(invalidate_replaces_mr_and_old_rkey_is_refused, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(notify_free_replaces_mr_and_old_rkey_is_refused, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(held_mr_lives_until_put, setup, teardown),
     };
     vm_dev_open(&dev);
     int failed = cmocka_run_group_tests(tests, NULL, NULL);

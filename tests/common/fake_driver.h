@@ -1,8 +1,13 @@
-/* A scriptable CUDA driver behind the CUDA seam: allocations of every kind
- * (legacy, pool, VMM, managed, pinned host) laid out in one reserved,
- * never-touched address range, an error to inject per driver call, call
- * counts, and a current-context model.  dmabuf exports hand out real file
- * descriptors so that leaks show up in /proc/self/fd. */
+/* The one fake CUDA driver of the tests, behind the CUDA seam (the cuda and
+ * verbs tests, and the VM test of the method choice): allocations of every
+ * kind (legacy, pool, VMM, managed, pinned host) laid out in one reserved,
+ * never-touched address range, GPUs that can or cannot export dmabuf, an
+ * error to inject per driver call, call counts, and a current-context model.
+ * dmabuf exports hand out real file descriptors so that leaks show up in
+ * /proc/self/fd.  Single-threaded.
+ *
+ * (tests/common/fake_libcuda.c is another thing: a libcuda.so.1 whose
+ * exported entry points the hooks wrap and patch.) */
 #ifndef FAKE_DRIVER_H
 #define FAKE_DRIVER_H
 
@@ -28,26 +33,27 @@ enum drv_call {
 };
 
 #define DRV_MAX_ALLOCS 8
+#define DRV_MAX_DEVICES 4
 #define DRV_ARENA_SIZE ((size_t)64 << 20)
 
 struct drv_alloc {
     int live;
-    uintptr_t base;   /* the allocation */
+    uintptr_t base; /* the allocation */
     size_t size;
     uintptr_t range_start; /* RANGE_START/SIZE as the driver reports them */
     size_t range_size;
-    uintptr_t map_start;   /* MAPPING_BASE/SIZE */
+    uintptr_t map_start; /* MAPPING_BASE/SIZE */
     size_t map_size;
     unsigned long long id;
     unsigned int type; /* CUmemorytype */
     unsigned int managed;
     int device;
     unsigned int sync_memops;
-    int refuses_sync; /* VMM: SYNC_MEMOPS is NOT_SUPPORTED */
-    unsigned int legacy_ipc; /* cuMemAlloc memory */
-    CUmemoryPool pool;       /* pool memory */
+    int refuses_sync;          /* VMM: SYNC_MEMOPS is NOT_SUPPORTED */
+    unsigned int legacy_ipc;   /* cuMemAlloc memory */
+    CUmemoryPool pool;         /* pool memory */
     unsigned int rdma_capable; /* IS_GPU_DIRECT_RDMA_CAPABLE */
-    CUcontext owner;  /* NULL for pool and VMM memory */
+    CUcontext owner;           /* NULL for pool and VMM memory */
 };
 
 struct drv_state {
@@ -55,14 +61,16 @@ struct drv_state {
     struct drv_alloc allocs[DRV_MAX_ALLOCS];
     unsigned long long next_id;
     int unknown_invalid; /* unknown pointers: INVALID_VALUE, not zeros */
-    int dmabuf_supported;
+    int device_count;    /* GPUs 0 .. device_count-1 */
+    int dmabuf_supported[DRV_MAX_DEVICES];
     CUresult fail[FC_COUNT]; /* returned by that call when non-zero */
     unsigned int calls[FC_COUNT];
-    CUcontext current; /* the calling thread's context (NULL: none) */
-    int pushed;        /* contexts pushed and not popped */
-    int retained;      /* primary contexts retained and not released */
+    CUcontext current;      /* the calling thread's context (NULL: none) */
+    int pushed;             /* contexts pushed and not popped */
+    int retained;           /* primary contexts retained and not released */
     CUdeviceptr export_ptr; /* what the last export was asked for */
     size_t export_size;
+    int export_fd; /* and the fd it handed out (-1: none) */
 };
 
 extern struct drv_state drv;
@@ -71,17 +79,17 @@ extern struct drv_state drv;
 #define DRV_PRIMARY_CTX ((CUcontext)&drv.allocs[0])
 #define DRV_OTHER_CTX ((CUcontext)&drv.allocs[1])
 
-/* Reset to one device with a current context, no allocations, and route
- * the library's driver calls here. */
+/* Reset to one device that exports dmabuf, a current context, no
+ * allocations, and route the library's driver calls here. */
 void drv_install(void);
 void drv_uninstall(void);
 
 /* Allocations, `offset` bytes into the arena.  Each gets a new buffer id and
  * returns its index in drv.allocs. */
-int drv_legacy(size_t offset, size_t size);   /* cuMemAlloc: 2 MiB chunk */
-int drv_pool(size_t offset, size_t size);     /* cuMemAllocAsync: 32 MiB chunk */
+int drv_legacy(size_t offset, size_t size); /* cuMemAlloc: 2 MiB chunk */
+int drv_pool(size_t offset, size_t size);   /* cuMemAllocAsync: 32 MiB chunk */
 int drv_vmm(size_t reserve_offset, size_t reserve_size, size_t offset,
-             size_t size);                     /* cuMemCreate + cuMemMap */
+            size_t size); /* cuMemCreate + cuMemMap */
 int drv_managed(size_t offset, size_t size);
 int drv_pinned_host(size_t offset, size_t size);
 /* IS_GPU_DIRECT_RDMA_CAPABLE of allocation i (VMM memory is created with it

@@ -29,8 +29,7 @@ static uintptr_t page_up(uintptr_t a)
 
 /* The entry's MR covers the request rounded out to host pages, exactly,
  * and belongs to the cache's PD. */
-static void check_mr_covers(const regcache_entry_t *e, const void *addr,
-                            size_t len)
+static void check_mr_covers(const regcache_entry_t *e, const void *addr, size_t len)
 {
     struct ibv_mr *mr = regcache_entry_mr(e);
     uintptr_t start;
@@ -126,8 +125,7 @@ static void flush_keeps_held_destroy_takes_all(void **state)
     regcache_entry_t *e[3];
 
     for (int i = 0; i < 3; i++)
-        assert_int_equal(regcache_get(c, buf + 4 * i * page, page, &e[i]),
-                         REGCACHE_OK);
+        assert_int_equal(regcache_get(c, buf + 4 * i * page, page, &e[i]), REGCACHE_OK);
     assert_int_equal(vm_provider_mrs(), before + 3);
     regcache_put(c, e[0]);
     assert_int_equal(regcache_flush(c), REGCACHE_OK);
@@ -161,8 +159,7 @@ static void *get_put_random_ranges(void *arg)
             continue;
         }
         struct ibv_mr *mr = regcache_entry_mr(e);
-        w->bad += !mr || (char *)mr->addr > p ||
-                  (char *)mr->addr + mr->length < p + page;
+        w->bad += !mr || (char *)mr->addr > p || (char *)mr->addr + mr->length < p + page;
         regcache_put(w->cache, e);
     }
     return NULL;
@@ -183,8 +180,7 @@ static void concurrent_misses_register_once(void **state)
 
     for (int i = 0; i < THREADS; i++) {
         w[i] = (struct worker){ .cache = c, .buf = buf, .seed = (unsigned)i };
-        assert_int_equal(
-            pthread_create(&t[i], NULL, get_put_random_ranges, &w[i]), 0);
+        assert_int_equal(pthread_create(&t[i], NULL, get_put_random_ranges, &w[i]), 0);
     }
     for (int i = 0; i < THREADS; i++) {
         assert_int_equal(pthread_join(t[i], NULL), 0);
@@ -206,8 +202,7 @@ static void remote_write_needs_remote_write_access(void **state)
 {
     (void)state;
     regcache_t *rw = vm_cache(dev.pd, VM_ACCESS_ALL, 0);
-    regcache_t *ro = vm_cache(dev.pd,
-                              IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ, 0);
+    regcache_t *ro = vm_cache(dev.pd, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ, 0);
     struct loopback lb;
     size_t len = 4 * page;
     char *local = vm_pages(len);
@@ -221,21 +216,21 @@ static void remote_write_needs_remote_write_access(void **state)
     uint32_t lkey = regcache_entry_mr(le)->lkey;
 
     memset(readonly, 0x11, len);
-    assert_int_equal(vm_rdma(&lb, IBV_WR_RDMA_READ, local, lkey, readonly,
-                             regcache_entry_mr(ce)->rkey, len),
-                     IBV_WC_SUCCESS);
+    assert_int_equal(
+        vm_rdma(&lb, IBV_WR_RDMA_READ, local, lkey, readonly, regcache_entry_mr(ce)->rkey, len),
+        IBV_WC_SUCCESS);
     assert_memory_equal(local, readonly, len);
 
     memset(local, 0x5a, len);
-    assert_int_equal(vm_rdma(&lb, IBV_WR_RDMA_WRITE, local, lkey, writable,
-                             regcache_entry_mr(oe)->rkey, len),
-                     IBV_WC_SUCCESS);
+    assert_int_equal(
+        vm_rdma(&lb, IBV_WR_RDMA_WRITE, local, lkey, writable, regcache_entry_mr(oe)->rkey, len),
+        IBV_WC_SUCCESS);
     assert_memory_equal(writable, local, len);
 
     /* Last on this pair: the refusal moves the QP to the error state. */
-    assert_int_equal(vm_rdma(&lb, IBV_WR_RDMA_WRITE, local, lkey, readonly,
-                             regcache_entry_mr(ce)->rkey, len),
-                     IBV_WC_REM_ACCESS_ERR);
+    assert_int_equal(
+        vm_rdma(&lb, IBV_WR_RDMA_WRITE, local, lkey, readonly, regcache_entry_mr(ce)->rkey, len),
+        IBV_WC_REM_ACCESS_ERR);
     for (size_t i = 0; i < len; i++)
         assert_int_equal(readonly[i], 0x11);
 

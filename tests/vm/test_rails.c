@@ -30,7 +30,7 @@
 #define XFER ((size_t)64 << 10)
 #define BUF (2 * XFER)
 
-static const char *const dev_name[RAILS] = {"rxe0", "rxe1"};
+static const char *const dev_name[RAILS] = { "rxe0", "rxe1" };
 static struct vm_dev dev[RAILS];
 static size_t page;
 
@@ -95,8 +95,7 @@ static regcache_entry_t *get_on(struct fixture *f, int r, char *buf, size_t len)
     regcache_entry_t *e = NULL;
     int rc = regcache_get_rail(f->cache, (unsigned)r, buf, len, &e);
     if (rc != REGCACHE_OK)
-        print_error("get on rail %d: %s (%s)\n", r, regcache_strerror(rc),
-                    regcache_last_error());
+        print_error("get on rail %d: %s (%s)\n", r, regcache_strerror(rc), regcache_last_error());
     assert_int_equal(rc, REGCACHE_OK);
     assert_non_null(regcache_entry_mr(e));
     assert_ptr_equal(regcache_entry_mr(e)->pd, dev[r].pd);
@@ -106,8 +105,8 @@ static regcache_entry_t *get_on(struct fixture *f, int r, char *buf, size_t len)
 /* Data both ways on rail r through entry e alone: from the start of the
  * buffer to its end (so the MR covers both), under e's lkey and rkey, on
  * the QP pair of r's own device - traffic never crosses devices. */
-static void transfer_on(struct fixture *f, int r, const regcache_entry_t *e, char *buf,
-                        size_t len, int seed)
+static void transfer_on(struct fixture *f, int r, const regcache_entry_t *e, char *buf, size_t len,
+                        int seed)
 {
     size_t n = len / 2 < XFER ? len / 2 : XFER;
     vm_write_read(&f->lb[r], buf, vm_lkey(e), buf + len - n, vm_rkey(e), n, seed);
@@ -344,8 +343,7 @@ static void eviction_makes_room_for_another_rail(void **state)
     regcache_entry_t *e1 = get_on(f, 1, a, a_len);
     struct regcache_stats t = vm_stats(f->cache);
     printf("rails: rail 1 of A registered after %ju failure(s) and %ju eviction(s)\n",
-           (uintmax_t)(t.reg_failures - s.reg_failures),
-           (uintmax_t)(t.evictions - s.evictions));
+           (uintmax_t)(t.reg_failures - s.reg_failures), (uintmax_t)(t.evictions - s.evictions));
     assert_int_equal(t.reg_failures, s.reg_failures + 1); /* the kernel's ENOMEM */
     assert_int_equal(t.evictions, s.evictions + 1);
     assert_int_equal(t.registrations, s.registrations + 1);
@@ -377,14 +375,12 @@ int main(void)
         cmocka_unit_test_setup_teardown(one_entry_serves_both_rails, setup, teardown),
         cmocka_unit_test_setup_teardown(invalidate_drops_every_rail, setup, teardown),
         cmocka_unit_test_setup_teardown(notify_free_drops_every_rail, setup, teardown),
-        cmocka_unit_test_prestate_setup_teardown(eviction_drops_every_rail, setup,
-                                                 teardown, (void *)&one_entry),
+        cmocka_unit_test_prestate_setup_teardown(eviction_drops_every_rail, setup, teardown,
+                                                 (void *)&one_entry),
     };
     const struct CMUnitTest exhaustion[] = {
-        cmocka_unit_test_setup_teardown(no_space_on_one_rail_spares_the_other, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(eviction_makes_room_for_another_rail, setup,
-                                        teardown),
+        cmocka_unit_test_setup_teardown(no_space_on_one_rail_spares_the_other, setup, teardown),
+        cmocka_unit_test_setup_teardown(eviction_makes_room_for_another_rail, setup, teardown),
     };
     page = (size_t)sysconf(_SC_PAGESIZE);
     for (int r = 0; r < RAILS; r++)

@@ -22,7 +22,7 @@
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags);
 
 typedef CUresult (*get_proc_v2_fn)(const char *, void **, int, cuuint64_t,
-                            CUdriverProcAddressQueryResult *);
+                                   CUdriverProcAddressQueryResult *);
 
 static void get_proc_v2_from_dlsym(void **state)
 {
@@ -103,9 +103,9 @@ static void wrapping_is_exact(void **state)
     assert_int_equal(gpa("cuMemFree", &b, 13000, 0, NULL), CUDA_SUCCESS);
     assert_ptr_equal(a, b);
     assert_int_equal(gpa("cuMemFreeAsync", &a, 11020, 0, NULL), CUDA_SUCCESS);
-    assert_int_equal(gpa("cuMemFreeAsync", &b, 11020,
-                         CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, NULL),
-                     CUDA_SUCCESS);
+    assert_int_equal(
+        gpa("cuMemFreeAsync", &b, 11020, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, NULL),
+        CUDA_SUCCESS);
     assert_ptr_not_equal(a, b);
     /* A name the driver does not know stays an error. */
     a = &a;

@@ -52,7 +52,7 @@ static void cuda_parts_decline(void **state)
 int main(void)
 {
     void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (driver != NULL) {
+    if (driver) {
         printf("skipped: libcuda.so.1 is installed here\n");
         return 77;
     }

@@ -57,7 +57,7 @@ static void sum_stays_within_budget_plus_held(void **state)
     (void)state;
     enum { N = 4, ROUNDS = 300 };
     struct helper h[N];
-    unsigned long long bytes[N] = {0}, held[N] = {0}, most = 0;
+    unsigned long long bytes[N] = { 0 }, held[N] = { 0 }, most = 0;
     for (int i = 0; i < N; i++)
         helper_start(&h[i], "dev0");
     struct rc_ledger_segment *s = segment_open("dev0");
@@ -202,7 +202,7 @@ static void stat_reports_a_corrupt_segment_and_goes_on(void **state)
 static void stat_watch_prints_until_stopped(void **state)
 {
     (void)state;
-    char *argv[] = {REGCACHE_STAT, "--json", "--watch", "1", NULL};
+    char *argv[] = { REGCACHE_STAT, "--json", "--watch", "1", NULL };
     FILE *to, *from;
     char line[4096];
     segment_make("dev0");

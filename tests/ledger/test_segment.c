@@ -49,14 +49,14 @@ static void attach_creates_a_private_segment(void **state)
     assert_non_null(r);
     assert_int_equal(atomic_load(&r->owner), rc_ledger_identity(getpid()));
     char comm[17] = "";
-    uint64_t words[2] = {atomic_load(&r->comm[0]), atomic_load(&r->comm[1])};
+    uint64_t words[2] = { atomic_load(&r->comm[0]), atomic_load(&r->comm[1]) };
     memcpy(comm, words, 16);
     assert_string_equal(comm, "ledger_segment"); /* this test's name */
 
     rc_ledger_usage(l, 5 * M, 5);
     assert_int_equal(atomic_load(&r->bytes), 5 * M);
     assert_int_equal(atomic_load(&r->entries), 5);
-    struct rc_ledger_counts c = {.hits = 1, .misses = 2, .reg_failures = 6};
+    struct rc_ledger_counts c = { .hits = 1, .misses = 2, .reg_failures = 6 };
     rc_ledger_publish(l, &c);
     assert_int_equal(atomic_load(&r->hits), 1);
     assert_int_equal(atomic_load(&r->reg_failures), 6);
@@ -153,14 +153,14 @@ static void corrupt_segment_is_survived(void **state)
         uint64_t value;
         const char *why;
     } wrong[] = {
-        {offsetof(struct rc_ledger_header, magic), 0x6867666564636261ull, "bad magic"},
-        {offsetof(struct rc_ledger_header, version), 2, "layout version 2"},
-        {offsetof(struct rc_ledger_header, records), 1u << 20, "layout version 1 is"},
-        {offsetof(struct rc_ledger_header, key), 0x2f2e2e, "GPU key"},
-        {offsetof(struct rc_ledger_header, used), RC_LEDGER_RECORDS + 1, "records in use"},
-        {offsetof(struct rc_ledger_header, budget), 1ull << 60, "budget"},
-        {offsetof(struct rc_ledger_segment, rec[3].owner), 1ull << 40, "without a pid"},
-        {offsetof(struct rc_ledger_segment, rec[3].bytes), 1ull << 60, "record 3 claims"},
+        { offsetof(struct rc_ledger_header, magic), 0x6867666564636261ull, "bad magic" },
+        { offsetof(struct rc_ledger_header, version), 2, "layout version 2" },
+        { offsetof(struct rc_ledger_header, records), 1u << 20, "layout version 1 is" },
+        { offsetof(struct rc_ledger_header, key), 0x2f2e2e, "GPU key" },
+        { offsetof(struct rc_ledger_header, used), RC_LEDGER_RECORDS + 1, "records in use" },
+        { offsetof(struct rc_ledger_header, budget), 1ull << 60, "budget" },
+        { offsetof(struct rc_ledger_segment, rec[3].owner), 1ull << 40, "without a pid" },
+        { offsetof(struct rc_ledger_segment, rec[3].bytes), 1ull << 60, "record 3 claims" },
     };
     char path[256];
     segment_path("dev0", path, sizeof path);

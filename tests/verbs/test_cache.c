@@ -12,7 +12,7 @@
 #include <cmocka.h>
 #include <infiniband/verbs.h>
 
-#include "fake_cuda.h"
+#include "cache_fixture.h"
 #include "fake_verbs.h"
 #include "regcache.h"
 
@@ -24,18 +24,13 @@ static regcache_t *host_cache(void)
     struct regcache_params p;
     regcache_t *c = NULL;
 
-    fake_cuda.device_count = 0;
+    drv.device_count = 0;
     assert_int_equal(regcache_params_init(&p), REGCACHE_OK);
     p.pd = fake_pd();
     p.host_memory = 1;
     assert_int_equal(regcache_create(&p, &c), REGCACHE_OK);
     assert_int_equal(regcache_method_used(c), 0);
     return c;
-}
-
-static void stats_of(regcache_t *c, struct regcache_stats *s)
-{
-    assert_int_equal(regcache_get_stats(c, s), REGCACHE_OK);
 }
 
 static void test_entry_mr_is_the_verbs_mr(void **state)
@@ -60,8 +55,7 @@ static void test_entry_mr_is_the_verbs_mr(void **state)
     assert_true(start <= (uintptr_t)buf + 100);
     assert_true(start + len >= (uintptr_t)buf + 300);
     assert_int_equal(fake_verbs.last_reg_mr.access,
-                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                         IBV_ACCESS_REMOTE_READ);
+                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
     regcache_put(c, e);
     regcache_destroy(c);
     free(buf);
@@ -71,7 +65,7 @@ static void test_entry_mr_is_the_verbs_mr(void **state)
  * the unused entry and register again. */
 static void test_exhausted_reg_mr_evicts_and_retries(void **state)
 {
-    static const int exhausted[] = {ENOMEM, ENOSPC, EAGAIN, EFAULT};
+    static const int exhausted[] = { ENOMEM, ENOSPC, EAGAIN, EFAULT };
     char *a = aligned_alloc(BLOCK, BLOCK);
     char *b = aligned_alloc(BLOCK, BLOCK);
     (void)state;
@@ -79,7 +73,6 @@ static void test_exhausted_reg_mr_evicts_and_retries(void **state)
     for (size_t i = 0; i < sizeof(exhausted) / sizeof(exhausted[0]); i++) {
         regcache_t *c = host_cache();
         regcache_entry_t *ea, *eb;
-        struct regcache_stats s;
 
         assert_int_equal(regcache_get(c, a, BLOCK, &ea), REGCACHE_OK);
         regcache_put(c, ea);
@@ -87,12 +80,9 @@ static void test_exhausted_reg_mr_evicts_and_retries(void **state)
         fake_verbs.reg_mr_errno = exhausted[i];
         assert_int_equal(regcache_get(c, b, BLOCK, &eb), REGCACHE_OK);
         assert_ptr_equal(regcache_entry_mr(eb)->addr, b);
-        stats_of(c, &s);
-        assert_int_equal(s.reg_failures, 1);
-        assert_int_equal(s.evictions, 1);
-        assert_int_equal(s.registrations, 2);
-        assert_int_equal(s.deregistrations, 1);
-        assert_int_equal(s.entries, 1);
+        assert_cache_stats(c, FX_STAT(reg_failures, 1), FX_STAT(evictions, 1),
+                           FX_STAT(registrations, 2), FX_STAT(deregistrations, 1),
+                           FX_STAT(entries, 1), NULL);
         assert_int_equal(fake_verbs.live_mrs, 1);
         regcache_put(c, eb);
         regcache_destroy(c);
@@ -111,7 +101,6 @@ static void test_reg_mr_failures_that_cannot_be_retried(void **state)
     char *a = aligned_alloc(BLOCK, BLOCK);
     char *b = aligned_alloc(BLOCK, BLOCK);
     regcache_entry_t *ea, *eb;
-    struct regcache_stats s;
     (void)state;
 
     assert_int_equal(regcache_get(c, a, BLOCK, &ea), REGCACHE_OK);
@@ -123,9 +112,7 @@ static void test_reg_mr_failures_that_cannot_be_retried(void **state)
     fake_verbs.reg_mr_errno = EINVAL;
     assert_int_equal(regcache_get(c, b, BLOCK, &eb), REGCACHE_ERR_BACKEND);
     assert_null(eb);
-    stats_of(c, &s);
-    assert_int_equal(s.evictions, 0);
-    assert_int_equal(s.entries, 1);
+    assert_cache_stats(c, FX_STAT(evictions, 0), FX_STAT(entries, 1), NULL);
     regcache_put(c, ea);
     regcache_destroy(c);
     free(a);
@@ -140,8 +127,8 @@ static void test_gpu_memory_through_dmabuf(void **state)
     struct regcache_params p;
     regcache_t *c = NULL;
     regcache_entry_t *e;
-    char *gpu = (char *)fake_cuda.alloc_base;
-    int fds = fake_count_fds();
+    char *gpu = fake_gpu(0);
+    int fds = drv_open_fds();
     uintptr_t start;
     size_t len;
     (void)state;
@@ -151,18 +138,16 @@ static void test_gpu_memory_through_dmabuf(void **state)
     p.whole_allocation = 0;
     assert_int_equal(regcache_create(&p, &c), REGCACHE_OK);
     assert_int_equal(regcache_method_used(c), REGCACHE_METHOD_DMABUF);
-    assert_int_equal(regcache_get(c, gpu + 3 * BLOCK + 10, 100, &e),
-                     REGCACHE_OK);
+    assert_int_equal(regcache_get(c, gpu + 3 * BLOCK + 10, 100, &e), REGCACHE_OK);
     regcache_entry_range(e, &start, &len);
     assert_int_equal(start, (uintptr_t)gpu + 3 * BLOCK);
     assert_int_equal(len, BLOCK);
     assert_int_equal(fake_verbs.dmabuf_calls, 1);
     assert_int_equal(fake_verbs.last_dmabuf.iova, start);
-    assert_int_equal(fake_verbs.last_dmabuf.offset,
-                     start - fake_cuda.export_ptr);
+    assert_int_equal(fake_verbs.last_dmabuf.offset, start - drv.export_ptr);
     assert_int_equal(fake_verbs.last_dmabuf.len, len);
     assert_int_equal((uintptr_t)regcache_entry_mr(e)->addr, start);
-    assert_int_equal(fake_count_fds(), fds);
+    assert_int_equal(drv_open_fds(), fds);
     regcache_put(c, e);
     regcache_destroy(c);
 }
@@ -175,12 +160,12 @@ static void test_gpu_memory_through_dmabuf(void **state)
 static void test_dmabuf_rails_share_one_export(void **state)
 {
     static struct ibv_pd pd1;
-    struct ibv_pd *pds[2] = {fake_pd(), &pd1};
+    struct ibv_pd *pds[2] = { fake_pd(), &pd1 };
     struct regcache_params p;
     regcache_t *c = NULL;
     regcache_entry_t *e[2];
-    char *gpu = (char *)fake_cuda.alloc_base + 3 * BLOCK + 10;
-    int fds = fake_count_fds();
+    char *gpu = fake_gpu(0) + 3 * BLOCK + 10;
+    int fds = drv_open_fds();
     (void)state;
 
     assert_int_equal(regcache_params_init(&p), REGCACHE_OK);
@@ -191,27 +176,27 @@ static void test_dmabuf_rails_share_one_export(void **state)
     assert_int_equal(regcache_method_used(c), REGCACHE_METHOD_DMABUF);
 
     assert_int_equal(regcache_get_rail(c, 0, gpu, 100, &e[0]), REGCACHE_OK);
-    assert_int_equal(fake_cuda.export_calls, 1);
+    assert_int_equal(drv.calls[FC_GET_HANDLE], 1);
     assert_int_equal(fake_verbs.dmabuf_calls, 1);
     assert_ptr_equal(fake_verbs.last_dmabuf.pd, pds[0]);
     uint64_t offset = fake_verbs.last_dmabuf.offset;
-    assert_int_equal(fake_count_fds(), fds + 1); /* for rail 1 */
+    assert_int_equal(drv_open_fds(), fds + 1); /* for rail 1 */
 
     assert_int_equal(regcache_get_rail(c, 1, gpu, 100, &e[1]), REGCACHE_OK);
-    assert_int_equal(fake_cuda.export_calls, 1);
+    assert_int_equal(drv.calls[FC_GET_HANDLE], 1);
     assert_int_equal(fake_verbs.dmabuf_calls, 2);
     assert_ptr_equal(fake_verbs.last_dmabuf.pd, pds[1]);
-    assert_int_equal(fake_verbs.last_dmabuf.fd, fake_cuda.export_fd);
+    assert_int_equal(fake_verbs.last_dmabuf.fd, drv.export_fd);
     assert_true(fake_verbs.last_dmabuf.fd_was_open);
     assert_int_equal(fake_verbs.last_dmabuf.offset, offset);
     assert_ptr_equal(regcache_entry_mr(e[0])->pd, pds[0]);
     assert_ptr_equal(regcache_entry_mr(e[1])->pd, pds[1]);
-    assert_int_equal(fake_count_fds(), fds); /* every rail has its MR */
+    assert_int_equal(drv_open_fds(), fds); /* every rail has its MR */
 
     regcache_put(c, e[0]);
     regcache_put(c, e[1]);
     regcache_destroy(c);
-    assert_int_equal(fake_count_fds(), fds);
+    assert_int_equal(drv_open_fds(), fds);
 }
 
 /* A cache that found only the host method refuses GPU memory up front,
@@ -222,9 +207,8 @@ static void test_host_only_cache_refuses_gpu_memory(void **state)
     regcache_entry_t *e = NULL;
     (void)state;
 
-    fake_cuda.device_count = 1; /* the memory is a GPU allocation */
-    assert_int_equal(regcache_get(c, (char *)fake_cuda.alloc_base + 10, 100, &e),
-                     REGCACHE_ERR_UNSUPPORTED);
+    drv.device_count = 1; /* the memory is a GPU allocation */
+    assert_int_equal(regcache_get(c, fake_gpu(0) + 10, 100, &e), REGCACHE_ERR_UNSUPPORTED);
     assert_null(e);
     assert_non_null(strstr(regcache_last_error(), "nvidia_peermem"));
     assert_int_equal(fake_verbs.reg_mr_calls + fake_verbs.dmabuf_calls, 0);
@@ -237,7 +221,7 @@ static void test_create_says_what_to_load(void **state)
     regcache_t *c = NULL;
     (void)state;
 
-    fake_cuda.device_count = 0;
+    drv.device_count = 0;
     assert_int_equal(regcache_params_init(&p), REGCACHE_OK);
     p.pd = fake_pd();
     assert_int_equal(regcache_create(&p, &c), REGCACHE_ERR_UNSUPPORTED);

@@ -3,7 +3,7 @@ torch.cuda.empty_cache(); each such free must reach the cache (through the
 preload hook, or through the in-process interception of the linked library)
 while the memory is still valid, and entries of memory PyTorch still holds
 must stay.  Run by gpu-test.sh in each way:
-    python3 test_hook_torch.py LIBREGCACHE GPU_BACKEND_LIB
+    python3 test_torch.py LIBREGCACHE GPU_BACKEND_LIB
 With GB_CACHE_FIRST set, a cache exists before torch is imported.
 """
 import ctypes

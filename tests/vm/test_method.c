@@ -4,9 +4,10 @@
  * backend's dmabuf probe must reach the same verdict as a real
  * ibv_reg_dmabuf_mr on a real dmabuf (udmabuf over a memfd).  Where the
  * GPU side must say "yes" so that only the provider decides, a stand-in
- * CUDA driver answers for it, and a stand-in sysfs for the peermem module
- * (both from tests/verbs); the provider is always the real one. */
-#include "fake_cuda.h"
+ * CUDA driver answers for it (tests/common/fake_driver.h), and a stand-in
+ * sysfs for the peermem module (tests/verbs); the provider is always the
+ * real one. */
+#include "fake_driver.h"
 #include "fake_verbs.h"
 #include "vm_env.h"
 
@@ -29,8 +30,7 @@
 
 static struct vm_dev dev;
 
-static int create(enum regcache_method method, int host_memory,
-                  regcache_t **cache)
+static int create(enum regcache_method method, int host_memory, regcache_t **cache)
 {
     struct regcache_params p;
     regcache_params_init(&p);
@@ -47,14 +47,14 @@ static int create(enum regcache_method method, int host_memory,
 static int install_fake_gpu(void **state)
 {
     (void)state;
-    fake_cuda_install();
+    drv_install();
     return 0;
 }
 
 static int remove_fakes(void **state)
 {
     (void)state;
-    fake_cuda_uninstall();
+    drv_uninstall();
     fake_sysfs_remove();
     return 0;
 }
@@ -71,8 +71,7 @@ static int real_dmabuf_registration(void)
 {
     int ufd = open("/dev/udmabuf", O_RDWR);
     if (ufd < 0)
-        print_error("open /dev/udmabuf: %s (needs the 6.12 guest kernel)\n",
-                    strerror(errno));
+        print_error("open /dev/udmabuf: %s (needs the 6.12 guest kernel)\n", strerror(errno));
     assert_true(ufd >= 0);
     int mfd = memfd_create("vm-dmabuf", MFD_ALLOW_SEALING);
     assert_true(mfd >= 0);
@@ -85,8 +84,7 @@ static int real_dmabuf_registration(void)
     assert_true(dfd >= 0);
 
     errno = 0;
-    struct ibv_mr *mr = ibv_reg_dmabuf_mr(dev.pd, 0, DMABUF_LEN, 0, dfd,
-                                          VM_ACCESS_ALL);
+    struct ibv_mr *mr = ibv_reg_dmabuf_mr(dev.pd, 0, DMABUF_LEN, 0, dfd, VM_ACCESS_ALL);
     int err = mr ? 0 : errno ? errno : EIO;
     if (mr)
         ibv_dereg_mr(mr);
@@ -136,8 +134,7 @@ static void auto_falls_back_past_refused_dmabuf(void **state)
     assert_int_equal(regcache_method_used(cache), 0);
     regcache_destroy(cache);
 
-    assert_int_equal(create(REGCACHE_METHOD_AUTO, 0, &cache),
-                     REGCACHE_ERR_UNSUPPORTED);
+    assert_int_equal(create(REGCACHE_METHOD_AUTO, 0, &cache), REGCACHE_ERR_UNSUPPORTED);
     assert_null(cache);
     assert_error_mentions("nvidia_peermem");
 }
@@ -165,12 +162,10 @@ static void no_gpu_method_is_host_only(void **state)
     assert_int_equal(vm_provider_mrs(), before);
     vm_pages_free(buf, len);
 
-    assert_int_equal(create(REGCACHE_METHOD_DMABUF, 1, &cache),
-                     REGCACHE_ERR_UNSUPPORTED);
+    assert_int_equal(create(REGCACHE_METHOD_DMABUF, 1, &cache), REGCACHE_ERR_UNSUPPORTED);
     assert_null(cache);
     assert_error_mentions("DMABUF");
-    assert_int_equal(create(REGCACHE_METHOD_PEERMEM, 1, &cache),
-                     REGCACHE_ERR_UNSUPPORTED);
+    assert_int_equal(create(REGCACHE_METHOD_PEERMEM, 1, &cache), REGCACHE_ERR_UNSUPPORTED);
     assert_null(cache);
     assert_error_mentions("nvidia_peermem");
 }
@@ -178,11 +173,10 @@ static void no_gpu_method_is_host_only(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(
-            dmabuf_probe_agrees_with_real_registration, install_fake_gpu,
-            remove_fakes),
-        cmocka_unit_test_setup_teardown(auto_falls_back_past_refused_dmabuf,
+        cmocka_unit_test_setup_teardown(dmabuf_probe_agrees_with_real_registration,
                                         install_fake_gpu, remove_fakes),
+        cmocka_unit_test_setup_teardown(auto_falls_back_past_refused_dmabuf, install_fake_gpu,
+                                        remove_fakes),
         cmocka_unit_test(no_gpu_method_is_host_only),
     };
     vm_dev_open(&dev);

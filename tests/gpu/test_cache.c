@@ -21,16 +21,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 #include <cuda.h>
 
 #include "bar1_budget.h"
-#include "cuda_seam.h"
 #include "dmabuf_export.h"
-#include "mem_query.h"
 #include "regcache.h"
 
 #define MIB ((size_t)1 << 20)
@@ -41,13 +38,14 @@
 
 /* Each field is named and typed after the cuda.h declaration its name
  * expands to (cuMemAlloc is cuMemAlloc_v2), and loaded by that name. */
-#define DRIVER_CALLS(X)                                                                        \
-    X(cuInit) X(cuGetErrorName) X(cuDeviceGet) X(cuDeviceGetCount) X(cuDevicePrimaryCtxRetain) \
-    X(cuCtxSetCurrent) X(cuMemAlloc) X(cuMemFree) X(cuMemAllocHost) X(cuMemFreeHost)           \
-    X(cuMemAllocManaged) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)           \
-    X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuMemAddressReserve) X(cuMemAddressFree)            \
-    X(cuMemCreate) X(cuMemRelease) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess)                 \
-    X(cuMemGetAllocationGranularity) X(cuPointerGetAttribute)
+#define DRIVER_CALLS(X)                                                                         \
+    X(cuInit)                                                                                   \
+    X(cuGetErrorName) X(cuDeviceGet) X(cuDeviceGetCount) X(cuDevicePrimaryCtxRetain)            \
+        X(cuCtxSetCurrent) X(cuMemAlloc) X(cuMemFree) X(cuMemAllocHost) X(cuMemFreeHost)        \
+            X(cuMemAllocManaged) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)    \
+                X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuMemAddressReserve) X(cuMemAddressFree) \
+                    X(cuMemCreate) X(cuMemRelease) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess)  \
+                        X(cuMemGetAllocationGranularity) X(cuPointerGetAttribute)
 #define STR(x) #x
 #define NAME(x) STR(x)
 #define FIELD(f) __typeof__(&f) f;
@@ -64,14 +62,14 @@ static const char *driver_missing(void)
 {
     static char why[256];
     void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (lib == NULL)
+    if (!lib)
         return "no CUDA driver (libcuda.so.1 cannot be loaded)";
-#define LOAD(f)                                              \
-    do {                                                     \
-        void *p = dlsym(lib, NAME(f));                       \
-        if (p == NULL)                                       \
-            return "the CUDA driver lacks " NAME(f);         \
-        memcpy(&cu.f, &p, sizeof p);                         \
+#define LOAD(f)                                      \
+    do {                                             \
+        void *p = dlsym(lib, NAME(f));               \
+        if (!p)                                      \
+            return "the CUDA driver lacks " NAME(f); \
+        memcpy(&cu.f, &p, sizeof p);                 \
     } while (0);
     DRIVER_CALLS(LOAD)
 #undef LOAD
@@ -90,14 +88,14 @@ static const char *driver_missing(void)
     return NULL;
 }
 
-#define CK(call)                                                        \
-    do {                                                                \
-        CUresult r_ = (call);                                           \
-        if (r_ != CUDA_SUCCESS) {                                       \
-            const char *n_ = "?";                                       \
-            cu.cuGetErrorName(r_, &n_);                                 \
-            fail_msg("%s: %s", #call, n_);                              \
-        }                                                               \
+#define CK(call)                           \
+    do {                                   \
+        CUresult r_ = (call);              \
+        if (r_ != CUDA_SUCCESS) {          \
+            const char *n_ = "?";          \
+            cu.cuGetErrorName(r_, &n_);    \
+            fail_msg("%s: %s", #call, n_); \
+        }                                  \
     } while (0)
 
 static unsigned long long buffer_id(uintptr_t addr)
@@ -125,8 +123,8 @@ static unsigned int sync_memops_of(uintptr_t addr)
 struct handle {
     uintptr_t start;
     size_t len;
-    unsigned long long id;  /* buffer id of the requested memory at reg */
-    unsigned int sync;      /* its SYNC_MEMOPS at reg */
+    unsigned long long id; /* buffer id of the requested memory at reg */
+    unsigned int sync;     /* its SYNC_MEMOPS at reg */
     atomic_int dead;
     struct handle *next;
 };
@@ -145,7 +143,7 @@ static int counting_reg(void *arg, void *addr, size_t len, int device, int rail,
     (void)arg;
     (void)device, (void)rail;
     struct handle *h = calloc(1, sizeof *h);
-    if (h == NULL)
+    if (!h)
         return ENOMEM;
     h->start = (uintptr_t)addr;
     h->len = len;
@@ -219,14 +217,13 @@ static int release_handles(void **state)
 }
 
 /* get that must succeed, with the handle checked against the memory now. */
-static struct handle *get_checked(regcache_t *c, uintptr_t addr, size_t len,
-                                  regcache_entry_t **e)
+static struct handle *get_checked(regcache_t *c, uintptr_t addr, size_t len, regcache_entry_t **e)
 {
     requested = addr;
     int rc = regcache_get(c, (const void *)addr, len, e);
     if (rc != REGCACHE_OK)
-        fail_msg("regcache_get(%#jx, %zu): %s (%s)", (uintmax_t)addr, len,
-                 regcache_strerror(rc), regcache_last_error());
+        fail_msg("regcache_get(%#jx, %zu): %s (%s)", (uintmax_t)addr, len, regcache_strerror(rc),
+                 regcache_last_error());
     struct handle *h = regcache_entry_handle(*e);
     assert_false(atomic_load(&h->dead));
     assert_int_equal(h->id, buffer_id(addr));
@@ -275,8 +272,7 @@ static void expect_reregistration(regcache_t *c, uintptr_t base, size_t offset, 
     assert_ptr_not_equal(second, first);
     assert_int_equal(atomic_load(&regs), regs_before + 1);
     assert_true(atomic_load(&first->dead));
-    printf("%s: %#jx id %llu -> %llu, re-registered\n", kind, (uintmax_t)addr, old_id,
-           second->id);
+    printf("%s: %#jx id %llu -> %llu, re-registered\n", kind, (uintmax_t)addr, old_id, second->id);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -355,17 +351,23 @@ static uintptr_t vmm_replace(uintptr_t addr)
     return addr;
 }
 
-static void vmm_remap_is_reregistered(void **state)
+/* VMM memory of device 0 that GPUDirect RDMA may reach, and its smallest
+ * mapping (vmm_size). */
+static void vmm_granularity(void)
 {
-    (void)state;
-    vmm_cache = new_cache(0);
     vmm_prop = (CUmemAllocationProp){
         .type = CU_MEM_ALLOCATION_TYPE_PINNED,
         .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 },
         .allocFlags = { .gpuDirectRDMACapable = 1 },
     };
-    CK(cu.cuMemGetAllocationGranularity(&vmm_size, &vmm_prop,
-                                        CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+    CK(cu.cuMemGetAllocationGranularity(&vmm_size, &vmm_prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+}
+
+static void vmm_remap_is_reregistered(void **state)
+{
+    (void)state;
+    vmm_cache = new_cache(0);
+    vmm_granularity();
     CUdeviceptr va;
     /* A reservation twice the mapping: the cache must take the mapping. */
     CK(cu.cuMemAddressReserve(&va, 2 * vmm_size, 0, 0, 0));
@@ -395,8 +397,8 @@ static void packed_small_allocations_stay_apart(void **state)
     CUdeviceptr a, b;
     CK(cu.cuMemAlloc(&a, 1000));
     CK(cu.cuMemAlloc(&b, 1000));
-    printf("packed: %#jx and %#jx, ids %llu and %llu\n", (uintmax_t)a, (uintmax_t)b,
-           buffer_id(a), buffer_id(b));
+    printf("packed: %#jx and %#jx, ids %llu and %llu\n", (uintmax_t)a, (uintmax_t)b, buffer_id(a),
+           buffer_id(b));
     assert_int_equal(a / 65536, b / 65536); /* the case under test */
     regcache_entry_t *ea, *eb, *e;
     struct handle *ha = get_checked(c, a, 1000, &ea);
@@ -509,7 +511,7 @@ static int open_fds(void)
 {
     DIR *d = opendir("/proc/self/fd");
     int n = 0;
-    while (readdir(d) != NULL)
+    while (readdir(d))
         n++;
     closedir(d);
     return n;
@@ -558,13 +560,7 @@ static void dmabuf_export_of_every_kind(void **state)
     CK(cu.cuMemAllocAsync(&pool, MIB, stream));
     CK(cu.cuMemAllocAsync(&small_pool, 1000, stream));
     CK(cu.cuStreamSynchronize(stream));
-    vmm_prop = (CUmemAllocationProp){
-        .type = CU_MEM_ALLOCATION_TYPE_PINNED,
-        .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 },
-        .allocFlags = { .gpuDirectRDMACapable = 1 },
-    };
-    CK(cu.cuMemGetAllocationGranularity(&vmm_size, &vmm_prop,
-                                        CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+    vmm_granularity();
     CK(cu.cuMemAddressReserve(&va, vmm_size, 0, 0, 0));
     CK(cu.cuMemCreate(&vmm_handle, vmm_size, &vmm_prop, 0));
     vmm_map(va);
@@ -767,67 +763,27 @@ static void threads_never_see_a_stale_handle(void **state)
 }
 
 /* ------------------------------------------------------------------------ */
-/* Figures (printed, never asserted)                                         */
+/* The BAR1 budget                                                            */
 /* ------------------------------------------------------------------------ */
 
-static double ns_since(const struct timespec *t0, int n)
-{
-    struct timespec t1;
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    return ((double)(t1.tv_sec - t0->tv_sec) * 1e9 + (double)(t1.tv_nsec - t0->tv_nsec)) / n;
-}
-
-static void figures(void **state)
+/* Where NVML is there, it gives device 0 a BAR1 budget (how long the cache's
+ * calls take is the benchmark's business: bench/cuda.c, bench/hits.c). */
+static void bar1_budget_of_device_0_is_read(void **state)
 {
     (void)state;
-    enum { N = 200000 };
-    CUdeviceptr p;
-    CK(cu.cuMemAlloc(&p, MIB));
-    const struct rc_cuda_api *api = rc_cuda_api();
-    struct rc_memory m;
-    assert_int_equal(rc_cuda_query(&m), REGCACHE_OK);
-    unsigned long long id;
-    uint64_t tag;
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (int i = 0; i < N; i++)
-        api->PointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, p);
-    double bare = ns_since(&t0, N);
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (int i = 0; i < N; i++)
-        m.read_tag(m.ctx, (const void *)p, &tag);
-    double read_tag = ns_since(&t0, N);
-    struct regcache_mem_info info;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (int i = 0; i < N; i++)
-        m.query(m.ctx, (const void *)p, 4096, &info);
-    double query = ns_since(&t0, N);
-
-    regcache_t *c = new_cache(0);
-    regcache_entry_t *e;
-    get_checked(c, p, 4096, &e);
-    regcache_put(c, e);
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (int i = 0; i < N; i++) {
-        regcache_get(c, (const void *)p, 4096, &e);
-        regcache_put(c, e);
+    if (!dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL)) {
+        printf("libnvidia-ml.so.1 cannot be loaded: no BAR1 reading to check\n");
+        skip();
     }
-    double hit = ns_since(&t0, N);
-    regcache_destroy(c);
-    CK(cu.cuMemFree(p));
-    printf("ns per call: cuPointerGetAttribute(BUFFER_ID) %.1f, read_tag %.1f, "
-           "query %.1f, get+put hit (TAG_CHECK) %.1f\n", bare, read_tag, query, hit);
     size_t budget = rc_bar1_budget(0);
     printf("BAR1 budget of device 0: %zu MiB\n", budget / MIB);
-    void *nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (nvml != NULL)
-        assert_true(budget > 0);
+    assert_true(budget > 0);
 }
 
 int main(void)
 {
     const char *why = driver_missing();
-    if (why != NULL) {
+    if (why) {
         printf("skipped: %s\n", why);
         return 77;
     }
@@ -843,7 +799,7 @@ int main(void)
         T(dmabuf_export_of_every_kind),
         T(budget_evicts_lru_and_never_a_held_entry),
         T(threads_never_see_a_stale_handle),
-        T(figures),
+        T(bar1_budget_of_device_0_is_read),
 #undef T
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -131,10 +131,9 @@ static void exhaustion_with_everything_held_is_no_space(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(exhaustion_evicts_lru_unused_and_retries,
-                                        setup, teardown),
-        cmocka_unit_test_setup_teardown(
-            exhaustion_with_everything_held_is_no_space, setup, teardown),
+        cmocka_unit_test_setup_teardown(exhaustion_evicts_lru_unused_and_retries, setup, teardown),
+        cmocka_unit_test_setup_teardown(exhaustion_with_everything_held_is_no_space, setup,
+                                        teardown),
     };
     struct rlimit lim;
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
@@ -147,8 +146,8 @@ int main(void)
         return 77;
     }
     chunk_len = ((size_t)lim.rlim_cur / FIT / page - 1) * page;
-    printf("memlock limit %zu bytes: %d chunks of %zu bytes fit\n",
-           (size_t)lim.rlim_cur, FIT, chunk_len);
+    printf("memlock limit %zu bytes: %d chunks of %zu bytes fit\n", (size_t)lim.rlim_cur, FIT,
+           chunk_len);
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     vm_dev_close(&dev);
     return failed;

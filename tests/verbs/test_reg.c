@@ -12,17 +12,15 @@
 #include <infiniband/verbs.h>
 
 #include "dmabuf_export.h"
-#include "fake_cuda.h"
 #include "fake_verbs.h"
 #include "regcache.h"
 #include "verbs_backend.h"
 
-#define ACCESS                                                                 \
-    (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
+#define ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
 
 /* Every errno a provider may plausibly return, exhaustion or not. */
-static const int verbs_errnos[] = {ENOMEM, ENOSPC, EAGAIN, EFAULT,
-                                   EINVAL, EPERM,  EACCES, EOPNOTSUPP};
+static const int verbs_errnos[] = { ENOMEM, ENOSPC, EAGAIN, EFAULT,
+                                    EINVAL, EPERM,  EACCES, EOPNOTSUPP };
 #define N_ERRNOS (sizeof(verbs_errnos) / sizeof(verbs_errnos[0]))
 
 static struct rc_backend be;
@@ -53,7 +51,7 @@ static void make_backend(enum regcache_method method, int expect_method)
 
 static void *gpu_addr(size_t offset)
 {
-    return (void *)(fake_cuda.alloc_base + offset);
+    return fake_gpu(offset);
 }
 
 static int reg(void *addr, size_t len, int device, struct ibv_mr **mr)
@@ -75,8 +73,8 @@ static void assert_fd_closed(int fd)
 
 static void test_host_memory_uses_reg_mr_on_any_method(void **state)
 {
-    static const enum regcache_method methods[] = {REGCACHE_METHOD_DMABUF,
-                                                   REGCACHE_METHOD_PEERMEM};
+    static const enum regcache_method methods[] = { REGCACHE_METHOD_DMABUF,
+                                                    REGCACHE_METHOD_PEERMEM };
     char *buf = malloc(8192);
     struct ibv_mr *mr;
     (void)state;
@@ -94,7 +92,7 @@ static void test_host_memory_uses_reg_mr_on_any_method(void **state)
         assert_int_equal(fake_verbs.live_mrs, 0);
         rc_verbs_backend_destroy(&be);
     }
-    assert_int_equal(fake_cuda.export_calls, 0);
+    assert_int_equal(drv.calls[FC_GET_HANDLE], 0);
     assert_int_equal(fake_verbs.dmabuf_calls, 0);
     free(buf);
 }
@@ -108,7 +106,7 @@ static void test_peermem_registers_the_gpu_va(void **state)
     assert_ptr_equal(fake_verbs.last_reg_mr.addr, gpu_addr(0x10000));
     assert_int_equal(fake_verbs.last_reg_mr.len, 0x20000);
     assert_int_equal(fake_verbs.last_reg_mr.access, ACCESS);
-    assert_int_equal(fake_cuda.export_calls, 0);
+    assert_int_equal(drv.calls[FC_GET_HANDLE], 0);
     be.dereg(be.arg, mr);
 }
 
@@ -118,30 +116,29 @@ static void test_dmabuf_offset_iova_and_fd(void **state)
 {
     static const struct {
         size_t off, len;
-    } ranges[] = {{0, 0x10000}, {0x12000, 0x30000}, {0x12345, 100}};
+    } ranges[] = { { 0, 0x10000 }, { 0x12000, 0x30000 }, { 0x12345, 100 } };
     (void)state;
     make_backend(REGCACHE_METHOD_DMABUF, REGCACHE_METHOD_DMABUF);
 
     for (size_t i = 0; i < sizeof(ranges) / sizeof(ranges[0]); i++) {
         uintptr_t addr = (uintptr_t)gpu_addr(ranges[i].off);
         size_t len = ranges[i].len;
-        int fds = fake_count_fds();
+        int fds = drv_open_fds();
         struct ibv_mr *mr;
 
         assert_int_equal(reg((void *)addr, len, 0, &mr), 0);
-        assert_int_equal(fake_cuda.export_calls, (int)i + 1);
-        assert_true(fake_cuda.export_ptr <= addr);
-        assert_true(fake_cuda.export_ptr + fake_cuda.export_size >= addr + len);
-        assert_int_equal(fake_verbs.last_dmabuf.offset,
-                         addr - fake_cuda.export_ptr);
+        assert_int_equal(drv.calls[FC_GET_HANDLE], (int)i + 1);
+        assert_true(drv.export_ptr <= addr);
+        assert_true(drv.export_ptr + drv.export_size >= addr + len);
+        assert_int_equal(fake_verbs.last_dmabuf.offset, addr - drv.export_ptr);
         assert_int_equal(fake_verbs.last_dmabuf.len, len);
         assert_int_equal(fake_verbs.last_dmabuf.iova, addr);
         assert_int_equal(fake_verbs.last_dmabuf.access, ACCESS);
         assert_ptr_equal(fake_verbs.last_dmabuf.pd, fake_pd());
-        assert_int_equal(fake_verbs.last_dmabuf.fd, fake_cuda.export_fd);
+        assert_int_equal(fake_verbs.last_dmabuf.fd, drv.export_fd);
         assert_true(fake_verbs.last_dmabuf.fd_was_open);
-        assert_fd_closed(fake_cuda.export_fd);
-        assert_int_equal(fake_count_fds(), fds);
+        assert_fd_closed(drv.export_fd);
+        assert_int_equal(drv_open_fds(), fds);
         assert_int_equal((uintptr_t)mr->addr, addr);
         assert_int_equal(mr->length, len);
         be.dereg(be.arg, mr);
@@ -156,8 +153,7 @@ static void check_reg_mr_errnos(int device)
     for (size_t i = 0; i < N_ERRNOS; i++) {
         fake_verbs.reg_mr_failures = 1;
         fake_verbs.reg_mr_errno = verbs_errnos[i];
-        assert_int_equal(reg(gpu_addr(0), 0x10000, device, &mr),
-                         verbs_errnos[i]);
+        assert_int_equal(reg(gpu_addr(0), 0x10000, device, &mr), verbs_errnos[i]);
     }
     /* A provider that fails without setting errno is still a failure. */
     fake_verbs.reg_mr_failures = 1;
@@ -181,15 +177,15 @@ static void test_dmabuf_errno_passes_through_and_fd_is_closed(void **state)
     make_backend(REGCACHE_METHOD_DMABUF, REGCACHE_METHOD_DMABUF);
     for (size_t i = 0; i <= N_ERRNOS; i++) {
         int want = i < N_ERRNOS ? verbs_errnos[i] : EIO;
-        int fds = fake_count_fds();
+        int fds = drv_open_fds();
         struct ibv_mr *mr;
 
         fake_verbs.dmabuf_failures = 1;
         fake_verbs.dmabuf_errno = i < N_ERRNOS ? verbs_errnos[i] : 0;
         assert_int_equal(reg(gpu_addr(0x20000), 0x10000, 0, &mr), want);
         assert_true(fake_verbs.last_dmabuf.fd_was_open);
-        assert_fd_closed(fake_cuda.export_fd);
-        assert_int_equal(fake_count_fds(), fds);
+        assert_fd_closed(drv.export_fd);
+        assert_int_equal(drv_open_fds(), fds);
     }
     assert_int_equal(fake_verbs.dmabuf_calls, N_ERRNOS + 1);
     assert_int_equal(fake_verbs.live_mrs, 0);
@@ -199,27 +195,25 @@ static void test_dmabuf_errno_passes_through_and_fd_is_closed(void **state)
  * and retry on it): UNSUPPORTED maps to EOPNOTSUPP, anything else to EIO. */
 static void test_export_failure_maps_to_errno(void **state)
 {
-    static const CUresult failures[] = {
-        CUDA_ERROR_NOT_SUPPORTED, CUDA_ERROR_INVALID_VALUE,
-        CUDA_ERROR_OUT_OF_MEMORY, CUDA_ERROR_UNKNOWN};
+    static const CUresult failures[] = { CUDA_ERROR_NOT_SUPPORTED, CUDA_ERROR_INVALID_VALUE,
+                                         CUDA_ERROR_OUT_OF_MEMORY, CUDA_ERROR_UNKNOWN };
     int saw_unsupported = 0;
     (void)state;
     make_backend(REGCACHE_METHOD_DMABUF, REGCACHE_METHOD_DMABUF);
 
     for (size_t i = 0; i < sizeof(failures) / sizeof(failures[0]); i++) {
-        int fd = -1, fds = fake_count_fds();
+        int fd = -1, fds = drv_open_fds();
         uint64_t offset;
         struct ibv_mr *mr;
         int status, want;
 
-        fake_cuda.export_result = failures[i];
-        status = rc_dmabuf_export((uintptr_t)gpu_addr(0), 0x10000, &fd,
-                                  &offset);
+        drv.fail[FC_GET_HANDLE] = failures[i];
+        status = rc_dmabuf_export((uintptr_t)gpu_addr(0), 0x10000, &fd, &offset);
         assert_int_not_equal(status, REGCACHE_OK);
         saw_unsupported |= status == REGCACHE_ERR_UNSUPPORTED;
         want = status == REGCACHE_ERR_UNSUPPORTED ? EOPNOTSUPP : EIO;
         assert_int_equal(reg(gpu_addr(0), 0x10000, 0, &mr), want);
-        assert_int_equal(fake_count_fds(), fds);
+        assert_int_equal(drv_open_fds(), fds);
     }
     assert_true(saw_unsupported);
     assert_int_equal(fake_verbs.dmabuf_calls, 0);
@@ -230,11 +224,11 @@ static void test_host_only_backend_refuses_gpu_memory(void **state)
     char buf[4096];
     struct ibv_mr *mr;
     (void)state;
-    fake_cuda.device_count = 0;
+    drv.device_count = 0;
     make_backend(REGCACHE_METHOD_AUTO, 0);
     assert_int_equal(reg(gpu_addr(0), 0x10000, 0, &mr), EOPNOTSUPP);
     assert_int_equal(fake_verbs.reg_mr_calls, 0);
-    assert_int_equal(fake_cuda.export_calls, 0);
+    assert_int_equal(drv.calls[FC_GET_HANDLE], 0);
     assert_int_equal(reg(buf, sizeof(buf), REGCACHE_DEVICE_HOST, &mr), 0);
     be.dereg(be.arg, mr);
 }

@@ -96,13 +96,11 @@ static void entries_are_as_measured(void **state)
             assert_memory_equal(original[i], measured, sizeof measured);
     }
     CUresult (*gpa)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *) =
-        (CUresult(*)(const char *, void **, int, cuuint64_t,
-                     CUdriverProcAddressQueryResult *))dlsym(fixture_driver(),
-                                                             "cuGetProcAddress_v2");
+        (CUresult(*)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *))
+            dlsym(fixture_driver(), "cuGetProcAddress_v2");
     for (size_t i = 0; i < fixture_n_procs; i++) {
         const struct fixture_variant *v = &fixture_procs[i];
-        assert_int_equal(gpa(v->proc, &early_gpa[i], v->version, v->flags, NULL),
-                         CUDA_SUCCESS);
+        assert_int_equal(gpa(v->proc, &early_gpa[i], v->version, v->flags, NULL), CUDA_SUCCESS);
     }
 }
 
@@ -204,8 +202,8 @@ static void permissions_of(const void *addr, char perms[5])
     perms[0] = '\0';
     unsigned long long from, to;
     while (fgets(line, sizeof line, f))
-        if (sscanf(line, "%llx-%llx %4s", &from, &to, perms) == 3 &&
-            (uintptr_t)addr >= from && (uintptr_t)addr < to)
+        if (sscanf(line, "%llx-%llx %4s", &from, &to, perms) == 3 && (uintptr_t)addr >= from &&
+            (uintptr_t)addr < to)
             break;
         else
             perms[0] = '\0';
@@ -269,9 +267,9 @@ static void self_test_sees_a_lost_patch(void **state)
     for (size_t i = 0; i < fixture_n_exports; i++)
         if (strcmp(fixture_exports[i].name, "cuMemUnmap") == 0) {
             char why[160];
-            assert_int_equal(rc_patch_entry((uintptr_t)fixture_own("cuMemUnmap"),
-                                            original[i], why, sizeof why),
-                             0);
+            assert_int_equal(
+                rc_patch_entry((uintptr_t)fixture_own("cuMemUnmap"), original[i], why, sizeof why),
+                0);
         }
     regcache_t *c = create();
     assert_int_equal(regcache_validation_mode(c), REGCACHE_VALIDATE_TAG_CHECK);
@@ -326,11 +324,11 @@ static void off_patches_nothing(void **state)
 int main(void)
 {
     const char *mode = getenv("INTERCEPT_TEST_MODE");
-    if (mode != NULL && strcmp(mode, "unrecognised") == 0) {
+    if (mode && strcmp(mode, "unrecognised") == 0) {
         const struct CMUnitTest tests[] = { cmocka_unit_test(unrecognised_entry_patches_nothing) };
         return cmocka_run_group_tests_name("unrecognised", tests, NULL, NULL);
     }
-    if (mode != NULL && strcmp(mode, "off") == 0) {
+    if (mode && strcmp(mode, "off") == 0) {
         const struct CMUnitTest tests[] = { cmocka_unit_test(off_patches_nothing) };
         return cmocka_run_group_tests_name("off", tests, NULL, NULL);
     }
