@@ -28,6 +28,12 @@ static void num(const char *key, double v)
     fprintf(out, ", \"%s\": %.6g", key, v);
 }
 
+/* Counts and sizes exactly: %g would round 1 MiB to 1.04858e+06. */
+static void count(const char *key, unsigned long long v)
+{
+    fprintf(out, ", \"%s\": %llu", key, v);
+}
+
 int bench_json_open(const char *path)
 {
     out = fopen(path, "w");
@@ -51,9 +57,9 @@ void bench_emit(const struct bench_row *r)
     str("asked", r->asked);
     str("mode", mode);
     str("ledger", r->ledger);
-    num("entries", (double)r->entries);
-    num("size_bytes", (double)r->size);
-    num("threads", r->threads);
+    count("entries", r->entries);
+    count("size_bytes", r->size);
+    count("threads", r->threads);
     if (!r->note[0]) {
         str("unit", r->threads ? "Mops/s" : "ns");
         num("median", r->median);
