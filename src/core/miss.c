@@ -208,13 +208,15 @@ static void raise_peak(atomic_uint_fast64_t *peak, uint64_t now)
 static int publish_locked(struct regcache *c, struct regcache_entry *e, uintptr_t start)
 {
     struct rc_device *d = &c->dev[e->device_slot];
-    /* Stamped with the epoch that ends here: anything used after this
-     * registration is more recent than it (lru.h). */
+    /* The registration opens an epoch, and the entry is stamped as used in
+     * it: its caller holds it and puts it next, and that put then finds the
+     * stamp current and writes nothing, nor does the evictor have a stale
+     * key to refresh (lru.h). */
+    rc_count_locked(&c->epoch);
     atomic_store_explicit(&e->last_use, atomic_load_explicit(&c->epoch, memory_order_relaxed),
                           memory_order_relaxed);
     if (rc_lru_push(&d->lru, e) != REGCACHE_OK)
         return REGCACHE_ERR_NO_MEMORY;
-    rc_count_locked(&c->epoch);
     e->state = RC_READY;
     rc_filter_add(&c->filter, e->match_start, e->match_end);
     size_t len = rc_entry_len(e);
