@@ -83,7 +83,9 @@ void rc_cache_invalidate(struct regcache *c, uintptr_t start, uintptr_t end, enu
  * the filter under the lock before its miss leaves (a seq_cst decrement
  * that this thread's seq_cst load of inflight synchronises with), and a
  * miss still in flight makes inflight non-zero, which sends this call to
- * the slow path, where it is logged. */
+ * the slow path, where it is logged.  The filter's table is loaded after
+ * that: a replacement before the add is seen, and one made later was
+ * filled with every entry counted before it, this one included. */
 void rc_cache_notify(struct regcache *c, uintptr_t start, uintptr_t end)
 {
     if (!atomic_load_explicit(&c->inflight, memory_order_seq_cst) &&

@@ -55,6 +55,7 @@ static void free_cache(struct regcache *c, bool child, bool consistent)
 {
     if (consistent) {
         rc_page_index_fini(&c->index);
+        rc_filter_fini(&c->filter);
         rc_entry_pool_fini(&c->pool);
         for (int i = 0; i < RC_DEVICE_SLOTS; i++)
             rc_lru_fini(&c->dev[i].lru);
@@ -101,6 +102,8 @@ int regcache_create(const struct regcache_params *params, regcache_t **out)
     if (rc == REGCACHE_OK &&
         rc_page_index_init(&c->index, (unsigned)__builtin_ctzll(c->opts.params.alignment)))
         rc = rc_fail(REGCACHE_ERR_NO_MEMORY, "out of memory allocating the page index");
+    if (rc == REGCACHE_OK && rc_filter_init(&c->filter))
+        rc = rc_fail(REGCACHE_ERR_NO_MEMORY, "out of memory allocating the range filter");
     if (rc != REGCACHE_OK) {
         free_cache(c, false, true);
         return rc;

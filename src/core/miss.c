@@ -196,6 +196,26 @@ static struct regcache_entry *new_pending_locked(struct regcache *c, struct rc_w
     return e;
 }
 
+static void refill(struct rc_itree_node *n, void *table)
+{
+    struct regcache_entry *e = entry_of(n);
+    if (e->state == RC_READY)
+        rc_filter_refill(table, e->match_start, e->match_end);
+}
+
+/* Under the lock: the filter's fine table is crowded, and frees of memory
+ * the cache never saw would take the lock.  The ready entries in the tree
+ * are exactly those counted in the filter; one pass over them each time
+ * the table quadruples. */
+static void grow_filter_locked(struct regcache *c)
+{
+    struct rc_filter_table *t = rc_filter_grow_begin(&c->filter);
+    if (!t)
+        return; /* it stays crowded: correct, and slower */
+    rc_itree_visit_all(&c->tree, refill, t);
+    rc_filter_grow_end(&c->filter, t);
+}
+
 /* Under the lock, like every change of the byte counts it follows. */
 static void raise_peak(atomic_uint_fast64_t *peak, uint64_t now)
 {
@@ -218,7 +238,8 @@ static int publish_locked(struct regcache *c, struct regcache_entry *e, uintptr_
     if (rc_lru_push(&d->lru, e) != REGCACHE_OK)
         return REGCACHE_ERR_NO_MEMORY;
     e->state = RC_READY;
-    rc_filter_add(&c->filter, e->match_start, e->match_end);
+    if (rc_filter_add(&c->filter, e->match_start, e->match_end))
+        grow_filter_locked(c);
     size_t len = rc_entry_len(e);
     rc_add_locked(&d->entries, 1);
     rc_add_locked(&d->bytes, len);

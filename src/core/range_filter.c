@@ -1,13 +1,26 @@
 #include "range_filter.h"
 
+#include <stdlib.h>
+
+#include "regcache.h"
+
 #define FINE_SHIFT 21
 #define COARSE_SHIFT 30
+#define COARSE_BITS 12 /* log2 of RC_FILTER_COARSE_SLOTS */
 /* The most chunks an entry or a query covers at one granularity. */
 #define SPAN 16
+#define FIRST_FINE_BITS 12
+/* 16 MiB of counts: 4M slots keep a million scattered chunks sparse. */
+#define MAX_FINE_BITS 22
+/* Grown when more than one slot in 16 is in use, so that a free of
+ * unrelated memory finds its slot in use (and takes the slow path) less
+ * than one time in 16; growing by 4x spaces the refills out. */
+#define CROWDED(t) ((t)->occupied * 16 > (size_t)1 << (t)->bits)
+#define GROWTH 2
 
-static unsigned slot_of(uintptr_t chunk)
+static size_t slot_of(uintptr_t chunk, unsigned bits)
 {
-    return (unsigned)(((uint64_t)chunk * 0x9e3779b97f4a7c15ull) >> 52) % RC_FILTER_SLOTS;
+    return (size_t)(((uint64_t)chunk * 0x9e3779b97f4a7c15ull) >> (64 - bits));
 }
 
 static uintptr_t chunks(uintptr_t start, uintptr_t end, unsigned shift)
@@ -15,32 +28,71 @@ static uintptr_t chunks(uintptr_t start, uintptr_t end, unsigned shift)
     return ((end - 1) >> shift) - (start >> shift) + 1;
 }
 
-/* Writers hold the cache lock: a plain load and store suffices. */
-static void bump(atomic_uint *n, int delta)
+static struct rc_filter_table *new_table(unsigned bits)
 {
-    atomic_store_explicit(n, atomic_load_explicit(n, memory_order_relaxed) + (unsigned)delta,
-                          memory_order_relaxed);
+    struct rc_filter_table *t = calloc(1, sizeof(*t) + ((size_t)1 << bits) * sizeof(atomic_uint));
+    if (t)
+        t->bits = bits;
+    return t;
 }
 
+int rc_filter_init(struct rc_range_filter *f)
+{
+    struct rc_filter_table *t = new_table(FIRST_FINE_BITS);
+    atomic_init(&f->fine, t);
+    f->retired = NULL;
+    return t ? REGCACHE_OK : REGCACHE_ERR_NO_MEMORY;
+}
+
+void rc_filter_fini(struct rc_range_filter *f)
+{
+    free(atomic_load_explicit(&f->fine, memory_order_relaxed));
+    atomic_store_explicit(&f->fine, NULL, memory_order_relaxed);
+    while (f->retired) {
+        struct rc_filter_table *next = f->retired->retired_next;
+        free(f->retired);
+        f->retired = next;
+    }
+}
+
+/* Writers hold the cache lock: a plain load and store suffices.  Returns
+ * the count before. */
+static unsigned bump(atomic_uint *n, int delta)
+{
+    unsigned was = atomic_load_explicit(n, memory_order_relaxed);
+    atomic_store_explicit(n, was + (unsigned)delta, memory_order_relaxed);
+    return was;
+}
+
+static void bump_fine(struct rc_filter_table *t, uintptr_t start, uintptr_t end, int delta)
+{
+    for (uintptr_t c = start >> FINE_SHIFT; c <= (end - 1) >> FINE_SHIFT; c++) {
+        unsigned was = bump(&t->n[slot_of(c, t->bits)], delta);
+        if (delta > 0 && was == 0)
+            t->occupied++;
+        else if (delta < 0 && was == 1)
+            t->occupied--;
+    }
+}
+
+/* Fine chunks when the range covers few, else coarse ones, else `huge`. */
 static void adjust(struct rc_range_filter *f, uintptr_t start, uintptr_t end, int delta)
 {
-    atomic_uint *table = f->fine;
-    unsigned shift = FINE_SHIFT;
-    if (chunks(start, end, FINE_SHIFT) > SPAN) {
-        table = f->coarse;
-        shift = COARSE_SHIFT;
-        if (chunks(start, end, COARSE_SHIFT) > SPAN) {
-            bump(&f->huge, delta);
-            return;
-        }
+    if (chunks(start, end, FINE_SHIFT) <= SPAN) {
+        bump_fine(atomic_load_explicit(&f->fine, memory_order_relaxed), start, end, delta);
+    } else if (chunks(start, end, COARSE_SHIFT) <= SPAN) {
+        for (uintptr_t c = start >> COARSE_SHIFT; c <= (end - 1) >> COARSE_SHIFT; c++)
+            bump(&f->coarse[slot_of(c, COARSE_BITS)], delta);
+    } else {
+        bump(&f->huge, delta);
     }
-    for (uintptr_t c = start >> shift; c <= (end - 1) >> shift; c++)
-        bump(&table[slot_of(c)], delta);
 }
 
-void rc_filter_add(struct rc_range_filter *f, uintptr_t start, uintptr_t end)
+bool rc_filter_add(struct rc_range_filter *f, uintptr_t start, uintptr_t end)
 {
     adjust(f, start, end, 1);
+    struct rc_filter_table *t = atomic_load_explicit(&f->fine, memory_order_relaxed);
+    return CROWDED(t) && t->bits < MAX_FINE_BITS;
 }
 
 void rc_filter_remove(struct rc_range_filter *f, uintptr_t start, uintptr_t end)
@@ -48,10 +100,10 @@ void rc_filter_remove(struct rc_range_filter *f, uintptr_t start, uintptr_t end)
     adjust(f, start, end, -1);
 }
 
-static bool any(const atomic_uint *table, uintptr_t start, uintptr_t end, unsigned shift)
+static bool any(const atomic_uint *n, unsigned bits, uintptr_t start, uintptr_t end, unsigned shift)
 {
     for (uintptr_t c = start >> shift; c <= (end - 1) >> shift; c++)
-        if (atomic_load_explicit(&table[slot_of(c)], memory_order_relaxed))
+        if (atomic_load_explicit(&n[slot_of(c, bits)], memory_order_relaxed))
             return true;
     return false;
 }
@@ -61,5 +113,28 @@ bool rc_filter_may_overlap(const struct rc_range_filter *f, uintptr_t start, uin
     if (chunks(start, end, FINE_SHIFT) > SPAN ||
         atomic_load_explicit(&f->huge, memory_order_relaxed))
         return true;
-    return any(f->fine, start, end, FINE_SHIFT) || any(f->coarse, start, end, COARSE_SHIFT);
+    const struct rc_filter_table *t = atomic_load_explicit(&f->fine, memory_order_acquire);
+    return any(t->n, t->bits, start, end, FINE_SHIFT) ||
+           any(f->coarse, COARSE_BITS, start, end, COARSE_SHIFT);
+}
+
+struct rc_filter_table *rc_filter_grow_begin(const struct rc_range_filter *f)
+{
+    const struct rc_filter_table *t = atomic_load_explicit(&f->fine, memory_order_relaxed);
+    unsigned bits = t->bits + GROWTH < MAX_FINE_BITS ? t->bits + GROWTH : MAX_FINE_BITS;
+    return bits > t->bits ? new_table(bits) : NULL;
+}
+
+void rc_filter_refill(struct rc_filter_table *t, uintptr_t start, uintptr_t end)
+{
+    if (chunks(start, end, FINE_SHIFT) <= SPAN)
+        bump_fine(t, start, end, 1);
+}
+
+void rc_filter_grow_end(struct rc_range_filter *f, struct rc_filter_table *t)
+{
+    struct rc_filter_table *old = atomic_load_explicit(&f->fine, memory_order_relaxed);
+    atomic_store_explicit(&f->fine, t, memory_order_release);
+    old->retired_next = f->retired;
+    f->retired = old;
 }

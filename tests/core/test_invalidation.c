@@ -1,7 +1,8 @@
 /* What lets go of cached registrations: regcache_invalidate (an unused
  * entry goes at once, a held one when it is put, and neither is served
  * again), regcache_notify_free (every live cache hears it, a destroyed one
- * no longer does), regcache_flush (the unused entries only) and
+ * no longer does, and its filter misses no entry as it grows),
+ * regcache_flush (the unused entries only) and
  * regcache_destroy (everything, held or not). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -89,5 +90,38 @@ static void destroy_with_entries_held(void **state)
     /* teardown checks that both registrations were released */
 }
 
+/* notify_free's lock-free filter grows its table as entries spread over
+ * more address chunks (each allocation here has a 2 MiB chunk of its own):
+ * across every growth, a free still finds each cached entry, and a free of
+ * the unallocated half of a chunk finds none. */
+#define SPREAD 3000
+
+static void notify_free_finds_entries_across_filter_growth(void **state)
+{
+    struct fx *f = *state;
+    fx_device_allocs(f, SPREAD);
+    fx_create(f);
+    for (int i = 0; i < SPREAD; i += 2)
+        fx_use(f, FX_ALLOC(i), 10);
+    /* Half of them leave, so that the tables grown next are refilled from
+     * a cache that also lost entries. */
+    for (int i = 0; i < SPREAD; i += 4)
+        regcache_notify_free((void *)FX_ALLOC(i), MiB);
+    for (int i = 1; i < SPREAD; i += 2)
+        fx_use(f, FX_ALLOC(i), 10);
+    size_t cached = (size_t)fx_stats(f).entries;
+    assert_int_equal(cached, SPREAD - SPREAD / 4);
+    for (int i = 0; i < SPREAD; i++)
+        regcache_notify_free((void *)(FX_ALLOC(i) + MiB), MiB);
+    assert_int_equal(fx_stats(f).entries, cached);
+    for (int i = SPREAD - 1; i >= 0; i--) {
+        regcache_notify_free((void *)FX_ALLOC(i), MiB);
+        if (i % 4)
+            cached--;
+        assert_int_equal(fx_stats(f).entries, cached);
+    }
+    fx_assert_stats(f, FX_STAT(invalidations_notify, SPREAD), FX_STAT(entries, 0), NULL);
+}
+
 FX_MAIN(invalidate_unused_and_held, notify_free_reaches_every_cache, flush_spares_held_entries,
-        destroy_with_entries_held)
+        destroy_with_entries_held, notify_free_finds_entries_across_filter_growth)
