@@ -54,21 +54,27 @@ static COLD int bad_get(const struct regcache *c, const void *addr, size_t len, 
                    "regcache_get: the cache was created before fork(); create one in the child");
 }
 
+/* Does the mapping at addr still carry buffer id `id`?  A query that sets
+ * no id reads as 0, which no tag-checked entry has. */
+static inline bool tag_is(const struct regcache *c, uintptr_t addr, uint64_t id)
+{
+    struct regcache_mem_info info;
+    info.buffer_id = 0;
+    return c->mem.read_tag(c->mem.ctx, (const void *)addr, 1, &info) == REGCACHE_OK &&
+           info.buffer_id == id;
+}
+
 /* TAG_CHECK: every mapping the entry spans still carries its buffer id. */
 static bool tags_current(const struct regcache *c, const struct regcache_entry *e, uintptr_t start)
 {
-    uint64_t id;
     if (!e->buffer_id)
         return true;
     if (!e->more)
-        return c->mem.read_tag(c->mem.ctx, (const void *)start, &id) == REGCACHE_OK &&
-               id == e->buffer_id;
-    if (c->mem.read_tag(c->mem.ctx, (const void *)e->match_start, &id) != REGCACHE_OK ||
-        id != e->buffer_id)
+        return tag_is(c, start, e->buffer_id);
+    if (!tag_is(c, e->match_start, e->buffer_id))
         return false;
     for (uint32_t i = 0; i < e->nmore; i++)
-        if (c->mem.read_tag(c->mem.ctx, (const void *)e->more[i].base, &id) != REGCACHE_OK ||
-            id != e->more[i].buffer_id)
+        if (!tag_is(c, e->more[i].base, e->more[i].buffer_id))
             return false;
     return true;
 }

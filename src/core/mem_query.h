@@ -14,10 +14,12 @@ struct rc_memory {
      * REGCACHE_MEM_HOST with no buffer id.  Returns REGCACHE_OK, RANGE (the
      * range runs past its allocation), or CUDA. */
     int (*query)(void *ctx, const void *addr, size_t len, struct regcache_mem_info *info);
-    /* The hit path's tag check: the buffer id now at addr.  REGCACHE_OK, or
+    /* The hit path's tag check: info->buffer_id set to the buffer id now at
+     * addr (other fields as the implementation likes).  REGCACHE_OK, or
      * NOT_GPU when the memory is gone.  Must be as cheap as one
-     * cuPointerGetAttribute(BUFFER_ID). */
-    int (*read_tag)(void *ctx, const void *addr, uint64_t *buffer_id);
+     * cuPointerGetAttribute(BUFFER_ID).  Of query's type, so that a
+     * backend's query serves as both with no call in between. */
+    int (*read_tag)(void *ctx, const void *addr, size_t len, struct regcache_mem_info *info);
     void *ctx;
 };
 

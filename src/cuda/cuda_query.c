@@ -134,13 +134,14 @@ static int cuda_query(void *ctx, const void *addr, size_t len, struct regcache_m
 }
 
 /* The hit path: one driver call, nothing else. */
-static int cuda_read_tag(void *ctx, const void *addr, uint64_t *buffer_id)
+static int cuda_read_tag(void *ctx, const void *addr, size_t len, struct regcache_mem_info *info)
 {
     const struct rc_cuda_api *api = ctx;
     unsigned long long id = 0;
+    (void)len;
     CUresult r = api->PointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, (CUdeviceptr)addr);
     if (r == CUDA_SUCCESS) {
-        *buffer_id = id;
+        info->buffer_id = id;
         return REGCACHE_OK;
     }
     if (r == CUDA_ERROR_INVALID_VALUE)
