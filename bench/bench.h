@@ -124,6 +124,14 @@ void bench_series(struct bench_row *r, const struct bench_op *op);
 /* Run first in every worker thread (the GPU context). */
 extern void (*bench_thread_start)(void);
 
+/* ---- cpus.c --------------------------------------------------------------- */
+
+/* Plan where threads run and pin the calling (main) thread to the first CPU
+ * of the plan; returns the physical cores among the allowed CPUs. */
+int bench_cpus_plan(void);
+/* Pin the calling worker thread, the index-th of its series. */
+void bench_cpus_pin_worker(unsigned index);
+
 /* ---- target.c ------------------------------------------------------------- */
 
 /* What a timed loop expects of its cache: no call fails, and one counter
@@ -159,6 +167,7 @@ void bench_miss_rows(struct bench_row *r, const struct bench_src *s, const struc
 struct bench_machine {
     char cpu[128];
     long cores;
+    int physical_cores;        /* the allowed CPUs' cores (workers fill them first) */
     char gpu[128], driver[64]; /* "" without a GPU */
     char ucx[32];              /* "" without UCX */
 };

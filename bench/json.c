@@ -91,6 +91,7 @@ int bench_json_close(const struct bench_machine *m)
     fputs("\n],\n\"machine\": ", out);
     str("{cpu", m->cpu);
     num("cores", (double)m->cores);
+    num("physical_cores", m->physical_cores);
     num("load_avg_1min", load);
     str("gpu", m->gpu);
     str("driver", m->driver);

@@ -42,6 +42,7 @@ int main(int argc, char **argv)
     bench = (struct bench_settings){ quick, quick ? 100 : 500, 1000, quick ? 3 : 5,
                                      quick ? 0.05 : 0.2 };
     cpu_model(m.cpu, sizeof(m.cpu));
+    m.physical_cores = bench_cpus_plan();
     if (bench_json_open(argv[2 + quick]) != 0 || bench_null_source(&cpu) != 0) {
         perror("regcache-bench: writing the JSON or mapping the address space");
         return 2;

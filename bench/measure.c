@@ -90,6 +90,7 @@ static void *work(void *arg)
 {
     struct worker *w = arg;
     uint64_t ops = 0;
+    bench_cpus_pin_worker(w->lane.index);
     if (bench_thread_start)
         bench_thread_start();
     pthread_barrier_wait(w->start);
