@@ -7,17 +7,22 @@ static int height(const struct rc_itree_node *n)
     return n ? n->balance_or_height : 0;
 }
 
-/* Recompute n's height and max_end; its children's must already be right. */
-static void pull(struct rc_itree_node *n)
+/* The largest end in n's subtree, from its children's. */
+static uintptr_t max_end_of(const struct rc_itree_node *n)
 {
-    int hl = height(n->left), hr = height(n->right);
     uintptr_t max_end = n->end;
-
     if (n->left && n->left->max_end > max_end)
         max_end = n->left->max_end;
     if (n->right && n->right->max_end > max_end)
         max_end = n->right->max_end;
-    n->max_end = max_end;
+    return max_end;
+}
+
+/* Recompute n's height and max_end; its children's must already be right. */
+static void pull(struct rc_itree_node *n)
+{
+    int hl = height(n->left), hr = height(n->right);
+    n->max_end = max_end_of(n);
     n->balance_or_height = 1 + (hl > hr ? hl : hr);
 }
 
@@ -76,13 +81,35 @@ static struct rc_itree_node *rebalance(struct rc_itree *t, struct rc_itree_node 
     return n;
 }
 
-/* After a change below n, fix heights, balance and max_end upwards.  The
- * walk stops at the first subtree whose height and max_end come out as they
- * were (n's stored values are those of the subtree at n's place before the
- * change): nothing above it can change, and not writing the ancestors keeps
- * their lines clean in every core.  It does not stop before it has passed
- * `past` (a node moved into a removed node's place: its own range left a
- * lower place and may have changed what is stored there). */
+/* Above a subtree whose height came out as it was, only max_end can still
+ * change: child's went from `was` to its value now.  A parent follows a
+ * larger value with one compare, without reading its other child; only
+ * where the child carried the parent's maximum and shrank is the parent
+ * recomputed.  The walk stops at the first parent that keeps its value. */
+static void propagate_max_end(struct rc_itree_node *child, uintptr_t was)
+{
+    for (struct rc_itree_node *p = child->parent; p; child = p, p = p->parent) {
+        uintptr_t before = p->max_end;
+        if (child->max_end > before)
+            p->max_end = child->max_end;
+        else if (child->max_end < was && was == before)
+            p->max_end = max_end_of(p);
+        if (p->max_end == before)
+            return;
+        was = before;
+    }
+}
+
+/* After a change below n, fix heights, balance and max_end upwards.
+ * Rebalancing stops at the first subtree whose height comes out as it was
+ * (n's stored values are those of the subtree at n's place before the
+ * change); above it only max_end can change, which propagate_max_end
+ * follows without reading siblings - a new range at the right end raises
+ * max_end all the way up, and rebalancing every level for it read a
+ * sibling's line per level.  Not writing unchanged ancestors keeps their
+ * lines clean in every core.  Rebalancing does not stop before it has
+ * passed `past` (a node moved into a removed node's place: its own range
+ * left a lower place and may have changed what is stored there). */
 static void retrace(struct rc_itree *t, struct rc_itree_node *n, const struct rc_itree_node *past)
 {
     while (n) {
@@ -91,8 +118,11 @@ static void retrace(struct rc_itree *t, struct rc_itree_node *n, const struct rc
         if (n == past)
             past = NULL;
         struct rc_itree_node *top = rebalance(t, n);
-        if (!past && top->balance_or_height == height_before && top->max_end == max_end_before)
+        if (!past && top->balance_or_height == height_before) {
+            if (top->max_end != max_end_before)
+                propagate_max_end(top, max_end_before);
             return;
+        }
         n = top->parent;
     }
 }
