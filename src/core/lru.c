@@ -25,11 +25,26 @@ static void place(struct rc_lru *lru, size_t i, struct rc_lru_node n)
     n.e->heap_idx = i;
 }
 
+/* Four children a node: half the levels of a binary heap, so half the
+ * entries whose heap_idx a sift writes, and the four 16-byte nodes compared
+ * at each level share a line or two. */
+#define ARITY 4
+
+static size_t parent_of(size_t i)
+{
+    return (i - 1) / ARITY;
+}
+
+static size_t first_child(size_t i)
+{
+    return ARITY * i + 1;
+}
+
 static void sift_up(struct rc_lru *lru, size_t i)
 {
     struct rc_lru_node n = lru->heap[i];
     while (i > 0) {
-        size_t parent = (i - 1) / 2;
+        size_t parent = parent_of(i);
         if (lru->heap[parent].key <= n.key)
             break;
         place(lru, i, lru->heap[parent]);
@@ -38,15 +53,33 @@ static void sift_up(struct rc_lru *lru, size_t i)
     place(lru, i, n);
 }
 
+/* The child with the least key of a full set of siblings, chosen by
+ * selects rather than branches: which one it is follows no pattern, so
+ * branches would mispredict at every level. */
+static size_t least_of_four(const struct rc_lru_node *heap, size_t first)
+{
+    uint64_t k0 = heap[first].key, k1 = heap[first + 1].key;
+    uint64_t k2 = heap[first + 2].key, k3 = heap[first + 3].key;
+    size_t a = first + (k1 < k0), b = first + 2 + (k3 < k2);
+    uint64_t ka = k1 < k0 ? k1 : k0, kb = k3 < k2 ? k3 : k2;
+    return a ^ ((a ^ b) & -(size_t)(kb < ka));
+}
+
 static void sift_down(struct rc_lru *lru, size_t i)
 {
     struct rc_lru_node n = lru->heap[i];
     for (;;) {
-        size_t child = 2 * i + 1;
-        if (child >= lru->count)
-            break;
-        if (child + 1 < lru->count && lru->heap[child + 1].key < lru->heap[child].key)
-            child++;
+        size_t first = first_child(i), child;
+        if (first + ARITY <= lru->count) {
+            child = least_of_four(lru->heap, first);
+        } else {
+            if (first >= lru->count)
+                break;
+            child = first;
+            for (size_t c = first + 1; c < lru->count; c++)
+                if (lru->heap[c].key < lru->heap[child].key)
+                    child = c;
+        }
         if (lru->heap[child].key >= n.key)
             break;
         place(lru, i, lru->heap[child]);
@@ -163,10 +196,8 @@ static size_t used_in_epoch(const struct rc_lru *lru, size_t i, uint64_t epoch, 
     if (i >= lru->count || lru->heap[i].key != epoch)
         return 0;
     size_t n = atomic_load_explicit(&lru->heap[i].e->last_use, memory_order_relaxed) == epoch;
-    if (n < enough)
-        n += used_in_epoch(lru, 2 * i + 1, epoch, enough - n);
-    if (n < enough)
-        n += used_in_epoch(lru, 2 * i + 2, epoch, enough - n);
+    for (size_t c = first_child(i); c < first_child(i) + ARITY && n < enough; c++)
+        n += used_in_epoch(lru, c, epoch, enough - n);
     return n;
 }
 
@@ -185,8 +216,8 @@ static void least_recent(struct rc_lru *lru, size_t i, uint64_t epoch, const str
             *best_rank = rank;
         }
     }
-    least_recent(lru, 2 * i + 1, epoch, ranks, n, best, best_rank);
-    least_recent(lru, 2 * i + 2, epoch, ranks, n, best, best_rank);
+    for (size_t c = first_child(i); c < first_child(i) + ARITY; c++)
+        least_recent(lru, c, epoch, ranks, n, best, best_rank);
 }
 
 /* Several entries were last used in the root's epoch: the least recent
@@ -248,7 +279,7 @@ void rc_lru_check(const struct rc_lru *lru)
 {
     for (size_t i = 0; i < lru->count; i++) {
         const struct regcache_entry *e = lru->heap[i].e;
-        if (e->heap_idx != i || (i && lru->heap[(i - 1) / 2].key > lru->heap[i].key)) {
+        if (e->heap_idx != i || (i && lru->heap[parent_of(i)].key > lru->heap[i].key)) {
             fprintf(stderr, "regcache: LRU heap broken at %zu\n", i);
             abort();
         }

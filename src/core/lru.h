@@ -10,7 +10,7 @@
  * within each thread's log across threads; entries in no log count as the
  * least recent of the epoch.
  *
- * The order lives in a binary min-heap keyed by each entry's stamp, brought
+ * The order lives in a 4-ary min-heap keyed by each entry's stamp, brought
  * up to date lazily: the evictor refreshes a stale key at the top and sifts
  * it down, so keeping the order costs nothing until eviction happens.  Keys
  * sit in the heap array beside their entries, so that sifting compares
