@@ -1,7 +1,7 @@
 /* Aggregate hit throughput at 1 to 32 threads (HOOKS mode): all threads on
- * one shared set of entries, where every hit writes a reference count on a
- * line the other cores read; and each thread on a set of its own, as a
- * transport with buffers per queue pair uses the cache.  Beside them, what
+ * one shared set of entries, whose lines every core reads; and each thread
+ * on a set of its own, as a transport with buffers per queue pair uses the
+ * cache.  Beside them, what
  * the machine itself allows: the bare null tag source (a call per
  * operation, nothing shared) through the same runner, whose scaling is
  * bounded only by the cores (their clock falls as more of them run). */
