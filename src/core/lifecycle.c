@@ -50,7 +50,8 @@ static int make_backend(struct regcache *c)
 }
 
 /* `consistent`: nobody held the cache lock, so the tree, the heaps, the
- * page index and the entry pool it guards are whole and may be freed. */
+ * page index, the filter and the entry pool it guards are whole and may be
+ * freed. */
 static void free_cache(struct regcache *c, bool child, bool consistent)
 {
     if (consistent) {
