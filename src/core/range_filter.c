@@ -10,13 +10,15 @@
 /* The most chunks an entry or a query covers at one granularity. */
 #define SPAN 16
 #define FIRST_FINE_BITS 12
-/* 16 MiB of counts: 4M slots keep a million scattered chunks sparse. */
+/* 16 MiB of counts at most: 4M slots, crowded only past 262k chunks. */
 #define MAX_FINE_BITS 22
 /* Grown when more than one slot in 16 is in use, so that a free of
  * unrelated memory finds its slot in use (and takes the slow path) less
  * than one time in 16; growing by 4x spaces the refills out. */
 #define CROWDED(t) ((t)->occupied * 16 > (size_t)1 << (t)->bits)
 #define GROWTH 2
+_Static_assert((MAX_FINE_BITS - FIRST_FINE_BITS) % GROWTH == 0,
+               "growth steps land on the largest table");
 
 static size_t slot_of(uintptr_t chunk, unsigned bits)
 {
@@ -26,6 +28,12 @@ static size_t slot_of(uintptr_t chunk, unsigned bits)
 static uintptr_t chunks(uintptr_t start, uintptr_t end, unsigned shift)
 {
     return ((end - 1) >> shift) - (start >> shift) + 1;
+}
+
+/* Is the range counted (or looked up) in fine chunks? */
+static bool fine(uintptr_t start, uintptr_t end)
+{
+    return chunks(start, end, FINE_SHIFT) <= SPAN;
 }
 
 static struct rc_filter_table *new_table(unsigned bits)
@@ -78,7 +86,7 @@ static void bump_fine(struct rc_filter_table *t, uintptr_t start, uintptr_t end,
 /* Fine chunks when the range covers few, else coarse ones, else `huge`. */
 static void adjust(struct rc_range_filter *f, uintptr_t start, uintptr_t end, int delta)
 {
-    if (chunks(start, end, FINE_SHIFT) <= SPAN) {
+    if (fine(start, end)) {
         bump_fine(atomic_load_explicit(&f->fine, memory_order_relaxed), start, end, delta);
     } else if (chunks(start, end, COARSE_SHIFT) <= SPAN) {
         for (uintptr_t c = start >> COARSE_SHIFT; c <= (end - 1) >> COARSE_SHIFT; c++)
@@ -110,8 +118,7 @@ static bool any(const atomic_uint *n, unsigned bits, uintptr_t start, uintptr_t 
 
 bool rc_filter_may_overlap(const struct rc_range_filter *f, uintptr_t start, uintptr_t end)
 {
-    if (chunks(start, end, FINE_SHIFT) > SPAN ||
-        atomic_load_explicit(&f->huge, memory_order_relaxed))
+    if (!fine(start, end) || atomic_load_explicit(&f->huge, memory_order_relaxed))
         return true;
     const struct rc_filter_table *t = atomic_load_explicit(&f->fine, memory_order_acquire);
     return any(t->n, t->bits, start, end, FINE_SHIFT) ||
@@ -121,13 +128,12 @@ bool rc_filter_may_overlap(const struct rc_range_filter *f, uintptr_t start, uin
 struct rc_filter_table *rc_filter_grow_begin(const struct rc_range_filter *f)
 {
     const struct rc_filter_table *t = atomic_load_explicit(&f->fine, memory_order_relaxed);
-    unsigned bits = t->bits + GROWTH < MAX_FINE_BITS ? t->bits + GROWTH : MAX_FINE_BITS;
-    return bits > t->bits ? new_table(bits) : NULL;
+    return new_table(t->bits + GROWTH);
 }
 
 void rc_filter_refill(struct rc_filter_table *t, uintptr_t start, uintptr_t end)
 {
-    if (chunks(start, end, FINE_SHIFT) <= SPAN)
+    if (fine(start, end))
         bump_fine(t, start, end, 1);
 }
 

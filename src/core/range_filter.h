@@ -51,8 +51,8 @@ bool rc_filter_add(struct rc_range_filter *f, uintptr_t start, uintptr_t end);
 void rc_filter_remove(struct rc_range_filter *f, uintptr_t start, uintptr_t end);
 bool rc_filter_may_overlap(const struct rc_range_filter *f, uintptr_t start, uintptr_t end);
 
-/* Growing the fine table: an empty larger table (NULL when there is no
- * memory, or the table is as large as it gets: the filter stays as it is,
+/* Growing the fine table, once rc_filter_add() asked for it: an empty
+ * larger table (NULL when there is no memory: the filter stays as it is,
  * correct and slower), then every range counted in the filter refilled into
  * it, then the table published. */
 struct rc_filter_table *rc_filter_grow_begin(const struct rc_range_filter *f);
