@@ -20,6 +20,7 @@
 #define SWEEP_INTERVAL_NS 100000000ull
 
 struct rc_ledger {
+    struct rc_ledger_pulse pulse; /* first: ledger.h reads it */
     struct rc_ledger_segment *seg;
     struct rc_ledger_record *rec; /* this cache's */
     uint64_t owner;               /* the owner word it carries */
@@ -27,7 +28,6 @@ struct rc_ledger {
     pid_t pid;                    /* of the process that attached */
     char key[RC_LEDGER_KEY_MAX];  /* the GPU's, for messages */
     size_t fallback;              /* the budget to keep without a ledger */
-    _Atomic uint64_t seen;        /* the pressure last answered for */
     atomic_bool broken;           /* found corrupt: fallback from now on */
     char failure[320];            /* why, once `failed` is set */
     atomic_bool failed;
@@ -248,7 +248,8 @@ int rc_ledger_attach(const char *gpu_key, size_t budget, struct rc_ledger **out)
     l->pid = getpid();
     snprintf(l->key, sizeof l->key, "%s", gpu_key);
     l->fallback = budget;
-    store(&l->seen, rc_ledger_read(&h->pressure));
+    l->pulse.pressure = &h->pressure;
+    store(&l->pulse.seen, rc_ledger_read(&h->pressure));
     *out = l;
     return REGCACHE_OK;
 }
@@ -386,15 +387,13 @@ size_t rc_ledger_limit(struct rc_ledger *l, size_t want)
         uint64_t before = atomic_fetch_add_explicit(&h->pressure, 1, memory_order_release);
         /* This cache is the one that needs room: it need not answer its own
          * pressure, only pressure raised by others. */
-        atomic_compare_exchange_strong(&l->seen, &before, before + 1);
+        atomic_compare_exchange_strong(&l->pulse.seen, &before, before + 1);
         sweep_now_and_then(l->seg, l->pidns);
     }
     return (size_t)plan.keep;
 }
 
-bool rc_ledger_pressed(struct rc_ledger *l)
+bool rc_ledger_answer(struct rc_ledger *l, uint64_t seen, uint64_t now)
 {
-    uint64_t now = atomic_load_explicit(&l->seg->hdr.pressure, memory_order_acquire);
-    uint64_t seen = rc_ledger_read(&l->seen);
-    return now != seen && atomic_compare_exchange_strong(&l->seen, &seen, now);
+    return atomic_compare_exchange_strong(&l->pulse.seen, &seen, now);
 }

@@ -26,11 +26,20 @@
 #ifndef RC_LEDGER_H
 #define RC_LEDGER_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 struct rc_ledger;
+
+/* What every put reads of its ledger, at the start of struct rc_ledger so
+ * that the check inlines: the GPU's pressure count and the value of it this
+ * cache last answered. */
+struct rc_ledger_pulse {
+    const _Atomic uint64_t *pressure; /* in the shared segment */
+    _Atomic uint64_t seen;
+};
 
 /* The counters regcache-stat shows beside a cache's bytes and entries. */
 struct rc_ledger_counts {
@@ -79,10 +88,20 @@ size_t rc_ledger_limit(struct rc_ledger *l, size_t want);
  * REGCACHE_STATS dump; NULL while it is in use. */
 const char *rc_ledger_failure(const struct rc_ledger *l);
 
+/* rc_ledger_pressed(), once the pressure moved: true for the one caller
+ * that claims the move from `seen` to `now`. */
+bool rc_ledger_answer(struct rc_ledger *l, uint64_t seen, uint64_t now);
+
 /* Whether another cache raised pressure since this ledger last answered
  * true: one load of a shared word that changes only on misses, so a put
  * may ask after releasing its last hold.  Then call rc_ledger_limit(l, 0). */
-bool rc_ledger_pressed(struct rc_ledger *l);
+static inline bool rc_ledger_pressed(struct rc_ledger *l)
+{
+    struct rc_ledger_pulse *p = (struct rc_ledger_pulse *)l;
+    uint64_t now = atomic_load_explicit(p->pressure, memory_order_acquire);
+    uint64_t seen = atomic_load_explicit(&p->seen, memory_order_relaxed);
+    return __builtin_expect(now != seen, 0) && rc_ledger_answer(l, seen, now);
+}
 
 /* The policy alone, for tests: the bytes a cache holding `own` may keep
  * before registering `want` on a GPU with `budget` (not 0), where the other

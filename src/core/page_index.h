@@ -107,10 +107,11 @@ struct rc_probe {
 
 /*
  * The hit path's lookup: an entry covering [start, end) indexed under
- * start's page, or NULL.  Nothing is held: the caller publishes its hold and
- * then asks rc_page_index_unchanged() whether the shard stayed as the probe
- * saw it, which proves the entry was in the index (so neither recycled nor
- * detached) when the hold became visible.
+ * start's page, or NULL; NULL also while a writer is inside the shard, and
+ * then rc_page_index_busy(probe) says so.  Nothing is held: the caller
+ * publishes its hold and then asks rc_page_index_unchanged() whether the
+ * shard stayed as the probe saw it, which proves the entry was in the index
+ * (so neither recycled nor detached) when the hold became visible.
  *
  * Ordering (a seqlock, as C11 needs it, not only as x86 gives it): the
  * writer makes the count odd, then issues a release fence before it stores
@@ -119,16 +120,18 @@ struct rc_probe {
  * read a store of a writer, the fences synchronise and the second load of
  * the count sees at least that writer's odd value.
  */
-static inline struct regcache_entry *rc_page_index_find(struct rc_page_index *idx, uintptr_t start,
-                                                        uintptr_t end, struct rc_probe *probe)
+static inline struct regcache_entry *rc_page_index_probe(struct rc_page_index *idx,
+                                                         uintptr_t start, uintptr_t end,
+                                                         struct rc_probe *probe)
 {
     uintptr_t page = start >> idx->shift;
     uint64_t h = rc_page_hash(page);
     struct rc_shard *s = rc_shard_of(idx, h);
-    unsigned spins = 0;
-    uint64_t seq;
-    while ((seq = atomic_load_explicit(&s->seq, memory_order_acquire)) & 1)
-        rc_wait_for_writer(&spins);
+    uint64_t seq = atomic_load_explicit(&s->seq, memory_order_acquire);
+    probe->shard = s;
+    probe->seq = seq;
+    if (__builtin_expect(seq & 1, 0))
+        return NULL;
     struct rc_slot_table *t = atomic_load_explicit(&s->table, memory_order_acquire);
     struct regcache_entry *e;
     for (uint32_t i = (uint32_t)h & t->mask;
@@ -143,8 +146,23 @@ static inline struct regcache_entry *rc_page_index_find(struct rc_page_index *id
         }
     }
     atomic_thread_fence(memory_order_acquire);
-    probe->shard = s;
-    probe->seq = seq;
+    return e;
+}
+
+/* The probe found the shard with a writer inside. */
+static inline bool rc_page_index_busy(const struct rc_probe *probe)
+{
+    return probe->seq & 1;
+}
+
+/* rc_page_index_probe(), waiting out writers. */
+static inline struct regcache_entry *rc_page_index_find(struct rc_page_index *idx, uintptr_t start,
+                                                        uintptr_t end, struct rc_probe *probe)
+{
+    unsigned spins = 0;
+    struct regcache_entry *e;
+    while (!(e = rc_page_index_probe(idx, start, end, probe)) && rc_page_index_busy(probe))
+        rc_wait_for_writer(&spins);
     return e;
 }
 
