@@ -173,7 +173,8 @@ void rc_make_room_locked(struct regcache *c, struct rc_device *d, size_t len,
                          struct regcache_entry **victims);
 
 /* Evict down to the budget again (held entries may have pushed past it, or
- * another process's cache asked for room). */
+ * another process's cache asked for room).  Nothing in a fork child: the
+ * registrations are the parent's. */
 void rc_trim(struct regcache *c, struct rc_device *d);
 
 /* Under the lock, after d's bytes or entries changed: tell the ledger. */

@@ -48,6 +48,8 @@ void rc_make_room_locked(struct regcache *c, struct rc_device *d, size_t len,
 void rc_trim(struct regcache *c, struct rc_device *d)
 {
     struct regcache_entry *victims = NULL;
+    if (rc_forked(c))
+        return; /* a fork child's registrations are the parent's */
     pthread_mutex_lock(&c->lock);
     if (d->ledger_limits)
         follow_ledger_locked(d, 0);

@@ -322,7 +322,8 @@ static COLD void put_of_empty_slot(const void *handle)
 
 static COLD void release_counted(struct regcache *c, struct regcache_entry *e)
 {
-    rc_release_if_unheld(c, e);
+    if (!rc_forked(c))
+        rc_release_if_unheld(c, e);
 }
 
 void regcache_put(regcache_t *cache, regcache_entry_t *h)
@@ -350,8 +351,9 @@ void regcache_put(regcache_t *cache, regcache_entry_t *h)
 #else
     (void)cache;
 #endif
-    if (__builtin_expect(rc_forked(c), 0))
-        return; /* the registrations are the parent's */
+    /* A fork child's put changes only its copy of the cache until it
+     * would deregister or evict (release_counted, rc_trim): the
+     * registrations are the parent's.  Its slot holds are gone already. */
     struct rc_device *d = &c->dev[e->device_slot];
     /* Everything put needs from e is done before the hold goes: from then
      * on an evictor may recycle it. */
