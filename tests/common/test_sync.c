@@ -154,17 +154,37 @@ bool dthread_join(struct dthread *t, double seconds)
     return true;
 }
 
+/* A child that hangs is about to be killed: where it waits is what tells a
+ * deadlock (asleep on a lock no thread will release) from slowness, and a
+ * hang seen once under load may not come back on demand.  Its stacks go to
+ * stderr, through gdb where there is one. */
+static void show_stacks(pid_t pid)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof cmd,
+             "command -v gdb >/dev/null && timeout 60 gdb -p %d -batch -nx "
+             "-ex 'thread apply all bt' </dev/null >&2 2>/dev/null",
+             (int)pid);
+    fprintf(stderr, "child %d hung; its stacks:\n", (int)pid);
+    fflush(NULL);
+    if (system(cmd) != 0)
+        fprintf(stderr, "(none: no gdb, or it could not attach)\n");
+}
+
 bool child_wait(pid_t pid, double seconds, int *status)
 {
     double end = now() + seconds;
+    pid_t got;
     for (;;) {
-        pid_t got = waitpid(pid, status, WNOHANG);
+        got = waitpid(pid, status, WNOHANG);
         if (got == pid)
             return true;
         if (got < 0 || now() > end)
             break;
         nap();
     }
+    if (got == 0) /* still running, not already gone */
+        show_stacks(pid);
     kill(pid, SIGKILL);
     waitpid(pid, status, 0);
     return false;
