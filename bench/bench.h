@@ -188,7 +188,7 @@ int bench_target_open(struct bench_target *t, struct bench_row *r, const struct 
 void bench_target_close(struct bench_target *t);
 const char *bench_mode_name(int validation);
 /* misses.c: the backend's reg+dereg alone, the cache's miss get+put and its
- * hit, at one size, `ops` ranges per sample. */
+ * hit, interleaved, at one size, `ops` ranges per sample. */
 void bench_miss_rows(struct bench_row *r, const struct bench_src *s, const struct bench_pinner *p,
                      size_t size, unsigned ops);
 
