@@ -114,13 +114,34 @@ struct bench_row {
     unsigned threads; /* 0: one thread, timed in samples */
     double median, p99;
     char note[192];
+    /* Every sample, in the order taken, each with its slot: its place in
+     * the group's schedule, shared by the rows measured interleaved with
+     * it, so that report.py can pair each sample with its neighbour's. */
+    unsigned group;
+    size_t nsamples;
+    const double *samples;
+    const size_t *slots;
 };
 
-/* bench.samples samples of `ops` operations; emits r with the figure, or
- * with an "invalid:" note when the check fails. */
-void bench_measure(struct bench_row *r, const struct bench_op *op, unsigned ops);
-/* The same at every thread count, all threads running op at once. */
-void bench_series(struct bench_row *r, const struct bench_op *op);
+/* One figure of an interleaved measurement: its row (threads 0: samples of
+ * `ops` operations on the calling thread; else runs of that many threads)
+ * and what is timed.  Arms may share a row, whose figure then pools their
+ * samples: a series' one-thread row is run beside every other count. */
+struct bench_arm {
+    struct bench_row *row;
+    const struct bench_op *op;
+    unsigned ops;
+};
+/* Measure the arms in rounds, each arm once per round in the given order
+ * (bench.samples rounds, or bench.runs with threads), after warm-up rounds
+ * that are thrown away; then emit each row once with its figure, or with an
+ * "invalid:" note when an arm's check fails. */
+void bench_interleave(const struct bench_arm *arms, size_t n);
+/* The rows of ops[0..n) at every thread count (protos: their rows, threads
+ * unset), all threads running one op at once: the one-thread run of an op
+ * alternates with each of its other counts (1, 2, 1, 4, ...), every op in
+ * turn within each round. */
+void bench_series(const struct bench_row *protos, const struct bench_op *ops, size_t n);
 /* Run first in every worker thread (the GPU context). */
 extern void (*bench_thread_start)(void);
 
@@ -151,14 +172,23 @@ int bench_use_check(void *use, char *why, size_t len);
 /* Get+put `regions` regions at base once, then expect the counter where it
  * is.  -1 and why unless the cache then holds them all. */
 int bench_populate(struct bench_use *u, uintptr_t base, size_t regions, char *why, size_t len);
-/* `regions` regions of s cached, then hit at random on one thread or as a
- * series; set 0: every thread hits them all, else each its own `set`.
- * Fills r's impl, asked, mode and entries. */
-void bench_hit_rows(struct bench_row *r, const struct bench_src *s, int validation, size_t regions,
-                    size_t set, int series);
+/* A cache holding `regions` regions of s, and op: random hits on it; set 0:
+ * every thread hits them all, else each its own `set`.  op's context is t,
+ * which stays where it is until bench_target_close. */
+struct bench_target {
+    struct bench_use use; /* counts misses: a hit loop has none */
+    uintptr_t base;
+    size_t regions, set;
+    struct bench_op op;
+};
+/* Fills r's impl, asked, mode and entries; -1 (r emitted with a note) when
+ * the cache cannot be had. */
+int bench_target_open(struct bench_target *t, struct bench_row *r, const struct bench_src *s,
+                      int validation, size_t regions, size_t set);
+void bench_target_close(struct bench_target *t);
 const char *bench_mode_name(int validation);
 /* misses.c: the backend's reg+dereg alone, the cache's miss get+put and its
- * hit, at one size, `ops` ranges per sample. */
+ * hit, interleaved, at one size, `ops` ranges per sample. */
 void bench_miss_rows(struct bench_row *r, const struct bench_src *s, const struct bench_pinner *p,
                      size_t size, unsigned ops);
 
@@ -187,7 +217,16 @@ void bench_invalidation(const struct bench_src *s);
 void bench_misses(const struct bench_src *s);
 void bench_pins(const struct bench_src *s, const struct bench_pinner *p);
 void bench_linked(const struct bench_src *s);
-void bench_ucx(const struct bench_src *s, struct bench_machine *m);
+/* ucx.c: UCX's ucs_rcache beside regcache in the hits and threads rows.
+ * bench_ucx_load: m's UCX version, or a skip when there is no UCX. */
+struct bench_ucx;
+void bench_ucx_load(struct bench_machine *m);
+/* An rcache holding `regions` regions of s, and op: random hits on it, as
+ * a regcache target's; NULL without UCX, or with r emitted with a note when
+ * it cannot be had.  Fills r's impl and entries. */
+struct bench_ucx *bench_ucx_open(struct bench_row *r, const struct bench_src *s, size_t regions,
+                                 struct bench_op *op);
+void bench_ucx_close(struct bench_ucx *u);
 /* The GPU source and m's GPU fields; -1 (and a skip) without a GPU. */
 int bench_cuda_open(struct bench_src *s, struct bench_machine *m);
 /* The CUDA half of a dmabuf registration: SYNC_MEMOPS and export; close. */

@@ -1,28 +1,46 @@
 /* Hit cost (get+put) against the number of cached entries, in HOOKS and
- * TAG_CHECK mode, beside the bare tag source a TAG_CHECK hit adds. */
+ * TAG_CHECK mode, beside the bare tag source a TAG_CHECK hit adds and, on
+ * the null source, UCX's hit.  The goals compare them at each count, so
+ * the four are measured interleaved, sample by sample, each on its own
+ * cache; in each round a TAG_CHECK sample follows its tag query and a UCX
+ * sample its HOOKS hit, the pairs the goals take. */
 #include "bench.h"
 
 const size_t bench_entries[4] = { 1, 1000, 100000, 1000000 };
 
 void bench_hits(const struct bench_src *s)
 {
+    static const int modes[2] = { REGCACHE_VALIDATE_TAG_CHECK, REGCACHE_VALIDATE_HOOKS };
     for (size_t k = 0; k < BENCH_NELEM(bench_entries); k++) {
         struct bench_src span = *s; /* the first entries' regions */
-        struct bench_op tag = s->tag;
-        struct bench_row r = { .workload = "hits",
-                               .source = s->name,
-                               .impl = "tag",
-                               .what = "query",
-                               .entries = bench_entries[k] };
+        struct bench_op tag = s->tag, ucx;
+        struct bench_target t[2];
+        struct bench_row r[4] = { { .workload = "hits", .impl = "tag", .what = "query" },
+                                  { .workload = "hits", .what = "hit" },
+                                  { .workload = "hits", .what = "hit" },
+                                  { .workload = "ucx", .what = "hit" } };
+        struct bench_arm arms[4];
+        struct bench_ucx *u = NULL;
+        size_t n = 0;
+        for (size_t i = 0; i < BENCH_NELEM(r); i++) {
+            r[i].source = s->name;
+            r[i].entries = bench_entries[k];
+        }
         span.regions = bench_entries[k];
         tag.ctx = &span;
         if (span.regions > s->regions)
-            bench_note(&r, "the %s source has room for %zu regions only", s->name, s->regions);
+            bench_note(&r[0], "the %s source has room for %zu regions only", s->name, s->regions);
         else
-            bench_measure(&r, &tag, bench.batch);
-        for (int mode = REGCACHE_VALIDATE_TAG_CHECK; mode <= REGCACHE_VALIDATE_HOOKS; mode++) {
-            struct bench_row h = { .workload = "hits", .source = s->name, .what = "hit" };
-            bench_hit_rows(&h, s, mode, span.regions, 0, 0);
-        }
+            arms[n++] = (struct bench_arm){ &r[0], &tag, bench.batch };
+        for (size_t i = 0; i < 2; i++)
+            if (bench_target_open(&t[i], &r[i + 1], s, modes[i], span.regions, 0) == 0)
+                arms[n++] = (struct bench_arm){ &r[i + 1], &t[i].op, bench.batch };
+        /* UCX is compared on CPU address space only: it checks the mapping. */
+        if (!s->driver && (u = bench_ucx_open(&r[3], s, span.regions, &ucx)))
+            arms[n++] = (struct bench_arm){ &r[3], &ucx, bench.batch };
+        bench_interleave(arms, n);
+        bench_ucx_close(u);
+        bench_target_close(&t[0]);
+        bench_target_close(&t[1]);
     }
 }

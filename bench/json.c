@@ -64,6 +64,14 @@ void bench_emit(const struct bench_row *r)
         str("unit", r->threads ? "Mops/s" : "ns");
         num("median", r->median);
         num("p99", r->p99);
+        count("group", r->group);
+        fputs(", \"samples\": [", out);
+        for (size_t i = 0; i < r->nsamples; i++)
+            fprintf(out, "%s%.5g", i ? ", " : "", r->samples[i]);
+        fputs("], \"slots\": [", out);
+        for (size_t i = 0; i < r->nsamples; i++)
+            fprintf(out, "%s%zu", i ? ", " : "", r->slots[i]);
+        fputc(']', out);
     }
     str("note", r->note);
     fputc('}', out);

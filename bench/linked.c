@@ -1,13 +1,31 @@
 /* The library merely linked, as most programs use it: validation AUTO, no
  * LD_PRELOAD.  In-process interception is meant to resolve AUTO to HOOKS
  * here; the rows record the mode the cache really used, and the report
- * compares them with the HOOKS rows only when it is HOOKS. */
+ * compares them with HOOKS rows measured interleaved with them (the hit at
+ * 1k entries sample by sample, the shared set in one series), when it is
+ * HOOKS. */
 #include "bench.h"
 
 void bench_linked(const struct bench_src *s)
 {
-    struct bench_row hit = { .workload = "linked", .source = s->name, .what = "hit" };
-    struct bench_row shared = { .workload = "linked", .source = s->name, .what = "shared" };
-    bench_hit_rows(&hit, s, REGCACHE_VALIDATE_AUTO, BENCH_SET, 0, 0);
-    bench_hit_rows(&shared, s, REGCACHE_VALIDATE_AUTO, BENCH_SET, 0, 1);
+    static const int modes[2] = { REGCACHE_VALIDATE_HOOKS, REGCACHE_VALIDATE_AUTO };
+    struct bench_target t[2];
+    struct bench_row hit[2], shared[2];
+    struct bench_arm arms[2];
+    struct bench_op ops[2];
+    size_t n = 0;
+    for (size_t i = 0; i < 2; i++) {
+        hit[n] = (struct bench_row){ .workload = "linked", .source = s->name, .what = "hit" };
+        if (bench_target_open(&t[i], &hit[n], s, modes[i], BENCH_SET, 0) != 0)
+            continue;
+        shared[n] = hit[n];
+        shared[n].what = "shared";
+        ops[n] = t[i].op;
+        arms[n] = (struct bench_arm){ &hit[n], &ops[n], bench.batch };
+        n++;
+    }
+    bench_interleave(arms, n);
+    bench_series(shared, ops, n);
+    bench_target_close(&t[0]);
+    bench_target_close(&t[1]);
 }

@@ -38,17 +38,18 @@ int main(int argc, char **argv)
         return 2;
     }
     /* Enough samples for a stable p99 (5 beyond it in a full run); runs of
-     * a fifth of a second keep 7 thread counts of 6 series in a minute. */
+     * a tenth of a second keep 8 series in under a minute, each count's
+     * runs beside as many one-thread runs (measure.c). */
     bench = (struct bench_settings){ quick, quick ? 100 : 500, 1000, quick ? 3 : 5,
-                                     quick ? 0.05 : 0.2 };
+                                     quick ? 0.05 : 0.1 };
     cpu_model(m.cpu, sizeof(m.cpu));
     m.physical_cores = bench_cpus_plan();
     if (bench_json_open(argv[2 + quick]) != 0 || bench_null_source(&cpu) != 0) {
         perror("regcache-bench: writing the JSON or mapping the address space");
         return 2;
     }
+    bench_ucx_load(&m);
     bench_hits(&cpu);
-    bench_ucx(&cpu, &m);
     bench_threads(&cpu);
     bench_churn(&cpu);
     bench_invalidation(&cpu);

@@ -1,5 +1,9 @@
-/* The one timing loop (single thread, in samples) and the one thread runner
- * (fixed time, aggregate rate) that every figure comes from. */
+/* The one measurement every figure comes from: arms timed in interleaved
+ * rounds, an arm being a single-thread sample or a run of threads (fixed
+ * time, aggregate rate).  The host the harness is judged on has whole
+ * minutes at half speed; a goal compares two rows, and rows measured one
+ * after the other then disagree by up to 2x.  Interleaved, a slow stretch
+ * hits both alike, and report.py pairs their samples. */
 #include "bench.h"
 
 #include <pthread.h>
@@ -39,36 +43,15 @@ static struct bench_lane lane(unsigned index)
     return (struct bench_lane){ 0x9E3779B97F4A7C15ULL * (index + 1) | 1, index };
 }
 
-/* Fill r from the samples v[0..n) (tail: 0.99 for times, 0.01 for rates,
- * whose bad tail is the low end), check op and emit r. */
-static void finish(struct bench_row *r, const struct bench_op *op, double *v, size_t n, double tail)
+/* Nothing to measure without memory; a group may have no arms at all. */
+static void *alloc(size_t size)
 {
-    char why[160];
-    qsort(v, n, sizeof(v[0]), cmp_double);
-    r->median = rank(v, n, 0.5);
-    r->p99 = rank(v, n, tail);
-    r->note[0] = '\0';
-    if (op->check && op->check(op->ctx, why, sizeof(why)) != 0)
-        snprintf(r->note, sizeof(r->note), "invalid: %s", why);
-    bench_emit(r);
-}
-
-void bench_measure(struct bench_row *r, const struct bench_op *op, unsigned ops)
-{
-    unsigned warm = bench.samples / 10 + 1;
-    double v[bench.samples];
-    struct bench_lane l = lane(0);
-    /* The warm-up samples settle the CPU caches, the branch predictors and
-     * the clock speed; they are timed like the rest and thrown away. */
-    for (unsigned k = 0; k < warm + bench.samples; k++) {
-        if (op->reset)
-            op->reset(op->ctx);
-        uint64_t t0 = now_ns();
-        op->run(op->ctx, &l, ops);
-        if (k >= warm)
-            v[k - warm] = (double)(now_ns() - t0) / ops;
+    void *p = malloc(size ? size : 1);
+    if (!p) {
+        fputs("regcache-bench: out of memory\n", stderr);
+        exit(1);
     }
-    finish(r, op, v, bench.samples, 0.99);
+    return p;
 }
 
 /* Each on lines of its own (twice 64 bytes: the adjacent-line prefetcher
@@ -135,14 +118,107 @@ static double run_once(const struct bench_op *op, unsigned threads, double secon
     return mops;
 }
 
-void bench_series(struct bench_row *r, const struct bench_op *op)
+/* One sample of an arm: ns per operation on this thread, or Mops/s of a
+ * run of the row's threads (a warm-up run a quarter as long: it only has
+ * to start the threads and fill the caches). */
+static double sample(const struct bench_arm *a, struct bench_lane *l, int warm)
 {
-    for (size_t k = 0; k < BENCH_NELEM(bench_thread_counts); k++) {
-        double v[bench.runs];
-        r->threads = bench_thread_counts[k];
-        run_once(op, r->threads, bench.run_seconds / 4); /* warm-up */
-        for (unsigned i = 0; i < bench.runs; i++)
-            v[i] = run_once(op, r->threads, bench.run_seconds);
-        finish(r, op, v, bench.runs, 0.01);
+    const struct bench_op *op = a->op;
+    if (a->row->threads)
+        return run_once(op, a->row->threads, bench.run_seconds / (warm ? 4 : 1));
+    if (op->reset)
+        op->reset(op->ctx);
+    uint64_t t0 = now_ns();
+    op->run(op->ctx, l, a->ops);
+    return (double)(now_ns() - t0) / a->ops;
+}
+
+/* Fill the row of arms[first] from its arms' samples (v: round-major, n
+ * arms a round, so a sample's slot is its index in v), check every one of
+ * its arms' ops and emit it.  The tail is the p99 of times and the p1 of
+ * rates, whose bad end is the low one. */
+static void finish(const struct bench_arm *arms, size_t n, size_t first, const double *v,
+                   size_t rounds, unsigned group)
+{
+    struct bench_row *r = arms[first].row;
+    size_t *slots = alloc(n * rounds * sizeof(*slots)), m = 0;
+    char why[160];
+    for (size_t k = 0; k < rounds; k++)
+        for (size_t i = first; i < n; i++)
+            if (arms[i].row == r)
+                slots[m++] = k * n + i;
+    double *samples = alloc(m * sizeof(*samples)), *sorted = alloc(m * sizeof(*sorted));
+    for (size_t i = 0; i < m; i++)
+        samples[i] = sorted[i] = v[slots[i]];
+    qsort(sorted, m, sizeof(sorted[0]), cmp_double);
+    r->median = rank(sorted, m, 0.5);
+    r->p99 = rank(sorted, m, r->threads ? 0.01 : 0.99);
+    r->group = group;
+    r->nsamples = m;
+    r->samples = samples;
+    r->slots = slots;
+    r->note[0] = '\0';
+    for (size_t i = first; i < n && !r->note[0]; i++)
+        if (arms[i].row == r && arms[i].op->check &&
+            arms[i].op->check(arms[i].op->ctx, why, sizeof(why)) != 0)
+            snprintf(r->note, sizeof(r->note), "invalid: %s", why);
+    bench_emit(r);
+    r->nsamples = 0; /* freed here */
+    free(sorted);
+    free(samples);
+    free(slots);
+}
+
+void bench_interleave(const struct bench_arm *arms, size_t n)
+{
+    static unsigned groups;
+    unsigned group = ++groups;
+    int threaded = 0;
+    for (size_t i = 0; i < n; i++)
+        threaded |= arms[i].row->threads > 0;
+    /* The warm-up settles the CPU caches, the branch predictors and the
+     * clock speed; it is timed like the rest and thrown away. */
+    size_t rounds = threaded ? bench.runs : bench.samples;
+    size_t warm = threaded ? 1 : bench.samples / 10 + 1;
+    double *v = alloc(n * rounds * sizeof(*v));
+    /* Each arm its own random stream, as if it were measured alone. */
+    struct bench_lane *l = alloc(n * sizeof(*l));
+    for (size_t i = 0; i < n; i++)
+        l[i] = lane(0);
+    for (size_t k = 0; k < warm + rounds; k++)
+        for (size_t i = 0; i < n; i++) {
+            double x = sample(&arms[i], &l[i], k < warm);
+            if (k >= warm)
+                v[(k - warm) * n + i] = x;
+        }
+    for (size_t i = 0; i < n; i++) {
+        size_t j = 0;
+        while (arms[j].row != arms[i].row)
+            j++;
+        if (j == i) /* the row's first arm */
+            finish(arms, n, i, v, rounds, group);
     }
+    free(l);
+    free(v);
+}
+
+void bench_series(const struct bench_row *protos, const struct bench_op *ops, size_t n)
+{
+    size_t counts = BENCH_NELEM(bench_thread_counts), a = 0;
+    struct bench_row *rows = alloc(n * counts * sizeof(*rows));
+    struct bench_arm *arms = alloc(2 * n * (counts - 1) * sizeof(*arms));
+    for (size_t j = 0; j < n; j++)
+        for (size_t k = 0; k < counts; k++) {
+            rows[j * counts + k] = protos[j];
+            rows[j * counts + k].threads = bench_thread_counts[k];
+        }
+    /* bench_thread_counts[0] is 1: each count beside a one-thread run. */
+    for (size_t k = 1; k < counts; k++)
+        for (size_t j = 0; j < n; j++) {
+            arms[a++] = (struct bench_arm){ &rows[j * counts], &ops[j], 0 };
+            arms[a++] = (struct bench_arm){ &rows[j * counts + k], &ops[j], 0 };
+        }
+    bench_interleave(arms, a);
+    free(arms);
+    free(rows);
 }

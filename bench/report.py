@@ -6,8 +6,22 @@
 The harness only measures; the goals, tables and plots are all here, so a
 run can be judged again, against changed goals too, without measuring again.
 Standard library only; the plots are plain SVG.
+
+A goal that compares two rows is judged on pairs of samples: the harness
+measured the rows interleaved (each row's samples carry their slots in one
+schedule), and each sample of one row is paired with the other row's sample
+taken next to it.  The figure is the median over the pairs of their ratio
+or difference.  A stretch at half speed, which the GPU host has for whole
+minutes, slows both samples of a pair alike: the per-pair ratio cancels it
+pair by pair, where a ratio of medians would still move with how many
+samples of each row fell in the slow stretch (the medians sit in the middle
+of a two-humped spread); the median then drops the few pairs that an
+interrupt or the stretch's edge split.  A difference scales with the
+stretch instead of cancelling, but both of its operands are taken under it.
 """
+import bisect
 import json
+import operator
 import os
 import sys
 
@@ -20,6 +34,35 @@ def label(n):
     units = ((1 << 30, " GiB"), (1 << 20, " MiB"), (1 << 10, " KiB")) \
         if n >= 4096 and n % 4096 == 0 else ((1000000, "M"), (1000, "k"))
     return next(("%d%s" % (n // d, u) for d, u in units if n % d == 0), str(n))
+
+
+def nearest_rank(values, q):
+    """The smallest value with at least q of them at or below it, as the
+    harness takes its medians."""
+    v = sorted(values)
+    return v[max(int(q * len(v) + 0.999999), 1) - 1]
+
+
+def paired(a, b, f):
+    """f(x, y) for each sample x of row a and the sample y of row b taken
+    nearest it in their schedule (the earlier on a tie), as a row of its own
+    (so that it can be paired again); None unless they were interleaved."""
+    if None in (a, b) or "samples" not in a or a["group"] != b.get("group"):
+        return None
+    slots, values = zip(*sorted(zip(b["slots"], b["samples"])))
+    out = []
+    for s, x in zip(a["slots"], a["samples"]):
+        i = bisect.bisect(slots, s)
+        j = i - 1 if i == len(slots) or (i and s - slots[i - 1] <= slots[i] - s) else i
+        out.append(f(x, values[j]))
+    return {"group": a["group"], "slots": a["slots"], "samples": out,
+            "median": nearest_rank(out, 0.5)}
+
+
+def scaling(r, one):
+    """r against its series' one-thread row, pair by pair ("" unless paired)."""
+    p = paired(r, one, operator.truediv)
+    return "%.2fx" % p["median"] if p else ""
 
 
 def series_name(r):
@@ -53,9 +96,9 @@ class Report:
         return r and r["median"]
 
     def overhead(self, **key):
-        """A miss get+put less the backend's reg+dereg measured beside it."""
-        miss, raw = self.median(what="miss", **key), self.median(what="reg+dereg", **key)
-        return None if None in (miss, raw) else miss - raw
+        """Each miss get+put less the backend's reg+dereg taken beside it."""
+        return paired(self.find(what="miss", **key), self.find(what="reg+dereg", **key),
+                      operator.sub)
 
     def goal(self, text, figure, met, why):
         """met True or False, or None and why it was not judged."""
@@ -71,37 +114,46 @@ class Report:
                   None if value is None else value <= limit, self.why_missing("null"))
 
     def pair(self, text, a, b, how, limit=None, unit="ns", source="null", why=None):
-        """a/b >= limit ("ratio"), a-b <= limit ("diff"), or a = b within noise."""
+        """Rows a and b pair by pair: the median of a/b >= limit ("ratio"), of
+        a-b <= limit ("diff"), or of (a-b)/b = 0 within noise ("same")."""
         if None in (a, b):
             return self.goal(text, "-", None, self.why_missing(source))
-        figure = {"ratio": "%.2fx" % (a / b), "diff": "%+.1f %s" % (a - b, unit),
-                  "same": "%+.1f%%" % (100 * (a - b) / b)}[how]
-        met = a / b >= limit if how == "ratio" else a - b <= limit if how == "diff" \
-            else abs(a - b) <= max(NOISE * b, 2 if unit == "ns" else 0)
-        self.goal(text, "%s (%.1f vs %.1f %s)" % (figure, a, b, unit), None if why else met, why)
+        p = paired(a, b, {"ratio": operator.truediv, "diff": operator.sub,
+                          "same": lambda x, y: (x - y) / y}[how])
+        if p is None:
+            return self.goal(text, "-", None, "not measured interleaved")
+        v = p["median"]
+        figure = {"ratio": "%.2fx" % v, "diff": "%+.1f %s" % (v, unit),
+                  "same": "%+.1f%%" % (100 * v)}[how]
+        met = v >= limit if how == "ratio" else v <= limit if how == "diff" \
+            else abs(v) <= max(NOISE, (2 if unit == "ns" else 0) / b["median"])
+        self.goal(text, "%s (%.1f vs %.1f %s)" % (figure, a["median"], b["median"], unit),
+                  None if why else met, why)
 
     def judge(self):
         """The goals of issue 12, in its order."""
-        m, cores = self.median, "%d cores" % self.cores if self.cores < SCALING_CORES else None
+        f, m = self.find, self.median
+        cores = "%d cores" % self.cores if self.cores < SCALING_CORES else None
         for n in (1, 1000, 100000, 1000000):
             self.pair("HOOKS hit >= 2.5x faster than UCX, %s entries" % label(n),
-                      m(workload="ucx", what="hit", entries=n),
-                      m(workload="hits", source="null", asked="HOOKS", entries=n), "ratio", 2.5,
+                      f(workload="ucx", what="hit", entries=n),
+                      f(workload="hits", source="null", asked="HOOKS", entries=n), "ratio", 2.5,
                       source="ucx")
-        bare = [m(workload="threads", impl="tag", threads=t) for t in (1, 16)]
-        machine = " (the machine: %.2fx)" % (bare[1] / bare[0]) if None not in bare else ""
+        bare = paired(*(f(workload="threads", impl="tag", threads=t) for t in (16, 1)),
+                      operator.truediv)
+        machine = " (the machine: %.2fx)" % bare["median"] if bare else ""
         for source, what, want in (("null", "shared", 14), ("cuda", "shared", 14),
                                    ("null", "private", 15)):
-            one, top = (m(workload="threads", source=source, what=what, threads=t,
-                          impl="regcache") for t in (1, 16))
+            top, one = (f(workload="threads", source=source, what=what, threads=t,
+                          impl="regcache") for t in (16, 1))
             self.pair("%s 16 threads, %s set >= %dx one thread%s" % (source, what, want, machine),
                       top, one, "ratio", want, "Mops/s", source, cores)
         for source in ("null", "cuda"):
             for n, slack in ((1, 10), (1000, 10), (100000, 40)):
                 self.pair("%s TAG_CHECK hit <= query + %d ns, %s entries" % (
                     source, slack, label(n)),
-                          m(workload="hits", source=source, asked="TAG_CHECK", entries=n),
-                          m(workload="hits", source=source, impl="tag", entries=n), "diff", slack,
+                          f(workload="hits", source=source, asked="TAG_CHECK", entries=n),
+                          f(workload="hits", source=source, impl="tag", entries=n), "diff", slack,
                           source=source)
         self.below("notify_free dropping one entry, 100k entries <= 500 ns",
                    m(workload="invalidation", what="drop", entries=100000), 500)
@@ -110,20 +162,20 @@ class Report:
         for what in ("max_entries", "max_bytes"):
             self.below("evicting get+put (%s budget) <= 200 ns" % what,
                        m(workload="churn", what=what), 200)
+        overhead = self.overhead(workload="misses", source="null", ledger="on")
         self.below("miss overhead beyond the backend <= 150 ns",
-                   self.overhead(workload="misses", source="null", ledger="on"), 150)
-        for what, threads, ref in (("hit", 0, dict(workload="hits", entries=1000)),
-                                   ("shared", 16, dict(workload="threads"))):
-            r = self.find(workload="linked", what=what, threads=threads)
-            why = "AUTO resolved to %s" % r["mode"] if r and r["mode"] != "HOOKS" else \
+                   overhead and overhead["median"], 150)
+        for what, threads in (("hit", 0), ("shared", 16)):
+            auto, hooks = (f(workload="linked", what=what, threads=threads, asked=a)
+                           for a in ("AUTO", "HOOKS"))
+            why = "AUTO resolved to %s" % auto["mode"] if auto and auto["mode"] != "HOOKS" else \
                 cores if threads else None
             self.pair("cuda linked (AUTO) %s%s = HOOKS within noise" % (
-                what, ", 16 threads" if threads else ""), r and r["median"],
-                m(source="cuda", asked="HOOKS", what=what, threads=threads, **ref), "same",
+                what, ", 16 threads" if threads else ""), auto, hooks, "same",
                 unit="Mops/s" if threads else "ns", source="cuda", why=why)
         for source in ("null", "cuda"):
             self.pair("%s hit with the ledger on = off within noise" % source,
-                      *(m(workload="misses", source=source, what="hit", ledger=s)
+                      *(f(workload="misses", source=source, what="hit", ledger=s)
                         for s in ("on", "off")), "same", source=source)
             self.pair("%s miss overhead with the ledger on <= off + 100 ns" % source,
                       *(self.overhead(workload="misses", source=source, ledger=s)
@@ -139,7 +191,11 @@ class Report:
             m["gpu"] or "none", m["driver"], m["ucx_version"] or "none",
             " | LD_PRELOAD=" + m["ld_preload"] if m["ld_preload"] else ""))
         print("  median (p99) after a warm-up: ns per operation over %d samples, or Mops/s"
-              "\n  (slowest run) over %d runs of %.2f s per thread count" % (
+              "\n  (slowest run) over %d runs of %.2f s per thread count, one thread: as many"
+              "\n  beside each other count (1, N, 1, N, ...).  Rows a goal compares were measured"
+              "\n  interleaved, sample by sample or run by run; the goal's figure (and each"
+              "\n  \"x one thread\") is the median over neighbouring pairs of their ratio or"
+              "\n  difference, which need not be that of the printed medians." % (
                   s["samples"], s["runs"], s["run_seconds"]))
         for workload, threaded in dict.fromkeys((r["workload"], r["threads"] > 0)
                                                 for r in self.rows):
@@ -165,9 +221,8 @@ class Report:
         for name, cells in series.items():
             print("  %-38s" % name + "".join("%13s" % cell(cells.get(c)) for c in cols))
             if threaded and "median" in cells.get(1, {}):
-                print("  %-38s" % "  x one thread" + "".join("%13s" % (
-                    "%.2fx" % (cells[c]["median"] / cells[1]["median"]) if "median" in
-                    cells.get(c, {}) else "") for c in cols))
+                print("  %-38s" % "  x one thread" + "".join("%13s" % scaling(
+                    cells.get(c), cells[1]) for c in cols))
             for c, r in cells.items():
                 if r["note"]:
                     print("  %38s %s: %s" % ("", label(c), r["note"]))

@@ -61,15 +61,9 @@ int bench_populate(struct bench_use *u, uintptr_t base, size_t regions, char *wh
     return u->failures || st.entries != regions ? -1 : 0;
 }
 
-struct target {
-    struct bench_use use; /* counts misses: a hit loop has none */
-    uintptr_t base;
-    size_t regions, set;
-};
-
 static void hit_run(void *ctx, struct bench_lane *l, uint64_t n)
 {
-    struct target *t = ctx;
+    struct bench_target *t = ctx;
     uintptr_t base = t->base;
     size_t regions = t->set ? t->set : t->regions;
     if (t->set)
@@ -80,31 +74,34 @@ static void hit_run(void *ctx, struct bench_lane *l, uint64_t n)
     l->rng = rng;
 }
 
-void bench_hit_rows(struct bench_row *r, const struct bench_src *s, int validation, size_t regions,
-                    size_t set, int series)
+int bench_target_open(struct bench_target *t, struct bench_row *r, const struct bench_src *s,
+                      int validation, size_t regions, size_t set)
 {
-    struct target t = {
-        { .counter = offsetof(struct regcache_stats, misses) }, s->base, regions, set
-    };
-    struct bench_op op = { hit_run, NULL, bench_use_check, &t };
     char why[160];
+    *t = (struct bench_target){ { .counter = offsetof(struct regcache_stats, misses) },
+                                s->base,
+                                regions,
+                                set,
+                                { hit_run, NULL, bench_use_check, t } };
     r->impl = "regcache";
     r->asked = bench_mode_name(validation);
     r->entries = regions;
     if (regions > s->regions) {
         bench_note(r, "the %s source has room for %zu regions only", s->name, s->regions);
-        return;
+        return -1;
     }
-    t.use.cache = bench_cache(s, NULL, validation, 0, 0, why, sizeof(why));
-    if (!t.use.cache || bench_populate(&t.use, t.base, regions, why, sizeof(why)) != 0) {
+    t->use.cache = bench_cache(s, NULL, validation, 0, 0, why, sizeof(why));
+    if (!t->use.cache || bench_populate(&t->use, t->base, regions, why, sizeof(why)) != 0) {
         bench_note(r, "failed: %s", why);
-        regcache_destroy(t.use.cache);
-        return;
+        bench_target_close(t);
+        return -1;
     }
-    r->mode = regcache_validation_mode(t.use.cache);
-    if (series)
-        bench_series(r, &op);
-    else
-        bench_measure(r, &op, bench.batch);
-    regcache_destroy(t.use.cache);
+    r->mode = regcache_validation_mode(t->use.cache);
+    return 0;
+}
+
+void bench_target_close(struct bench_target *t)
+{
+    regcache_destroy(t->use.cache);
+    t->use.cache = NULL;
 }

@@ -1,6 +1,7 @@
-/* UCX's registration cache (ucs_rcache) under the hits and threads
- * workloads: the same null registration, the same regions, cached up front,
- * the same random 4 KiB get+put.
+/* UCX's registration cache (ucs_rcache) beside regcache in the hits and
+ * threads workloads, measured interleaved with them: the same null
+ * registration, the same regions, cached up front, the same random 4 KiB
+ * get+put.
  *
  * libucs is dlopened, not linked: when it loads it installs UCX's memory
  * hooks (mmap, munmap, madvise, brk) unless UCX_MEM_EVENTS=no is already in
@@ -12,12 +13,24 @@
 #include <stdio.h>
 
 #ifndef BENCH_UCS_LIBRARY
-void bench_ucx(const struct bench_src *s, struct bench_machine *m)
+void bench_ucx_load(struct bench_machine *m)
 {
-    (void)s, (void)m;
+    (void)m;
     bench_note(&(struct bench_row){ .workload = "ucx" },
                "UCX (ucs/memory/rcache.h, libucs) "
                "not found at configure time: install libucx-dev and reconfigure");
+}
+
+struct bench_ucx *bench_ucx_open(struct bench_row *r, const struct bench_src *s, size_t regions,
+                                 struct bench_op *op)
+{
+    (void)r, (void)s, (void)regions, (void)op;
+    return NULL;
+}
+
+void bench_ucx_close(struct bench_ucx *u)
+{
+    (void)u;
 }
 #else
 #include <dlfcn.h>
@@ -37,8 +50,9 @@ void bench_ucx(const struct bench_src *s, struct bench_machine *m)
 static struct {
     UCS_CALLS(FN)
 } ucs;
+static int loaded; /* bench_ucx_load found libucs */
 
-struct ucx {
+struct bench_ucx {
     ucs_rcache_t *rcache;
     uintptr_t base;
     size_t regions;
@@ -50,7 +64,7 @@ struct ucx {
 static ucs_status_t null_reg(void *context, ucs_rcache_t *rcache, void *arg,
                              ucs_rcache_region_t *region, uint16_t flags)
 {
-    struct ucx *u = context;
+    struct bench_ucx *u = context;
     (void)rcache, (void)arg, (void)region, (void)flags;
     atomic_fetch_add_explicit(&u->regs, 1, memory_order_relaxed);
     return UCS_OK;
@@ -74,7 +88,7 @@ static const ucs_rcache_ops_t null_ops = { null_reg, null_dereg, no_dump };
 /* ucs_rcache checks that the mapping allows what is asked for. */
 #define PROT (PROT_READ | PROT_WRITE)
 
-static int get(struct ucx *u, void *addr, size_t len)
+static int get(struct bench_ucx *u, void *addr, size_t len)
 {
     ucs_rcache_region_t *r;
     if (ucs.ucs_rcache_get(u->rcache, addr, len, PROT, NULL, &r) != UCS_OK)
@@ -85,7 +99,7 @@ static int get(struct ucx *u, void *addr, size_t len)
 
 static void ucx_run(void *ctx, struct bench_lane *l, uint64_t n)
 {
-    struct ucx *u = ctx;
+    struct bench_ucx *u = ctx;
     uint64_t rng = l->rng;
     for (uint64_t i = 0; i < n; i++)
         if (get(u, bench_pick(u->base, u->regions, &rng), BENCH_GET) != 0)
@@ -96,7 +110,7 @@ static void ucx_run(void *ctx, struct bench_lane *l, uint64_t n)
 /* A get that failed or registered timed something else. */
 static int ucx_check(void *ctx, char *why, size_t len)
 {
-    struct ucx *u = ctx;
+    struct bench_ucx *u = ctx;
     uint64_t failures = atomic_load(&u->failures), regs = atomic_load(&u->regs) - u->populated;
     snprintf(why, len, "%llu gets failed, %llu registrations in the hit loop",
              (unsigned long long)failures, (unsigned long long)regs);
@@ -113,9 +127,9 @@ static const char *load(void)
     return NULL;
 }
 
-/* An rcache holding regions [0, regions) of s, one UCX region each: it
+/* An rcache holding regions [0, regions) at base, one UCX region each: it
  * merges only overlapping regions, which the registration count proves. */
-static const char *open_ucx(struct ucx *u, const struct bench_src *s)
+static const char *open_ucx(struct bench_ucx *u)
 {
     ucs_rcache_params_t p = {
         .region_struct_size = sizeof(ucs_rcache_region_t),
@@ -132,14 +146,13 @@ static const char *open_ucx(struct ucx *u, const struct bench_src *s)
     if (st != UCS_OK)
         return ucs.ucs_status_string(st);
     for (size_t i = 0; i < u->regions; i++)
-        if (get(u, (void *)(s->base + i * BENCH_REGION), BENCH_REGION) != 0)
+        if (get(u, (void *)(u->base + i * BENCH_REGION), BENCH_REGION) != 0)
             return "ucs_rcache_get failed while populating";
     u->populated = atomic_load(&u->regs);
     return u->populated == u->regions ? NULL : "UCX merged neighbouring regions";
 }
 
-/* The hits rows, then the threads rows' shared set. */
-void bench_ucx(const struct bench_src *s, struct bench_machine *m)
+void bench_ucx_load(struct bench_machine *m)
 {
     const char *why = load();
     if (why) {
@@ -148,23 +161,36 @@ void bench_ucx(const struct bench_src *s, struct bench_machine *m)
         return;
     }
     snprintf(m->ucx, sizeof(m->ucx), "%s", BENCH_UCX_VERSION[0] ? BENCH_UCX_VERSION : "unknown");
-    for (size_t k = 0; k <= BENCH_NELEM(bench_entries); k++) {
-        int series = k == BENCH_NELEM(bench_entries);
-        struct bench_row r = { .workload = "ucx",
-                               .source = s->name,
-                               .impl = "ucx",
-                               .what = series ? "shared" : "hit",
-                               .entries = series ? BENCH_SET : bench_entries[k] };
-        struct ucx u = { .base = s->base, .regions = r.entries };
-        struct bench_op op = { ucx_run, NULL, ucx_check, &u };
-        if ((why = open_ucx(&u, s)))
-            bench_note(&r, "failed: %s", why);
-        else if (series)
-            bench_series(&r, &op);
-        else
-            bench_measure(&r, &op, bench.batch);
-        if (u.rcache)
-            ucs.ucs_rcache_destroy(u.rcache);
+    loaded = 1;
+}
+
+struct bench_ucx *bench_ucx_open(struct bench_row *r, const struct bench_src *s, size_t regions,
+                                 struct bench_op *op)
+{
+    struct bench_ucx *u;
+    const char *why = "out of memory";
+    if (!loaded)
+        return NULL;
+    r->impl = "ucx";
+    r->entries = regions;
+    if ((u = calloc(1, sizeof(*u)))) {
+        u->base = s->base;
+        u->regions = regions;
+        why = open_ucx(u);
     }
+    if (why) {
+        bench_note(r, "failed: %s", why);
+        bench_ucx_close(u);
+        return NULL;
+    }
+    *op = (struct bench_op){ ucx_run, NULL, ucx_check, u };
+    return u;
+}
+
+void bench_ucx_close(struct bench_ucx *u)
+{
+    if (u && u->rcache)
+        ucs.ucs_rcache_destroy(u->rcache);
+    free(u);
 }
 #endif
