@@ -252,6 +252,13 @@ void rc_victim_push(struct regcache *c, struct regcache_entry **victims, struct 
 /* Without the lock: deregister a list of victims and give them back. */
 void rc_release_victims(struct regcache *c, struct regcache_entry *list);
 
+/* The two halves of rc_release_victims for a caller that takes the lock
+ * again anyway: deregister without the lock, then hand the list back to the
+ * pool under it, where rc_release_victims pays two locked instructions to
+ * pass it to the next allocation. */
+void rc_deregister_victims(struct regcache *c, struct regcache_entry *list);
+void rc_pool_return_locked(struct regcache *c, struct regcache_entry *list);
+
 /* A holder let go of a detached entry: release it if nobody holds it. */
 void rc_release_if_unheld(struct regcache *c, struct regcache_entry *e);
 

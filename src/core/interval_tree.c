@@ -2,11 +2,6 @@
  * parent links, so no operation needs a stack whatever the tree holds. */
 #include "interval_tree.h"
 
-static int height(const struct rc_itree_node *n)
-{
-    return n ? n->balance_or_height : 0;
-}
-
 /* The largest end in n's subtree, from its children's. */
 static uintptr_t max_end_of(const struct rc_itree_node *n)
 {
@@ -16,14 +11,6 @@ static uintptr_t max_end_of(const struct rc_itree_node *n)
     if (n->right && n->right->max_end > max_end)
         max_end = n->right->max_end;
     return max_end;
-}
-
-/* Recompute n's height and max_end; its children's must already be right. */
-static void pull(struct rc_itree_node *n)
-{
-    int hl = height(n->left), hr = height(n->right);
-    n->max_end = max_end_of(n);
-    n->balance_or_height = 1 + (hl > hr ? hl : hr);
 }
 
 /* Hang `to` where `from` hung under `parent` (NULL: the root). */
@@ -40,13 +27,20 @@ static void replace_child(struct rc_itree *t, struct rc_itree_node *parent,
         to->parent = parent;
 }
 
-/* Lift x's right child (lift_right) or left child above x; returns it.  One
- * body for both directions: they differ only in which links they swap. */
-static struct rc_itree_node *rotate(struct rc_itree *t, struct rc_itree_node *x, int lift_right)
+/* Lift x's child on side dir (+1 right, -1 left) above x; returns it.  One
+ * body for both directions: they differ only in which links they swap, and
+ * the balance factors of the mirror image are the negated ones.  The new
+ * factors come from the old ones alone, whatever they are, so a double
+ * rotation is two of these and deletion's unusual shapes need no cases.
+ * x's max_end must be right: the lifted node's becomes it, since the subtree
+ * holds the same ranges; only x, now lower, reads its new children. */
+static struct rc_itree_node *rotate(struct rc_itree *t, struct rc_itree_node *x, int dir)
 {
-    struct rc_itree_node **x_side = lift_right ? &x->right : &x->left;
+    struct rc_itree_node **x_side = dir > 0 ? &x->right : &x->left;
     struct rc_itree_node *y = *x_side;
-    struct rc_itree_node **y_inner = lift_right ? &y->left : &y->right;
+    struct rc_itree_node **y_inner = dir > 0 ? &y->left : &y->right;
+    /* Factors seen from the lifted side: positive leans towards it. */
+    int xb = dir * x->balance, yb = dir * y->balance;
 
     *x_side = *y_inner;
     if (*x_side)
@@ -54,77 +48,27 @@ static struct rc_itree_node *rotate(struct rc_itree *t, struct rc_itree_node *x,
     replace_child(t, x->parent, x, y);
     *y_inner = x;
     x->parent = y;
-    pull(x);
-    pull(y);
+
+    xb = xb - 1 - (yb > 0 ? yb : 0);
+    yb = yb - 1 + (xb < 0 ? xb : 0);
+    x->balance = dir * xb;
+    y->balance = dir * yb;
+    y->max_end = x->max_end;
+    x->max_end = max_end_of(x);
     return y;
 }
 
-/* Restore the AVL bound at n, whose subtrees are valid AVL trees differing
- * in height by at most 2; returns the node now at n's place. */
-static struct rc_itree_node *rebalance(struct rc_itree *t, struct rc_itree_node *n)
+/* Restore the AVL bound at p, whose side `heavy` is two levels taller than
+ * the other; returns the node now at p's place.  The child on that side is
+ * lifted, through a double rotation when it leans inwards: a single one
+ * would hang its inner subtree, the tallest, under p at the same depth. */
+static struct rc_itree_node *rebalance(struct rc_itree *t, struct rc_itree_node *p, int heavy)
 {
-    int diff = height(n->left) - height(n->right);
+    struct rc_itree_node *c = heavy > 0 ? p->right : p->left;
 
-    if (diff > 1 || diff < -1) {
-        int heavy_right = diff < 0;
-        struct rc_itree_node *c = heavy_right ? n->right : n->left;
-        struct rc_itree_node *outer = heavy_right ? c->right : c->left;
-        struct rc_itree_node *inner = heavy_right ? c->left : c->right;
-
-        /* A taller inner grandchild would stay just as unbalanced after one
-         * rotation at n: bring it outside first (double rotation). */
-        if (height(outer) < height(inner))
-            rotate(t, c, !heavy_right);
-        return rotate(t, n, heavy_right);
-    }
-    pull(n);
-    return n;
-}
-
-/* Above a subtree whose height came out as it was, only max_end can still
- * change: child's went from `was` to its value now.  A parent follows a
- * larger value with one compare, without reading its other child; only
- * where the child carried the parent's maximum and shrank is the parent
- * recomputed.  The walk stops at the first parent that keeps its value. */
-static void propagate_max_end(struct rc_itree_node *child, uintptr_t was)
-{
-    for (struct rc_itree_node *p = child->parent; p; child = p, p = p->parent) {
-        uintptr_t before = p->max_end;
-        if (child->max_end > before)
-            p->max_end = child->max_end;
-        else if (child->max_end < was && was == before)
-            p->max_end = max_end_of(p);
-        if (p->max_end == before)
-            return;
-        was = before;
-    }
-}
-
-/* After a change below n, fix heights, balance and max_end upwards.
- * Rebalancing stops at the first subtree whose height comes out as it was
- * (n's stored values are those of the subtree at n's place before the
- * change); above it only max_end can change, which propagate_max_end
- * follows without reading siblings - a new range at the right end raises
- * max_end all the way up, and rebalancing every level for it read a
- * sibling's line per level.  Not writing unchanged ancestors keeps their
- * lines clean in every core.  Rebalancing does not stop before it has
- * passed `past` (a node moved into a removed node's place: its own range
- * left a lower place and may have changed what is stored there). */
-static void retrace(struct rc_itree *t, struct rc_itree_node *n, const struct rc_itree_node *past)
-{
-    while (n) {
-        int height_before = n->balance_or_height;
-        uintptr_t max_end_before = n->max_end;
-        if (n == past)
-            past = NULL;
-        struct rc_itree_node *top = rebalance(t, n);
-        if (!past && top->balance_or_height == height_before) {
-            if (top->max_end != max_end_before)
-                propagate_max_end(top, max_end_before);
-            return;
-        }
-        n = top->parent;
-    }
+    if (c->balance == -heavy)
+        rotate(t, c, -heavy);
+    return rotate(t, p, heavy);
 }
 
 void rc_itree_init(struct rc_itree *t)
@@ -137,23 +81,59 @@ void rc_itree_insert(struct rc_itree *t, struct rc_itree_node *n)
 {
     struct rc_itree_node *parent = NULL, **link = &t->root;
 
-    /* Equal starts go right, so a new duplicate follows the older ones. */
+    /* Equal starts go right, so a new duplicate follows the older ones.
+     * Insertion only adds an end, so a max_end can only rise to it, and the
+     * descent passes exactly the nodes whose subtree gains it: raising them
+     * here costs a compare on a line being read anyway, where a walk back
+     * up would chain a load per level (a new range at the right end raises
+     * every one).  The rotations below need the rotated nodes' right. */
     while (*link) {
         parent = *link;
+        if (parent->max_end < n->end)
+            parent->max_end = n->end;
         link = n->start < parent->start ? &parent->left : &parent->right;
     }
     n->left = n->right = NULL;
     n->parent = parent;
-    n->balance_or_height = 1;
+    n->balance = 0;
     n->max_end = n->end;
     *link = n;
     t->count++;
-    retrace(t, parent, NULL);
+
+    /* The subtree on the path grew by one level: going up, it stops growing
+     * at the first ancestor that was leaning the other way (now balanced),
+     * or at the first that leaned this way, where the rotation restores the
+     * height it had before the insertion. */
+    for (struct rc_itree_node *c = n, *p = parent; p; c = p, p = p->parent) {
+        int dir = c == p->right ? 1 : -1;
+
+        p->balance += dir;
+        if (p->balance == 0)
+            return;
+        if (p->balance != dir) {
+            rebalance(t, p, dir);
+            return;
+        }
+    }
+}
+
+/* A range ending at `end` left the subtrees from p up to `stop` (excluded;
+ * NULL: the root).  Only an ancestor whose max_end was that end can change,
+ * and those form an unbroken run from p: the first that keeps its value
+ * ends the walk, and so does one that keeps `end` from another range. */
+static void drop_end(struct rc_itree_node *p, const struct rc_itree_node *stop, uintptr_t end)
+{
+    for (; p != stop && p->max_end == end; p = p->parent) {
+        p->max_end = max_end_of(p);
+        if (p->max_end == end)
+            return;
+    }
 }
 
 void rc_itree_remove(struct rc_itree *t, struct rc_itree_node *n)
 {
-    struct rc_itree_node *lowest_changed, *moved = NULL;
+    struct rc_itree_node *p = n->parent;
+    int dir; /* p's side whose subtree lost a level */
 
     if (n->left && n->right) {
         /* n's in-order successor s takes n's place, which keeps the order. */
@@ -162,28 +142,59 @@ void rc_itree_remove(struct rc_itree *t, struct rc_itree_node *n)
         while (s->left)
             s = s->left;
         if (s == n->right) {
-            lowest_changed = s;
+            p = s;
+            dir = 1;
         } else {
-            lowest_changed = s->parent;
-            lowest_changed->left = s->right;
+            p = s->parent;
+            p->left = s->right;
             if (s->right)
-                s->right->parent = lowest_changed;
+                s->right->parent = p;
             s->right = n->right;
             n->right->parent = s;
+            dir = -1;
         }
         s->left = n->left;
         n->left->parent = s;
         replace_child(t, n->parent, n, s);
-        /* s stands where n stood: the retrace compares with n's values. */
-        s->balance_or_height = n->balance_or_height;
+        /* s stands where n stood, with what stood below it: n's factor and,
+         * but for n's own end, n's max_end. */
+        s->balance = n->balance;
         s->max_end = n->max_end;
-        moved = s;
+        /* s's end left the nodes between its two places, yet stays in s's
+         * subtree: a walk stopping early below still has to look at s. */
+        if (p != s)
+            drop_end(p, s, s->end);
+        drop_end(s, NULL, n->end);
     } else {
-        lowest_changed = n->parent;
-        replace_child(t, n->parent, n, n->left ? n->left : n->right);
+        dir = p && n == p->right ? 1 : -1;
+        replace_child(t, p, n, n->left ? n->left : n->right);
+        drop_end(p, NULL, n->end);
     }
     t->count--;
-    retrace(t, lowest_changed, moved);
+
+    /* Every max_end is right again, as rotate needs.  Going up, the subtree
+     * on the path is one level shorter: the walk stops at an ancestor that
+     * was balanced (it now leans the other way at its old height), or after
+     * a rotation that keeps the height, when the lifted sibling was
+     * balanced.  One that leaned towards the shorter side loses a level,
+     * and so does a rotation of a leaning sibling: the walk goes on. */
+    while (p) {
+        p->balance -= dir;
+        if (p->balance == -dir)
+            return;
+        if (p->balance != 0) {
+            struct rc_itree_node *sibling = dir > 0 ? p->left : p->right;
+            int kept = sibling->balance == 0;
+
+            p = rebalance(t, p, -dir);
+            if (kept)
+                return;
+        }
+        if (!p->parent)
+            return;
+        dir = p == p->parent->right ? 1 : -1;
+        p = p->parent;
+    }
 }
 
 /* Walk down-left from n while the left subtree still holds a range ending
@@ -253,7 +264,8 @@ void rc_itree_visit_all(struct rc_itree *t, void (*fn)(struct rc_itree_node *n, 
 #define MAX_DEPTH 96
 
 /* Check the subtree at n (parent link, start order within [lo, hi], AVL
- * height and balance, max_end); returns its height, or -1 with *why set. */
+ * balance factor and bound, max_end); returns its height, or -1 with *why
+ * set.  Heights are recomputed here: the factors alone cannot be checked. */
 static int check_subtree(const struct rc_itree_node *n, const struct rc_itree_node *parent,
                          uintptr_t lo, uintptr_t hi, int depth, size_t *count, const char **why)
 {
@@ -271,18 +283,14 @@ static int check_subtree(const struct rc_itree_node *n, const struct rc_itree_no
     int hr = hl < 0 ? -1 : check_subtree(n->right, n, n->start, hi, depth + 1, count, why);
     if (hl < 0 || hr < 0)
         return -1;
-    uintptr_t max_end = n->end;
-    if (n->left && n->left->max_end > max_end)
-        max_end = n->left->max_end;
-    if (n->right && n->right->max_end > max_end)
-        max_end = n->right->max_end;
-    int h = 1 + (hl > hr ? hl : hr);
-    if (hl - hr > 1 || hr - hl > 1 || n->balance_or_height != h || n->max_end != max_end) {
-        *why = n->max_end != max_end ? "max_end" : "AVL height or balance";
+    if (hr - hl > 1 || hl - hr > 1 || n->balance != hr - hl || n->max_end != max_end_of(n)) {
+        *why = n->max_end != max_end_of(n) ? "max_end"
+               : n->balance != hr - hl     ? "AVL balance factor"
+                                           : "AVL bound";
         return -1;
     }
     (*count)++;
-    return h;
+    return 1 + (hl > hr ? hl : hr);
 }
 
 const char *rc_itree_check(const struct rc_itree *t)

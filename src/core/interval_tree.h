@@ -17,7 +17,10 @@ struct rc_itree_node {
     uintptr_t start, end;
     uintptr_t max_end; /* the largest end in this subtree */
     struct rc_itree_node *left, *right, *parent;
-    int balance_or_height; /* AVL height of this subtree, a leaf is 1 */
+    /* Height of the right subtree minus that of the left: -1, 0 or +1.  A
+     * factor rather than a height, so that fixing the tree after a change
+     * reads only the nodes on the changed path, never their siblings. */
+    int balance;
 };
 
 struct rc_itree {

@@ -189,15 +189,22 @@ static unsigned rank_of(const struct use_rank *r, size_t n, const struct regcach
  * on a plateau of that key from the root, and a walk of them stops
  * wherever the key grows. */
 
-/* How many entries were last used in the root's epoch (counting stops at
- * `enough`)? */
+/* How many entries at or below i, a node of the plateau, were last used in
+ * the root's epoch (counting stops at `enough`)?  Every eviction asks, and
+ * the root's children are nearly always all off the plateau: the least of
+ * their keys, read from the array, tells so before any call or entry is
+ * visited. */
 static size_t used_in_epoch(const struct rc_lru *lru, size_t i, uint64_t epoch, size_t enough)
 {
-    if (i >= lru->count || lru->heap[i].key != epoch)
-        return 0;
     size_t n = atomic_load_explicit(&lru->heap[i].e->last_use, memory_order_relaxed) == epoch;
-    for (size_t c = first_child(i); c < first_child(i) + ARITY && n < enough; c++)
-        n += used_in_epoch(lru, c, epoch, enough - n);
+    size_t first = first_child(i), end = first + ARITY;
+    if (end <= lru->count && lru->heap[least_of_four(lru->heap, first)].key != epoch)
+        return n;
+    if (end > lru->count)
+        end = lru->count;
+    for (size_t c = first; c < end && n < enough; c++)
+        if (lru->heap[c].key == epoch)
+            n += used_in_epoch(lru, c, epoch, enough - n);
     return n;
 }
 

@@ -271,12 +271,13 @@ static int register_new(struct regcache *c, struct rc_want *w, uint64_t seq, uns
     d->pending += rc_entry_len(e);
     rc_make_room_locked(c, d, rc_entry_len(e), victims);
     pthread_mutex_unlock(&c->lock);
-    rc_release_victims(c, *victims);
-    *victims = NULL;
+    rc_deregister_victims(c, *victims);
 
     int rc = rc_register_rail(c, e, rail);
 
     pthread_mutex_lock(&c->lock);
+    rc_pool_return_locked(c, *victims);
+    *victims = NULL;
     d->pending -= rc_entry_len(e);
     bool detached = rc_entry_is_detached(e);
     if (rc == REGCACHE_OK) {

@@ -119,6 +119,21 @@ void rc_victim_push(struct regcache *c, struct regcache_entry **victims, struct 
     rc_list_push(victims, e);
 }
 
+void rc_deregister_victims(struct regcache *c, struct regcache_entry *list)
+{
+    for (struct regcache_entry *e = list; e; e = e->link_next)
+        deregister(c, e);
+}
+
+void rc_pool_return_locked(struct regcache *c, struct regcache_entry *list)
+{
+    while (list) {
+        struct regcache_entry *next = list->link_next;
+        rc_entry_pool_put(&c->pool, list);
+        list = next;
+    }
+}
+
 void rc_release_victims(struct regcache *c, struct regcache_entry *list)
 {
     while (list) {
@@ -165,13 +180,11 @@ void rc_sweep_locked(struct regcache *c, struct regcache_entry **victims)
 
 struct regcache_entry *rc_entry_new_locked(struct regcache *c)
 {
-    struct regcache_entry *back =
-        atomic_exchange_explicit(&c->returned, NULL, memory_order_acquire);
-    while (back) {
-        struct regcache_entry *next = back->link_next;
-        rc_entry_pool_put(&c->pool, back);
-        back = next;
-    }
+    /* Looked at before it is taken: mostly nothing was returned, and the
+     * exchange would be a locked instruction on every miss. */
+    if (atomic_load_explicit(&c->returned, memory_order_relaxed))
+        rc_pool_return_locked(c,
+                              atomic_exchange_explicit(&c->returned, NULL, memory_order_acquire));
     return rc_entry_pool_get(&c->pool);
 }
 

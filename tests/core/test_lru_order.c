@@ -11,6 +11,7 @@
 
 #include <cmocka.h>
 
+#include "cache.h" /* the entry pool, to see that evicted entries come back */
 #include "cache_fixture.h"
 
 /* Starts of the registrations deregistered, in order. */
@@ -133,5 +134,35 @@ static void lru_order(void **state)
     assert_int_equal(atomic_load(&f->fb.regs), regs + 1);
 }
 
+#define LIMIT 16
+#define ROUNDS 20
+
+/* The evicting churn the benchmarks time: a cycle over twice the limit, so
+ * that every get misses and evicts the entry used LIMIT misses before.
+ * Each victim's entry returns to the pool by the time the next miss needs
+ * one, so the first slab (64 entries) is all the cache ever takes. */
+static void cycle_twice_the_limit_evicts_in_order_and_reuses_entries(void **state)
+{
+    struct fx *f = *state;
+    struct dereg_log log;
+    fx_device_allocs(f, 2 * LIMIT);
+    f->p.max_entries = LIMIT;
+    watch_deregs(f, &log);
+    fx_create(f);
+    for (int i = 0; i < ROUNDS * 2 * LIMIT; i++)
+        fx_use(f, FX_ALLOC(i % (2 * LIMIT)), 10);
+    fx_assert_stats(f, FX_STAT(hits, 0), FX_STAT(entries, LIMIT),
+                    FX_STAT(evictions, (ROUNDS * 2 - 1) * LIMIT), NULL);
+    assert_int_equal(log.n, (ROUNDS * 2 - 1) * LIMIT);
+    for (int i = 0; i < log.n; i++)
+        if (log.start[i] != FX_ALLOC(i % (2 * LIMIT)))
+            fail_msg("eviction %d took allocation %d, not %d", i,
+                     (int)((log.start[i] - FX_BASE) / (2 * MiB)), i % (2 * LIMIT));
+    assert_int_equal(atomic_load(&f->fb.live), LIMIT);
+    assert_int_equal(f->c->pool.nslabs, 1);
+    f->fb.during_dereg = NULL;
+}
+
 FX_MAIN(hot_set_survives_a_thousand_one_offs, eviction_follows_the_order_of_last_use,
-        held_entry_is_never_evicted, lru_order)
+        held_entry_is_never_evicted, lru_order,
+        cycle_twice_the_limit_evicts_in_order_and_reuses_entries)

@@ -16,7 +16,8 @@
 #define MAX_DEPTH 96
 
 /* Checks the subtree at n (parent link, start order within [lo, hi], AVL
- * height and balance, max_end); returns its height, adds its size. */
+ * balance factor against the real heights, max_end); returns its height,
+ * adds its size. */
 static int check_subtree(const struct rc_itree_node *n, const struct rc_itree_node *parent,
                          uintptr_t lo, uintptr_t hi, int depth, size_t *count)
 {
@@ -32,7 +33,7 @@ static int check_subtree(const struct rc_itree_node *n, const struct rc_itree_no
     hl = check_subtree(n->left, n, lo, n->start, depth + 1, count);
     hr = check_subtree(n->right, n, n->start, hi, depth + 1, count);
     assert_true(hl - hr <= 1 && hr - hl <= 1);
-    assert_int_equal(n->balance_or_height, 1 + (hl > hr ? hl : hr));
+    assert_int_equal(n->balance, hr - hl);
     max_end = n->end;
     if (n->left && n->left->max_end > max_end)
         max_end = n->left->max_end;
@@ -50,6 +51,8 @@ static int check_tree(const struct rc_itree *t)
     int h = check_subtree(t->root, NULL, 0, UINTPTR_MAX, 0, &count);
 
     assert_int_equal(count, t->count);
+    /* The library's own check agrees. */
+    assert_null(rc_itree_check(t));
     return h;
 }
 
@@ -341,7 +344,6 @@ static void test_sorted_inserts_stay_balanced(void **state)
 
 #define POOL 2048
 #define RANDOM_OPS 1000000
-#define CHECK_EVERY 250
 
 static uint64_t rng_state;
 
@@ -373,6 +375,7 @@ struct model {
     uint64_t query_id;
     /* The address space of the current phase: [base, base + space). */
     uintptr_t base, space;
+    int cap; /* the most nodes live at once, at most POOL */
 };
 
 static void swap_slots(struct model *m, int p, int q)
@@ -545,23 +548,25 @@ static void new_phase(struct model *m, int *target)
 
     m->space = spaces[below(sizeof(spaces) / sizeof(spaces[0]))];
     m->base = where == 0 ? 0 : where == 1 ? (uintptr_t)0x7f0000000000 : UINTPTR_MAX - m->space;
-    *target = below(4) == 0 ? 0 : (int)below(POOL + 1);
+    *target = below(4) == 0 ? 0 : (int)below(m->cap + 1);
 }
 
-static void test_random_against_model(void **state)
+/* ops random operations on at most cap live nodes, the whole tree checked
+ * every check_every of them. */
+static void random_against_model(uint64_t seed, long ops, int cap, long check_every)
 {
     struct model *m = calloc(1, sizeof(*m));
     int target = 0;
     long counts[3] = { 0 };
 
-    (void)state;
     assert_non_null(m);
-    rng_state = 20261121;
+    rng_state = seed;
+    m->cap = cap;
     rc_itree_init(&m->tree);
     for (int i = 0; i < POOL; i++)
         m->slot[i] = m->pos[i] = i;
     new_phase(m, &target);
-    for (long op = 1; op <= RANDOM_OPS; op++) {
+    for (long op = 1; op <= ops; op++) {
         /* Drift towards the target size, queries in between. */
         uint64_t r = below(100);
         int grow = m->nlive < target;
@@ -569,7 +574,7 @@ static void test_random_against_model(void **state)
         if (r < 35) {
             model_query(m);
             counts[2]++;
-        } else if (m->nlive < POOL && (m->nlive == 0 || r < (grow ? 80 : 50))) {
+        } else if (m->nlive < m->cap && (m->nlive == 0 || r < (grow ? 80 : 50))) {
             model_insert(m);
             counts[0]++;
         } else {
@@ -578,16 +583,296 @@ static void test_random_against_model(void **state)
         }
         if (m->nlive == target || below(20000) == 0)
             new_phase(m, &target);
-        if (op % CHECK_EVERY == 0)
+        if (op % check_every == 0)
             model_check(m);
     }
     model_check(m);
     /* The mix really exercised all three operations. */
-    assert_true(counts[0] > RANDOM_OPS / 5 && counts[1] > RANDOM_OPS / 5 &&
-                counts[2] > RANDOM_OPS / 5);
+    assert_true(counts[0] > ops / 5 && counts[1] > ops / 5 && counts[2] > ops / 5);
     print_message("random: %ld inserts, %ld removes, %ld queries, %d live at end\n", counts[0],
                   counts[1], counts[2], m->nlive);
     free(m);
+}
+
+static void test_random_against_model(void **state)
+{
+    (void)state;
+    random_against_model(20261121, RANDOM_OPS, POOL, 250);
+}
+
+/* Small trees checked after every operation: a wrong balance factor or
+ * max_end is caught by the operation that made it, before later ones can
+ * happen to cover it up. */
+static void test_random_small_checked_every_op(void **state)
+{
+    (void)state;
+    random_against_model(7, 300000, 40, 1);
+    random_against_model(8, 100000, 300, 1);
+}
+
+/* ---- rotations, one case at a time ----------------------------------- */
+
+/* n's children, balance factor and max_end are as given. */
+static void expect_node(const struct rc_itree_node *n, const struct rc_itree_node *left,
+                        const struct rc_itree_node *right, int balance, uintptr_t max_end)
+{
+    assert_ptr_equal(n->left, left);
+    assert_ptr_equal(n->right, right);
+    assert_int_equal(n->balance, balance);
+    assert_true(n->max_end == max_end);
+}
+
+/* Nodes a..h start at 10, 20, ... 80 and end 5 later, but for those named
+ * in `wide`: the first ends at 1000, the next at 900 and so on, long
+ * ranges whose ends max_end must follow through the rotations. */
+static void build(struct rc_itree *t, struct rc_itree_node *nodes, const char *order,
+                  const char *wide)
+{
+    rc_itree_init(t);
+    for (int i = 0; i < 8; i++)
+        set_range(&nodes[i], (uintptr_t)(i + 1) * 10, (uintptr_t)(i + 1) * 10 + 5);
+    for (int i = 0; wide[i]; i++)
+        nodes[wide[i] - 'a'].end = 1000 - 100 * (uintptr_t)i;
+    for (const char *c = order; *c; c++) {
+        rc_itree_insert(t, &nodes[*c - 'a']);
+        check_tree(t);
+    }
+}
+
+/* Each insertion and deletion shape, with the balance factors (right height
+ * minus left) and max_end it must leave, worked out by hand; and mirrors. */
+static void test_rotation_cases(void **state)
+{
+    struct rc_itree t;
+    struct rc_itree_node n[8];
+    struct rc_itree_node *a = &n[0], *b = &n[1], *c = &n[2], *d = &n[3], *e = &n[4], *f = &n[5],
+                         *g = &n[6];
+
+    (void)state;
+    /* Insertion, single rotations: the lowered node keeps its long range,
+     * the lifted one takes the subtree's max_end. */
+    build(&t, n, "abc", "a");
+    assert_ptr_equal(t.root, b);
+    expect_node(b, a, c, 0, 1000);
+    expect_node(a, NULL, NULL, 0, 1000);
+    expect_node(c, NULL, NULL, 0, 35);
+    build(&t, n, "cba", "c");
+    assert_ptr_equal(t.root, b);
+    expect_node(b, a, c, 0, 1000);
+    expect_node(c, NULL, NULL, 0, 1000);
+    expect_node(a, NULL, NULL, 0, 15);
+
+    /* Insertion, double rotations of three nodes. */
+    build(&t, n, "acb", "c");
+    assert_ptr_equal(t.root, b);
+    expect_node(b, a, c, 0, 1000);
+    expect_node(a, NULL, NULL, 0, 15);
+    build(&t, n, "cab", "a");
+    assert_ptr_equal(t.root, b);
+    expect_node(b, a, c, 0, 1000);
+    expect_node(c, NULL, NULL, 0, 35);
+
+    /* Insertion, double rotations whose lifted node has a child: the side
+     * it is on decides the lowered nodes' factors.  e(b(a, c), f), then d
+     * under c's right, or e(b(a, d), f), then c under d's left. */
+    build(&t, n, "ebfacd", "d");
+    assert_ptr_equal(t.root, c);
+    expect_node(c, b, e, 0, 1000);
+    expect_node(b, a, NULL, -1, 25);
+    expect_node(e, d, f, 0, 1000);
+    build(&t, n, "ebfadc", "c");
+    assert_ptr_equal(t.root, d);
+    expect_node(d, b, e, 0, 1000);
+    expect_node(b, a, c, 0, 1000);
+    expect_node(e, NULL, f, 1, 65);
+
+    /* Deletion, the sibling balanced: one rotation keeps the height, the
+     * lowered node leans towards the sibling's old inner child. */
+    build(&t, n, "badce", "a"); /* b(a, d(c, e)) */
+    rc_itree_remove(&t, a);
+    check_tree(&t);
+    assert_ptr_equal(t.root, d);
+    expect_node(d, b, e, -1, 55);
+    expect_node(b, NULL, c, 1, 35);
+    build(&t, n, "dbeac", "a"); /* d(b(a, c), e) */
+    rc_itree_remove(&t, e);
+    check_tree(&t);
+    assert_ptr_equal(t.root, b);
+    expect_node(b, a, d, 1, 1000);
+    expect_node(d, c, NULL, -1, 45);
+
+    /* Deletion, the sibling leaning outwards: a single rotation. */
+    build(&t, n, "bade", "a");
+    rc_itree_remove(&t, a);
+    check_tree(&t);
+    assert_ptr_equal(t.root, d);
+    expect_node(d, b, e, 0, 55);
+    expect_node(b, NULL, NULL, 0, 25);
+
+    /* Deletion, the sibling leaning inwards: a double rotation, its lifted
+     * node childless or with a child on either side.  c(a(-, b), f(d, g))
+     * with e under d's right, or c(a(-, b), f(e, g)) with d under e's left. */
+    build(&t, n, "badc", "a");
+    rc_itree_remove(&t, a);
+    check_tree(&t);
+    assert_ptr_equal(t.root, c);
+    expect_node(c, b, d, 0, 45);
+    build(&t, n, "cafbdge", "a");
+    rc_itree_remove(&t, b);
+    check_tree(&t);
+    assert_ptr_equal(t.root, d);
+    expect_node(d, c, f, 0, 1000);
+    expect_node(c, a, NULL, -1, 1000);
+    expect_node(f, e, g, 0, 75);
+    build(&t, n, "cafbegd", "g");
+    rc_itree_remove(&t, b);
+    check_tree(&t);
+    assert_ptr_equal(t.root, e);
+    expect_node(e, c, f, 0, 1000);
+    expect_node(c, a, d, 0, 45);
+    expect_node(f, NULL, g, 1, 1000);
+
+    /* A removed node with two children, its successor its right child. */
+    build(&t, n, "bacd", "b"); /* b(a, c(-, d)) */
+    rc_itree_remove(&t, b);
+    check_tree(&t);
+    assert_ptr_equal(t.root, c);
+    expect_node(c, a, d, 0, 45);
+
+    /* The successor deeper: its end leaves its old ancestors, the removed
+     * node's leaves the place the successor takes, even where the first
+     * changes nothing. */
+    build(&t, n, "dbfaceg", "de"); /* d(b(a, c), f(e, g)) */
+    rc_itree_remove(&t, d);
+    check_tree(&t);
+    assert_ptr_equal(t.root, e);
+    expect_node(e, b, f, 0, 900);
+    expect_node(f, NULL, g, 1, 75);
+    build(&t, n, "dbfaceg", "d");
+    rc_itree_remove(&t, d);
+    check_tree(&t);
+    assert_ptr_equal(t.root, e);
+    expect_node(e, b, f, 0, 75);
+}
+
+/* ---- every small tree -------------------------------------------------- */
+
+/* Advance p (of n elements) to the next permutation in lexicographic order;
+ * 0 after the last. */
+static int next_permutation(int *p, int n)
+{
+    int i = n - 2, j = n - 1;
+
+    while (i >= 0 && p[i] >= p[i + 1])
+        i--;
+    if (i < 0)
+        return 0;
+    while (p[j] <= p[i])
+        j--;
+    int tmp = p[i];
+    p[i] = p[j];
+    p[j] = tmp;
+    for (int lo = i + 1, hi = n - 1; lo < hi; lo++, hi--) {
+        tmp = p[lo];
+        p[lo] = p[hi];
+        p[hi] = tmp;
+    }
+    return 1;
+}
+
+/* Every insertion order of up to 7 ranges, then each single node removed
+ * from every tree that builds, the rest removed in insertion order: every
+ * AVL shape of these sizes meets every deletion case.  dup_starts makes
+ * starts repeat, so equal keys sit on both sides of a node. */
+static void every_small_tree(int n, int dup_starts)
+{
+    struct rc_itree t;
+    struct rc_itree_node nodes[8];
+    int perm[8];
+    long round = 0;
+
+    for (int i = 0; i < n; i++)
+        perm[i] = i;
+    do {
+        for (int victim = 0; victim < n; victim++, round++) {
+            rc_itree_init(&t);
+            for (int i = 0; i < n; i++) {
+                int k = perm[i];
+                uintptr_t start = (uintptr_t)(dup_starts ? k % 3 : k) * 10;
+
+                /* Ends in no relation to starts, changing between rounds. */
+                set_range(&nodes[k], start, start + 1 + (uintptr_t)((k * 37 + round) % 53));
+                rc_itree_insert(&t, &nodes[k]);
+                check_tree(&t);
+            }
+            rc_itree_remove(&t, &nodes[victim]);
+            check_tree(&t);
+            for (int i = 0; i < n; i++) {
+                if (perm[i] != victim) {
+                    rc_itree_remove(&t, &nodes[perm[i]]);
+                    check_tree(&t);
+                }
+            }
+            assert_null(t.root);
+        }
+    } while (next_permutation(perm, n));
+}
+
+static void test_every_small_tree(void **state)
+{
+    (void)state;
+    for (int n = 1; n <= 7; n++) {
+        every_small_tree(n, 0);
+        every_small_tree(n, 1);
+    }
+}
+
+/* ---- the cache's own pattern ------------------------------------------- */
+
+/* New ranges above all others, the oldest removed, checked after every
+ * operation: insertions at the right end and deletions at the left, the
+ * rotations the cache makes most.  Ranges of mixed lengths, so the largest
+ * end is not always the newest range's. */
+static void test_fifo_window(void **state)
+{
+    enum { N = 4096 };
+    static const int windows[] = { 1, 2, 3, 5, 8, 13, 31, 64, 100, 1000 };
+    struct rc_itree t;
+    struct rc_itree_node *nodes = calloc(N, sizeof(*nodes));
+    struct seen s;
+
+    (void)state;
+    assert_non_null(nodes);
+    rng_state = 99;
+    for (size_t w = 0; w < sizeof(windows) / sizeof(windows[0]); w++) {
+        int oldest = 0;
+
+        rc_itree_init(&t);
+        for (int i = 0; i < N; i++) {
+            uintptr_t len = below(8) == 0 ? 1 + below(64 * 16) : 1 + below(16);
+
+            set_range(&nodes[i], (uintptr_t)i * 16, (uintptr_t)i * 16 + len);
+            rc_itree_insert(&t, &nodes[i]);
+            check_tree(&t);
+            /* Sometimes lag, sometimes catch up: the window breathes. */
+            while (i + 1 - oldest > windows[w] || (oldest <= i && below(16) == 0)) {
+                rc_itree_remove(&t, &nodes[oldest++]);
+                check_tree(&t);
+            }
+            if (oldest <= i) {
+                size_t k = query(&t, (uintptr_t)i * 16, (uintptr_t)i * 16 + 1, &s);
+
+                assert_true(k >= 1);
+                assert_ptr_equal(s.nodes[k - 1], &nodes[i]);
+            }
+        }
+        while (oldest < N) {
+            rc_itree_remove(&t, &nodes[oldest++]);
+            check_tree(&t);
+        }
+        assert_null(t.root);
+    }
+    free(nodes);
 }
 
 int main(void)
@@ -601,7 +886,11 @@ int main(void)
         cmocka_unit_test(test_visit_all_removing_every_node),
         cmocka_unit_test(test_visit_all_removing_some_nodes),
         cmocka_unit_test(test_sorted_inserts_stay_balanced),
+        cmocka_unit_test(test_rotation_cases),
+        cmocka_unit_test(test_every_small_tree),
+        cmocka_unit_test(test_fifo_window),
         cmocka_unit_test(test_random_against_model),
+        cmocka_unit_test(test_random_small_checked_every_op),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
