@@ -115,8 +115,9 @@ struct bench_row {
     double median, p99;
     char note[192];
     /* Every sample, in the order taken, each with its slot: its place in
-     * the group's schedule, shared by the rows measured interleaved with
-     * it, so that report.py can pair each sample with its neighbour's. */
+     * the group's rounds (round, place in the block, arm), shared by the
+     * rows measured interleaved with it, so that report.py can pair each
+     * sample with its neighbour's (measure.c). */
     unsigned group;
     size_t nsamples;
     const double *samples;

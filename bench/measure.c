@@ -133,17 +133,17 @@ static double sample(const struct bench_arm *a, struct bench_lane *l, int warm)
     return (double)(now_ns() - t0) / a->ops;
 }
 
-/* Fill the row of arms[first] from its arms' samples (v: round-major, n
- * arms a round, so a sample's slot is its index in v), check every one of
- * its arms' ops and emit it.  The tail is the p99 of times and the p1 of
- * rates, whose bad end is the low one. */
+/* Fill the row of arms[first] from its arms' samples (v: n arms to a
+ * slot, `per_arm` slots, so a sample's slot is its index in v), check every
+ * one of its arms' ops and emit it.  The tail is the p99 of times and the
+ * p1 of rates, whose bad end is the low one. */
 static void finish(const struct bench_arm *arms, size_t n, size_t first, const double *v,
-                   size_t rounds, unsigned group)
+                   size_t per_arm, unsigned group)
 {
     struct bench_row *r = arms[first].row;
-    size_t *slots = alloc(n * rounds * sizeof(*slots)), m = 0;
+    size_t *slots = alloc(n * per_arm * sizeof(*slots)), m = 0;
     char why[160];
-    for (size_t k = 0; k < rounds; k++)
+    for (size_t k = 0; k < per_arm; k++)
         for (size_t i = first; i < n; i++)
             if (arms[i].row == r)
                 slots[m++] = k * n + i;
@@ -176,27 +176,40 @@ void bench_interleave(const struct bench_arm *arms, size_t n)
     int threaded = 0;
     for (size_t i = 0; i < n; i++)
         threaded |= arms[i].row->threads > 0;
-    /* The warm-up settles the CPU caches, the branch predictors and the
-     * clock speed; it is timed like the rest and thrown away. */
-    size_t rounds = threaded ? bench.runs : bench.samples;
-    size_t warm = threaded ? 1 : bench.samples / 10 + 1;
-    double *v = alloc(n * rounds * sizeof(*v));
+    /* Runs of threads alternate run by run.  Single-thread samples alternate
+     * in blocks: each arm takes `block` samples in a row, after one thrown
+     * away, so that its samples run in the caches it warmed itself (at 100k
+     * entries and more, an arm's working set does not survive one sample of
+     * each neighbour: measured one by one, a hit at 100k read 50% slower).
+     * A round of blocks takes milliseconds, the host's slow stretches take
+     * minutes, so they still fall on both samples of a pair.  The j-th
+     * sample of one arm's block pairs with the j-th of the next arm's: its
+     * slot says so (report.py pairs the nearest slots). */
+    size_t block = threaded ? 1 : bench.samples / 10 + 1;
+    size_t rounds = threaded ? bench.runs : (bench.samples + block - 1) / block;
+    size_t per_arm = rounds * block;
+    double *v = alloc(n * per_arm * sizeof(*v));
     /* Each arm its own random stream, as if it were measured alone. */
     struct bench_lane *l = alloc(n * sizeof(*l));
     for (size_t i = 0; i < n; i++)
         l[i] = lane(0);
-    for (size_t k = 0; k < warm + rounds; k++)
+    /* A first round, thrown away, settles the clock speed and gives every
+     * arm its caches and branch history once. */
+    for (size_t i = 0; i < n; i++)
+        sample(&arms[i], &l[i], 1);
+    for (size_t k = 0; k < rounds; k++)
         for (size_t i = 0; i < n; i++) {
-            double x = sample(&arms[i], &l[i], k < warm);
-            if (k >= warm)
-                v[(k - warm) * n + i] = x;
+            if (block > 1)
+                sample(&arms[i], &l[i], 0);
+            for (size_t j = 0; j < block; j++)
+                v[(k * block + j) * n + i] = sample(&arms[i], &l[i], 0);
         }
     for (size_t i = 0; i < n; i++) {
         size_t j = 0;
         while (arms[j].row != arms[i].row)
             j++;
         if (j == i) /* the row's first arm */
-            finish(arms, n, i, v, rounds, group);
+            finish(arms, n, i, v, per_arm, group);
     }
     free(l);
     free(v);

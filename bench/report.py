@@ -8,9 +8,9 @@ run can be judged again, against changed goals too, without measuring again.
 Standard library only; the plots are plain SVG.
 
 A goal that compares two rows is judged on pairs of samples: the harness
-measured the rows interleaved (each row's samples carry their slots in one
-schedule), and each sample of one row is paired with the other row's sample
-taken next to it.  The figure is the median over the pairs of their ratio
+measured the rows interleaved (each row's samples carry their slots in the
+group's rounds), and each sample of one row is paired with the other row's
+sample taken beside it.  The figure is the median over the pairs of their ratio
 or difference.  A stretch at half speed, which the GPU host has for whole
 minutes, slows both samples of a pair alike: the per-pair ratio cancels it
 pair by pair, where a ratio of medians would still move with how many
@@ -45,7 +45,7 @@ def nearest_rank(values, q):
 
 def paired(a, b, f):
     """f(x, y) for each sample x of row a and the sample y of row b taken
-    nearest it in their schedule (the earlier on a tie), as a row of its own
+    in the nearest slot (the earlier on a tie), as a row of its own
     (so that it can be paired again); None unless they were interleaved."""
     if None in (a, b) or "samples" not in a or a["group"] != b.get("group"):
         return None
@@ -193,7 +193,7 @@ class Report:
         print("  median (p99) after a warm-up: ns per operation over %d samples, or Mops/s"
               "\n  (slowest run) over %d runs of %.2f s per thread count, one thread: as many"
               "\n  beside each other count (1, N, 1, N, ...).  Rows a goal compares were measured"
-              "\n  interleaved, sample by sample or run by run; the goal's figure (and each"
+              "\n  interleaved, in blocks of samples or run by run; the goal's figure (and each"
               "\n  \"x one thread\") is the median over neighbouring pairs of their ratio or"
               "\n  difference, which need not be that of the printed medians." % (
                   s["samples"], s["runs"], s["run_seconds"]))
