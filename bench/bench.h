@@ -132,6 +132,10 @@ struct bench_arm {
     struct bench_row *row;
     const struct bench_op *op;
     unsigned ops;
+    /* Operations of the sample thrown away before each block (0: ops): as
+     * many as it takes to bring a large working set back into the caches
+     * after the other arms' blocks. */
+    unsigned warm_ops;
 };
 /* Measure the arms in rounds, each arm once per round in the given order
  * (bench.samples rounds, or bench.runs with threads), after warm-up rounds

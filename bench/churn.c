@@ -47,7 +47,7 @@ void bench_churn(const struct bench_src *s)
         cycle_run(&c, NULL, 2 * BUDGET);
         c.use.expect = bench_counter(&c.use);
         r.mode = regcache_validation_mode(c.use.cache);
-        bench_interleave(&(struct bench_arm){ &r, &op, bench.batch }, 1);
+        bench_interleave(&(struct bench_arm){ .row = &r, .op = &op, .ops = bench.batch }, 1);
         regcache_destroy(c.use.cache);
     }
 }

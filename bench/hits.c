@@ -1,9 +1,9 @@
 /* Hit cost (get+put) against the number of cached entries, in HOOKS and
  * TAG_CHECK mode, beside the bare tag source a TAG_CHECK hit adds and, on
  * the null source, UCX's hit.  The goals compare them at each count, so
- * the four are measured interleaved, sample by sample, each on its own
- * cache; in each round a TAG_CHECK sample follows its tag query and a UCX
- * sample its HOOKS hit, the pairs the goals take. */
+ * the four are measured interleaved, in blocks of samples, each on its own
+ * cache; in each round a TAG_CHECK block follows its tag query's and a UCX
+ * block its HOOKS hit's, the pairs the goals take. */
 #include "bench.h"
 
 const size_t bench_entries[4] = { 1, 1000, 100000, 1000000 };
@@ -28,16 +28,25 @@ void bench_hits(const struct bench_src *s)
         }
         span.regions = bench_entries[k];
         tag.ctx = &span;
+        /* Before each block, twice the entries: the arms' sets at 100k and
+         * 1M entries evict each other from the last-level cache. */
+        unsigned warm = (unsigned)(2 * bench_entries[k]);
         if (span.regions > s->regions)
             bench_note(&r[0], "the %s source has room for %zu regions only", s->name, s->regions);
         else
-            arms[n++] = (struct bench_arm){ &r[0], &tag, bench.batch };
+            arms[n++] = (struct bench_arm){
+                .row = &r[0], .op = &tag, .ops = bench.batch, .warm_ops = warm
+            };
         for (size_t i = 0; i < 2; i++)
             if (bench_target_open(&t[i], &r[i + 1], s, modes[i], span.regions, 0) == 0)
-                arms[n++] = (struct bench_arm){ &r[i + 1], &t[i].op, bench.batch };
+                arms[n++] = (struct bench_arm){
+                    .row = &r[i + 1], .op = &t[i].op, .ops = bench.batch, .warm_ops = warm
+                };
         /* UCX is compared on CPU address space only: it checks the mapping. */
         if (!s->driver && (u = bench_ucx_open(&r[3], s, span.regions, &ucx)))
-            arms[n++] = (struct bench_arm){ &r[3], &ucx, bench.batch };
+            arms[n++] = (struct bench_arm){
+                .row = &r[3], .op = &ucx, .ops = bench.batch, .warm_ops = warm
+            };
         bench_interleave(arms, n);
         bench_ucx_close(u);
         bench_target_close(&t[0]);

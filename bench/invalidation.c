@@ -65,9 +65,9 @@ void bench_invalidation(const struct bench_src *s)
             continue;
         }
         r.mode = regcache_validation_mode(v.use.cache);
-        bench_interleave(&(struct bench_arm){ &r, &none, bench.batch }, 1);
+        bench_interleave(&(struct bench_arm){ .row = &r, .op = &none, .ops = bench.batch }, 1);
         r.what = "drop";
-        bench_interleave(&(struct bench_arm){ &r, &drop, BENCH_MISS_BATCH }, 1);
+        bench_interleave(&(struct bench_arm){ .row = &r, .op = &drop, .ops = BENCH_MISS_BATCH }, 1);
         regcache_destroy(v.use.cache);
     }
 }

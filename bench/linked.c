@@ -2,7 +2,7 @@
  * LD_PRELOAD.  In-process interception is meant to resolve AUTO to HOOKS
  * here; the rows record the mode the cache really used, and the report
  * compares them with HOOKS rows measured interleaved with them (the hit at
- * 1k entries sample by sample, the shared set in one series), when it is
+ * 1k entries in blocks of samples, the shared set in one series), when it is
  * HOOKS. */
 #include "bench.h"
 
@@ -21,7 +21,7 @@ void bench_linked(const struct bench_src *s)
         shared[n] = hit[n];
         shared[n].what = "shared";
         ops[n] = t[i].op;
-        arms[n] = (struct bench_arm){ &hit[n], &ops[n], bench.batch };
+        arms[n] = (struct bench_arm){ .row = &hit[n], .op = &ops[n], .ops = bench.batch };
         n++;
     }
     bench_interleave(arms, n);

@@ -123,14 +123,15 @@ static double run_once(const struct bench_op *op, unsigned threads, double secon
  * to start the threads and fill the caches). */
 static double sample(const struct bench_arm *a, struct bench_lane *l, int warm)
 {
+    unsigned ops = warm && a->warm_ops ? a->warm_ops : a->ops;
     const struct bench_op *op = a->op;
     if (a->row->threads)
         return run_once(op, a->row->threads, bench.run_seconds / (warm ? 4 : 1));
     if (op->reset)
         op->reset(op->ctx);
     uint64_t t0 = now_ns();
-    op->run(op->ctx, l, a->ops);
-    return (double)(now_ns() - t0) / a->ops;
+    op->run(op->ctx, l, ops);
+    return (double)(now_ns() - t0) / ops;
 }
 
 /* Fill the row of arms[first] from its arms' samples (v: n arms to a
@@ -200,7 +201,7 @@ void bench_interleave(const struct bench_arm *arms, size_t n)
     for (size_t k = 0; k < rounds; k++)
         for (size_t i = 0; i < n; i++) {
             if (block > 1)
-                sample(&arms[i], &l[i], 0);
+                sample(&arms[i], &l[i], 1);
             for (size_t j = 0; j < block; j++)
                 v[(k * block + j) * n + i] = sample(&arms[i], &l[i], 0);
         }
@@ -228,8 +229,8 @@ void bench_series(const struct bench_row *protos, const struct bench_op *ops, si
     /* bench_thread_counts[0] is 1: each count beside a one-thread run. */
     for (size_t k = 1; k < counts; k++)
         for (size_t j = 0; j < n; j++) {
-            arms[a++] = (struct bench_arm){ &rows[j * counts], &ops[j], 0 };
-            arms[a++] = (struct bench_arm){ &rows[j * counts + k], &ops[j], 0 };
+            arms[a++] = (struct bench_arm){ .row = &rows[j * counts], .op = &ops[j], .ops = 0 };
+            arms[a++] = (struct bench_arm){ .row = &rows[j * counts + k], .op = &ops[j], .ops = 0 };
         }
     bench_interleave(arms, a);
     free(arms);

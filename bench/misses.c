@@ -1,6 +1,6 @@
 /* The miss path: the backend's reg+dereg alone, the cache's get+put of
  * ranges it does not hold, and then its hit on one of them, interleaved
- * sample by sample so that the report can take the backend's share out of
+ * in blocks of samples so that the report can take the backend's share out of
  * each miss; with the shared BAR1 ledger on and off, both caches in the
  * same rounds, since the report compares them too. */
 #include "bench.h"
@@ -97,8 +97,9 @@ static void measure(struct miss *m, size_t n)
     struct bench_arm arms[ROWS * 2];
     for (size_t k = 0; k < ROWS; k++)
         for (size_t i = 0; i < n; i++)
-            arms[k * n + i] = (struct bench_arm){ &m[i].row[k], &m[i].op[k],
-                                                  k == ROWS - 1 ? bench.batch : m[i].ops };
+            arms[k * n + i] = (struct bench_arm){ .row = &m[i].row[k],
+                                                  .op = &m[i].op[k],
+                                                  .ops = k == ROWS - 1 ? bench.batch : m[i].ops };
     bench_interleave(arms, ROWS * n);
     for (size_t i = 0; i < n; i++)
         regcache_destroy(m[i].use.cache);
