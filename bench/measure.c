@@ -118,9 +118,10 @@ static double run_once(const struct bench_op *op, unsigned threads, double secon
     return mops;
 }
 
-/* One sample of an arm: ns per operation on this thread, or Mops/s of a
- * run of the row's threads (a warm-up run a quarter as long: it only has
- * to start the threads and fill the caches). */
+/* One sample of an arm: ns per operation on this thread (a warm-up sample
+ * runs the arm's warm_ops), or Mops/s of a run of the row's threads (a
+ * warm-up run a quarter as long: it only has to start the threads and fill
+ * the caches). */
 static double sample(const struct bench_arm *a, struct bench_lane *l, int warm)
 {
     unsigned ops = warm && a->warm_ops ? a->warm_ops : a->ops;

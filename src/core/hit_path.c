@@ -119,27 +119,32 @@ static inline _Atomic uintptr_t *free_slot(struct rc_thread *t)
                : search_free_slot(t);
 }
 
-/* The entry's rail, or its registration there, and the caller's handle:
- * the end of every hit.  A hit on an entry that lacks the rail asked for
- * registers it on the entry, which the slot holds meanwhile, without
- * describing the memory again (RC_NOT_HIT: the entry left the cache
- * before it could). */
-static COLD int hit_without_rail(struct regcache *c, struct regcache_entry *e,
-                                 _Atomic uintptr_t *slot, unsigned rail, regcache_entry_t **out)
+/* A hit, held in `slot`, on an entry that lacks the rail asked for:
+ * register that rail on the entry, which the slot holds meanwhile, without
+ * describing the memory again; if the entry left the cache before it could,
+ * the request is a miss. */
+static COLD int hit_without_rail(struct regcache *c, _Atomic uintptr_t *slot, uintptr_t start,
+                                 uintptr_t end, regcache_entry_t **out)
 {
+    uintptr_t held = atomic_load_explicit(slot, memory_order_relaxed);
+    struct regcache_entry *e = (struct regcache_entry *)(held & ~RC_HOLD_RAIL_MASK);
+    unsigned rail = (unsigned)(held & RC_HOLD_RAIL_MASK);
     int rc = rc_add_rail(c, e, rail, out);
     release_slot(c, slot, e);
-    if (rc != REGCACHE_OK)
-        *out = NULL;
-    return rc;
+    if (rc == REGCACHE_OK)
+        return rc;
+    *out = NULL;
+    return rc == RC_NOT_HIT ? rc_slow_get(c, start, end, rail, out) : rc;
 }
 
+/* The end of every hit: the rail's registration, the count, the handle. */
 static inline int count_hit(struct regcache *c, struct rc_thread *t, struct regcache_entry *e,
-                            _Atomic uintptr_t *slot, unsigned rail, regcache_entry_t **out)
+                            _Atomic uintptr_t *slot, uintptr_t start, uintptr_t end, unsigned rail,
+                            regcache_entry_t **out)
 {
-    if (__builtin_expect(
-            !(atomic_load_explicit(&e->rails_ready, memory_order_acquire) >> rail & 1), 0))
-        return hit_without_rail(c, e, slot, rail, out);
+    if (__builtin_expect(!(atomic_load_explicit(&e->rails_ready, memory_order_acquire) >> rail & 1),
+                         0))
+        return hit_without_rail(c, slot, start, end, out);
     if (__builtin_expect(c->hit_id >= 0, 1))
         rc_thread_count_hit(t, (unsigned)c->hit_id, e->device_slot);
     else
@@ -175,7 +180,7 @@ serve(struct regcache *c, struct rc_thread *t, struct regcache_entry *e, _Atomic
 {
     if (tagged && __builtin_expect(!tags_current(c, e, start), 0))
         return tag_changed(c, e, slot, start, end, rail, out);
-    return count_hit(c, t, e, slot, rail, out);
+    return count_hit(c, t, e, slot, start, end, rail, out);
 }
 
 /* One look at the page index for [start, end), and a slot hold published

@@ -639,6 +639,17 @@ static void build(struct rc_itree *t, struct rc_itree_node *nodes, const char *o
     }
 }
 
+/* build(), then remove victim: the root left. */
+static const struct rc_itree_node *built_without(struct rc_itree *t, struct rc_itree_node *nodes,
+                                                 const char *order, const char *wide,
+                                                 struct rc_itree_node *victim)
+{
+    build(t, nodes, order, wide);
+    rc_itree_remove(t, victim);
+    check_tree(t);
+    return t->root;
+}
+
 /* Each insertion and deletion shape, with the balance factors (right height
  * minus left) and max_end it must leave, worked out by hand; and mirrors. */
 static void test_rotation_cases(void **state)
@@ -688,70 +699,43 @@ static void test_rotation_cases(void **state)
 
     /* Deletion, the sibling balanced: one rotation keeps the height, the
      * lowered node leans towards the sibling's old inner child. */
-    build(&t, n, "badce", "a"); /* b(a, d(c, e)) */
-    rc_itree_remove(&t, a);
-    check_tree(&t);
-    assert_ptr_equal(t.root, d);
+    assert_ptr_equal(built_without(&t, n, "badce", "a", a), d); /* b(a, d(c, e)) */
     expect_node(d, b, e, -1, 55);
     expect_node(b, NULL, c, 1, 35);
-    build(&t, n, "dbeac", "a"); /* d(b(a, c), e) */
-    rc_itree_remove(&t, e);
-    check_tree(&t);
-    assert_ptr_equal(t.root, b);
+    assert_ptr_equal(built_without(&t, n, "dbeac", "a", e), b); /* d(b(a, c), e) */
     expect_node(b, a, d, 1, 1000);
     expect_node(d, c, NULL, -1, 45);
 
     /* Deletion, the sibling leaning outwards: a single rotation. */
-    build(&t, n, "bade", "a");
-    rc_itree_remove(&t, a);
-    check_tree(&t);
-    assert_ptr_equal(t.root, d);
+    assert_ptr_equal(built_without(&t, n, "bade", "a", a), d);
     expect_node(d, b, e, 0, 55);
     expect_node(b, NULL, NULL, 0, 25);
 
     /* Deletion, the sibling leaning inwards: a double rotation, its lifted
      * node childless or with a child on either side.  c(a(-, b), f(d, g))
      * with e under d's right, or c(a(-, b), f(e, g)) with d under e's left. */
-    build(&t, n, "badc", "a");
-    rc_itree_remove(&t, a);
-    check_tree(&t);
-    assert_ptr_equal(t.root, c);
+    assert_ptr_equal(built_without(&t, n, "badc", "a", a), c);
     expect_node(c, b, d, 0, 45);
-    build(&t, n, "cafbdge", "a");
-    rc_itree_remove(&t, b);
-    check_tree(&t);
-    assert_ptr_equal(t.root, d);
+    assert_ptr_equal(built_without(&t, n, "cafbdge", "a", b), d);
     expect_node(d, c, f, 0, 1000);
     expect_node(c, a, NULL, -1, 1000);
     expect_node(f, e, g, 0, 75);
-    build(&t, n, "cafbegd", "g");
-    rc_itree_remove(&t, b);
-    check_tree(&t);
-    assert_ptr_equal(t.root, e);
+    assert_ptr_equal(built_without(&t, n, "cafbegd", "g", b), e);
     expect_node(e, c, f, 0, 1000);
     expect_node(c, a, d, 0, 45);
     expect_node(f, NULL, g, 1, 1000);
 
     /* A removed node with two children, its successor its right child. */
-    build(&t, n, "bacd", "b"); /* b(a, c(-, d)) */
-    rc_itree_remove(&t, b);
-    check_tree(&t);
-    assert_ptr_equal(t.root, c);
+    assert_ptr_equal(built_without(&t, n, "bacd", "b", b), c); /* b(a, c(-, d)) */
     expect_node(c, a, d, 0, 45);
 
     /* The successor deeper: its end leaves its old ancestors, the removed
      * node's leaves the place the successor takes, even where the first
      * changes nothing. */
-    build(&t, n, "dbfaceg", "de"); /* d(b(a, c), f(e, g)) */
-    rc_itree_remove(&t, d);
-    check_tree(&t);
-    assert_ptr_equal(t.root, e);
+    assert_ptr_equal(built_without(&t, n, "dbfaceg", "de", d), e); /* d(b(a, c), f(e, g)) */
     expect_node(e, b, f, 0, 900);
     expect_node(f, NULL, g, 1, 75);
-    build(&t, n, "dbfaceg", "d");
-    rc_itree_remove(&t, d);
-    check_tree(&t);
-    assert_ptr_equal(t.root, e);
+    assert_ptr_equal(built_without(&t, n, "dbfaceg", "d", d), e);
     expect_node(e, b, f, 0, 75);
 }
 
