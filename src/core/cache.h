@@ -67,9 +67,13 @@ struct regcache {
     int hit_id; /* column in the thread records' hit counters, or -1 */
     unsigned rails;
 
-    /* The LRU epoch (lru.h): read by every put, written at registrations,
-     * so kept off the lines hits read. */
+    /* The LRU epoch (lru.h): read by every hit and put, written at
+     * registrations, so kept off the index's lines. */
     atomic_uint_fast64_t epoch __attribute__((aligned(64)));
+    /* The zombie list is not empty: a put that lets go of a slot hold
+     * looks at its entry's mark only then (release.c says why that is
+     * enough). */
+    atomic_bool has_zombies;
 
     /* Misses between their memory query and their entry's publication, and
      * the invalidations they must learn of (invalidate.c). */

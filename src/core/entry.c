@@ -3,6 +3,7 @@
 #include "entry.h"
 
 #include "asym_fence.h"
+#include "page_index.h"
 #include "threads.h"
 
 /* The fence between this side's change of the mark and its scan of the
@@ -23,17 +24,22 @@ bool rc_entry_held(const struct regcache_entry *e)
            rc_thread_holds(e);
 }
 
-bool rc_entry_claim_unused(struct regcache_entry *e)
+bool rc_entry_claim_unused(struct regcache_entry *e, struct rc_page_index *index)
 {
     unsigned expected = 0;
     if (!atomic_compare_exchange_strong_explicit(&e->refs, &expected, RC_DETACHED,
                                                  memory_order_seq_cst, memory_order_relaxed))
         return false;
+    rc_page_index_unlist(index, e);
     fence_before_scan(e);
-    if (!rc_thread_holds(e))
+    if (!rc_thread_holds(e)) {
+        rc_page_index_forget(e);
         return true;
-    /* A hit published its slot before the mark: it holds the entry, which
-     * stays.  Hits that saw the mark meanwhile just look again. */
+    }
+    /* A hit published its slot before the entry left the index: it holds
+     * the entry, which stays.  Hits that found the index changed meanwhile
+     * just look again. */
+    rc_page_index_relist(index, e);
     atomic_fetch_and_explicit(&e->refs, ~RC_DETACHED, memory_order_seq_cst);
     return false;
 }

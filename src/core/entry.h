@@ -15,11 +15,14 @@
  *    slots are all in use, take these.
  *
  * The top bit of refs marks an entry that has left the cache (invalidated,
- * evicted, or being destroyed): it gains no new holds, and whoever finds it
- * unheld deregisters it.  Whether an entry is held is decided the way
- * hazard pointers are: the getter publishes its slot, then (after a seq_cst
- * fence) checks the mark; the detacher sets the mark, then (after a seq_cst
- * fence) scans the slots.  At least one of them sees the other. */
+ * evicted, or being destroyed): it gains no new counted holds, and whoever
+ * finds it unheld deregisters it.  Whether an entry is held is decided the
+ * way hazard pointers are, with the page index as the thing published:
+ * the getter publishes its slot, then (after a seq_cst fence) checks that
+ * the index shard it found the entry in did not change; whoever takes the
+ * entry out of the cache takes it out of the index first, then (after a
+ * seq_cst fence) scans the slots.  At least one of them sees the other.
+ * So a hit reads no line of the entry (page_index.h). */
 #ifndef RC_ENTRY_H
 #define RC_ENTRY_H
 
@@ -33,6 +36,7 @@
 #include "interval_tree.h"
 
 struct regcache;
+struct rc_page_index;
 
 #define RC_DETACHED 0x80000000u
 #define RC_COUNT_MASK 0x7fffffffu
@@ -57,7 +61,8 @@ struct rc_mapping {
 };
 
 struct regcache_entry {
-    /* First line: everything a hit and its put read. */
+    /* First line: what slow hits, counted puts and TAG_CHECK hits of
+     * several mappings read (a hit reads its index slot's copies). */
     /* Requests inside [match_start, match_end) are served by this entry:
      * the registered range clipped to the allocation, so two allocations
      * packed into one page never serve each other.  Atomic because a hit
@@ -70,7 +75,7 @@ struct regcache_entry {
     const struct rc_mapping *more; /* further mappings, or NULL */
     uint32_t nmore;
     int device_slot;
-    /* The LRU epoch of the last put (lru.h). */
+    /* The LRU epoch of the last use (lru.h). */
     atomic_uint_fast64_t last_use;
 
     /* The rest is touched under the cache lock only (handles also by the
@@ -130,8 +135,8 @@ static inline bool rc_entry_overlaps(const struct regcache_entry *e, uintptr_t s
 }
 
 /* Claim an unused entry for eviction: nobody holds it, and from now on
- * nobody can.  Under the cache lock. */
-bool rc_entry_claim_unused(struct regcache_entry *e);
+ * nobody can; it has left `index` as well.  Under the cache lock. */
+bool rc_entry_claim_unused(struct regcache_entry *e, struct rc_page_index *index);
 
 /* Mark the entry as gone from the cache; true when nobody holds it, so the
  * caller must deregister it (else its last holder will).  Under the cache

@@ -1,21 +1,24 @@
 /* The hit path: regcache_get() finding a cached entry, and regcache_put().
  *
  * What a hit costs: a hash of the page and a probe of one page-index shard
- * (its line and one slot line, both only read: the slot carries the match
- * range, so the entry itself is only prefetched); one store to a hold slot
- * of the calling thread's own record and - in HOOKS mode - one seq_cst
- * fence, the only expensive instruction (about 8 ns on the 32-core Xeon);
- * then loads of the entry's mark and of the shard's count, and a plain
- * increment of the thread's own hit counter.  Its put is a store to the
- * slot, a compiler barrier, loads of the entry's mark, of the epoch and of
- * the device's over-budget flag, and - only when the LRU epoch moved since
- * the entry's last use - a store of the epoch into the entry.  No line that
+ * (its line and one 64-byte slot, both only read); one store to a hold
+ * slot of the calling thread's own record and - in HOOKS mode - one
+ * seq_cst fence, the only expensive instruction (about 8 ns on the 32-core
+ * Xeon); then the slot's copies of the entry's rails, device and LRU stamp,
+ * the shard's count again and the epoch, a store of the hold's note and a
+ * plain increment of the thread's own hit counter.  Its put loads the
+ * slot, the note and the epoch, stores the slot, passes a compiler barrier
+ * and loads the cache's zombie flag and the device's over-budget flag.
+ * Neither reads a line of the entry: with many entries a hit costs one
+ * miss (the slot), not two in a row.  Only the first hit of an entry in an
+ * LRU epoch writes (the entry's stamp and the slot's copy), and a put only
+ * when a registration opened an epoch during its hold.  No line that
  * another thread writes is written.  TAG_CHECK hits skip the fence (their
  * slow side pays a membarrier instead, cache.h) and add one buffer-id query
  * per mapping the entry spans.  Everything else (misses, a writer in the
  * shard, a thread with all slots in use, budgets, debug checks, errors) is
- * out of line, reached by tail calls: a HOOKS get+put is about 100 + 65
- * instructions with no call and no spill (callgrind, x86-64 gcc -O2). */
+ * out of line, reached by tail calls: a HOOKS get+put is about 110 + 55
+ * instructions with no call (callgrind, x86-64 gcc -O2). */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -58,13 +61,16 @@ static COLD int bad_get(const struct regcache *c, const void *addr, size_t len, 
 
 /* Let go of a slot hold: the slot store, then - for an entry that left the
  * cache meanwhile - the release that its detacher left to the last holder
- * (asym_fence.h: the detacher pays for the fence this side omits). */
+ * (asym_fence.h: the detacher pays for the fence this side omits).  Only
+ * while the cache has zombies can e be one (release.c), so the entry's own
+ * line is read only then. */
 static inline void release_slot(struct regcache *c, _Atomic uintptr_t *slot,
                                 struct regcache_entry *e)
 {
     atomic_store_explicit(slot, 0, memory_order_release);
     rc_fence_light();
-    if (__builtin_expect(rc_entry_is_detached(e), 0))
+    if (__builtin_expect(atomic_load_explicit(&c->has_zombies, memory_order_relaxed), 0) &&
+        rc_entry_is_detached(e))
         rc_release_if_unheld(c, e);
 }
 
@@ -89,14 +95,15 @@ static COLD bool all_tags_current(const struct regcache *c, const struct regcach
     return true;
 }
 
-/* TAG_CHECK: the memory under the entry still carries its buffer id(s). */
+/* TAG_CHECK: the memory under the entry still carries its buffer id(s),
+ * as the slot that found it copied them. */
 static inline bool tags_current(const struct regcache *c, const struct regcache_entry *e,
-                                uintptr_t start)
+                                const struct rc_probe *p, uintptr_t start)
 {
-    if (!e->buffer_id)
+    if (!p->buffer_id)
         return true;
-    if (__builtin_expect(!e->more, 1))
-        return tag_is(c, start, e->buffer_id);
+    if (__builtin_expect(!p->several, 1))
+        return tag_is(c, start, p->buffer_id);
     return all_tags_current(c, e);
 }
 
@@ -137,20 +144,58 @@ static COLD int hit_without_rail(struct regcache *c, _Atomic uintptr_t *slot, ui
     return rc == RC_NOT_HIT ? rc_slow_get(c, start, end, rail, out) : rc;
 }
 
-/* The end of every hit: the rail's registration, the count, the handle. */
-static inline int count_hit(struct regcache *c, struct rc_thread *t, struct regcache_entry *e,
-                            _Atomic uintptr_t *slot, uintptr_t start, uintptr_t end, unsigned rail,
-                            regcache_entry_t **out)
+/* The end of every hit: the rail's registration, the note for the put,
+ * the count, the handle. */
+static inline int count_hit(struct regcache *c, struct rc_thread *t, _Atomic uintptr_t *slot,
+                            const struct rc_probe *p, uint64_t now, uintptr_t start, uintptr_t end,
+                            unsigned rail, regcache_entry_t **out)
 {
-    if (__builtin_expect(!(atomic_load_explicit(&e->rails_ready, memory_order_acquire) >> rail & 1),
-                         0))
+    if (__builtin_expect(!(p->rails >> rail & 1), 0))
         return hit_without_rail(c, slot, start, end, out);
+    t->notes[slot - t->holds] = (struct rc_hold_note){ (uint32_t)now, p->device_slot };
     if (__builtin_expect(c->hit_id >= 0, 1))
-        rc_thread_count_hit(t, (unsigned)c->hit_id, e->device_slot);
+        rc_thread_count_hit(t, (unsigned)c->hit_id, p->device_slot);
     else
-        rc_count(&c->dev[e->device_slot].n.shared_hits);
+        rc_count(&c->dev[p->device_slot].n.shared_hits);
     *out = (regcache_entry_t *)((uintptr_t)slot | HANDLE_SLOT);
     return REGCACHE_OK;
+}
+
+/* Stamp e as used in epoch `now` (lru.h), unless it is already. */
+static void stamp(struct regcache_entry *e, uint64_t now)
+{
+    if (atomic_load_explicit(&e->last_use, memory_order_relaxed) != now)
+        atomic_store_explicit(&e->last_use, now, memory_order_relaxed);
+}
+
+/* The first hit on the entry held in `slot` in this epoch through its
+ * slot in the index: stamp the entry, and the index slot's copy, so that
+ * the epoch's next hits read neither.  A writer that moved slots meanwhile
+ * may have put another entry there: then the copy is cleared, which costs
+ * that entry one stamp at its next hit instead of losing one (exact where
+ * stores become visible in order, as on x86; elsewhere the loss is an
+ * entry that looks older to the LRU than it is).  Few arguments, all in
+ * registers, so that the hit reaches it by a jump. */
+static COLD int stamp_and_count(struct regcache *c, _Atomic uintptr_t *slot, uintptr_t start,
+                                uintptr_t end, unsigned rail, regcache_entry_t **out)
+{
+    struct regcache_entry *e =
+        (struct regcache_entry *)(atomic_load_explicit(slot, memory_order_relaxed) &
+                                  ~RC_HOLD_RAIL_MASK);
+    uint64_t now = atomic_load_explicit(&c->epoch, memory_order_relaxed);
+    stamp(e, now);
+    struct rc_probe p;
+    /* The copy is a hint: with a writer inside the shard, let it be. */
+    if (rc_page_index_probe(&c->index, start, end, &p) == e) {
+        atomic_store_explicit(&p.slot->stamp, now, memory_order_relaxed);
+        atomic_thread_fence(memory_order_seq_cst);
+        if (!rc_page_index_unchanged(&p))
+            atomic_store_explicit(&p.slot->stamp, 0, memory_order_relaxed);
+    }
+    /* The slot holds e: its own fields are current. */
+    p.rails = atomic_load_explicit(&e->rails_ready, memory_order_acquire);
+    p.device_slot = (uint16_t)e->device_slot;
+    return count_hit(c, rc_thread_current, slot, &p, now, start, end, rail, out);
 }
 
 /* A TAG_CHECK hit whose buffer id changed: the memory was freed (and maybe
@@ -173,29 +218,33 @@ static COLD int tag_changed(struct regcache *c, struct regcache_entry *e, _Atomi
     return rc_slow_get(c, start, end, rail, out);
 }
 
-/* Serve the request from e, which `slot` holds and the index still lists. */
+/* Serve the request from e, which `slot` holds and the index listed when
+ * the hold became visible; p is what its slot in the index said. */
 static inline __attribute__((always_inline)) int
 serve(struct regcache *c, struct rc_thread *t, struct regcache_entry *e, _Atomic uintptr_t *slot,
-      uintptr_t start, uintptr_t end, unsigned rail, regcache_entry_t **out, bool tagged)
+      const struct rc_probe *p, uintptr_t start, uintptr_t end, unsigned rail,
+      regcache_entry_t **out, bool tagged)
 {
-    if (tagged && __builtin_expect(!tags_current(c, e, start), 0))
+    if (tagged && __builtin_expect(!tags_current(c, e, p, start), 0))
         return tag_changed(c, e, slot, start, end, rail, out);
-    return count_hit(c, t, e, slot, start, end, rail, out);
+    uint64_t now = atomic_load_explicit(&c->epoch, memory_order_relaxed);
+    if (__builtin_expect(p->stamp != now, 0))
+        return stamp_and_count(c, slot, start, end, rail, out);
+    return count_hit(c, t, slot, p, now, start, end, rail, out);
 }
 
 /* One look at the page index for [start, end), and a slot hold published
- * on what it found: the entry, held and still indexed; or NULL, with *slot
- * the hold to let go (the entry left the index meanwhile) or NULL (no
- * entry, no free slot, or - unless waiting for them - a writer inside). */
+ * on what it found: the entry, held and still indexed, with *probe what
+ * its slot said; or NULL, with *slot the hold to let go (the index changed
+ * meanwhile) or NULL (no entry, no free slot, or - unless waiting for them
+ * - a writer inside). */
 static inline __attribute__((always_inline)) struct regcache_entry *
 look(struct regcache *c, struct rc_thread *t, uintptr_t start, uintptr_t end, unsigned rail,
-     _Atomic uintptr_t **slotp, bool wait_for_writers)
+     _Atomic uintptr_t **slotp, struct rc_probe *probe, bool wait_for_writers, bool tagged)
 {
-    struct rc_probe probe;
     *slotp = NULL;
-    struct regcache_entry *e = wait_for_writers
-                                   ? rc_page_index_find(&c->index, start, end, &probe)
-                                   : rc_page_index_probe(&c->index, start, end, &probe);
+    struct regcache_entry *e = wait_for_writers ? rc_page_index_find(&c->index, start, end, probe)
+                                                : rc_page_index_probe(&c->index, start, end, probe);
     if (!e)
         return NULL;
     _Atomic uintptr_t *slot = free_slot(t);
@@ -209,12 +258,11 @@ look(struct regcache *c, struct rc_thread *t, uintptr_t start, uintptr_t end, un
         atomic_signal_fence(memory_order_seq_cst);
     else
         atomic_thread_fence(memory_order_seq_cst);
-    /* The mark first, with acquire: a detach or claim that this thread's
-     * fence did not precede shows here (or else its scan saw the slot); and
-     * if e was recycled since, the acquire of its new refs orders the index
-     * removal before the load of the count, which then differs. */
-    unsigned refs = atomic_load_explicit(&e->refs, memory_order_acquire);
-    if (__builtin_expect((refs & RC_DETACHED) || !rc_page_index_unchanged(&probe), 0))
+    /* Whoever takes e out of the cache takes it out of the index first,
+     * then fences and looks at the holds: if this thread's fence came
+     * first, that look sees the hold; else the count has moved here. */
+    rc_page_index_read_slot(probe, tagged);
+    if (__builtin_expect(!rc_page_index_unchanged(probe), 0))
         return NULL;
     return e;
 }
@@ -236,9 +284,10 @@ static COLD int get_again(struct regcache *c, uintptr_t start, uintptr_t end, un
     for (int looks = 0; t && looks < 4; looks++) {
         if (slot)
             release_held(c, slot);
-        struct regcache_entry *e = look(c, t, start, end, rail, &slot, true);
+        struct rc_probe probe;
+        struct regcache_entry *e = look(c, t, start, end, rail, &slot, &probe, true, c->tag_check);
         if (e)
-            return serve(c, t, e, slot, start, end, rail, out, c->tag_check);
+            return serve(c, t, e, slot, &probe, start, end, rail, out, c->tag_check);
         if (!slot)
             break;
     }
@@ -256,11 +305,13 @@ static inline __attribute__((always_inline)) int hit(struct regcache *c, uintptr
 {
     struct rc_thread *t = rc_thread_current;
     _Atomic uintptr_t *slot = NULL;
-    struct regcache_entry *e =
-        __builtin_expect(!!t, 1) ? look(c, t, start, end, rail, &slot, false) : NULL;
+    struct rc_probe probe;
+    struct regcache_entry *e = __builtin_expect(!!t, 1)
+                                   ? look(c, t, start, end, rail, &slot, &probe, false, tagged)
+                                   : NULL;
     if (__builtin_expect(!e, 0))
         return get_again(c, start, end, rail, out, slot);
-    return serve(c, t, e, slot, start, end, rail, out, tagged);
+    return serve(c, t, e, slot, &probe, start, end, rail, out, tagged);
 }
 
 /* TAG_CHECK hits: out of line, so that the query's call does not give the
@@ -331,59 +382,81 @@ static COLD void release_counted(struct regcache *c, struct regcache_entry *e)
         rc_release_if_unheld(c, e);
 }
 
-void regcache_put(regcache_t *cache, regcache_entry_t *h)
+/* The cache a put works on: the caller's, which must be the entry's. */
+static inline struct regcache *cache_of(struct regcache *cache, const struct regcache_entry *e,
+                                        const void *handle)
 {
-    uintptr_t v = (uintptr_t)h;
-    _Atomic uintptr_t *slot = NULL;
-    struct regcache_entry *e;
-    if (!h)
-        return;
-    if (v & HANDLE_SLOT) {
-        slot = (_Atomic uintptr_t *)(v & ~(uintptr_t)7);
-        e = (struct regcache_entry *)(atomic_load_explicit(slot, memory_order_relaxed) &
-                                      ~RC_HOLD_RAIL_MASK);
-        if (__builtin_expect(!e, 0)) {
-            put_of_empty_slot(h);
-            return;
-        }
-    } else {
-        e = (struct regcache_entry *)(v & ~RC_HOLD_RAIL_MASK);
-    }
-    struct regcache *c = e->cache;
 #ifdef RC_DEBUG
-    if (cache && cache != c)
-        misused_put("the entry belongs to another cache", h);
+    if (cache && cache != e->cache)
+        misused_put("the entry belongs to another cache", handle);
 #else
-    (void)cache;
+    (void)handle;
 #endif
-    /* A fork child's put changes only its copy of the cache until it
-     * would deregister or evict (release_counted, rc_trim): the
-     * registrations are the parent's.  Its slot holds are gone already. */
-    struct rc_device *d = &c->dev[e->device_slot];
-    /* Everything put needs from e is done before the hold goes: from then
-     * on an evictor may recycle it. */
-    uint64_t now = atomic_load_explicit(&c->epoch, memory_order_relaxed);
-    if (atomic_load_explicit(&e->last_use, memory_order_relaxed) != now)
-        atomic_store_explicit(&e->last_use, now, memory_order_relaxed);
-    if (rc_thread_current)
-        rc_thread_log_use(rc_thread_current, e);
-    if (slot) {
-        release_slot(c, slot, e);
-    } else {
-        unsigned old = atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel);
-#ifdef RC_DEBUG
-        if (!(old & RC_COUNT_MASK))
-            misused_put("the entry was already put (double put)", h);
-#endif
-        if (__builtin_expect((old & RC_DETACHED) && (old & RC_COUNT_MASK) == 1, 0))
-            release_counted(c, e);
-    }
-    /* Held entries may push a device past its budget; it binds again as
-     * soon as they are put.  A cache of another process on the same GPU
-     * may have asked for room (one load of a word that misses write). */
+    return __builtin_expect(!!cache, 1) ? cache : e->cache;
+}
+
+/* Held entries may push a device past its budget; it binds again as soon
+ * as they are put.  A cache of another process on the same GPU may have
+ * asked for room (one load of a word that misses write).  A fork child's
+ * put changes only its copy of the cache until it would deregister or
+ * evict (release_counted, rc_trim): the registrations are the parent's. */
+static inline void after_put(struct regcache *c, struct rc_device *d)
+{
     if (__builtin_expect(rc_over_budget(d), 0) ||
         __builtin_expect(d->ledger_limits && rc_ledger_pressed(d->ledger), 0))
         rc_trim(c, d);
+}
+
+/* A slot hold's put reads the slot and its note, none of the entry's
+ * lines: the get's epoch says whether e's stamp is current. */
+static inline void put_slot(struct regcache *cache, _Atomic uintptr_t *slot, const void *handle)
+{
+    struct regcache_entry *e =
+        (struct regcache_entry *)(atomic_load_explicit(slot, memory_order_relaxed) &
+                                  ~RC_HOLD_RAIL_MASK);
+    if (__builtin_expect(!e, 0)) {
+        put_of_empty_slot(handle);
+        return;
+    }
+    struct regcache *c = cache_of(cache, e, handle);
+    /* Everything put needs of the hold is read before the slot is
+     * cleared: from then on the owner may reuse it, and an evictor recycle
+     * e. */
+    const struct rc_hold_note *note = rc_hold_note_of(slot);
+    struct rc_device *d = &c->dev[note->device_slot];
+    uint64_t now = atomic_load_explicit(&c->epoch, memory_order_relaxed);
+    if (__builtin_expect((uint32_t)now != note->epoch, 0))
+        stamp(e, now);
+    if (rc_thread_current)
+        rc_thread_log_use(rc_thread_current, e);
+    release_slot(c, slot, e);
+    after_put(c, d);
+}
+
+static void put_counted(struct regcache *cache, struct regcache_entry *e, const void *handle)
+{
+    struct regcache *c = cache_of(cache, e, handle);
+    struct rc_device *d = &c->dev[e->device_slot];
+    stamp(e, atomic_load_explicit(&c->epoch, memory_order_relaxed));
+    if (rc_thread_current)
+        rc_thread_log_use(rc_thread_current, e);
+    unsigned old = atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel);
+#ifdef RC_DEBUG
+    if (!(old & RC_COUNT_MASK))
+        misused_put("the entry was already put (double put)", handle);
+#endif
+    if (__builtin_expect((old & RC_DETACHED) && (old & RC_COUNT_MASK) == 1, 0))
+        release_counted(c, e);
+    after_put(c, d);
+}
+
+void regcache_put(regcache_t *cache, regcache_entry_t *h)
+{
+    uintptr_t v = (uintptr_t)h;
+    if (v & HANDLE_SLOT)
+        put_slot(cache, (_Atomic uintptr_t *)(v & ~(uintptr_t)7), h);
+    else if (h)
+        put_counted(cache, (struct regcache_entry *)(v & ~RC_HOLD_RAIL_MASK), h);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -95,7 +95,7 @@ int regcache_create(const struct regcache_params *params, regcache_t **out)
     rc_itree_init(&c->tree);
     rc_entry_pool_init(&c->pool);
     for (int i = 0; i < RC_DEVICE_SLOTS; i++)
-        rc_lru_init(&c->dev[i].lru);
+        rc_lru_init(&c->dev[i].lru, &c->index);
 
     int rc = rc_options_resolve(params, &c->opts);
     if (rc == REGCACHE_OK)

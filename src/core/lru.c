@@ -7,16 +7,17 @@
 #include "regcache.h"
 #include "threads.h"
 
-void rc_lru_init(struct rc_lru *lru)
+void rc_lru_init(struct rc_lru *lru, struct rc_page_index *index)
 {
     lru->heap = NULL;
     lru->count = lru->capacity = 0;
+    lru->index = index;
 }
 
 void rc_lru_fini(struct rc_lru *lru)
 {
     free(lru->heap);
-    rc_lru_init(lru);
+    rc_lru_init(lru, lru->index);
 }
 
 static void place(struct rc_lru *lru, size_t i, struct rc_lru_node n)
@@ -237,7 +238,7 @@ static struct regcache_entry *pop_within_epoch(struct rc_lru *lru, uint64_t epoc
         struct regcache_entry *best = NULL;
         unsigned best_rank = 0;
         least_recent(lru, 0, epoch, ranks, n, &best, &best_rank);
-        if (!best || rc_entry_claim_unused(best)) {
+        if (!best || rc_entry_claim_unused(best, lru->index)) {
             free(ranks);
             if (best)
                 rc_lru_remove(lru, best);
@@ -271,7 +272,7 @@ struct regcache_entry *rc_lru_pop_unused(struct rc_lru *lru, uint64_t now)
             /* All of the epoch's entries are held: move them behind. */
         }
         struct regcache_entry *e = top->e;
-        if (rc_entry_claim_unused(e)) {
+        if (rc_entry_claim_unused(e, lru->index)) {
             rc_lru_remove(lru, e);
             return e;
         }

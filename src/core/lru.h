@@ -1,10 +1,12 @@
 /* Least-recently-used order of one device's entries, for eviction.
  *
  * Time is an epoch counter of the cache that advances at every
- * registration.  A put stamps its entry with the epoch only when the stamp
- * differs, so entries in steady use are never written (many threads can
- * share them without moving their lines between cores), and the evictor
- * sees exactly which entries were used before which registration.  Among
+ * registration.  An entry is stamped with the epoch of its last use: by the
+ * first hit of each epoch (which the index slot's copy of the stamp tells,
+ * page_index.h), and by a put whose hold spanned a registration; so
+ * entries in steady use are never written (many threads can share them
+ * without moving their lines between cores), and the evictor sees exactly
+ * which entries were used before which registration.  Among
  * entries last used in the same epoch, the threads' use logs (threads.h)
  * give the order: exact among one thread's last RC_USE_LOG puts, by rank
  * within each thread's log across threads; entries in no log count as the
@@ -22,6 +24,7 @@
 #include <stdint.h>
 
 struct regcache_entry;
+struct rc_page_index;
 
 /* heap_idx of an entry that is not in any heap. */
 #define RC_LRU_NONE ((size_t)-1)
@@ -34,9 +37,12 @@ struct rc_lru_node {
 struct rc_lru {
     struct rc_lru_node *heap;
     size_t count, capacity;
+    /* Where the entries are listed for hits: a claim takes its entry out
+     * before it decides that nobody holds it (entry.h). */
+    struct rc_page_index *index;
 };
 
-void rc_lru_init(struct rc_lru *lru);
+void rc_lru_init(struct rc_lru *lru, struct rc_page_index *index);
 void rc_lru_fini(struct rc_lru *lru);
 /* Add an entry; REGCACHE_ERR_NO_MEMORY when the heap cannot grow. */
 int rc_lru_push(struct rc_lru *lru, struct regcache_entry *e);

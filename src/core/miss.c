@@ -331,6 +331,7 @@ static int register_rail(struct regcache *c, struct regcache_entry *e, unsigned 
     if (rc == REGCACHE_OK) {
         unsigned ready = atomic_load_explicit(&e->rails_ready, memory_order_relaxed) | 1u << rail;
         atomic_store_explicit(&e->rails_ready, ready, memory_order_release);
+        rc_page_index_refresh(&c->index, e);
         rc_count_locked(&c->dev[e->device_slot].n.misses);
         rc_count_locked(&c->dev[e->device_slot].n.registrations);
         *out = rc_counted_handle(e, rail);

@@ -97,10 +97,7 @@ void rc_page_index_fini(struct rc_page_index *idx)
     }
 }
 
-/* The writer half of the seqlock (see rc_page_index_find).  What a hit
- * needs beyond it - to learn that an entry it holds was removed and perhaps
- * recycled - comes from the entry's mark, read before the count again
- * (hit_path.c says why that order). */
+/* The writer half of the seqlock (see rc_page_index_probe). */
 static void write_begin(struct rc_shard *s)
 {
     uint64_t seq = atomic_load_explicit(&s->seq, memory_order_relaxed);
@@ -116,16 +113,19 @@ static void write_end(struct rc_shard *s)
 
 static void copy_slot(struct rc_slot *to, struct rc_slot *from)
 {
-    atomic_store_explicit(&to->page, atomic_load_explicit(&from->page, memory_order_relaxed),
-                          memory_order_relaxed);
-    atomic_store_explicit(&to->match_start,
-                          atomic_load_explicit(&from->match_start, memory_order_relaxed),
-                          memory_order_relaxed);
-    atomic_store_explicit(&to->match_end,
-                          atomic_load_explicit(&from->match_end, memory_order_relaxed),
-                          memory_order_relaxed);
-    atomic_store_explicit(&to->entry, atomic_load_explicit(&from->entry, memory_order_relaxed),
-                          memory_order_relaxed);
+#define COPY(field)                                                                             \
+    atomic_store_explicit(&to->field, atomic_load_explicit(&from->field, memory_order_relaxed), \
+                          memory_order_relaxed)
+    COPY(page);
+    COPY(match_start);
+    COPY(match_end);
+    COPY(buffer_id);
+    COPY(stamp);
+    COPY(rails);
+    COPY(device_slot);
+    COPY(several);
+    COPY(entry);
+#undef COPY
 }
 
 /* Put a filled slot (page, entry, match range) into t's first free place on
@@ -176,6 +176,26 @@ static int remember_page(struct regcache_entry *e, uintptr_t page)
     return REGCACHE_OK;
 }
 
+/* Under the lock: list e under `page` in its shard, which has room. */
+static void list_page(struct rc_page_index *idx, struct regcache_entry *e, uintptr_t page)
+{
+    struct rc_shard *s = rc_shard_of(idx, rc_page_hash(page));
+    struct rc_slot filled;
+    atomic_init(&filled.page, page);
+    atomic_init(&filled.entry, e);
+    atomic_init(&filled.match_start, atomic_load_explicit(&e->match_start, memory_order_relaxed));
+    atomic_init(&filled.match_end, atomic_load_explicit(&e->match_end, memory_order_relaxed));
+    atomic_init(&filled.buffer_id, e->buffer_id);
+    atomic_init(&filled.stamp, atomic_load_explicit(&e->last_use, memory_order_relaxed));
+    atomic_init(&filled.rails, atomic_load_explicit(&e->rails_ready, memory_order_relaxed));
+    atomic_init(&filled.device_slot, (uint16_t)e->device_slot);
+    atomic_init(&filled.several, e->more != NULL);
+    write_begin(s);
+    insert_slot(atomic_load_explicit(&s->table, memory_order_relaxed), &filled);
+    write_end(s);
+    s->used++;
+}
+
 int rc_page_index_add(struct rc_page_index *idx, struct regcache_entry *e, uintptr_t start)
 {
     uintptr_t page = start >> idx->shift;
@@ -190,16 +210,7 @@ int rc_page_index_add(struct rc_page_index *idx, struct regcache_entry *e, uintp
         return REGCACHE_ERR_NO_MEMORY;
     if (remember_page(e, page) != REGCACHE_OK)
         return REGCACHE_ERR_NO_MEMORY;
-    t = atomic_load_explicit(&s->table, memory_order_relaxed);
-    struct rc_slot filled;
-    atomic_init(&filled.page, page);
-    atomic_init(&filled.entry, e);
-    atomic_init(&filled.match_start, atomic_load_explicit(&e->match_start, memory_order_relaxed));
-    atomic_init(&filled.match_end, atomic_load_explicit(&e->match_end, memory_order_relaxed));
-    write_begin(s);
-    insert_slot(t, &filled);
-    write_end(s);
-    s->used++;
+    list_page(idx, e, page);
     return REGCACHE_OK;
 }
 
@@ -225,31 +236,72 @@ static void delete_slot(struct rc_slot_table *t, uint32_t i)
     atomic_store_explicit(&t->slots[i].entry, NULL, memory_order_relaxed);
 }
 
-void rc_page_index_remove_entry(struct rc_page_index *idx, struct regcache_entry *e)
+/* The slot that lists e under page, in shard *s; NULL if none does. */
+static struct rc_slot *slot_of(struct rc_page_index *idx, const struct regcache_entry *e,
+                               uintptr_t page, struct rc_shard **s)
+{
+    uint64_t h = rc_page_hash(page);
+    *s = rc_shard_of(idx, h);
+    struct rc_slot_table *t = atomic_load_explicit(&(*s)->table, memory_order_relaxed);
+    struct regcache_entry *x;
+    for (uint32_t i = (uint32_t)h & t->mask;
+         (x = atomic_load_explicit(&t->slots[i].entry, memory_order_relaxed)) != NULL;
+         i = (i + 1) & t->mask)
+        if (x == e && atomic_load_explicit(&t->slots[i].page, memory_order_relaxed) == page)
+            return &t->slots[i];
+    return NULL;
+}
+
+void rc_page_index_unlist(struct rc_page_index *idx, struct regcache_entry *e)
 {
     for (uint32_t k = 0; k < e->npages; k++) {
-        uintptr_t page = e->pages[k];
-        uint64_t h = rc_page_hash(page);
-        struct rc_shard *s = rc_shard_of(idx, h);
+        struct rc_shard *s;
+        struct rc_slot *slot = slot_of(idx, e, e->pages[k], &s);
+        if (!slot)
+            continue;
         struct rc_slot_table *t = atomic_load_explicit(&s->table, memory_order_relaxed);
-        for (uint32_t i = (uint32_t)h & t->mask;
-             atomic_load_explicit(&t->slots[i].entry, memory_order_relaxed);
-             i = (i + 1) & t->mask) {
-            if (atomic_load_explicit(&t->slots[i].entry, memory_order_relaxed) == e &&
-                atomic_load_explicit(&t->slots[i].page, memory_order_relaxed) == page) {
-                write_begin(s);
-                delete_slot(t, i);
-                write_end(s);
-                s->used--;
-                break;
-            }
-        }
+        write_begin(s);
+        delete_slot(t, (uint32_t)(slot - t->slots));
+        write_end(s);
+        s->used--;
     }
+}
+
+/* Its slots left room that nothing else took (writers hold the lock):
+ * listing them again needs no growth. */
+void rc_page_index_relist(struct rc_page_index *idx, struct regcache_entry *e)
+{
+    for (uint32_t k = 0; k < e->npages; k++)
+        list_page(idx, e, e->pages[k]);
+}
+
+void rc_page_index_forget(struct regcache_entry *e)
+{
     if (e->pages != e->pages_inline)
         free(e->pages);
     e->pages = e->pages_inline;
     e->npages = 0;
     e->pages_cap = RC_INLINE_PAGES;
+}
+
+void rc_page_index_remove_entry(struct rc_page_index *idx, struct regcache_entry *e)
+{
+    rc_page_index_unlist(idx, e);
+    rc_page_index_forget(e);
+}
+
+void rc_page_index_refresh(struct rc_page_index *idx, struct regcache_entry *e)
+{
+    unsigned rails = atomic_load_explicit(&e->rails_ready, memory_order_relaxed);
+    for (uint32_t k = 0; k < e->npages; k++) {
+        struct rc_shard *s;
+        struct rc_slot *slot = slot_of(idx, e, e->pages[k], &s);
+        if (!slot)
+            continue;
+        write_begin(s);
+        atomic_store_explicit(&slot->rails, rails, memory_order_relaxed);
+        write_end(s);
+    }
 }
 
 #ifdef RC_DEBUG
@@ -264,16 +316,8 @@ static void broken(const char *what, const void *e)
 /* Is (page, e) in the index? */
 static bool listed(struct rc_page_index *idx, uintptr_t page, const struct regcache_entry *e)
 {
-    uint64_t h = rc_page_hash(page);
-    struct rc_slot_table *t =
-        atomic_load_explicit(&rc_shard_of(idx, h)->table, memory_order_relaxed);
-    struct regcache_entry *x;
-    for (uint32_t i = (uint32_t)h & t->mask;
-         (x = atomic_load_explicit(&t->slots[i].entry, memory_order_relaxed)) != NULL;
-         i = (i + 1) & t->mask)
-        if (x == e && atomic_load_explicit(&t->slots[i].page, memory_order_relaxed) == page)
-            return true;
-    return false;
+    struct rc_shard *s;
+    return slot_of(idx, e, page, &s) != NULL;
 }
 
 void rc_page_index_check(struct rc_page_index *idx)
@@ -298,6 +342,9 @@ void rc_page_index_check(struct rc_page_index *idx)
                 mine |= e->pages[k] == page;
             if (!mine)
                 broken("a slot names a page its entry does not list", e);
+            if (atomic_load_explicit(&t->slots[i].rails, memory_order_relaxed) !=
+                atomic_load_explicit(&e->rails_ready, memory_order_relaxed))
+                broken("a slot's rails differ from its entry's", e);
         }
         if (used != sh->used)
             broken("a shard's count of used slots", NULL);

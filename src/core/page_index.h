@@ -25,14 +25,25 @@ struct regcache_entry;
 
 #define RC_SHARDS 64
 
-/* The entry's match range is copied into its slots (it never changes while
- * the entry is indexed): the probe decides without reading the entry, so a
- * hit's first look at the entry can be a prefetch issued before its fence. */
+/* A slot carries, beside its key and entry, copies of everything a hit
+ * and its put need from the entry, so that a hit reads one slot line and
+ * no line of the entry: at 100k entries and more each line is a miss of
+ * its own, and the entry's line would be a second one that waits for the
+ * first.  The match range, buffer id, several-mappings flag and device
+ * never change while the entry is indexed; `rails` follows rails_ready
+ * (rc_page_index_refresh).  `stamp` copies the entry's LRU stamp: a hit
+ * that finds it behind the epoch stamps the entry (and the copy), so that
+ * a hit in an epoch that already stamped it reads nothing more (lru.h). */
 struct rc_slot {
     _Atomic uintptr_t page;
     _Atomic(struct regcache_entry *) entry; /* NULL: empty */
     _Atomic uintptr_t match_start, match_end;
-};
+    _Atomic uint64_t buffer_id;
+    atomic_uint_fast64_t stamp;
+    atomic_uint rails;
+    _Atomic uint16_t device_slot;
+    atomic_bool several; /* the entry spans more than one VMM mapping */
+} __attribute__((aligned(64)));
 
 struct rc_slot_table {
     uint32_t mask; /* slots - 1; a power of two */
@@ -75,6 +86,17 @@ int rc_page_index_add(struct rc_page_index *idx, struct regcache_entry *e, uintp
  * lookup can reach e. */
 void rc_page_index_remove_entry(struct rc_page_index *idx, struct regcache_entry *e);
 
+/* Under the cache lock: take e's slots out of the index but keep its list
+ * of pages, for rc_page_index_relist() to put them back (an eviction that
+ * finds its victim held) or rc_page_index_remove_entry() to forget. */
+void rc_page_index_unlist(struct rc_page_index *idx, struct regcache_entry *e);
+void rc_page_index_relist(struct rc_page_index *idx, struct regcache_entry *e);
+/* e is unlisted: drop its list of pages. */
+void rc_page_index_forget(struct regcache_entry *e);
+
+/* Under the cache lock: e's rails_ready changed; its slots follow. */
+void rc_page_index_refresh(struct rc_page_index *idx, struct regcache_entry *e);
+
 /* Page numbers are dense and aligned: a multiplicative mix spreads them;
  * the top bits pick the shard, the low bits the slot. */
 static inline uint64_t rc_page_hash(uintptr_t page)
@@ -99,10 +121,15 @@ static inline void rc_wait_for_writer(unsigned *spins)
 }
 
 /* Where a probe looked, so that the caller can check afterwards that no
- * writer changed the shard since. */
+ * writer changed the shard since, and what it read of the slot it found. */
 struct rc_probe {
     struct rc_shard *shard;
     uint64_t seq;
+    struct rc_slot *slot;
+    uint64_t buffer_id, stamp;
+    uint32_t rails;
+    uint16_t device_slot;
+    bool several;
 };
 
 /*
@@ -120,9 +147,8 @@ struct rc_probe {
  * read a store of a writer, the fences synchronise and the second load of
  * the count sees at least that writer's odd value.
  */
-static inline struct regcache_entry *rc_page_index_probe(struct rc_page_index *idx,
-                                                         uintptr_t start, uintptr_t end,
-                                                         struct rc_probe *probe)
+static inline struct regcache_entry *rc_page_index_probe(struct rc_page_index *idx, uintptr_t start,
+                                                         uintptr_t end, struct rc_probe *probe)
 {
     uintptr_t page = start >> idx->shift;
     uint64_t h = rc_page_hash(page);
@@ -141,12 +167,27 @@ static inline struct regcache_entry *rc_page_index_probe(struct rc_page_index *i
         if (atomic_load_explicit(&slot->page, memory_order_relaxed) == page &&
             start >= atomic_load_explicit(&slot->match_start, memory_order_relaxed) &&
             end <= atomic_load_explicit(&slot->match_end, memory_order_relaxed)) {
-            __builtin_prefetch(e);
+            probe->slot = slot;
             break;
         }
     }
     atomic_thread_fence(memory_order_acquire);
     return e;
+}
+
+/* What the found slot copies of its entry, read before
+ * rc_page_index_unchanged() so that its answer covers them too; the tag
+ * fields only for TAG_CHECK, where they are needed. */
+static inline void rc_page_index_read_slot(struct rc_probe *probe, bool tags)
+{
+    struct rc_slot *s = probe->slot;
+    probe->stamp = atomic_load_explicit(&s->stamp, memory_order_relaxed);
+    probe->rails = atomic_load_explicit(&s->rails, memory_order_relaxed);
+    probe->device_slot = atomic_load_explicit(&s->device_slot, memory_order_relaxed);
+    if (tags) {
+        probe->buffer_id = atomic_load_explicit(&s->buffer_id, memory_order_relaxed);
+        probe->several = atomic_load_explicit(&s->several, memory_order_relaxed);
+    }
 }
 
 /* The probe found the shard with a writer inside. */
@@ -166,8 +207,10 @@ static inline struct regcache_entry *rc_page_index_find(struct rc_page_index *id
     return e;
 }
 
-/* After the caller's seq_cst fence and its acquire load of the entry's
- * mark: true when no writer touched the shard since the probe began. */
+/* After the caller's seq_cst fence: true when no writer touched the shard
+ * since the probe began.  An entry leaves the index before anyone decides
+ * that it is unheld (entry.h), so a hold published before that fence is on
+ * an entry that was indexed, neither recycled nor detached. */
 static inline bool rc_page_index_unchanged(const struct rc_probe *probe)
 {
     return atomic_load_explicit(&probe->shard->seq, memory_order_relaxed) == probe->seq;

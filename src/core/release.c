@@ -25,6 +25,12 @@ void rc_unlink_locked(struct regcache *c, struct regcache_entry *e)
 
 static void zombie_push(struct regcache *c, struct regcache_entry *e)
 {
+    /* Set before the fence and the look at the holds that follow the push
+     * of a detached entry (rc_detach_locked): a slot holder that the look
+     * finds gone cleared its slot before the look, and one that it finds
+     * reads the flag after it, set.  A one-shot has counted holds only,
+     * whose puts read the mark itself. */
+    atomic_store_explicit(&c->has_zombies, true, memory_order_seq_cst);
     e->state = RC_ZOMBIE;
     e->link_prev = NULL;
     e->link_next = c->zombies;
@@ -41,6 +47,8 @@ static void zombie_unlink(struct regcache *c, struct regcache_entry *e)
         c->zombies = e->link_next;
     if (e->link_next)
         e->link_next->link_prev = e->link_prev;
+    if (!c->zombies)
+        atomic_store_explicit(&c->has_zombies, false, memory_order_relaxed);
 }
 
 void rc_detach_locked(struct regcache *c, struct regcache_entry *e, struct regcache_entry **victims)

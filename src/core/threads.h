@@ -25,6 +25,7 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "bounds.h"
@@ -37,10 +38,22 @@
 
 struct regcache_entry;
 
+/* What the get that filled a hold slot leaves for its put, so that the put
+ * reads no line of the entry: the LRU epoch the get saw (low bits: a put
+ * in the same epoch has nothing to stamp) and the entry's device slot. */
+struct rc_hold_note {
+    uint32_t epoch;
+    uint32_t device_slot;
+};
+
 struct rc_thread {
     /* A slot holds (entry | rail) or 0.  Only the owner makes a slot
      * non-zero; any thread's put makes it zero again. */
     _Atomic uintptr_t holds[RC_HOLD_SLOTS];
+    /* notes[i] belongs to holds[i]; written by the owner before it hands
+     * out the hold, read by its put.  Off the slots' line, which scanners
+     * read. */
+    struct rc_hold_note notes[RC_HOLD_SLOTS];
 
     /* Odd while the owner walks the registry (registry.c).  Its own line:
      * destroy reads it while the owner keeps using its slots. */
@@ -57,6 +70,17 @@ struct rc_thread {
     /* hits[cache id][device slot]: written by the owner only. */
     atomic_uint_fast64_t hits[RC_HIT_CACHES][RC_DEVICE_SLOTS] __attribute__((aligned(64)));
 } __attribute__((aligned(64)));
+
+/* The note of a hold slot.  The slots are the first line of their
+ * 64-byte aligned record, so the slot's address gives the record. */
+static inline struct rc_hold_note *rc_hold_note_of(_Atomic uintptr_t *slot)
+{
+    _Static_assert(offsetof(struct rc_thread, holds) == 0 &&
+                       RC_HOLD_SLOTS * sizeof(uintptr_t) <= 64,
+                   "the slots fill the record's first line");
+    struct rc_thread *t = (struct rc_thread *)((uintptr_t)slot & ~(uintptr_t)63);
+    return &t->notes[slot - t->holds];
+}
 
 extern __thread struct rc_thread *rc_thread_current __attribute__((tls_model("initial-exec")));
 

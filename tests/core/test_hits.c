@@ -30,6 +30,21 @@ static void miss_then_hit(void **state)
     assert_int_equal(atomic_load(&f->fb.regs), 1);
 }
 
+/* regcache_put() with no cache: both kinds of hold (the miss's counted
+ * one, the hit's slot) are let go, so the entry can then be evicted. */
+static void put_without_the_cache(void **state)
+{
+    struct fx *f = *state;
+    fx_device_allocs(f, 2);
+    f->p.max_entries = 1;
+    fx_create(f);
+    regcache_put(NULL, fx_get(f, FX_ALLOC(0), 10));
+    regcache_put(NULL, fx_get(f, FX_ALLOC(0), 10));
+    fx_use(f, FX_ALLOC(1), 10);
+    fx_assert_stats(f, FX_STAT(hits, 1), FX_STAT(entries, 1), FX_STAT(evictions, 1), NULL);
+    assert_int_equal(atomic_load(&f->fb.deregs), 1);
+}
+
 static void *getter(void *arg)
 {
     struct fx *f = arg;
@@ -101,5 +116,5 @@ static void tag_check_catches_reallocation(void **state)
     assert_int_equal(atomic_load(&f->fb.live), 0);
 }
 
-FX_MAIN(miss_then_hit, concurrent_misses_register_once, hooks_mode_skips_the_tag_check,
-        tag_check_catches_reallocation)
+FX_MAIN(miss_then_hit, put_without_the_cache, concurrent_misses_register_once,
+        hooks_mode_skips_the_tag_check, tag_check_catches_reallocation)

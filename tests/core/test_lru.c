@@ -11,9 +11,26 @@
 
 #include "entry.h"
 #include "lru.h"
+#include "page_index.h"
 #include "regcache.h"
 
 #define N 500
+
+/* Where a claim takes its entry out of: these entries list no pages. */
+static struct rc_page_index idx;
+
+static int make_index(void **state)
+{
+    (void)state;
+    return rc_page_index_init(&idx, 16);
+}
+
+static int free_index(void **state)
+{
+    (void)state;
+    rc_page_index_fini(&idx);
+    return 0;
+}
 
 static void stamp(struct regcache_entry *e, uint64_t t)
 {
@@ -26,7 +43,7 @@ static void pops_in_order_of_last_use(void **state)
     struct regcache_entry *e = aligned_alloc(64, N * sizeof(*e));
     memset(e, 0, N * sizeof(*e));
     struct rc_lru lru;
-    rc_lru_init(&lru);
+    rc_lru_init(&lru, &idx);
     uint32_t seed = 7;
     for (int i = 0; i < N; i++) {
         seed = seed * 1103515245u + 12345u;
@@ -71,7 +88,7 @@ static void remove_from_the_middle(void **state)
     struct regcache_entry e[8];
     memset(e, 0, sizeof(e));
     struct rc_lru lru;
-    rc_lru_init(&lru);
+    rc_lru_init(&lru, &idx);
     for (int i = 0; i < 8; i++) {
         stamp(&e[i], (uint64_t)(10 - i));
         rc_lru_push(&lru, &e[i]);
@@ -92,7 +109,7 @@ static void all_held_returns_null(void **state)
     struct regcache_entry e[4];
     memset(e, 0, sizeof(e));
     struct rc_lru lru;
-    rc_lru_init(&lru);
+    rc_lru_init(&lru, &idx);
     for (int i = 0; i < 4; i++) {
         atomic_store(&e[i].refs, 2);
         rc_lru_push(&lru, &e[i]);
@@ -109,5 +126,5 @@ int main(void)
         cmocka_unit_test(remove_from_the_middle),
         cmocka_unit_test(all_held_returns_null),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, make_index, free_index);
 }

@@ -112,6 +112,50 @@ static void held_entry_is_never_evicted(void **state)
     regcache_put(f->c, b);
 }
 
+/* A claim takes its victim out of the page index before it looks for
+ * holders; one that finds a hit holding it must list it again, or the
+ * entry, still cached, would be served by the slow path from then on. */
+static void held_victim_stays_on_the_hit_path(void **state)
+{
+    struct fx *f = *state;
+    fx_device_allocs(f, 2);
+    f->p.max_entries = 1;
+    fx_create(f);
+    fx_use(f, FX_ALLOC(0), 10);
+    regcache_entry_t *a = fx_get(f, FX_ALLOC(0), 10); /* a hit: a slot hold */
+    /* Its miss tries to evict a, and cannot (a hit holds it); its put, with
+     * the device over the limit, evicts the new entry instead. */
+    fx_use(f, FX_ALLOC(1), 10);
+    fx_assert_stats(f, FX_STAT(hits, 1), FX_STAT(entries, 1), FX_STAT(evictions, 1), NULL);
+    struct rc_probe probe;
+    struct regcache_entry *listed =
+        rc_page_index_probe(&f->c->index, FX_ALLOC(0), FX_ALLOC(0) + 10, &probe);
+    assert_non_null(listed);
+    assert_int_equal(listed->node.start, FX_ALLOC(0));
+    regcache_put(f->c, a);
+}
+
+/* A hold that spans a registration counts as a use at its put: the entry
+ * is then more recent than the one registered meanwhile (the put must
+ * stamp it, since the hit's stamp predates that registration). */
+static void hold_across_a_registration_counts_at_its_put(void **state)
+{
+    struct fx *f = *state;
+    struct dereg_log log;
+    fx_device_allocs(f, 3);
+    f->p.max_entries = 2;
+    watch_deregs(f, &log);
+    fx_create(f);
+    fx_use(f, FX_ALLOC(0), 10);
+    regcache_entry_t *a = fx_get(f, FX_ALLOC(0), 10);
+    fx_use(f, FX_ALLOC(1), 10);
+    regcache_put(f->c, a);
+    fx_use(f, FX_ALLOC(2), 10);
+    assert_int_equal(log.n, 1);
+    assert_int_equal(log.start[0], FX_ALLOC(1));
+    f->fb.during_dereg = NULL;
+}
+
 static void lru_order(void **state)
 {
     struct fx *f = *state;
@@ -164,5 +208,6 @@ static void cycle_twice_the_limit_evicts_in_order_and_reuses_entries(void **stat
 }
 
 FX_MAIN(hot_set_survives_a_thousand_one_offs, eviction_follows_the_order_of_last_use,
-        held_entry_is_never_evicted, lru_order,
+        held_entry_is_never_evicted, held_victim_stays_on_the_hit_path,
+        hold_across_a_registration_counts_at_its_put, lru_order,
         cycle_twice_the_limit_evicts_in_order_and_reuses_entries)
