@@ -91,6 +91,20 @@ static uint64_t now_ns(void)
  * per-thread hit sums are the costly part. */
 #define PUBLISH_NS 100000000u
 
+/* Apart from rc_ledger_note_locked(), which runs at every miss and
+ * eviction: its frame for the statistics would cost every call. */
+static __attribute__((noinline)) void publish_counts(struct regcache *c, struct rc_device *d)
+{
+    struct regcache_stats s;
+    regcache_get_device_stats(c, (int)(d - c->dev), &s);
+    rc_ledger_publish(d->ledger, &(struct rc_ledger_counts){ .hits = s.hits,
+                                                             .misses = s.misses,
+                                                             .evictions = s.evictions,
+                                                             .inval_tag = s.invalidations_tag,
+                                                             .inval_notify = s.invalidations_notify,
+                                                             .reg_failures = s.reg_failures });
+}
+
 void rc_ledger_note_locked(struct regcache *c, struct rc_device *d)
 {
     if (!d->ledger)
@@ -101,14 +115,7 @@ void rc_ledger_note_locked(struct regcache *c, struct rc_device *d)
     if (now - d->ledger_published < PUBLISH_NS)
         return;
     d->ledger_published = now;
-    struct regcache_stats s;
-    regcache_get_device_stats(c, (int)(d - c->dev), &s);
-    rc_ledger_publish(d->ledger, &(struct rc_ledger_counts){ .hits = s.hits,
-                                                             .misses = s.misses,
-                                                             .evictions = s.evictions,
-                                                             .inval_tag = s.invalidations_tag,
-                                                             .inval_notify = s.invalidations_notify,
-                                                             .reg_failures = s.reg_failures });
+    publish_counts(c, d);
 }
 
 void rc_budget_fini(struct regcache *c)

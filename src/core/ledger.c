@@ -89,19 +89,30 @@ static uint64_t water_level(uint64_t budget, const uint64_t *v, size_t n, uint64
     }
 }
 
-struct rc_ledger_plan rc_ledger_plan(uint64_t budget, const uint64_t *others, size_t n,
-                                     uint64_t own, uint64_t want)
+/* rc_ledger_plan() with `rest`, the sum of others[0..n), already added up
+ * by the caller's scan. */
+static struct rc_ledger_plan plan(uint64_t budget, const uint64_t *others, size_t n, uint64_t rest,
+                                  uint64_t own, uint64_t want)
 {
-    uint64_t rest = 0, demand = add_sat(own, want);
-    for (size_t i = 0; i < n; i++)
-        rest = add_sat(rest, others[i]);
+    uint64_t demand = add_sat(own, want);
     /* Room on the GPU: keep what is held and grow into the room. */
     if (add_sat(rest, demand) <= budget)
         return (struct rc_ledger_plan){ .keep = budget - rest - want };
-    uint64_t level = water_level(budget, others, n, demand);
+    /* Alone, the level is the budget: water_level() would find so in two
+     * rounds of divisions, at every miss of a full GPU. */
+    uint64_t level = n ? water_level(budget, others, n, demand) : budget;
     uint64_t keep = level > want ? level - want : 0;
     uint64_t after = add_sat(add_sat(rest, own < keep ? own : keep), want);
     return (struct rc_ledger_plan){ .keep = keep, .pressure = want && after > budget };
+}
+
+struct rc_ledger_plan rc_ledger_plan(uint64_t budget, const uint64_t *others, size_t n,
+                                     uint64_t own, uint64_t want)
+{
+    uint64_t rest = 0;
+    for (size_t i = 0; i < n; i++)
+        rest = add_sat(rest, others[i]);
+    return plan(budget, others, n, rest, own, want);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -326,10 +337,23 @@ const char *rc_ledger_failure(const struct rc_ledger *l)
     return atomic_load_explicit(&l->failed, memory_order_acquire) ? l->failure : NULL;
 }
 
-/* Every other live cache's bytes into others[], this cache's into *own.
- * false with *why filled when the segment holds what cannot be. */
-static bool read_holdings(struct rc_ledger *l, uint64_t *others, size_t *n, uint64_t *own,
-                          char *why, size_t why_len)
+/* Whether a record is possible at a glance: an owner with a pid, counts
+ * below RC_LEDGER_MAX_BYTES.  Every miss of a cache that follows the ledger
+ * reads every record, and rc_ledger_check_record(), out of line with its
+ * table of counts, costs several times this; it is left to decide the
+ * rest (a count of exactly the limit, which clamping writes, passes) and
+ * to say what is wrong. */
+static bool plainly_possible(uint64_t owner, uint64_t bytes, const struct rc_ledger_record *r)
+{
+    return rc_ledger_owner_pid(owner) &&
+           (bytes | rc_ledger_read(&r->entries) | rc_ledger_read(&r->budget)) < RC_LEDGER_MAX_BYTES;
+}
+
+/* Every other live cache's bytes into others[] and their sum into *rest,
+ * this cache's into *own.  false with *why filled when the segment holds
+ * what cannot be. */
+static bool read_holdings(struct rc_ledger *l, uint64_t *others, size_t *n, uint64_t *rest,
+                          uint64_t *own, char *why, size_t why_len)
 {
     const struct rc_ledger_segment *s = l->seg;
     uint64_t used = rc_ledger_read(&s->hdr.used);
@@ -347,50 +371,54 @@ static bool read_holdings(struct rc_ledger *l, uint64_t *others, size_t *n, uint
         return false;
     }
     *n = 0;
+    *rest = 0;
     for (unsigned i = 0; i < used; i++) {
         const struct rc_ledger_record *r = &s->rec[i];
         uint64_t owner = atomic_load_explicit(&r->owner, memory_order_acquire);
         if (!owner || (owner & RC_LEDGER_CLAIMING))
             continue;
-        if (!rc_ledger_check_record(s, i, why, why_len))
+        uint64_t bytes = rc_ledger_read(&r->bytes);
+        if (!plainly_possible(owner, bytes, r) && !rc_ledger_check_record(s, i, why, why_len))
             return false;
-        if (r == l->rec)
-            *own = rc_ledger_read(&r->bytes);
-        else
-            others[(*n)++] = rc_ledger_read(&r->bytes);
+        if (r == l->rec) {
+            *own = bytes;
+        } else {
+            others[(*n)++] = bytes;
+            *rest = add_sat(*rest, bytes);
+        }
     }
     return true;
 }
 
 size_t rc_ledger_limit(struct rc_ledger *l, size_t want)
 {
-    uint64_t others[RC_LEDGER_RECORDS], own = 0;
+    uint64_t others[RC_LEDGER_RECORDS], rest, own = 0;
     size_t n;
     char why[160];
     if (broken(l))
         return own_budget(l, want);
-    if (!read_holdings(l, others, &n, &own, why, sizeof why))
+    if (!read_holdings(l, others, &n, &rest, &own, why, sizeof why))
         return fall_back(l, why, want);
     struct rc_ledger_header *h = &l->seg->hdr;
     uint64_t budget = rc_ledger_read(&h->budget);
     if (!budget)
         return SIZE_MAX;
-    struct rc_ledger_plan plan = rc_ledger_plan(budget, others, n, own, want);
-    store(&l->rec->budget, clamp(add_sat(plan.keep, want)));
+    struct rc_ledger_plan p = plan(budget, others, n, rest, own, want);
+    store(&l->rec->budget, clamp(add_sat(p.keep, want)));
     if (want) {
         /* Count the registration before it happens, so that caches acting
          * on this pressure, and concurrent misses, see it;
          * rc_ledger_usage() puts the truth in its place. */
-        store(&l->rec->bytes, clamp(add_sat(own < plan.keep ? own : plan.keep, want)));
+        store(&l->rec->bytes, clamp(add_sat(own < p.keep ? own : p.keep, want)));
     }
-    if (plan.pressure) {
+    if (p.pressure) {
         uint64_t before = atomic_fetch_add_explicit(&h->pressure, 1, memory_order_release);
         /* This cache is the one that needs room: it need not answer its own
          * pressure, only pressure raised by others. */
         atomic_compare_exchange_strong(&l->pulse.seen, &before, before + 1);
         sweep_now_and_then(l->seg, l->pidns);
     }
-    return (size_t)plan.keep;
+    return (size_t)p.keep;
 }
 
 bool rc_ledger_answer(struct rc_ledger *l, uint64_t seen, uint64_t now)

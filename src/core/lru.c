@@ -1,5 +1,6 @@
 #include "lru.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -114,8 +115,10 @@ void rc_lru_remove(struct rc_lru *lru, struct regcache_entry *e)
         return;
     place(lru, i, last);
     /* The moved entry may belong above or below its new slot. */
-    sift_up(lru, i);
-    sift_down(lru, last.e->heap_idx);
+    if (i && lru->heap[parent_of(i)].key > last.key)
+        sift_up(lru, i);
+    else
+        sift_down(lru, i);
 }
 
 /* How recently each logged entry was put: its smallest distance from the
@@ -190,17 +193,22 @@ static unsigned rank_of(const struct use_rank *r, size_t n, const struct regcach
  * on a plateau of that key from the root, and a walk of them stops
  * wherever the key grows. */
 
+/* Whether i has its four children and all are off the plateau: the least
+ * of their keys, read from the array, tells so without visiting an entry. */
+static bool plateau_ends_at(const struct rc_lru *lru, size_t i, uint64_t epoch)
+{
+    size_t first = first_child(i);
+    return first + ARITY <= lru->count && lru->heap[least_of_four(lru->heap, first)].key != epoch;
+}
+
 /* How many entries at or below i, a node of the plateau, were last used in
- * the root's epoch (counting stops at `enough`)?  Every eviction asks, and
- * the root's children are nearly always all off the plateau: the least of
- * their keys, read from the array, tells so before any call or entry is
- * visited. */
+ * the root's epoch (counting stops at `enough`)? */
 static size_t used_in_epoch(const struct rc_lru *lru, size_t i, uint64_t epoch, size_t enough)
 {
     size_t n = atomic_load_explicit(&lru->heap[i].e->last_use, memory_order_relaxed) == epoch;
-    size_t first = first_child(i), end = first + ARITY;
-    if (end <= lru->count && lru->heap[least_of_four(lru->heap, first)].key != epoch)
+    if (plateau_ends_at(lru, i, epoch))
         return n;
+    size_t first = first_child(i), end = first + ARITY;
     if (end > lru->count)
         end = lru->count;
     for (size_t c = first; c < end && n < enough; c++)
@@ -265,7 +273,11 @@ struct regcache_entry *rc_lru_pop_unused(struct rc_lru *lru, uint64_t now)
         /* Entries last used in the same epoch are ordered by the use logs,
          * whether it is the current one or an older one. */
         uint64_t epoch = top->key;
-        if (epoch >= now || used_in_epoch(lru, 0, epoch, 2) > 1) {
+        /* Nearly always the root alone was last used in its epoch, and its
+         * children say so before the count is called (it saves and
+         * restores registers for its recursion). */
+        if (epoch >= now ||
+            (!plateau_ends_at(lru, 0, epoch) && used_in_epoch(lru, 0, epoch, 2) > 1)) {
             struct regcache_entry *least = pop_within_epoch(lru, epoch);
             if (least || epoch >= now)
                 return least;
