@@ -6,9 +6,9 @@
 #include "page_index.h"
 #include "threads.h"
 
-/* The fence between this side's change of the mark and its scan of the
- * slots: a seq_cst fence where hits fence too, a heavy fence where they do
- * not (cache.h, fenceless). */
+/* The fence between this side's changes (the mark; the entry out of the
+ * page index) and its scan of the slots: a seq_cst fence where hits fence
+ * too, a heavy fence where they do not (cache.h, fenceless). */
 static void fence_before_scan(const struct regcache_entry *e)
 {
     if (e->heavy_scan)

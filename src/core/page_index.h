@@ -3,13 +3,15 @@
  * answers overlap queries under the cache lock; this index answers "which
  * entry serves a request starting here" without taking any lock.
  *
- * Each shard is an open-addressing table of 16-byte slots (page, entry)
- * guarded by a sequence counter: writers (serialised by the cache lock) make
- * it odd while they change slots, readers probe without writing anything
- * shared and check afterwards that the counter did not move.  Readers may look at a slot
- * table that a writer has just replaced, or at an entry that was just
- * recycled: tables are kept until the index is destroyed and entries are
- * type-stable (entry.h), so such a reader only fails validation. */
+ * Each shard is an open-addressing table of 64-byte slots (page, entry and
+ * copies of the entry's hit-path fields, below) guarded by a sequence
+ * counter: writers (serialised by the cache lock) make it odd while they
+ * change slots, readers probe without writing anything shared (but a
+ * slot's stamp copy, a hint) and check afterwards that the counter did not
+ * move.  Readers may look at a slot table that a writer has just replaced,
+ * or at an entry that was just recycled: tables are kept until the index
+ * is destroyed and entries are type-stable (entry.h), so such a reader
+ * only fails validation. */
 #ifndef RC_PAGE_INDEX_H
 #define RC_PAGE_INDEX_H
 
@@ -142,7 +144,7 @@ struct rc_probe {
  *
  * Ordering (a seqlock, as C11 needs it, not only as x86 gives it): the
  * writer makes the count odd, then issues a release fence before it stores
- * slots; the reader loads slots and entry fields relaxed, then issues an
+ * slots; the reader loads slot fields relaxed, then issues an
  * acquire fence before it loads the count again.  If any load of the probe
  * read a store of a writer, the fences synchronise and the second load of
  * the count sees at least that writer's odd value.
