@@ -314,16 +314,30 @@ static inline __attribute__((always_inline)) int hit(struct regcache *c, uintptr
     return serve(c, t, e, slot, &probe, start, end, rail, out, tagged);
 }
 
-/* TAG_CHECK hits: out of line, so that the query's call does not give the
- * HOOKS hit a frame. */
+/* One function per mode, each reached from get() by a jump: the TAG_CHECK
+ * hit's query call needs a frame that the HOOKS hit does without, and
+ * get() itself, which only checks and dispatches, then needs none. */
 static __attribute__((noinline)) int hit_tagged(struct regcache *c, uintptr_t start, uintptr_t end,
                                                 unsigned rail, regcache_entry_t **out)
 {
     return hit(c, start, end, rail, out, true);
 }
 
+static __attribute__((noinline)) int hit_hooks(struct regcache *c, uintptr_t start, uintptr_t end,
+                                               unsigned rail, regcache_entry_t **out)
+{
+    return hit(c, start, end, rail, out, false);
+}
+
+/* Rail 0, the common case, with the rail a constant: its check folds. */
+static __attribute__((noinline)) int hit_hooks_rail0(struct regcache *c, uintptr_t start,
+                                                     uintptr_t end, regcache_entry_t **out)
+{
+    return hit(c, start, end, 0, out, false);
+}
+
 /* Inlined into both entry points, so that rail is a constant in
- * regcache_get() and its check folds away. */
+ * regcache_get() and its checks fold away. */
 static inline __attribute__((always_inline)) int get(regcache_t *c, unsigned rail, const void *addr,
                                                      size_t len, regcache_entry_t **out)
 {
@@ -338,7 +352,7 @@ static inline __attribute__((always_inline)) int get(regcache_t *c, unsigned rai
     }
     if (c->tag_check)
         return hit_tagged(c, start, end, rail, out);
-    return hit(c, start, end, rail, out, false);
+    return rail ? hit_hooks(c, start, end, rail, out) : hit_hooks_rail0(c, start, end, out);
 }
 
 int regcache_get(regcache_t *c, const void *addr, size_t len, regcache_entry_t **out)
