@@ -92,8 +92,9 @@ struct regcache {
     size_t host_page;
     struct rc_options opts;
 
-    pthread_mutex_t lock;      /* tree, heaps, budgets, zombies, pool, log */
-    pthread_cond_t registered; /* a pending registration finished */
+    pthread_mutex_t lock;          /* tree, heaps, budgets, zombies, pool, log */
+    pthread_cond_t registered;     /* a pending registration finished */
+    unsigned registration_waiters; /* under the lock: threads waiting on it */
     struct rc_itree tree;
     struct rc_device dev[RC_DEVICE_SLOTS];
     struct regcache_entry *zombies; /* left the cache, still held */

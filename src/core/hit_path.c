@@ -309,8 +309,13 @@ static inline __attribute__((always_inline)) int hit(struct regcache *c, uintptr
     struct regcache_entry *e = __builtin_expect(!!t, 1)
                                    ? look(c, t, start, end, rail, &slot, &probe, false, tagged)
                                    : NULL;
-    if (__builtin_expect(!e, 0))
+    if (__builtin_expect(!e, 0)) {
+        /* Nothing indexed there (or no slot free), and no writer that was
+         * changing it: a miss, which needs no second look. */
+        if (t && !slot && !rc_page_index_busy(&probe))
+            return rc_slow_get(c, start, end, rail, out);
         return get_again(c, start, end, rail, out, slot);
+    }
     return serve(c, t, e, slot, &probe, start, end, rail, out, tagged);
 }
 

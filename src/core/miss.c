@@ -23,6 +23,22 @@ static const void *self_token(void)
     return &rc_thread_current;
 }
 
+/* Under the lock: wait for a registration in flight to end. */
+static void wait_for_registration(struct regcache *c)
+{
+    c->registration_waiters++;
+    pthread_cond_wait(&c->registered, &c->lock);
+    c->registration_waiters--;
+}
+
+/* Under the lock: a registration ended.  Nearly always nobody waits, and
+ * then the broadcast, which costs as much as a lock, is skipped. */
+static void registration_ended(struct regcache *c)
+{
+    if (c->registration_waiters)
+        pthread_cond_broadcast(&c->registered);
+}
+
 /* The buffer id at addr by a list of mappings (base0, id0, more...). */
 static uint64_t id_at(uintptr_t base0, uint64_t id0, const struct rc_mapping *more, uint32_t nmore,
                       uintptr_t addr)
@@ -305,7 +321,7 @@ static int register_new(struct regcache *c, struct rc_want *w, uint64_t seq, uns
         /* The ledger counted this registration while it was in flight. */
         rc_ledger_note_locked(c, d);
     }
-    pthread_cond_broadcast(&c->registered);
+    registration_ended(c);
     rc_check_locked(c);
     pthread_mutex_unlock(&c->lock);
     return rc;
@@ -336,7 +352,7 @@ static int register_rail(struct regcache *c, struct regcache_entry *e, unsigned 
         rc_count_locked(&c->dev[e->device_slot].n.registrations);
         *out = rc_counted_handle(e, rail);
     }
-    pthread_cond_broadcast(&c->registered);
+    registration_ended(c);
     pthread_mutex_unlock(&c->lock);
     if (rc != REGCACHE_OK)
         regcache_put(c, rc_counted_handle(e, rail));
@@ -360,7 +376,7 @@ int rc_add_rail(struct regcache *c, struct regcache_entry *e, unsigned rail, reg
                            "registering it",
                            rail, (uintmax_t)e->match_start, (uintmax_t)e->match_end);
         }
-        pthread_cond_wait(&c->registered, &c->lock);
+        wait_for_registration(c);
     }
     if (atomic_load_explicit(&e->rails_ready, memory_order_relaxed) >> rail & 1) {
         /* Registered by the thread this one waited for. */
@@ -391,7 +407,7 @@ static int serve(struct regcache *c, struct rc_want *w, uint64_t seq, unsigned r
             rc_release_victims(c, victims);
             return reentrant(w);
         }
-        pthread_cond_wait(&c->registered, &c->lock);
+        wait_for_registration(c);
     }
     if (!e) {
         rc = register_new(c, w, seq, rail, out, &victims);
