@@ -1,6 +1,7 @@
 #include "last_error.h"
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -10,10 +11,17 @@
  * other threads fail at the same time. */
 #define MESSAGE 512
 static _Thread_local char last_error[MESSAGE];
+/* Set when last_error no longer explains anything.  Every miss clears the
+ * message twice (before each callback, to tell whether it left one), and
+ * the buffer's address in a shared library costs a call to the dynamic
+ * TLS lookup; this flag lives in the static TLS block like
+ * rc_thread_current, one store away. */
+static __thread bool cleared __attribute__((tls_model("initial-exec")));
 
 static void set(const char *fmt, va_list ap)
 {
     vsnprintf(last_error, sizeof(last_error), fmt, ap);
+    cleared = false;
 }
 
 void rc_set_error(const char *fmt, ...)
@@ -36,7 +44,7 @@ int rc_fail(int status, const char *fmt, ...)
 void rc_prefix_error(const char *fmt, ...)
 {
     char detail[MESSAGE];
-    snprintf(detail, sizeof(detail), "%s", last_error);
+    snprintf(detail, sizeof(detail), "%s", regcache_last_error());
     va_list ap;
     va_start(ap, fmt);
     set(fmt, ap);
@@ -54,10 +62,10 @@ void rc_prefix_error(const char *fmt, ...)
 
 void rc_clear_error(void)
 {
-    last_error[0] = '\0';
+    cleared = true;
 }
 
 const char *regcache_last_error(void)
 {
-    return last_error;
+    return cleared ? "" : last_error;
 }
