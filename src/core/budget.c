@@ -57,12 +57,10 @@ static void set_budget(struct regcache *c, int slot, struct rc_device *d)
     atomic_store_explicit(&d->max_bytes, bytes, memory_order_relaxed);
 }
 
-struct rc_device *rc_device(struct regcache *c, int slot)
+struct rc_device *rc_device_set(struct regcache *c, int slot)
 {
     struct rc_device *d = &c->dev[slot];
     int state = atomic_load_explicit(&d->budget_state, memory_order_acquire);
-    if (__builtin_expect(state == 2, 1))
-        return d;
     /* One thread reads the budget (NVML may take milliseconds); others wait
      * for it, without holding the cache lock. */
     if (state == 0 &&
