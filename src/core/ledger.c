@@ -295,8 +295,11 @@ void rc_ledger_usage(struct rc_ledger *l, size_t bytes, size_t entries)
 {
     if (broken(l))
         return;
-    store(&l->rec->bytes, clamp(bytes));
-    store(&l->rec->entries, clamp(entries));
+    /* Stored as they are: entries change with nearly every call, and share
+     * the line with bytes. */
+    struct rc_ledger_record *r = l->rec;
+    store(&r->bytes, clamp(bytes));
+    store(&r->entries, clamp(entries));
 }
 
 void rc_ledger_publish(struct rc_ledger *l, const struct rc_ledger_counts *c)
@@ -429,7 +432,12 @@ static inline size_t limit_of(struct rc_ledger *l, const uint64_t *others, size_
     if (!budget)
         return SIZE_MAX;
     struct rc_ledger_plan p = plan(budget, others, n, rest, own, want);
-    store(&l->rec->budget, clamp(add_sat(p.keep, want)));
+    /* Mostly as it was: a put that answers pressure with nothing to evict
+     * then leaves the line clean, where a store would take it from every
+     * process that read it since. */
+    uint64_t limit = clamp(add_sat(p.keep, want));
+    if (rc_ledger_read(&l->rec->budget) != limit)
+        store(&l->rec->budget, limit);
     if (want) {
         /* Count the registration before it happens, so that caches acting
          * on this pressure, and concurrent misses, see it;
