@@ -26,11 +26,15 @@ size_t rc_evict_locked(struct regcache *c, struct rc_device *d, size_t max_bytes
 /* Under the lock: the ledger's share for this cache, before it registers
  * `want` more bytes (0: a put that saw another cache ask for room), becomes
  * the device's byte budget. */
-static void follow_ledger_locked(struct rc_device *d, size_t want)
+static inline void follow_ledger_locked(struct rc_device *d, size_t want)
 {
     size_t keep = rc_ledger_limit(d->ledger, want);
-    atomic_store_explicit(&d->max_bytes, keep > SIZE_MAX - want ? SIZE_MAX : keep + want,
-                          memory_order_relaxed);
+    size_t max = keep > SIZE_MAX - want ? SIZE_MAX : keep + want;
+    /* `over` already holds for the budget as it is: every change of the
+     * counts rechecks it. */
+    if (max == atomic_load_explicit(&d->max_bytes, memory_order_relaxed))
+        return;
+    atomic_store_explicit(&d->max_bytes, max, memory_order_relaxed);
     rc_recheck_budget_locked(d);
 }
 
