@@ -57,12 +57,10 @@ static void set_budget(struct regcache *c, int slot, struct rc_device *d)
     atomic_store_explicit(&d->max_bytes, bytes, memory_order_relaxed);
 }
 
-struct rc_device *rc_device(struct regcache *c, int slot)
+struct rc_device *rc_device_set(struct regcache *c, int slot)
 {
     struct rc_device *d = &c->dev[slot];
     int state = atomic_load_explicit(&d->budget_state, memory_order_acquire);
-    if (__builtin_expect(state == 2, 1))
-        return d;
     /* One thread reads the budget (NVML may take milliseconds); others wait
      * for it, without holding the cache lock. */
     if (state == 0 &&
@@ -78,7 +76,7 @@ struct rc_device *rc_device(struct regcache *c, int slot)
 }
 
 /* The coarse clock: its ticks of a few milliseconds are plenty against
- * PUBLISH_NS, and it is read on every miss, where the precise clock (a
+ * PUBLISH_NS, and it is read once a miss, where the precise clock (a
  * paravirtual one in a VM) costs tens of nanoseconds. */
 static uint64_t now_ns(void)
 {
@@ -105,17 +103,35 @@ static __attribute__((noinline)) void publish_counts(struct regcache *c, struct 
                                                              .reg_failures = s.reg_failures });
 }
 
-void rc_ledger_note_locked(struct regcache *c, struct rc_device *d)
+static void note_usage(struct rc_device *d)
 {
-    if (!d->ledger)
-        return;
     rc_ledger_usage(d->ledger, atomic_load_explicit(&d->bytes, memory_order_relaxed) + d->pending,
                     atomic_load_explicit(&d->entries, memory_order_relaxed));
+}
+
+/* A note that may publish.  Out of line too: the clock's frame would cost
+ * the notes that skip it. */
+static __attribute__((noinline)) void note_and_publish(struct regcache *c, struct rc_device *d)
+{
+    note_usage(d);
     uint64_t now = now_ns();
     if (now - d->ledger_published < PUBLISH_NS)
         return;
     d->ledger_published = now;
     publish_counts(c, d);
+}
+
+void rc_ledger_note_locked(struct regcache *c, struct rc_device *d)
+{
+    if (!d->ledger)
+        return;
+    /* The miss that evicts notes again, under the lock, once its
+     * registration ends: the counters may wait for that note's look at the
+     * clock, a registration's time past their 100 ms at most. */
+    if (d->making_room)
+        note_usage(d);
+    else
+        note_and_publish(c, d);
 }
 
 void rc_budget_fini(struct regcache *c)

@@ -40,6 +40,7 @@ struct rc_device {
      * REGCACHE_LEDGER=off, or it could not be had).  Set with the budget. */
     struct rc_ledger *ledger;
     bool ledger_limits;        /* no max_bytes: the ledger sets the limit */
+    bool making_room;          /* a miss evicts before registering: notes skip the clock */
     uint64_t ledger_published; /* when the counters last went out (ns) */
     /* Bytes of registrations in flight (under the lock): the ledger counts
      * them with `bytes`, so that no other cache takes their room. */
@@ -164,8 +165,18 @@ int rc_register_rail(struct regcache *c, struct regcache_entry *e, unsigned rail
 
 /* ---- eviction and budgets (evict.c, budget.c) --------------------------- */
 
-/* The device slot's budget, fixed when first asked for. */
-struct rc_device *rc_device(struct regcache *c, int slot);
+/* rc_device() the first time: it sets the slot's budget. */
+struct rc_device *rc_device_set(struct regcache *c, int slot);
+
+/* The device slot, with its budget fixed when first asked for.  Inline:
+ * every miss asks, and after the first time it is one load. */
+static inline struct rc_device *rc_device(struct regcache *c, int slot)
+{
+    struct rc_device *d = &c->dev[slot];
+    if (__builtin_expect(atomic_load_explicit(&d->budget_state, memory_order_acquire) == 2, 1))
+        return d;
+    return rc_device_set(c, slot);
+}
 
 /* Under the lock: evict LRU unused entries of d until it holds at most
  * max_bytes and max_entries; count them in `counter` (NULL for a flush). */

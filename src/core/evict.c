@@ -26,11 +26,15 @@ size_t rc_evict_locked(struct regcache *c, struct rc_device *d, size_t max_bytes
 /* Under the lock: the ledger's share for this cache, before it registers
  * `want` more bytes (0: a put that saw another cache ask for room), becomes
  * the device's byte budget. */
-static void follow_ledger_locked(struct rc_device *d, size_t want)
+static inline void follow_ledger_locked(struct rc_device *d, size_t want)
 {
     size_t keep = rc_ledger_limit(d->ledger, want);
-    atomic_store_explicit(&d->max_bytes, keep > SIZE_MAX - want ? SIZE_MAX : keep + want,
-                          memory_order_relaxed);
+    size_t max = keep > SIZE_MAX - want ? SIZE_MAX : keep + want;
+    /* `over` already holds for the budget as it is: every change of the
+     * counts rechecks it. */
+    if (max == atomic_load_explicit(&d->max_bytes, memory_order_relaxed))
+        return;
+    atomic_store_explicit(&d->max_bytes, max, memory_order_relaxed);
     rc_recheck_budget_locked(d);
 }
 
@@ -41,8 +45,12 @@ void rc_make_room_locked(struct regcache *c, struct rc_device *d, size_t len,
         follow_ledger_locked(d, len);
     size_t max_bytes = atomic_load_explicit(&d->max_bytes, memory_order_relaxed);
     size_t max_entries = atomic_load_explicit(&d->max_entries, memory_order_relaxed);
+    /* The notes of these evictions leave the clock to the note that ends
+     * the miss (rc_ledger_note_locked). */
+    d->making_room = true;
     rc_evict_locked(c, d, max_bytes > len ? max_bytes - len : 0, max_entries - 1, &d->n.evictions,
                     victims);
+    d->making_room = false;
 }
 
 void rc_trim(struct regcache *c, struct rc_device *d)

@@ -24,6 +24,7 @@ struct rc_ledger {
     struct rc_ledger_segment *seg;
     struct rc_ledger_record *rec; /* this cache's */
     uint64_t owner;               /* the owner word it carries */
+    _Atomic uint64_t alone_at;    /* still_alone()'s */
     uint64_t pidns;               /* the pid namespace it can check owners in */
     pid_t pid;                    /* of the process that attached */
     char key[RC_LEDGER_KEY_MAX];  /* the GPU's, for messages */
@@ -194,6 +195,9 @@ static struct rc_ledger_record *claim(struct rc_ledger_segment *s, uint64_t owne
         for (size_t k = 0; k < sizeof zero / sizeof zero[0]; k++)
             store(zero[k], 0);
         atomic_store_explicit(&r->owner, owner, memory_order_release);
+        /* After the owner word: a cache that reads the new count reads the
+         * records again and finds this one. */
+        atomic_fetch_add_explicit(&s->hdr.claims, 1, memory_order_release);
         return r;
     }
     return NULL;
@@ -291,8 +295,11 @@ void rc_ledger_usage(struct rc_ledger *l, size_t bytes, size_t entries)
 {
     if (broken(l))
         return;
-    store(&l->rec->bytes, clamp(bytes));
-    store(&l->rec->entries, clamp(entries));
+    /* Stored as they are: entries change with nearly every call, and share
+     * the line with bytes. */
+    struct rc_ledger_record *r = l->rec;
+    store(&r->bytes, clamp(bytes));
+    store(&r->entries, clamp(entries));
 }
 
 void rc_ledger_publish(struct rc_ledger *l, const struct rc_ledger_counts *c)
@@ -338,7 +345,7 @@ const char *rc_ledger_failure(const struct rc_ledger *l)
 }
 
 /* Whether a record is possible at a glance: an owner with a pid, counts
- * below RC_LEDGER_MAX_BYTES.  Every miss of a cache that follows the ledger
+ * below RC_LEDGER_MAX_BYTES.  A miss of a cache that shares the ledger
  * reads every record, and rc_ledger_check_record(), out of line with its
  * table of counts, costs several times this; it is left to decide the
  * rest (a count of exactly the limit, which clamping writes, passes) and
@@ -390,35 +397,82 @@ static bool read_holdings(struct rc_ledger *l, uint64_t *others, size_t *n, uint
     return true;
 }
 
-size_t rc_ledger_limit(struct rc_ledger *l, size_t want)
+/* Whether the last look at the records found no other cache and none has
+ * claimed a record since (alone_at: the segment's `claims` + 1 as of that
+ * look, 0 when it found others): then this cache's own bytes are all it
+ * needs.  The header and the owner of its record are checked as every look
+ * checks them, so that a segment that turns corrupt there is given up at
+ * the next miss all the same; what only a writer other than this library
+ * puts into the records is found at the next look. */
+static bool still_alone(const struct rc_ledger *l, uint64_t claims)
 {
-    uint64_t others[RC_LEDGER_RECORDS], rest, own = 0;
-    size_t n;
-    char why[160];
-    if (broken(l))
-        return own_budget(l, want);
-    if (!read_holdings(l, others, &n, &rest, &own, why, sizeof why))
-        return fall_back(l, why, want);
-    struct rc_ledger_header *h = &l->seg->hdr;
-    uint64_t budget = rc_ledger_read(&h->budget);
+    const struct rc_ledger_segment *s = l->seg;
+    return rc_ledger_read(&l->alone_at) == claims + 1 && s->hdr.magic == RC_LEDGER_MAGIC &&
+           rc_ledger_read(&s->hdr.used) <= RC_LEDGER_RECORDS &&
+           rc_ledger_read(&l->rec->owner) == l->owner;
+}
+
+/* Other caches must make room for this one's registration.  Rare: out of
+ * line. */
+static __attribute__((noinline)) void raise_pressure(struct rc_ledger *l)
+{
+    uint64_t before = atomic_fetch_add_explicit(&l->seg->hdr.pressure, 1, memory_order_release);
+    /* This cache is the one that needs room: it need not answer its own
+     * pressure, only pressure raised by others. */
+    atomic_compare_exchange_strong(&l->pulse.seen, &before, before + 1);
+    sweep_now_and_then(l->seg, l->pidns);
+}
+
+/* rc_ledger_limit() once the holdings are known.  Inline: a cache alone on
+ * a GPU of unknown budget has nothing else to do. */
+static inline size_t limit_of(struct rc_ledger *l, const uint64_t *others, size_t n, uint64_t rest,
+                              uint64_t own, uint64_t want)
+{
+    uint64_t budget = rc_ledger_read(&l->seg->hdr.budget);
     if (!budget)
         return SIZE_MAX;
     struct rc_ledger_plan p = plan(budget, others, n, rest, own, want);
-    store(&l->rec->budget, clamp(add_sat(p.keep, want)));
+    /* Mostly as it was: a put that answers pressure with nothing to evict
+     * then leaves the line clean, where a store would take it from every
+     * process that read it since. */
+    uint64_t limit = clamp(add_sat(p.keep, want));
+    if (rc_ledger_read(&l->rec->budget) != limit)
+        store(&l->rec->budget, limit);
     if (want) {
         /* Count the registration before it happens, so that caches acting
          * on this pressure, and concurrent misses, see it;
          * rc_ledger_usage() puts the truth in its place. */
         store(&l->rec->bytes, clamp(add_sat(own < p.keep ? own : p.keep, want)));
     }
-    if (p.pressure) {
-        uint64_t before = atomic_fetch_add_explicit(&h->pressure, 1, memory_order_release);
-        /* This cache is the one that needs room: it need not answer its own
-         * pressure, only pressure raised by others. */
-        atomic_compare_exchange_strong(&l->pulse.seen, &before, before + 1);
-        sweep_now_and_then(l->seg, l->pidns);
-    }
+    if (p.pressure)
+        raise_pressure(l);
     return (size_t)p.keep;
+}
+
+/* rc_ledger_limit() from a look at every record, which also tells whether
+ * the next call may skip it.  Out of line: alone, a cache comes here only
+ * after a claim. */
+static __attribute__((noinline)) size_t look_and_limit(struct rc_ledger *l, size_t want,
+                                                       uint64_t claims)
+{
+    uint64_t others[RC_LEDGER_RECORDS], rest, own = 0;
+    size_t n;
+    char why[160];
+    if (!read_holdings(l, others, &n, &rest, &own, why, sizeof why))
+        return fall_back(l, why, want);
+    atomic_store_explicit(&l->alone_at, n ? 0 : claims + 1, memory_order_relaxed);
+    return limit_of(l, others, n, rest, own, want);
+}
+
+size_t rc_ledger_limit(struct rc_ledger *l, size_t want)
+{
+    if (broken(l))
+        return own_budget(l, want);
+    /* Before the records are read, so that a claim after it counts. */
+    uint64_t claims = atomic_load_explicit(&l->seg->hdr.claims, memory_order_acquire);
+    if (!still_alone(l, claims))
+        return look_and_limit(l, want, claims);
+    return limit_of(l, NULL, 0, 0, rc_ledger_read(&l->rec->bytes), want);
 }
 
 bool rc_ledger_answer(struct rc_ledger *l, uint64_t seen, uint64_t now)

@@ -76,8 +76,9 @@ void rc_ledger_publish(struct rc_ledger *l, const struct rc_ledger_counts *count
  * miss evicts unused entries down to it, then registers; a put that saw
  * pressure (want 0) evicts down to it.  Raises pressure when the GPU is
  * over budget even after that eviction.  SIZE_MAX when the GPU's budget is
- * unknown.  Scans the records (slow path only).  When the ledger turns out
- * corrupt, answers from then on as if the budget given to
+ * unknown.  Scans the records (slow path only), unless the last scan found
+ * none in use but this cache's and none has been claimed since.  When the
+ * ledger turns out corrupt, answers from then on as if the budget given to
  * rc_ledger_attach() were this cache's alone (that budget less `want`),
  * writes nothing more to the segment, and regcache_last_error() and
  * rc_ledger_failure() say why.

@@ -152,11 +152,32 @@ static void stat_shows_what_each_cache_says(void **state)
         helper_stop(&h[i]);
 }
 
+/* A miss that evicts, past the 100 ms, publishes once it is done: what it
+ * evicted is in the counters shown. */
+static void stat_shows_the_evictions_of_the_miss_that_publishes(void **state)
+{
+    (void)state;
+    struct helper h;
+    struct cache_view v;
+    struct stat_gpu g;
+    cache_start(&h, NULL);
+    for (int i = 0; i < 3; i++)
+        cache_ask(&h, "reg 100", &v);
+    assert_int_equal(v.evictions, 1);
+    cache_ask(&h, "sleep 110", &v);
+    cache_ask(&h, "reg 100", &v);
+    assert_int_equal(v.evictions, 2);
+    stat_json(&g);
+    json_agrees(&g, &h, &v, 1, true);
+    helper_stop(&h);
+}
+
 int main(void)
 {
 #define T(test) cmocka_unit_test_setup_teardown(test, ledger_setup, ledger_teardown)
     const struct CMUnitTest tests[] = {
         T(stat_shows_what_each_cache_says),
+        T(stat_shows_the_evictions_of_the_miss_that_publishes),
     };
 #undef T
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -213,6 +213,33 @@ static void corruption_while_attached_falls_back(void **state)
     rc_ledger_unmap(s);
 }
 
+/* A cache alone on a GPU stops reading the records while nobody claims
+ * one: its share must shrink once another cache attaches and registers,
+ * follow that cache's bytes, and grow back once it leaves. */
+static void share_alone_follows_newcomers(void **state)
+{
+    (void)state;
+    struct rc_ledger *a = ledger_attach("dev0", 100 * M);
+    /* Before each ask, a holds 50 again: the ask counts its request. */
+    rc_ledger_usage(a, 50 * M, 50);
+    assert_int_equal(rc_ledger_limit(a, M), 99 * M);
+    rc_ledger_usage(a, 50 * M, 50);
+    assert_int_equal(rc_ledger_limit(a, M), 99 * M);
+
+    struct rc_ledger *b = ledger_attach("dev0", 0);
+    rc_ledger_usage(b, 30 * M, 30);
+    rc_ledger_usage(a, 50 * M, 50);
+    assert_int_equal(rc_ledger_limit(a, M), 69 * M);
+    rc_ledger_usage(b, 40 * M, 40);
+    rc_ledger_usage(a, 50 * M, 50);
+    assert_int_equal(rc_ledger_limit(a, M), 59 * M);
+
+    rc_ledger_detach(b);
+    rc_ledger_usage(a, 50 * M, 50);
+    assert_int_equal(rc_ledger_limit(a, M), 99 * M);
+    rc_ledger_detach(a);
+}
+
 /* What the core will do from many threads: every call at once, on
  * ledgers of their own and on one they share (for ThreadSanitizer). */
 static void *cache_thread(void *arg)
@@ -390,6 +417,7 @@ int main(int argc, char **argv)
         T(segment_of_wrong_mode_or_a_link_is_refused),
         T(corrupt_segment_is_survived),
         T(corruption_while_attached_falls_back),
+        T(share_alone_follows_newcomers),
         T(threads_share_ledgers),
         T(creation_race_yields_one_segment),
         T(fork_child_leaves_the_parent_record),
