@@ -20,7 +20,9 @@
 #define RC_LEDGER_DIR "/dev/shm"
 
 #define RC_LEDGER_MAGIC 0x31524744454c4352ull /* "RCLEDGR1" in memory order */
-#define RC_LEDGER_VERSION 1u
+/* 2: caches bump `claims` when they claim a record (a cache of version 1
+ * would not, and one alone would miss its arrival). */
+#define RC_LEDGER_VERSION 2u
 #define RC_LEDGER_RECORDS 256u  /* caches per GPU at once, all processes */
 #define RC_LEDGER_KEY_MAX 64    /* GPU key with its NUL */
 #define RC_LEDGER_PREFIX_MAX 64 /* "regcache-<uid>.<namespace>-" */

@@ -153,8 +153,9 @@ static void corrupt_segment_is_survived(void **state)
         const char *why;
     } wrong[] = {
         { offsetof(struct rc_ledger_header, magic), 0x6867666564636261ull, "bad magic" },
-        { offsetof(struct rc_ledger_header, version), 2, "layout version 2" },
-        { offsetof(struct rc_ledger_header, records), 1u << 20, "layout version 1 is" },
+        { offsetof(struct rc_ledger_header, version), RC_LEDGER_VERSION + 1,
+          "this library reads version" },
+        { offsetof(struct rc_ledger_header, records), 1u << 20, "but layout version" },
         { offsetof(struct rc_ledger_header, key), 0x2f2e2e, "GPU key" },
         { offsetof(struct rc_ledger_header, used), RC_LEDGER_RECORDS + 1, "records in use" },
         { offsetof(struct rc_ledger_header, budget), 1ull << 60, "budget" },
