@@ -8,6 +8,8 @@
 #include "regcache.h"
 #include "threads.h"
 
+#define COLD __attribute__((noinline, cold))
+
 void rc_lru_init(struct rc_lru *lru, struct rc_page_index *index)
 {
     lru->heap = NULL;
@@ -21,9 +23,9 @@ void rc_lru_fini(struct rc_lru *lru)
     rc_lru_init(lru, lru->index);
 }
 
-static void place(struct rc_lru *lru, size_t i, struct rc_lru_node n)
+static void place(struct rc_lru_node *heap, size_t i, struct rc_lru_node n)
 {
-    lru->heap[i] = n;
+    heap[i] = n;
     n.e->heap_idx = i;
 }
 
@@ -42,52 +44,75 @@ static size_t first_child(size_t i)
     return ARITY * i + 1;
 }
 
-static void sift_up(struct rc_lru *lru, size_t i)
+/* A hole at i, for a node of key `key`, rises no higher than `top` while
+ * its parent's key is greater (or equal too, `past_equal`): each such
+ * parent moves down into it.  Returns where the hole stops. */
+static size_t climb(struct rc_lru_node *heap, size_t i, size_t top, uint64_t key, bool past_equal)
 {
-    struct rc_lru_node n = lru->heap[i];
-    while (i > 0) {
+    while (i > top) {
         size_t parent = parent_of(i);
-        if (lru->heap[parent].key <= n.key)
+        if (heap[parent].key < key || (heap[parent].key == key && !past_equal))
             break;
-        place(lru, i, lru->heap[parent]);
+        place(heap, i, heap[parent]);
         i = parent;
     }
-    place(lru, i, n);
+    return i;
 }
 
-/* The child with the least key of a full set of siblings, chosen by
- * selects rather than branches: which one it is follows no pattern, so
- * branches would mispredict at every level. */
-static size_t least_of_four(const struct rc_lru_node *heap, size_t first)
+/* Fill the hole at i with n, which belongs at or above it. */
+static void sift_up(struct rc_lru *lru, size_t i, struct rc_lru_node n)
 {
-    uint64_t k0 = heap[first].key, k1 = heap[first + 1].key;
-    uint64_t k2 = heap[first + 2].key, k3 = heap[first + 3].key;
-    size_t a = first + (k1 < k0), b = first + 2 + (k3 < k2);
+    place(lru->heap, climb(lru->heap, i, 0, n.key, false), n);
+}
+
+/* Which of four siblings has the least key, chosen by selects rather than
+ * branches: which one it is follows no pattern, so branches would
+ * mispredict at every level. */
+static size_t least_of_four(const struct rc_lru_node *c)
+{
+    uint64_t k0 = c[0].key, k1 = c[1].key, k2 = c[2].key, k3 = c[3].key;
+    size_t a = k1 < k0, b = 2 + (k3 < k2);
     uint64_t ka = k1 < k0 ? k1 : k0, kb = k3 < k2 ? k3 : k2;
     return a ^ ((a ^ b) & -(size_t)(kb < ka));
 }
 
-static void sift_down(struct rc_lru *lru, size_t i)
+/* The hole at i walks down to a leaf along the least children, each
+ * moving up into it; returns the leaf. */
+static size_t hole_to_leaf(struct rc_lru_node *heap, size_t count, size_t i)
 {
-    struct rc_lru_node n = lru->heap[i];
-    for (;;) {
-        size_t first = first_child(i), child;
-        if (first + ARITY <= lru->count) {
-            child = least_of_four(lru->heap, first);
-        } else {
-            if (first >= lru->count)
-                break;
-            child = first;
-            for (size_t c = first + 1; c < lru->count; c++)
-                if (lru->heap[c].key < lru->heap[child].key)
-                    child = c;
-        }
-        if (lru->heap[child].key >= n.key)
-            break;
-        place(lru, i, lru->heap[child]);
-        i = child;
+    /* Nodes before this one have all four children. */
+    size_t full = (count - 1) / ARITY;
+    struct rc_lru_node *hole = &heap[i];
+    while (i < full) {
+        struct rc_lru_node *c = &heap[first_child(i)];
+        size_t least = least_of_four(c);
+        *hole = c[least];
+        hole->e->heap_idx = i;
+        hole = &c[least];
+        i = first_child(i) + least;
     }
-    place(lru, i, n);
+    size_t first = first_child(i);
+    if (first >= count)
+        return i;
+    size_t child = first;
+    for (size_t c = first + 1; c < count; c++)
+        if (heap[c].key < heap[child].key)
+            child = c;
+    place(heap, i, heap[child]);
+    return child;
+}
+
+/* Fill the hole at i with n, which belongs at or below it.  What fills
+ * holes here is mostly the newest node (the last leaf, a key just
+ * refreshed, a held entry sent behind), whose place is at the bottom: so
+ * the hole first goes down to a leaf, comparing siblings only, and n then
+ * climbs back, mostly not at all (Floyd's sift).  n climbs past equal
+ * keys: it stops where a sift comparing it at every level would have, so
+ * the heap ends exactly as with one. */
+static void sift_down(struct rc_lru *lru, size_t i, struct rc_lru_node n)
+{
+    size_t leaf = hole_to_leaf(lru->heap, lru->count, i);
+    place(lru->heap, climb(lru->heap, leaf, i, n.key, true), n);
 }
 
 int rc_lru_push(struct rc_lru *lru, struct regcache_entry *e)
@@ -101,24 +126,27 @@ int rc_lru_push(struct rc_lru *lru, struct regcache_entry *e)
         lru->capacity = cap;
     }
     struct rc_lru_node n = { atomic_load_explicit(&e->last_use, memory_order_relaxed), e };
-    place(lru, lru->count++, n);
-    sift_up(lru, lru->count - 1);
+    sift_up(lru, lru->count++, n);
     return REGCACHE_OK;
+}
+
+/* Close the hole at i that an entry left: the last node fills it. */
+static void fill_hole(struct rc_lru *lru, size_t i)
+{
+    struct rc_lru_node last = lru->heap[--lru->count];
+    if (i == lru->count)
+        return;
+    if (i && lru->heap[parent_of(i)].key > last.key)
+        sift_up(lru, i, last);
+    else
+        sift_down(lru, i, last);
 }
 
 void rc_lru_remove(struct rc_lru *lru, struct regcache_entry *e)
 {
     size_t i = e->heap_idx;
     e->heap_idx = RC_LRU_NONE;
-    struct rc_lru_node last = lru->heap[--lru->count];
-    if (i == lru->count)
-        return;
-    place(lru, i, last);
-    /* The moved entry may belong above or below its new slot. */
-    if (i && lru->heap[parent_of(i)].key > last.key)
-        sift_up(lru, i);
-    else
-        sift_down(lru, i);
+    fill_hole(lru, i);
 }
 
 /* How recently each logged entry was put: its smallest distance from the
@@ -193,17 +221,20 @@ static unsigned rank_of(const struct use_rank *r, size_t n, const struct regcach
  * on a plateau of that key from the root, and a walk of them stops
  * wherever the key grows. */
 
-/* Whether i has its four children and all are off the plateau: the least
- * of their keys, read from the array, tells so without visiting an entry. */
+/* Whether i has its four children and all are off the plateau: their
+ * keys, read from the array, tell so without visiting an entry.  Mostly
+ * none is on it, so the branches are predicted. */
 static bool plateau_ends_at(const struct rc_lru *lru, size_t i, uint64_t epoch)
 {
     size_t first = first_child(i);
-    return first + ARITY <= lru->count && lru->heap[least_of_four(lru->heap, first)].key != epoch;
+    const struct rc_lru_node *c = &lru->heap[first];
+    return first + ARITY <= lru->count && c[0].key != epoch && c[1].key != epoch &&
+           c[2].key != epoch && c[3].key != epoch;
 }
 
 /* How many entries at or below i, a node of the plateau, were last used in
  * the root's epoch (counting stops at `enough`)? */
-static size_t used_in_epoch(const struct rc_lru *lru, size_t i, uint64_t epoch, size_t enough)
+static COLD size_t used_in_epoch(const struct rc_lru *lru, size_t i, uint64_t epoch, size_t enough)
 {
     size_t n = atomic_load_explicit(&lru->heap[i].e->last_use, memory_order_relaxed) == epoch;
     if (plateau_ends_at(lru, i, epoch))
@@ -238,7 +269,7 @@ static void least_recent(struct rc_lru *lru, size_t i, uint64_t epoch, const str
 
 /* Several entries were last used in the root's epoch: the least recent
  * unused one by the use logs, claimed; NULL when all are held. */
-static struct regcache_entry *pop_within_epoch(struct rc_lru *lru, uint64_t epoch)
+static COLD struct regcache_entry *pop_within_epoch(struct rc_lru *lru, uint64_t epoch)
 {
     struct use_rank *ranks;
     size_t n = collect_ranks(&ranks);
@@ -263,16 +294,16 @@ struct regcache_entry *rc_lru_pop_unused(struct rc_lru *lru, uint64_t now)
      * held. */
     size_t budget = 2 * lru->count + 2;
     while (lru->count && budget--) {
-        struct rc_lru_node *top = &lru->heap[0];
-        uint64_t used = atomic_load_explicit(&top->e->last_use, memory_order_relaxed);
-        if (used > top->key) {
-            top->key = used;
-            sift_down(lru, 0);
+        struct rc_lru_node top = lru->heap[0];
+        uint64_t used = atomic_load_explicit(&top.e->last_use, memory_order_relaxed);
+        if (used > top.key) {
+            top.key = used;
+            sift_down(lru, 0, top);
             continue;
         }
         /* Entries last used in the same epoch are ordered by the use logs,
          * whether it is the current one or an older one. */
-        uint64_t epoch = top->key;
+        uint64_t epoch = top.key;
         /* Nearly always the root alone was last used in its epoch, and its
          * children say so before the count is called (it saves and
          * restores registers for its recursion). */
@@ -283,14 +314,15 @@ struct regcache_entry *rc_lru_pop_unused(struct rc_lru *lru, uint64_t now)
                 return least;
             /* All of the epoch's entries are held: move them behind. */
         }
-        struct regcache_entry *e = top->e;
-        if (rc_entry_claim_unused(e, lru->index)) {
-            rc_lru_remove(lru, e);
-            return e;
+        if (rc_entry_claim_unused(top.e, lru->index)) {
+            /* rc_lru_remove, knowing the hole is at the root. */
+            top.e->heap_idx = RC_LRU_NONE;
+            fill_hole(lru, 0);
+            return top.e;
         }
         /* Held: it is being used now, so it is the most recent of all. */
-        top->key = now;
-        sift_down(lru, 0);
+        top.key = now;
+        sift_down(lru, 0, top);
     }
     return NULL;
 }
