@@ -13,6 +13,7 @@
 void rc_lru_init(struct rc_lru *lru, struct rc_page_index *index)
 {
     lru->heap = NULL;
+    lru->keys = NULL;
     lru->count = lru->capacity = 0;
     lru->index = index;
 }
@@ -20,18 +21,31 @@ void rc_lru_init(struct rc_lru *lru, struct rc_page_index *index)
 void rc_lru_fini(struct rc_lru *lru)
 {
     free(lru->heap);
+    free(lru->keys);
     rc_lru_init(lru, lru->index);
 }
 
-static void place(struct rc_lru_node *heap, size_t i, struct rc_lru_node n)
+/* What moves between the heap's slots: a key and its entry. */
+struct node {
+    uint64_t key;
+    struct regcache_entry *e;
+};
+
+static struct node node_at(const struct rc_lru *lru, size_t i)
 {
-    heap[i] = n;
+    return (struct node){ lru->keys[i], lru->heap[i].e };
+}
+
+static void place(struct rc_lru *lru, size_t i, struct node n)
+{
+    lru->keys[i] = n.key;
+    lru->heap[i].e = n.e;
     n.e->heap_idx = i;
 }
 
 /* Four children a node: half the levels of a binary heap, so half the
- * entries whose heap_idx a sift writes, and the four 16-byte nodes compared
- * at each level share a line or two. */
+ * entries whose heap_idx a sift writes, and the four keys compared at each
+ * level are 32 bytes of one array. */
 #define ARITY 4
 
 static size_t parent_of(size_t i)
@@ -47,58 +61,55 @@ static size_t first_child(size_t i)
 /* A hole at i, for a node of key `key`, rises no higher than `top` while
  * its parent's key is greater (or equal too, `past_equal`): each such
  * parent moves down into it.  Returns where the hole stops. */
-static size_t climb(struct rc_lru_node *heap, size_t i, size_t top, uint64_t key, bool past_equal)
+static size_t climb(struct rc_lru *lru, size_t i, size_t top, uint64_t key, bool past_equal)
 {
     while (i > top) {
         size_t parent = parent_of(i);
-        if (heap[parent].key < key || (heap[parent].key == key && !past_equal))
+        if (lru->keys[parent] < key || (lru->keys[parent] == key && !past_equal))
             break;
-        place(heap, i, heap[parent]);
+        place(lru, i, node_at(lru, parent));
         i = parent;
     }
     return i;
 }
 
 /* Fill the hole at i with n, which belongs at or above it. */
-static void sift_up(struct rc_lru *lru, size_t i, struct rc_lru_node n)
+static void sift_up(struct rc_lru *lru, size_t i, struct node n)
 {
-    place(lru->heap, climb(lru->heap, i, 0, n.key, false), n);
+    place(lru, climb(lru, i, 0, n.key, false), n);
 }
 
-/* Which of four siblings has the least key, chosen by selects rather than
- * branches: which one it is follows no pattern, so branches would
- * mispredict at every level. */
-static size_t least_of_four(const struct rc_lru_node *c)
+/* The child with the least key of a full set of siblings, chosen by
+ * selects rather than branches: which one it is follows no pattern, so
+ * branches would mispredict at every level. */
+static size_t least_of_four(const uint64_t *keys, size_t first)
 {
-    uint64_t k0 = c[0].key, k1 = c[1].key, k2 = c[2].key, k3 = c[3].key;
-    size_t a = k1 < k0, b = 2 + (k3 < k2);
+    uint64_t k0 = keys[first], k1 = keys[first + 1], k2 = keys[first + 2], k3 = keys[first + 3];
+    size_t a = first + (k1 < k0), b = first + 2 + (k3 < k2);
     uint64_t ka = k1 < k0 ? k1 : k0, kb = k3 < k2 ? k3 : k2;
     return a ^ ((a ^ b) & -(size_t)(kb < ka));
 }
 
 /* The hole at i walks down to a leaf along the least children, each
  * moving up into it; returns the leaf. */
-static size_t hole_to_leaf(struct rc_lru_node *heap, size_t count, size_t i)
+static size_t hole_to_leaf(struct rc_lru *lru, size_t i)
 {
+    size_t count = lru->count;
     /* Nodes before this one have all four children. */
     size_t full = (count - 1) / ARITY;
-    struct rc_lru_node *hole = &heap[i];
     while (i < full) {
-        struct rc_lru_node *c = &heap[first_child(i)];
-        size_t least = least_of_four(c);
-        *hole = c[least];
-        hole->e->heap_idx = i;
-        hole = &c[least];
-        i = first_child(i) + least;
+        size_t child = least_of_four(lru->keys, first_child(i));
+        place(lru, i, node_at(lru, child));
+        i = child;
     }
     size_t first = first_child(i);
     if (first >= count)
         return i;
     size_t child = first;
     for (size_t c = first + 1; c < count; c++)
-        if (heap[c].key < heap[child].key)
+        if (lru->keys[c] < lru->keys[child])
             child = c;
-    place(heap, i, heap[child]);
+    place(lru, i, node_at(lru, child));
     return child;
 }
 
@@ -109,23 +120,33 @@ static size_t hole_to_leaf(struct rc_lru_node *heap, size_t count, size_t i)
  * climbs back, mostly not at all (Floyd's sift).  n climbs past equal
  * keys: it stops where a sift comparing it at every level would have, so
  * the heap ends exactly as with one. */
-static void sift_down(struct rc_lru *lru, size_t i, struct rc_lru_node n)
+static void sift_down(struct rc_lru *lru, size_t i, struct node n)
 {
-    size_t leaf = hole_to_leaf(lru->heap, lru->count, i);
-    place(lru->heap, climb(lru->heap, leaf, i, n.key, true), n);
+    place(lru, climb(lru, hole_to_leaf(lru, i), i, n.key, true), n);
+}
+
+/* Out of line: without the call, a push saves no registers.  The arrays
+ * grow one at a time; one grown alone is just larger than it need be. */
+static COLD bool grow(struct rc_lru *lru)
+{
+    size_t cap = lru->capacity ? lru->capacity * 2 : 64;
+    uint64_t *keys = realloc(lru->keys, cap * sizeof(*keys));
+    if (!keys)
+        return false;
+    lru->keys = keys;
+    struct rc_lru_node *heap = realloc(lru->heap, cap * sizeof(*heap));
+    if (!heap)
+        return false;
+    lru->heap = heap;
+    lru->capacity = cap;
+    return true;
 }
 
 int rc_lru_push(struct rc_lru *lru, struct regcache_entry *e)
 {
-    if (lru->count == lru->capacity) {
-        size_t cap = lru->capacity ? lru->capacity * 2 : 64;
-        struct rc_lru_node *heap = realloc(lru->heap, cap * sizeof(*heap));
-        if (!heap)
-            return REGCACHE_ERR_NO_MEMORY;
-        lru->heap = heap;
-        lru->capacity = cap;
-    }
-    struct rc_lru_node n = { atomic_load_explicit(&e->last_use, memory_order_relaxed), e };
+    if (lru->count == lru->capacity && !grow(lru))
+        return REGCACHE_ERR_NO_MEMORY;
+    struct node n = { atomic_load_explicit(&e->last_use, memory_order_relaxed), e };
     sift_up(lru, lru->count++, n);
     return REGCACHE_OK;
 }
@@ -133,10 +154,10 @@ int rc_lru_push(struct rc_lru *lru, struct regcache_entry *e)
 /* Close the hole at i that an entry left: the last node fills it. */
 static void fill_hole(struct rc_lru *lru, size_t i)
 {
-    struct rc_lru_node last = lru->heap[--lru->count];
+    struct node last = node_at(lru, --lru->count);
     if (i == lru->count)
         return;
-    if (i && lru->heap[parent_of(i)].key > last.key)
+    if (i && lru->keys[parent_of(i)] > last.key)
         sift_up(lru, i, last);
     else
         sift_down(lru, i, last);
@@ -227,9 +248,9 @@ static unsigned rank_of(const struct use_rank *r, size_t n, const struct regcach
 static bool plateau_ends_at(const struct rc_lru *lru, size_t i, uint64_t epoch)
 {
     size_t first = first_child(i);
-    const struct rc_lru_node *c = &lru->heap[first];
-    return first + ARITY <= lru->count && c[0].key != epoch && c[1].key != epoch &&
-           c[2].key != epoch && c[3].key != epoch;
+    const uint64_t *k = &lru->keys[first];
+    return first + ARITY <= lru->count && k[0] != epoch && k[1] != epoch && k[2] != epoch &&
+           k[3] != epoch;
 }
 
 /* How many entries at or below i, a node of the plateau, were last used in
@@ -243,7 +264,7 @@ static COLD size_t used_in_epoch(const struct rc_lru *lru, size_t i, uint64_t ep
     if (end > lru->count)
         end = lru->count;
     for (size_t c = first; c < end && n < enough; c++)
-        if (lru->heap[c].key == epoch)
+        if (lru->keys[c] == epoch)
             n += used_in_epoch(lru, c, epoch, enough - n);
     return n;
 }
@@ -253,7 +274,7 @@ static COLD size_t used_in_epoch(const struct rc_lru *lru, size_t i, uint64_t ep
 static void least_recent(struct rc_lru *lru, size_t i, uint64_t epoch, const struct use_rank *ranks,
                          size_t n, struct regcache_entry **best, unsigned *best_rank)
 {
-    if (i >= lru->count || lru->heap[i].key != epoch)
+    if (i >= lru->count || lru->keys[i] != epoch)
         return;
     struct regcache_entry *e = lru->heap[i].e;
     if (atomic_load_explicit(&e->last_use, memory_order_relaxed) == epoch && !rc_entry_held(e)) {
@@ -294,7 +315,7 @@ struct regcache_entry *rc_lru_pop_unused(struct rc_lru *lru, uint64_t now)
      * held. */
     size_t budget = 2 * lru->count + 2;
     while (lru->count && budget--) {
-        struct rc_lru_node top = lru->heap[0];
+        struct node top = node_at(lru, 0);
         uint64_t used = atomic_load_explicit(&top.e->last_use, memory_order_relaxed);
         if (used > top.key) {
             top.key = used;
@@ -331,7 +352,7 @@ void rc_lru_check(const struct rc_lru *lru)
 {
     for (size_t i = 0; i < lru->count; i++) {
         const struct regcache_entry *e = lru->heap[i].e;
-        if (e->heap_idx != i || (i && lru->heap[parent_of(i)].key > lru->heap[i].key)) {
+        if (e->heap_idx != i || (i && lru->keys[parent_of(i)] > lru->keys[i])) {
             fprintf(stderr, "regcache: LRU heap broken at %zu\n", i);
             abort();
         }

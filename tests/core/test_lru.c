@@ -111,7 +111,7 @@ static void assert_heap(const struct rc_lru *lru)
     for (size_t i = 0; i < lru->count; i++) {
         assert_int_equal(lru->heap[i].e->heap_idx, i);
         if (i)
-            assert_true(lru->heap[(i - 1) / ARITY].key <= lru->heap[i].key);
+            assert_true(lru->keys[(i - 1) / ARITY] <= lru->keys[i]);
     }
 }
 
