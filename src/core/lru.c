@@ -90,23 +90,31 @@ static size_t least_of_four(const uint64_t *keys, size_t first)
     return a ^ ((a ^ b) & -(size_t)(kb < ka));
 }
 
-/* The hole at i walks down to a leaf along the least children, each
- * moving up into it; returns the leaf. */
-static size_t hole_to_leaf(struct rc_lru *lru, size_t i)
+/* The hole at i walks down along the least children, each moving up into
+ * it, while they are four; returns where it stops.  Out of line, so that
+ * the loop keeps nothing for the caller's work after it. */
+static __attribute__((noinline)) size_t hole_past_full(struct rc_lru *lru, size_t i)
 {
-    size_t count = lru->count;
     /* Nodes before this one have all four children. */
-    size_t full = (count - 1) / ARITY;
+    size_t full = (lru->count - 1) / ARITY;
     while (i < full) {
         size_t child = least_of_four(lru->keys, first_child(i));
         place(lru, i, node_at(lru, child));
         i = child;
     }
+    return i;
+}
+
+/* The hole at i walks down to a leaf along the least children; returns
+ * the leaf. */
+static size_t hole_to_leaf(struct rc_lru *lru, size_t i)
+{
+    i = hole_past_full(lru, i);
     size_t first = first_child(i);
-    if (first >= count)
+    if (first >= lru->count)
         return i;
     size_t child = first;
-    for (size_t c = first + 1; c < count; c++)
+    for (size_t c = first + 1; c < lru->count; c++)
         if (lru->keys[c] < lru->keys[child])
             child = c;
     place(lru, i, node_at(lru, child));
