@@ -133,27 +133,28 @@ static void sift_down(struct rc_lru *lru, size_t i, struct node n)
     place(lru, climb(lru, hole_to_leaf(lru, i), i, n.key, true), n);
 }
 
-/* Out of line: without the call, a push saves no registers.  The arrays
- * grow one at a time; one grown alone is just larger than it need be. */
-static COLD bool grow(struct rc_lru *lru)
+/* Grow the arrays, then push.  Out of line and ending in a tail call, so
+ * that a push with room saves no registers.  The arrays grow one at a
+ * time; one grown alone is just larger than it need be. */
+static COLD int grow_and_push(struct rc_lru *lru, struct regcache_entry *e)
 {
     size_t cap = lru->capacity ? lru->capacity * 2 : 64;
     uint64_t *keys = realloc(lru->keys, cap * sizeof(*keys));
     if (!keys)
-        return false;
+        return REGCACHE_ERR_NO_MEMORY;
     lru->keys = keys;
     struct rc_lru_node *heap = realloc(lru->heap, cap * sizeof(*heap));
     if (!heap)
-        return false;
+        return REGCACHE_ERR_NO_MEMORY;
     lru->heap = heap;
     lru->capacity = cap;
-    return true;
+    return rc_lru_push(lru, e);
 }
 
 int rc_lru_push(struct rc_lru *lru, struct regcache_entry *e)
 {
-    if (lru->count == lru->capacity && !grow(lru))
-        return REGCACHE_ERR_NO_MEMORY;
+    if (lru->count == lru->capacity)
+        return grow_and_push(lru, e);
     struct node n = { atomic_load_explicit(&e->last_use, memory_order_relaxed), e };
     sift_up(lru, lru->count++, n);
     return REGCACHE_OK;
