@@ -134,7 +134,7 @@ static void sift_down(struct rc_lru *lru, size_t i, struct node n)
 }
 
 /* Grow the arrays, then push.  Out of line and ending in a tail call, so
- * that a push with room saves no registers.  The arrays grow one at a
+ * that a push with room saves fewer registers.  The arrays grow one at a
  * time; one grown alone is just larger than it need be. */
 static COLD int grow_and_push(struct rc_lru *lru, struct regcache_entry *e)
 {

@@ -30,6 +30,7 @@ struct rc_page_index;
 /* heap_idx of an entry that is not in any heap. */
 #define RC_LRU_NONE ((size_t)-1)
 
+/* A slot of the heap; its key is the same index of the keys' array. */
 struct rc_lru_node {
     struct regcache_entry *e;
 };
