@@ -8,9 +8,12 @@
 #include "regcache.h"
 #include "threads.h"
 
+#define COLD __attribute__((noinline, cold))
+
 void rc_lru_init(struct rc_lru *lru, struct rc_page_index *index)
 {
     lru->heap = NULL;
+    lru->keys = NULL;
     lru->count = lru->capacity = 0;
     lru->index = index;
 }
@@ -18,18 +21,31 @@ void rc_lru_init(struct rc_lru *lru, struct rc_page_index *index)
 void rc_lru_fini(struct rc_lru *lru)
 {
     free(lru->heap);
+    free(lru->keys);
     rc_lru_init(lru, lru->index);
 }
 
-static void place(struct rc_lru *lru, size_t i, struct rc_lru_node n)
+/* What moves between the heap's slots: a key and its entry. */
+struct node {
+    uint64_t key;
+    struct regcache_entry *e;
+};
+
+static struct node node_at(const struct rc_lru *lru, size_t i)
 {
-    lru->heap[i] = n;
+    return (struct node){ lru->keys[i], lru->heap[i].e };
+}
+
+static void place(struct rc_lru *lru, size_t i, struct node n)
+{
+    lru->keys[i] = n.key;
+    lru->heap[i].e = n.e;
     n.e->heap_idx = i;
 }
 
 /* Four children a node: half the levels of a binary heap, so half the
- * entries whose heap_idx a sift writes, and the four 16-byte nodes compared
- * at each level share a line or two. */
+ * entries whose heap_idx a sift writes, and the four keys compared at each
+ * level are 32 bytes of one array. */
 #define ARITY 4
 
 static size_t parent_of(size_t i)
@@ -42,83 +58,125 @@ static size_t first_child(size_t i)
     return ARITY * i + 1;
 }
 
-static void sift_up(struct rc_lru *lru, size_t i)
+/* A hole at i, for a node of key `key`, rises no higher than `top` while
+ * its parent's key is greater (or equal too, `past_equal`): each such
+ * parent moves down into it.  Returns where the hole stops. */
+static size_t climb(struct rc_lru *lru, size_t i, size_t top, uint64_t key, bool past_equal)
 {
-    struct rc_lru_node n = lru->heap[i];
-    while (i > 0) {
+    while (i > top) {
         size_t parent = parent_of(i);
-        if (lru->heap[parent].key <= n.key)
+        if (lru->keys[parent] < key || (lru->keys[parent] == key && !past_equal))
             break;
-        place(lru, i, lru->heap[parent]);
+        place(lru, i, node_at(lru, parent));
         i = parent;
     }
-    place(lru, i, n);
+    return i;
+}
+
+/* Fill the hole at i with n, which belongs at or above it. */
+static void sift_up(struct rc_lru *lru, size_t i, struct node n)
+{
+    place(lru, climb(lru, i, 0, n.key, false), n);
 }
 
 /* The child with the least key of a full set of siblings, chosen by
  * selects rather than branches: which one it is follows no pattern, so
  * branches would mispredict at every level. */
-static size_t least_of_four(const struct rc_lru_node *heap, size_t first)
+static size_t least_of_four(const uint64_t *keys, size_t first)
 {
-    uint64_t k0 = heap[first].key, k1 = heap[first + 1].key;
-    uint64_t k2 = heap[first + 2].key, k3 = heap[first + 3].key;
+    uint64_t k0 = keys[first], k1 = keys[first + 1], k2 = keys[first + 2], k3 = keys[first + 3];
     size_t a = first + (k1 < k0), b = first + 2 + (k3 < k2);
     uint64_t ka = k1 < k0 ? k1 : k0, kb = k3 < k2 ? k3 : k2;
     return a ^ ((a ^ b) & -(size_t)(kb < ka));
 }
 
-static void sift_down(struct rc_lru *lru, size_t i)
+/* The hole at i walks down along the least children, each moving up into
+ * it, while they are four; returns where it stops.  Out of line, so that
+ * the loop keeps nothing for the caller's work after it. */
+static __attribute__((noinline)) size_t hole_past_full(struct rc_lru *lru, size_t i)
 {
-    struct rc_lru_node n = lru->heap[i];
-    for (;;) {
-        size_t first = first_child(i), child;
-        if (first + ARITY <= lru->count) {
-            child = least_of_four(lru->heap, first);
-        } else {
-            if (first >= lru->count)
-                break;
-            child = first;
-            for (size_t c = first + 1; c < lru->count; c++)
-                if (lru->heap[c].key < lru->heap[child].key)
-                    child = c;
-        }
-        if (lru->heap[child].key >= n.key)
-            break;
-        place(lru, i, lru->heap[child]);
+    /* Nodes before this one have all four children. */
+    size_t full = (lru->count - 1) / ARITY;
+    while (i < full) {
+        size_t child = least_of_four(lru->keys, first_child(i));
+        place(lru, i, node_at(lru, child));
         i = child;
     }
-    place(lru, i, n);
+    return i;
+}
+
+/* The hole at i walks down to a leaf along the least children; returns
+ * the leaf. */
+static size_t hole_to_leaf(struct rc_lru *lru, size_t i)
+{
+    i = hole_past_full(lru, i);
+    size_t first = first_child(i);
+    if (first >= lru->count)
+        return i;
+    size_t child = first;
+    for (size_t c = first + 1; c < lru->count; c++)
+        if (lru->keys[c] < lru->keys[child])
+            child = c;
+    place(lru, i, node_at(lru, child));
+    return child;
+}
+
+/* Fill the hole at i with n, which belongs at or below it.  What fills
+ * holes here is mostly the newest node (the last leaf, a key just
+ * refreshed, a held entry sent behind), whose place is at the bottom: so
+ * the hole first goes down to a leaf, comparing siblings only, and n then
+ * climbs back, mostly not at all (Floyd's sift).  n climbs past equal
+ * keys: it stops where a sift comparing it at every level would have, so
+ * the heap ends exactly as with one. */
+static void sift_down(struct rc_lru *lru, size_t i, struct node n)
+{
+    place(lru, climb(lru, hole_to_leaf(lru, i), i, n.key, true), n);
+}
+
+/* Grow the arrays, then push.  Out of line and ending in a tail call, so
+ * that a push with room saves fewer registers.  The arrays grow one at a
+ * time; one grown alone is just larger than it need be. */
+static COLD int grow_and_push(struct rc_lru *lru, struct regcache_entry *e)
+{
+    size_t cap = lru->capacity ? lru->capacity * 2 : 64;
+    uint64_t *keys = realloc(lru->keys, cap * sizeof(*keys));
+    if (!keys)
+        return REGCACHE_ERR_NO_MEMORY;
+    lru->keys = keys;
+    struct rc_lru_node *heap = realloc(lru->heap, cap * sizeof(*heap));
+    if (!heap)
+        return REGCACHE_ERR_NO_MEMORY;
+    lru->heap = heap;
+    lru->capacity = cap;
+    return rc_lru_push(lru, e);
 }
 
 int rc_lru_push(struct rc_lru *lru, struct regcache_entry *e)
 {
-    if (lru->count == lru->capacity) {
-        size_t cap = lru->capacity ? lru->capacity * 2 : 64;
-        struct rc_lru_node *heap = realloc(lru->heap, cap * sizeof(*heap));
-        if (!heap)
-            return REGCACHE_ERR_NO_MEMORY;
-        lru->heap = heap;
-        lru->capacity = cap;
-    }
-    struct rc_lru_node n = { atomic_load_explicit(&e->last_use, memory_order_relaxed), e };
-    place(lru, lru->count++, n);
-    sift_up(lru, lru->count - 1);
+    if (lru->count == lru->capacity)
+        return grow_and_push(lru, e);
+    struct node n = { atomic_load_explicit(&e->last_use, memory_order_relaxed), e };
+    sift_up(lru, lru->count++, n);
     return REGCACHE_OK;
+}
+
+/* Close the hole at i that an entry left: the last node fills it. */
+static void fill_hole(struct rc_lru *lru, size_t i)
+{
+    struct node last = node_at(lru, --lru->count);
+    if (i == lru->count)
+        return;
+    if (i && lru->keys[parent_of(i)] > last.key)
+        sift_up(lru, i, last);
+    else
+        sift_down(lru, i, last);
 }
 
 void rc_lru_remove(struct rc_lru *lru, struct regcache_entry *e)
 {
     size_t i = e->heap_idx;
     e->heap_idx = RC_LRU_NONE;
-    struct rc_lru_node last = lru->heap[--lru->count];
-    if (i == lru->count)
-        return;
-    place(lru, i, last);
-    /* The moved entry may belong above or below its new slot. */
-    if (i && lru->heap[parent_of(i)].key > last.key)
-        sift_up(lru, i);
-    else
-        sift_down(lru, i);
+    fill_hole(lru, i);
 }
 
 /* How recently each logged entry was put: its smallest distance from the
@@ -193,17 +251,20 @@ static unsigned rank_of(const struct use_rank *r, size_t n, const struct regcach
  * on a plateau of that key from the root, and a walk of them stops
  * wherever the key grows. */
 
-/* Whether i has its four children and all are off the plateau: the least
- * of their keys, read from the array, tells so without visiting an entry. */
+/* Whether i has its four children and all are off the plateau: their
+ * keys, read from the array, tell so without visiting an entry.  Mostly
+ * none is on it, so the branches are predicted. */
 static bool plateau_ends_at(const struct rc_lru *lru, size_t i, uint64_t epoch)
 {
     size_t first = first_child(i);
-    return first + ARITY <= lru->count && lru->heap[least_of_four(lru->heap, first)].key != epoch;
+    const uint64_t *k = &lru->keys[first];
+    return first + ARITY <= lru->count && k[0] != epoch && k[1] != epoch && k[2] != epoch &&
+           k[3] != epoch;
 }
 
 /* How many entries at or below i, a node of the plateau, were last used in
  * the root's epoch (counting stops at `enough`)? */
-static size_t used_in_epoch(const struct rc_lru *lru, size_t i, uint64_t epoch, size_t enough)
+static COLD size_t used_in_epoch(const struct rc_lru *lru, size_t i, uint64_t epoch, size_t enough)
 {
     size_t n = atomic_load_explicit(&lru->heap[i].e->last_use, memory_order_relaxed) == epoch;
     if (plateau_ends_at(lru, i, epoch))
@@ -212,7 +273,7 @@ static size_t used_in_epoch(const struct rc_lru *lru, size_t i, uint64_t epoch, 
     if (end > lru->count)
         end = lru->count;
     for (size_t c = first; c < end && n < enough; c++)
-        if (lru->heap[c].key == epoch)
+        if (lru->keys[c] == epoch)
             n += used_in_epoch(lru, c, epoch, enough - n);
     return n;
 }
@@ -222,7 +283,7 @@ static size_t used_in_epoch(const struct rc_lru *lru, size_t i, uint64_t epoch, 
 static void least_recent(struct rc_lru *lru, size_t i, uint64_t epoch, const struct use_rank *ranks,
                          size_t n, struct regcache_entry **best, unsigned *best_rank)
 {
-    if (i >= lru->count || lru->heap[i].key != epoch)
+    if (i >= lru->count || lru->keys[i] != epoch)
         return;
     struct regcache_entry *e = lru->heap[i].e;
     if (atomic_load_explicit(&e->last_use, memory_order_relaxed) == epoch && !rc_entry_held(e)) {
@@ -238,7 +299,7 @@ static void least_recent(struct rc_lru *lru, size_t i, uint64_t epoch, const str
 
 /* Several entries were last used in the root's epoch: the least recent
  * unused one by the use logs, claimed; NULL when all are held. */
-static struct regcache_entry *pop_within_epoch(struct rc_lru *lru, uint64_t epoch)
+static COLD struct regcache_entry *pop_within_epoch(struct rc_lru *lru, uint64_t epoch)
 {
     struct use_rank *ranks;
     size_t n = collect_ranks(&ranks);
@@ -263,16 +324,16 @@ struct regcache_entry *rc_lru_pop_unused(struct rc_lru *lru, uint64_t now)
      * held. */
     size_t budget = 2 * lru->count + 2;
     while (lru->count && budget--) {
-        struct rc_lru_node *top = &lru->heap[0];
-        uint64_t used = atomic_load_explicit(&top->e->last_use, memory_order_relaxed);
-        if (used > top->key) {
-            top->key = used;
-            sift_down(lru, 0);
+        struct node top = node_at(lru, 0);
+        uint64_t used = atomic_load_explicit(&top.e->last_use, memory_order_relaxed);
+        if (used > top.key) {
+            top.key = used;
+            sift_down(lru, 0, top);
             continue;
         }
         /* Entries last used in the same epoch are ordered by the use logs,
          * whether it is the current one or an older one. */
-        uint64_t epoch = top->key;
+        uint64_t epoch = top.key;
         /* Nearly always the root alone was last used in its epoch, and its
          * children say so before the count is called (it saves and
          * restores registers for its recursion). */
@@ -283,14 +344,15 @@ struct regcache_entry *rc_lru_pop_unused(struct rc_lru *lru, uint64_t now)
                 return least;
             /* All of the epoch's entries are held: move them behind. */
         }
-        struct regcache_entry *e = top->e;
-        if (rc_entry_claim_unused(e, lru->index)) {
-            rc_lru_remove(lru, e);
-            return e;
+        if (rc_entry_claim_unused(top.e, lru->index)) {
+            /* rc_lru_remove, knowing the hole is at the root. */
+            top.e->heap_idx = RC_LRU_NONE;
+            fill_hole(lru, 0);
+            return top.e;
         }
         /* Held: it is being used now, so it is the most recent of all. */
-        top->key = now;
-        sift_down(lru, 0);
+        top.key = now;
+        sift_down(lru, 0, top);
     }
     return NULL;
 }
@@ -299,7 +361,7 @@ void rc_lru_check(const struct rc_lru *lru)
 {
     for (size_t i = 0; i < lru->count; i++) {
         const struct regcache_entry *e = lru->heap[i].e;
-        if (e->heap_idx != i || (i && lru->heap[parent_of(i)].key > lru->heap[i].key)) {
+        if (e->heap_idx != i || (i && lru->keys[parent_of(i)] > lru->keys[i])) {
             fprintf(stderr, "regcache: LRU heap broken at %zu\n", i);
             abort();
         }

@@ -15,8 +15,9 @@
  * The order lives in a 4-ary min-heap keyed by each entry's stamp, brought
  * up to date lazily: the evictor refreshes a stale key at the top and sifts
  * it down, so keeping the order costs nothing until eviction happens.  Keys
- * sit in the heap array beside their entries, so that sifting compares
- * within the array instead of visiting an entry per level. */
+ * sit in an array of their own, index for index beside the entries', so
+ * that sifting compares within it (siblings' keys are adjacent words)
+ * instead of visiting an entry per level. */
 #ifndef RC_LRU_H
 #define RC_LRU_H
 
@@ -29,13 +30,15 @@ struct rc_page_index;
 /* heap_idx of an entry that is not in any heap. */
 #define RC_LRU_NONE ((size_t)-1)
 
+/* A slot of the heap; its key is the same index of the keys' array. */
 struct rc_lru_node {
-    uint64_t key; /* the entry's stamp when last looked at */
     struct regcache_entry *e;
 };
 
 struct rc_lru {
     struct rc_lru_node *heap;
+    /* keys[i]: heap[i]'s stamp when last looked at. */
+    uint64_t *keys;
     size_t count, capacity;
     /* Where the entries are listed for hits: a claim takes its entry out
      * before it decides that nobody holds it (entry.h). */

@@ -118,11 +118,14 @@ static void deregister(struct regcache *c, struct regcache_entry *e)
 
 void rc_victim_push(struct regcache *c, struct regcache_entry **victims, struct regcache_entry *e)
 {
-    unsigned rails = atomic_load_explicit(&e->rails_ready, memory_order_relaxed);
+    /* A rail at a time: there are few, and __builtin_popcount is a call into
+     * libgcc where the target has no popcount instruction. */
+    unsigned rails = 0;
+    for (unsigned r = atomic_load_explicit(&e->rails_ready, memory_order_relaxed); r; r &= r - 1)
+        rails++;
     atomic_uint_fast64_t *n = &c->dev[e->device_slot].n.deregistrations;
-    atomic_store_explicit(
-        n, atomic_load_explicit(n, memory_order_relaxed) + (unsigned)__builtin_popcount(rails),
-        memory_order_relaxed);
+    atomic_store_explicit(n, atomic_load_explicit(n, memory_order_relaxed) + rails,
+                          memory_order_relaxed);
     e->state = RC_FREE;
     rc_list_push(victims, e);
 }

@@ -196,6 +196,9 @@ struct rc_thread *rc_thread_attach(void)
 
 static bool holds(struct rc_thread *t, void *e)
 {
+    /* Every claim scans every live record's slots: unrolled, a slot costs
+     * a load, a mask and a compare. */
+#pragma GCC unroll 8
     for (int i = 0; i < RC_HOLD_SLOTS; i++)
         /* Acquire: a holder's reads of the entry happen before its release
          * of the slot, and so before whatever the caller does to an entry

@@ -13,8 +13,10 @@
 #include "lru.h"
 #include "page_index.h"
 #include "regcache.h"
+#include "threads.h"
 
 #define N 500
+#define ARITY 4 /* the heap's (lru.c) */
 
 /* Where a claim takes its entry out of: these entries list no pages. */
 static struct rc_page_index idx;
@@ -103,6 +105,101 @@ static void remove_from_the_middle(void **state)
     rc_lru_fini(&lru);
 }
 
+/* Every node sits where its entry says and no key is below its parent's. */
+static void assert_heap(const struct rc_lru *lru)
+{
+    for (size_t i = 0; i < lru->count; i++) {
+        assert_int_equal(lru->heap[i].e->heap_idx, i);
+        if (i)
+            assert_true(lru->keys[(i - 1) / ARITY] <= lru->keys[i]);
+    }
+}
+
+/* Pushes, removals from anywhere, uses, holds and pops, mixed at random
+ * over keys that repeat: the heap stays a heap, and each pop takes an
+ * unused entry used no later than any other unused one. */
+static void random_operations_keep_the_order(void **state)
+{
+    (void)state;
+    struct regcache_entry *e = aligned_alloc(64, N * sizeof(*e));
+    memset(e, 0, N * sizeof(*e));
+    for (int i = 0; i < N; i++)
+        e[i].heap_idx = RC_LRU_NONE;
+    struct rc_lru lru;
+    rc_lru_init(&lru, &idx);
+    uint32_t seed = 11;
+    uint64_t now = 1000;
+    int pops = 0;
+    for (int step = 0; step < 20000; step++) {
+        seed = seed * 1103515245u + 12345u;
+        struct regcache_entry *x = &e[(seed >> 8) % N];
+        bool listed = x->heap_idx != RC_LRU_NONE;
+        switch ((seed >> 20) % 8) {
+        case 0:
+        case 1:
+        case 2:
+            if (!listed) {
+                atomic_store(&x->refs, 0);
+                stamp(x, now - (seed >> 4) % 64);
+                assert_int_equal(rc_lru_push(&lru, x), REGCACHE_OK);
+            }
+            break;
+        case 3:
+            if (listed && atomic_load(&x->last_use) < now - (seed >> 4) % 4)
+                stamp(x, now - (seed >> 4) % 4);
+            break;
+        case 4:
+            /* A hold; or its put, which uses the entry now. */
+            if (listed && atomic_exchange(&x->refs, !atomic_load(&x->refs)))
+                stamp(x, now);
+            break;
+        case 5:
+            if (listed)
+                rc_lru_remove(&lru, x);
+            break;
+        default: {
+            struct regcache_entry *v = rc_lru_pop_unused(&lru, now);
+            if (!v)
+                break;
+            pops++;
+            for (int i = 0; i < N; i++)
+                if (e[i].heap_idx != RC_LRU_NONE && atomic_load(&e[i].refs) == 0)
+                    assert_true(atomic_load(&e[i].last_use) >= atomic_load(&v->last_use));
+            atomic_store(&v->refs, 0);
+        }
+        }
+        if ((seed >> 12) % 16 == 0)
+            now++;
+        assert_heap(&lru);
+    }
+    assert_true(pops > 1000);
+    rc_lru_fini(&lru);
+    free(e);
+}
+
+/* An entry last used in the root's epoch, at any of the root's children,
+ * competes with it: the use log tells which of the two is less recent. */
+static void the_roots_epoch_at_any_child_follows_the_log(void **state)
+{
+    (void)state;
+    struct regcache_entry e[ARITY + 1];
+    struct rc_thread *t = rc_thread_self();
+    assert_non_null(t);
+    for (int at = 1; at <= ARITY; at++) {
+        memset(e, 0, sizeof(e));
+        struct rc_lru lru;
+        rc_lru_init(&lru, &idx);
+        for (int i = 0; i <= ARITY; i++) {
+            stamp(&e[i], i == 0 || i == at ? 10 : 11);
+            rc_lru_push(&lru, &e[i]);
+        }
+        rc_thread_log_use(t, &e[at]);
+        rc_thread_log_use(t, &e[0]);
+        assert_ptr_equal(rc_lru_pop_unused(&lru, 20), &e[at]);
+        rc_lru_fini(&lru);
+    }
+}
+
 static void all_held_returns_null(void **state)
 {
     (void)state;
@@ -124,6 +221,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(pops_in_order_of_last_use),
         cmocka_unit_test(remove_from_the_middle),
+        cmocka_unit_test(random_operations_keep_the_order),
+        cmocka_unit_test(the_roots_epoch_at_any_child_follows_the_log),
         cmocka_unit_test(all_held_returns_null),
     };
     return cmocka_run_group_tests(tests, make_index, free_index);
