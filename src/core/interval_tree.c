@@ -17,58 +17,62 @@ static uintptr_t max_end_of(const struct rc_itree_node *n)
 static void replace_child(struct rc_itree *t, struct rc_itree_node *parent,
                           struct rc_itree_node *from, struct rc_itree_node *to)
 {
-    if (!parent)
-        t->root = to;
-    else if (parent->left == from)
-        parent->left = to;
-    else
-        parent->right = to;
+    *(parent ? &parent->child[parent->right == from] : &t->root) = to;
     if (to)
         to->parent = parent;
 }
 
-/* Lift x's child on side dir (+1 right, -1 left) above x; returns it.  One
- * body for both directions: they differ only in which links they swap, and
- * the balance factors of the mirror image are the negated ones.  The new
+/* Lift x's child on `side` (0 left, 1 right) above x; returns it.  One
+ * body for both sides: they differ only in which links they swap, and the
+ * balance factors of the mirror image are the negated ones.  The new
  * factors come from the old ones alone, whatever they are, so a double
  * rotation is two of these and deletion's unusual shapes need no cases.
  * x's max_end must be right: the lifted node's becomes it, since the subtree
- * holds the same ranges; only x, now lower, reads its new children. */
-static struct rc_itree_node *rotate(struct rc_itree *t, struct rc_itree_node *x, int dir)
+ * holds the same ranges; only x, now lower, reads its new children.
+ * Inlined where side is a constant, so that no copy chooses fields or
+ * multiplies signs at run time. */
+static inline __attribute__((always_inline)) struct rc_itree_node *
+rotate(struct rc_itree *t, struct rc_itree_node *x, int side)
 {
-    struct rc_itree_node **x_side = dir > 0 ? &x->right : &x->left;
-    struct rc_itree_node *y = *x_side;
-    struct rc_itree_node **y_inner = dir > 0 ? &y->left : &y->right;
+    struct rc_itree_node *y = x->child[side], *inner = y->child[!side];
+    int sign = 2 * side - 1;
     /* Factors seen from the lifted side: positive leans towards it. */
-    int xb = dir * x->balance, yb = dir * y->balance;
+    int xb = sign * x->balance, yb = sign * y->balance;
 
-    *x_side = *y_inner;
-    if (*x_side)
-        (*x_side)->parent = x;
+    x->child[side] = inner;
+    if (inner)
+        inner->parent = x;
     replace_child(t, x->parent, x, y);
-    *y_inner = x;
+    y->child[!side] = x;
     x->parent = y;
 
     xb = xb - 1 - (yb > 0 ? yb : 0);
     yb = yb - 1 + (xb < 0 ? xb : 0);
-    x->balance = dir * xb;
-    y->balance = dir * yb;
+    x->balance = sign * xb;
+    y->balance = sign * yb;
     y->max_end = x->max_end;
     x->max_end = max_end_of(x);
     return y;
 }
 
-/* Restore the AVL bound at p, whose side `heavy` is two levels taller than
- * the other; returns the node now at p's place.  The child on that side is
+/* Restore the AVL bound at p, whose `side` is two levels taller than the
+ * other; returns the node now at p's place.  The child on that side is
  * lifted, through a double rotation when it leans inwards: a single one
  * would hang its inner subtree, the tallest, under p at the same depth. */
-static struct rc_itree_node *rebalance(struct rc_itree *t, struct rc_itree_node *p, int heavy)
+static inline __attribute__((always_inline)) struct rc_itree_node *
+lift(struct rc_itree *t, struct rc_itree_node *p, int side)
 {
-    struct rc_itree_node *c = heavy > 0 ? p->right : p->left;
+    struct rc_itree_node *c = p->child[side];
 
-    if (c->balance == -heavy)
-        rotate(t, c, -heavy);
-    return rotate(t, p, heavy);
+    if (c->balance == 1 - 2 * side)
+        rotate(t, c, !side);
+    return rotate(t, p, side);
+}
+
+/* lift() with side made a constant in each copy. */
+static struct rc_itree_node *rebalance(struct rc_itree *t, struct rc_itree_node *p, int side)
+{
+    return side ? lift(t, p, 1) : lift(t, p, 0);
 }
 
 void rc_itree_init(struct rc_itree *t)
@@ -79,7 +83,10 @@ void rc_itree_init(struct rc_itree *t)
 
 void rc_itree_insert(struct rc_itree *t, struct rc_itree_node *n)
 {
-    struct rc_itree_node *parent = NULL, **link = &t->root;
+    /* In locals: the stores below to max_end could alias n's fields. */
+    uintptr_t start = n->start, end = n->end;
+    struct rc_itree_node *parent = NULL, *next = t->root;
+    size_t right = 0; /* an index: int would cost a widening per level */
 
     /* Equal starts go right, so a new duplicate follows the older ones.
      * Insertion only adds an end, so a max_end can only rise to it, and the
@@ -87,17 +94,18 @@ void rc_itree_insert(struct rc_itree *t, struct rc_itree_node *n)
      * here costs a compare on a line being read anyway, where a walk back
      * up would chain a load per level (a new range at the right end raises
      * every one).  The rotations below need the rotated nodes' right. */
-    while (*link) {
-        parent = *link;
-        if (parent->max_end < n->end)
-            parent->max_end = n->end;
-        link = n->start < parent->start ? &parent->left : &parent->right;
+    while (next) {
+        parent = next;
+        if (parent->max_end < end)
+            parent->max_end = end;
+        right = start >= parent->start;
+        next = parent->child[right];
     }
     n->left = n->right = NULL;
     n->parent = parent;
     n->balance = 0;
-    n->max_end = n->end;
-    *link = n;
+    n->max_end = end;
+    *(parent ? &parent->child[right] : &t->root) = n;
     t->count++;
 
     /* The subtree on the path grew by one level: going up, it stops growing
@@ -105,13 +113,13 @@ void rc_itree_insert(struct rc_itree *t, struct rc_itree_node *n)
      * or at the first that leaned this way, where the rotation restores the
      * height it had before the insertion. */
     for (struct rc_itree_node *c = n, *p = parent; p; c = p, p = p->parent) {
-        int dir = c == p->right ? 1 : -1;
+        int side = c == p->right, dir = 2 * side - 1;
 
         p->balance += dir;
         if (p->balance == 0)
             return;
         if (p->balance != dir) {
-            rebalance(t, p, dir);
+            rebalance(t, p, side);
             return;
         }
     }
@@ -133,7 +141,7 @@ static void drop_end(struct rc_itree_node *p, const struct rc_itree_node *stop, 
 void rc_itree_remove(struct rc_itree *t, struct rc_itree_node *n)
 {
     struct rc_itree_node *p = n->parent;
-    int dir; /* p's side whose subtree lost a level */
+    int side; /* p's side whose subtree lost a level */
 
     if (n->left && n->right) {
         /* n's in-order successor s takes n's place, which keeps the order. */
@@ -143,7 +151,7 @@ void rc_itree_remove(struct rc_itree *t, struct rc_itree_node *n)
             s = s->left;
         if (s == n->right) {
             p = s;
-            dir = 1;
+            side = 1;
         } else {
             p = s->parent;
             p->left = s->right;
@@ -151,7 +159,7 @@ void rc_itree_remove(struct rc_itree *t, struct rc_itree_node *n)
                 s->right->parent = p;
             s->right = n->right;
             n->right->parent = s;
-            dir = -1;
+            side = 0;
         }
         s->left = n->left;
         n->left->parent = s;
@@ -166,7 +174,7 @@ void rc_itree_remove(struct rc_itree *t, struct rc_itree_node *n)
             drop_end(p, s, s->end);
         drop_end(s, NULL, n->end);
     } else {
-        dir = p && n == p->right ? 1 : -1;
+        side = p && n == p->right;
         replace_child(t, p, n, n->left ? n->left : n->right);
         drop_end(p, NULL, n->end);
     }
@@ -179,20 +187,21 @@ void rc_itree_remove(struct rc_itree *t, struct rc_itree_node *n)
      * balanced.  One that leaned towards the shorter side loses a level,
      * and so does a rotation of a leaning sibling: the walk goes on. */
     while (p) {
+        int dir = 2 * side - 1;
+
         p->balance -= dir;
         if (p->balance == -dir)
             return;
         if (p->balance != 0) {
-            struct rc_itree_node *sibling = dir > 0 ? p->left : p->right;
-            int kept = sibling->balance == 0;
+            int kept = p->child[!side]->balance == 0;
 
-            p = rebalance(t, p, -dir);
+            p = rebalance(t, p, !side);
             if (kept)
                 return;
         }
         if (!p->parent)
             return;
-        dir = p == p->parent->right ? 1 : -1;
+        side = p == p->parent->right;
         p = p->parent;
     }
 }
@@ -217,14 +226,14 @@ static struct rc_itree_node *climb(struct rc_itree_node *n)
     return n->parent;
 }
 
-int rc_itree_visit_overlaps(const struct rc_itree *t, uintptr_t start, uintptr_t end,
-                            int (*fn)(struct rc_itree_node *n, void *arg), void *arg)
+/* rc_itree_visit_overlaps() from n, the first node that can overlap.  Out
+ * of line, so that a query that overlaps nothing returns before the frame
+ * this walk needs is set up. */
+static __attribute__((noinline)) int visit_from(struct rc_itree_node *n, uintptr_t start,
+                                                uintptr_t end,
+                                                int (*fn)(struct rc_itree_node *n, void *arg),
+                                                void *arg)
 {
-    struct rc_itree_node *n = t->root;
-
-    if (end <= start || !n || n->max_end <= start)
-        return 0;
-    n = descend_left(n, start);
     /* In order, and never entering a subtree whose max_end is not past
      * start: what is skipped ends too early to overlap. */
     while (n) {
@@ -241,6 +250,16 @@ int rc_itree_visit_overlaps(const struct rc_itree *t, uintptr_t start, uintptr_t
             n = climb(n);
     }
     return 0;
+}
+
+int rc_itree_visit_overlaps(const struct rc_itree *t, uintptr_t start, uintptr_t end,
+                            int (*fn)(struct rc_itree_node *n, void *arg), void *arg)
+{
+    struct rc_itree_node *n = t->root;
+
+    if (end <= start || !n || n->max_end <= start)
+        return 0;
+    return visit_from(descend_left(n, start), start, end, fn, arg);
 }
 
 void rc_itree_visit_all(struct rc_itree *t, void (*fn)(struct rc_itree_node *n, void *arg),
