@@ -81,6 +81,26 @@ void rc_itree_init(struct rc_itree *t)
     t->count = 0;
 }
 
+/* Insertion's walk up at p, whose `side` grew a level: true when p's
+ * subtree grew too.  It stops growing at p when p was leaning the other
+ * way (now balanced), or leaned this way, where the rotation restores the
+ * height it had before the insertion.  Inlined with side a constant, so the
+ * walk branches on the side once and then adds and compares constants. */
+static inline __attribute__((always_inline)) int grown(struct rc_itree *t, struct rc_itree_node *p,
+                                                       int side)
+{
+    int dir = 2 * side - 1;
+
+    p->balance += dir;
+    if (p->balance == 0)
+        return 0;
+    if (p->balance != dir) {
+        rebalance(t, p, side);
+        return 0;
+    }
+    return 1;
+}
+
 void rc_itree_insert(struct rc_itree *t, struct rc_itree_node *n)
 {
     /* In locals: the stores below to max_end could alias n's fields. */
@@ -108,21 +128,11 @@ void rc_itree_insert(struct rc_itree *t, struct rc_itree_node *n)
     *(parent ? &parent->child[right] : &t->root) = n;
     t->count++;
 
-    /* The subtree on the path grew by one level: going up, it stops growing
-     * at the first ancestor that was leaning the other way (now balanced),
-     * or at the first that leaned this way, where the rotation restores the
-     * height it had before the insertion. */
-    for (struct rc_itree_node *c = n, *p = parent; p; c = p, p = p->parent) {
-        int side = c == p->right, dir = 2 * side - 1;
-
-        p->balance += dir;
-        if (p->balance == 0)
+    /* The subtree on the path grew by one level, up to the first ancestor
+     * whose subtree did not. */
+    for (struct rc_itree_node *c = n, *p = parent; p; c = p, p = p->parent)
+        if (!(c == p->right ? grown(t, p, 1) : grown(t, p, 0)))
             return;
-        if (p->balance != dir) {
-            rebalance(t, p, side);
-            return;
-        }
-    }
 }
 
 /* A range ending at `end` left the subtrees from p up to `stop` (excluded;
@@ -136,6 +146,30 @@ static void drop_end(struct rc_itree_node *p, const struct rc_itree_node *stop, 
         if (p->max_end == end)
             return;
     }
+}
+
+/* Deletion's walk up at *p, whose `side` lost a level: true when the
+ * subtree now at *p (a rotation may have lifted another node there) lost a
+ * level too.  It did not when *p was balanced (it now leans the other way
+ * at its old height), nor after a rotation that keeps the height, when the
+ * lifted sibling was balanced.  One that leaned towards the shorter side
+ * loses a level, and so does a rotation of a leaning sibling.  Inlined with
+ * side a constant, as grown() is. */
+static inline __attribute__((always_inline)) int shrunk(struct rc_itree *t,
+                                                        struct rc_itree_node **p, int side)
+{
+    int dir = 2 * side - 1;
+
+    (*p)->balance -= dir;
+    if ((*p)->balance == -dir)
+        return 0;
+    if ((*p)->balance != 0) {
+        int kept = (*p)->child[!side]->balance == 0;
+
+        *p = rebalance(t, *p, !side);
+        return !kept;
+    }
+    return 1;
 }
 
 void rc_itree_remove(struct rc_itree *t, struct rc_itree_node *n)
@@ -181,26 +215,9 @@ void rc_itree_remove(struct rc_itree *t, struct rc_itree_node *n)
     t->count--;
 
     /* Every max_end is right again, as rotate needs.  Going up, the subtree
-     * on the path is one level shorter: the walk stops at an ancestor that
-     * was balanced (it now leans the other way at its old height), or after
-     * a rotation that keeps the height, when the lifted sibling was
-     * balanced.  One that leaned towards the shorter side loses a level,
-     * and so does a rotation of a leaning sibling: the walk goes on. */
-    while (p) {
-        int dir = 2 * side - 1;
-
-        p->balance -= dir;
-        if (p->balance == -dir)
-            return;
-        if (p->balance != 0) {
-            int kept = p->child[!side]->balance == 0;
-
-            p = rebalance(t, p, !side);
-            if (kept)
-                return;
-        }
-        if (!p->parent)
-            return;
+     * on the path is one level shorter, up to the first ancestor whose
+     * subtree is not. */
+    while (p && (side ? shrunk(t, &p, 1) : shrunk(t, &p, 0)) && p->parent) {
         side = p == p->parent->right;
         p = p->parent;
     }
