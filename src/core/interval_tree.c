@@ -17,58 +17,62 @@ static uintptr_t max_end_of(const struct rc_itree_node *n)
 static void replace_child(struct rc_itree *t, struct rc_itree_node *parent,
                           struct rc_itree_node *from, struct rc_itree_node *to)
 {
-    if (!parent)
-        t->root = to;
-    else if (parent->left == from)
-        parent->left = to;
-    else
-        parent->right = to;
+    *(parent ? &parent->child[parent->right == from] : &t->root) = to;
     if (to)
         to->parent = parent;
 }
 
-/* Lift x's child on side dir (+1 right, -1 left) above x; returns it.  One
- * body for both directions: they differ only in which links they swap, and
- * the balance factors of the mirror image are the negated ones.  The new
+/* Lift x's child on `side` (0 left, 1 right) above x; returns it.  One
+ * body for both sides: they differ only in which links they swap, and the
+ * balance factors of the mirror image are the negated ones.  The new
  * factors come from the old ones alone, whatever they are, so a double
  * rotation is two of these and deletion's unusual shapes need no cases.
  * x's max_end must be right: the lifted node's becomes it, since the subtree
- * holds the same ranges; only x, now lower, reads its new children. */
-static struct rc_itree_node *rotate(struct rc_itree *t, struct rc_itree_node *x, int dir)
+ * holds the same ranges; only x, now lower, reads its new children.
+ * Inlined where side is a constant, so that no copy chooses fields or
+ * multiplies signs at run time. */
+static inline __attribute__((always_inline)) struct rc_itree_node *
+rotate(struct rc_itree *t, struct rc_itree_node *x, int side)
 {
-    struct rc_itree_node **x_side = dir > 0 ? &x->right : &x->left;
-    struct rc_itree_node *y = *x_side;
-    struct rc_itree_node **y_inner = dir > 0 ? &y->left : &y->right;
+    struct rc_itree_node *y = x->child[side], *inner = y->child[!side];
+    int sign = 2 * side - 1;
     /* Factors seen from the lifted side: positive leans towards it. */
-    int xb = dir * x->balance, yb = dir * y->balance;
+    int xb = sign * x->balance, yb = sign * y->balance;
 
-    *x_side = *y_inner;
-    if (*x_side)
-        (*x_side)->parent = x;
+    x->child[side] = inner;
+    if (inner)
+        inner->parent = x;
     replace_child(t, x->parent, x, y);
-    *y_inner = x;
+    y->child[!side] = x;
     x->parent = y;
 
     xb = xb - 1 - (yb > 0 ? yb : 0);
     yb = yb - 1 + (xb < 0 ? xb : 0);
-    x->balance = dir * xb;
-    y->balance = dir * yb;
+    x->balance = sign * xb;
+    y->balance = sign * yb;
     y->max_end = x->max_end;
     x->max_end = max_end_of(x);
     return y;
 }
 
-/* Restore the AVL bound at p, whose side `heavy` is two levels taller than
- * the other; returns the node now at p's place.  The child on that side is
+/* Restore the AVL bound at p, whose `side` is two levels taller than the
+ * other; returns the node now at p's place.  The child on that side is
  * lifted, through a double rotation when it leans inwards: a single one
  * would hang its inner subtree, the tallest, under p at the same depth. */
-static struct rc_itree_node *rebalance(struct rc_itree *t, struct rc_itree_node *p, int heavy)
+static inline __attribute__((always_inline)) struct rc_itree_node *
+lift(struct rc_itree *t, struct rc_itree_node *p, int side)
 {
-    struct rc_itree_node *c = heavy > 0 ? p->right : p->left;
+    struct rc_itree_node *c = p->child[side];
 
-    if (c->balance == -heavy)
-        rotate(t, c, -heavy);
-    return rotate(t, p, heavy);
+    if (c->balance == 1 - 2 * side)
+        rotate(t, c, !side);
+    return rotate(t, p, side);
+}
+
+/* lift() with side made a constant in each copy. */
+static struct rc_itree_node *rebalance(struct rc_itree *t, struct rc_itree_node *p, int side)
+{
+    return side ? lift(t, p, 1) : lift(t, p, 0);
 }
 
 void rc_itree_init(struct rc_itree *t)
@@ -77,9 +81,32 @@ void rc_itree_init(struct rc_itree *t)
     t->count = 0;
 }
 
+/* Insertion's walk up at p, whose `side` grew a level: true when p's
+ * subtree grew too.  It stops growing at p when p was leaning the other
+ * way (now balanced), or leaned this way, where the rotation restores the
+ * height it had before the insertion.  Inlined with side a constant, so the
+ * walk branches on the side once and then adds and compares constants. */
+static inline __attribute__((always_inline)) int grown(struct rc_itree *t, struct rc_itree_node *p,
+                                                       int side)
+{
+    int dir = 2 * side - 1;
+
+    p->balance += dir;
+    if (p->balance == 0)
+        return 0;
+    if (p->balance != dir) {
+        rebalance(t, p, side);
+        return 0;
+    }
+    return 1;
+}
+
 void rc_itree_insert(struct rc_itree *t, struct rc_itree_node *n)
 {
-    struct rc_itree_node *parent = NULL, **link = &t->root;
+    /* In locals: the stores below to max_end could alias n's fields. */
+    uintptr_t start = n->start, end = n->end;
+    struct rc_itree_node *parent = NULL, *next = t->root;
+    size_t right = 0; /* an index: int would cost a widening per level */
 
     /* Equal starts go right, so a new duplicate follows the older ones.
      * Insertion only adds an end, so a max_end can only rise to it, and the
@@ -87,34 +114,25 @@ void rc_itree_insert(struct rc_itree *t, struct rc_itree_node *n)
      * here costs a compare on a line being read anyway, where a walk back
      * up would chain a load per level (a new range at the right end raises
      * every one).  The rotations below need the rotated nodes' right. */
-    while (*link) {
-        parent = *link;
-        if (parent->max_end < n->end)
-            parent->max_end = n->end;
-        link = n->start < parent->start ? &parent->left : &parent->right;
+    while (next) {
+        parent = next;
+        if (parent->max_end < end)
+            parent->max_end = end;
+        right = start >= parent->start;
+        next = parent->child[right];
     }
     n->left = n->right = NULL;
     n->parent = parent;
     n->balance = 0;
-    n->max_end = n->end;
-    *link = n;
+    n->max_end = end;
+    *(parent ? &parent->child[right] : &t->root) = n;
     t->count++;
 
-    /* The subtree on the path grew by one level: going up, it stops growing
-     * at the first ancestor that was leaning the other way (now balanced),
-     * or at the first that leaned this way, where the rotation restores the
-     * height it had before the insertion. */
-    for (struct rc_itree_node *c = n, *p = parent; p; c = p, p = p->parent) {
-        int dir = c == p->right ? 1 : -1;
-
-        p->balance += dir;
-        if (p->balance == 0)
+    /* The subtree on the path grew by one level, up to the first ancestor
+     * whose subtree did not. */
+    for (struct rc_itree_node *c = n, *p = parent; p; c = p, p = p->parent)
+        if (!(c == p->right ? grown(t, p, 1) : grown(t, p, 0)))
             return;
-        if (p->balance != dir) {
-            rebalance(t, p, dir);
-            return;
-        }
-    }
 }
 
 /* A range ending at `end` left the subtrees from p up to `stop` (excluded;
@@ -130,10 +148,34 @@ static void drop_end(struct rc_itree_node *p, const struct rc_itree_node *stop, 
     }
 }
 
+/* Deletion's walk up at *p, whose `side` lost a level: true when the
+ * subtree now at *p (a rotation may have lifted another node there) lost a
+ * level too.  It did not when *p was balanced (it now leans the other way
+ * at its old height), nor after a rotation that keeps the height, when the
+ * lifted sibling was balanced.  One that leaned towards the shorter side
+ * loses a level, and so does a rotation of a leaning sibling.  Inlined with
+ * side a constant, as grown() is. */
+static inline __attribute__((always_inline)) int shrunk(struct rc_itree *t,
+                                                        struct rc_itree_node **p, int side)
+{
+    int dir = 2 * side - 1;
+
+    (*p)->balance -= dir;
+    if ((*p)->balance == -dir)
+        return 0;
+    if ((*p)->balance != 0) {
+        int kept = (*p)->child[!side]->balance == 0;
+
+        *p = rebalance(t, *p, !side);
+        return !kept;
+    }
+    return 1;
+}
+
 void rc_itree_remove(struct rc_itree *t, struct rc_itree_node *n)
 {
     struct rc_itree_node *p = n->parent;
-    int dir; /* p's side whose subtree lost a level */
+    int side; /* p's side whose subtree lost a level */
 
     if (n->left && n->right) {
         /* n's in-order successor s takes n's place, which keeps the order. */
@@ -143,7 +185,7 @@ void rc_itree_remove(struct rc_itree *t, struct rc_itree_node *n)
             s = s->left;
         if (s == n->right) {
             p = s;
-            dir = 1;
+            side = 1;
         } else {
             p = s->parent;
             p->left = s->right;
@@ -151,7 +193,7 @@ void rc_itree_remove(struct rc_itree *t, struct rc_itree_node *n)
                 s->right->parent = p;
             s->right = n->right;
             n->right->parent = s;
-            dir = -1;
+            side = 0;
         }
         s->left = n->left;
         n->left->parent = s;
@@ -166,33 +208,17 @@ void rc_itree_remove(struct rc_itree *t, struct rc_itree_node *n)
             drop_end(p, s, s->end);
         drop_end(s, NULL, n->end);
     } else {
-        dir = p && n == p->right ? 1 : -1;
+        side = p && n == p->right;
         replace_child(t, p, n, n->left ? n->left : n->right);
         drop_end(p, NULL, n->end);
     }
     t->count--;
 
     /* Every max_end is right again, as rotate needs.  Going up, the subtree
-     * on the path is one level shorter: the walk stops at an ancestor that
-     * was balanced (it now leans the other way at its old height), or after
-     * a rotation that keeps the height, when the lifted sibling was
-     * balanced.  One that leaned towards the shorter side loses a level,
-     * and so does a rotation of a leaning sibling: the walk goes on. */
-    while (p) {
-        p->balance -= dir;
-        if (p->balance == -dir)
-            return;
-        if (p->balance != 0) {
-            struct rc_itree_node *sibling = dir > 0 ? p->left : p->right;
-            int kept = sibling->balance == 0;
-
-            p = rebalance(t, p, -dir);
-            if (kept)
-                return;
-        }
-        if (!p->parent)
-            return;
-        dir = p == p->parent->right ? 1 : -1;
+     * on the path is one level shorter, up to the first ancestor whose
+     * subtree is not. */
+    while (p && (side ? shrunk(t, &p, 1) : shrunk(t, &p, 0)) && p->parent) {
+        side = p == p->parent->right;
         p = p->parent;
     }
 }
@@ -217,14 +243,14 @@ static struct rc_itree_node *climb(struct rc_itree_node *n)
     return n->parent;
 }
 
-int rc_itree_visit_overlaps(const struct rc_itree *t, uintptr_t start, uintptr_t end,
-                            int (*fn)(struct rc_itree_node *n, void *arg), void *arg)
+/* rc_itree_visit_overlaps() from n, the first node that can overlap.  Out
+ * of line, so that a query that overlaps nothing returns before the frame
+ * this walk needs is set up. */
+static __attribute__((noinline)) int visit_from(struct rc_itree_node *n, uintptr_t start,
+                                                uintptr_t end,
+                                                int (*fn)(struct rc_itree_node *n, void *arg),
+                                                void *arg)
 {
-    struct rc_itree_node *n = t->root;
-
-    if (end <= start || !n || n->max_end <= start)
-        return 0;
-    n = descend_left(n, start);
     /* In order, and never entering a subtree whose max_end is not past
      * start: what is skipped ends too early to overlap. */
     while (n) {
@@ -241,6 +267,16 @@ int rc_itree_visit_overlaps(const struct rc_itree *t, uintptr_t start, uintptr_t
             n = climb(n);
     }
     return 0;
+}
+
+int rc_itree_visit_overlaps(const struct rc_itree *t, uintptr_t start, uintptr_t end,
+                            int (*fn)(struct rc_itree_node *n, void *arg), void *arg)
+{
+    struct rc_itree_node *n = t->root;
+
+    if (end <= start || !n || n->max_end <= start)
+        return 0;
+    return visit_from(descend_left(n, start), start, end, fn, arg);
 }
 
 void rc_itree_visit_all(struct rc_itree *t, void (*fn)(struct rc_itree_node *n, void *arg),

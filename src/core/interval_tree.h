@@ -16,7 +16,15 @@ struct rc_itree_node {
      * inserted. */
     uintptr_t start, end;
     uintptr_t max_end; /* the largest end in this subtree */
-    struct rc_itree_node *left, *right, *parent;
+    /* child[0] is left and child[1] right: code for either side indexes by
+     * side where it would otherwise branch on it. */
+    union {
+        struct {
+            struct rc_itree_node *left, *right;
+        };
+        struct rc_itree_node *child[2];
+    };
+    struct rc_itree_node *parent;
     /* Height of the right subtree minus that of the left: -1, 0 or +1.  A
      * factor rather than a height, so that fixing the tree after a change
      * reads only the nodes on the changed path, never their siblings. */

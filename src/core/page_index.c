@@ -6,6 +6,8 @@
 #include "page_index.h"
 #include "regcache.h"
 
+#define COLD __attribute__((noinline, cold))
+
 #define INITIAL_SLOTS 16u
 
 #define HUGE ((size_t)2 << 20)
@@ -128,28 +130,35 @@ static void copy_slot(struct rc_slot *to, struct rc_slot *from)
 #undef COPY
 }
 
-/* Put a filled slot (page, entry, match range) into t's first free place on
- * its probe run. */
-static void insert_slot(struct rc_slot_table *t, struct rc_slot *from)
+/* s's table, as writers (serialised by the lock) read it. */
+static struct rc_slot_table *table_of(struct rc_shard *s)
 {
-    uint32_t i =
-        (uint32_t)rc_page_hash(atomic_load_explicit(&from->page, memory_order_relaxed)) & t->mask;
+    return atomic_load_explicit(&s->table, memory_order_relaxed);
+}
+
+/* The first free slot on page's probe run in t (at most half full). */
+static struct rc_slot *free_slot(struct rc_slot_table *t, uint64_t h)
+{
+    uint32_t mask = t->mask, i = (uint32_t)h & mask;
     while (atomic_load_explicit(&t->slots[i].entry, memory_order_relaxed))
-        i = (i + 1) & t->mask;
-    copy_slot(&t->slots[i], from);
+        i = (i + 1) & mask;
+    return &t->slots[i];
 }
 
 /* The new table is filled while readers keep using the old one (writers
  * are serialised by the cache lock); only the pointer swap is a write. */
 static int grow(struct rc_page_index *idx, struct rc_shard *s)
 {
-    struct rc_slot_table *old = atomic_load_explicit(&s->table, memory_order_relaxed);
+    struct rc_slot_table *old = table_of(s);
     struct rc_slot_table *t = new_table(idx, (old->mask + 1) * 2);
     if (!t)
         return REGCACHE_ERR_NO_MEMORY;
     for (uint32_t i = 0; i <= old->mask; i++) {
-        if (atomic_load_explicit(&old->slots[i].entry, memory_order_relaxed))
-            insert_slot(t, &old->slots[i]);
+        struct rc_slot *from = &old->slots[i];
+        if (atomic_load_explicit(&from->entry, memory_order_relaxed))
+            copy_slot(
+                free_slot(t, rc_page_hash(atomic_load_explicit(&from->page, memory_order_relaxed))),
+                from);
     }
     write_begin(s);
     atomic_store_explicit(&s->table, t, memory_order_release);
@@ -159,41 +168,80 @@ static int grow(struct rc_page_index *idx, struct rc_shard *s)
     return REGCACHE_OK;
 }
 
-static int remember_page(struct regcache_entry *e, uintptr_t page)
+/* e's list of pages is full: twice the room (an entry is mostly indexed
+ * under one page, and its inline room suffices). */
+static int more_pages(struct regcache_entry *e)
 {
-    if (e->npages == e->pages_cap) {
-        uint32_t cap = e->pages_cap * 2;
-        uintptr_t *pages = malloc(cap * sizeof(*pages));
-        if (!pages)
-            return REGCACHE_ERR_NO_MEMORY;
-        memcpy(pages, e->pages, e->npages * sizeof(*pages));
-        if (e->pages != e->pages_inline)
-            free(e->pages);
-        e->pages = pages;
-        e->pages_cap = cap;
-    }
-    e->pages[e->npages++] = page;
+    uint32_t cap = e->pages_cap * 2;
+    uintptr_t *pages = malloc(cap * sizeof(*pages));
+    if (!pages)
+        return REGCACHE_ERR_NO_MEMORY;
+    memcpy(pages, e->pages, e->npages * sizeof(*pages));
+    if (e->pages != e->pages_inline)
+        free(e->pages);
+    e->pages = pages;
+    e->pages_cap = cap;
     return REGCACHE_OK;
 }
 
-/* Under the lock: list e under `page` in its shard, which has room. */
-static void list_page(struct rc_page_index *idx, struct regcache_entry *e, uintptr_t page)
+/* Under the lock: list e under `page` (hashed to h) in shard s, whose table
+ * t has room.  The free slot is found before the shard turns odd: hits
+ * retry only while the stores themselves are made.  Inlined into each
+ * caller: every miss adds, and a call would cost adding a frame. */
+static inline __attribute__((always_inline)) void list_page(struct rc_shard *s,
+                                                            struct rc_slot_table *t,
+                                                            struct regcache_entry *e,
+                                                            uintptr_t page, uint64_t h)
 {
-    struct rc_shard *s = rc_shard_of(idx, rc_page_hash(page));
-    struct rc_slot filled;
-    atomic_init(&filled.page, page);
-    atomic_init(&filled.entry, e);
-    atomic_init(&filled.match_start, atomic_load_explicit(&e->match_start, memory_order_relaxed));
-    atomic_init(&filled.match_end, atomic_load_explicit(&e->match_end, memory_order_relaxed));
-    atomic_init(&filled.buffer_id, e->buffer_id);
-    atomic_init(&filled.stamp, atomic_load_explicit(&e->last_use, memory_order_relaxed));
-    atomic_init(&filled.rails, atomic_load_explicit(&e->rails_ready, memory_order_relaxed));
-    atomic_init(&filled.device_slot, (uint16_t)e->device_slot);
-    atomic_init(&filled.several, e->more != NULL);
+#define FROM_ENTRY(field, from)                                                               \
+    atomic_store_explicit(&slot->field, atomic_load_explicit(&e->from, memory_order_relaxed), \
+                          memory_order_relaxed)
+    struct rc_slot *slot = free_slot(t, h);
     write_begin(s);
-    insert_slot(atomic_load_explicit(&s->table, memory_order_relaxed), &filled);
+    atomic_store_explicit(&slot->page, page, memory_order_relaxed);
+    FROM_ENTRY(match_start, match_start);
+    FROM_ENTRY(match_end, match_end);
+    FROM_ENTRY(stamp, last_use);
+    FROM_ENTRY(rails, rails_ready);
+    atomic_store_explicit(&slot->buffer_id, e->buffer_id, memory_order_relaxed);
+    atomic_store_explicit(&slot->device_slot, (uint16_t)e->device_slot, memory_order_relaxed);
+    atomic_store_explicit(&slot->several, e->more != NULL, memory_order_relaxed);
+    atomic_store_explicit(&slot->entry, e, memory_order_relaxed);
     write_end(s);
     s->used++;
+#undef FROM_ENTRY
+}
+
+/* At most half full keeps probe runs short. */
+static bool crowded(const struct rc_shard *s, const struct rc_slot_table *t)
+{
+    return (s->used + 1) * 2 > t->mask + 1;
+}
+
+/* e joins the index under a page new to it, in shard s, whose table t and
+ * e's list of pages have room. */
+static inline __attribute__((always_inline)) void add_page(struct rc_shard *s,
+                                                           struct rc_slot_table *t,
+                                                           struct regcache_entry *e, uintptr_t page,
+                                                           uint64_t h)
+{
+    e->pages[e->npages++] = page;
+    list_page(s, t, e, page, h);
+}
+
+/* An add that finds the shard's table or e's list of pages full: they grow
+ * first.  Out of line, so that the common add calls nothing and needs no
+ * stack frame. */
+static COLD int add_after_growth(struct rc_page_index *idx, struct regcache_entry *e,
+                                 uintptr_t page, uint64_t h)
+{
+    struct rc_shard *s = rc_shard_of(idx, h);
+    if (crowded(s, table_of(s)) && grow(idx, s) != REGCACHE_OK)
+        return REGCACHE_ERR_NO_MEMORY;
+    if (e->npages == e->pages_cap && more_pages(e) != REGCACHE_OK)
+        return REGCACHE_ERR_NO_MEMORY;
+    add_page(s, table_of(s), e, page, h);
+    return REGCACHE_OK;
 }
 
 int rc_page_index_add(struct rc_page_index *idx, struct regcache_entry *e, uintptr_t start)
@@ -203,50 +251,47 @@ int rc_page_index_add(struct rc_page_index *idx, struct regcache_entry *e, uintp
         if (e->pages[i] == page)
             return REGCACHE_OK;
 
-    struct rc_shard *s = rc_shard_of(idx, rc_page_hash(page));
-    struct rc_slot_table *t = atomic_load_explicit(&s->table, memory_order_relaxed);
-    /* At most half full keeps probe runs short. */
-    if ((s->used + 1) * 2 > t->mask + 1 && grow(idx, s) != REGCACHE_OK)
-        return REGCACHE_ERR_NO_MEMORY;
-    if (remember_page(e, page) != REGCACHE_OK)
-        return REGCACHE_ERR_NO_MEMORY;
-    list_page(idx, e, page);
+    uint64_t h = rc_page_hash(page);
+    struct rc_shard *s = rc_shard_of(idx, h);
+    struct rc_slot_table *t = table_of(s);
+    if (crowded(s, t) || e->npages == e->pages_cap)
+        return add_after_growth(idx, e, page, h);
+    add_page(s, t, e, page, h);
     return REGCACHE_OK;
 }
 
 /* Linear-probing deletion by shifting later members of the run back, so
- * lookups never need tombstones. */
-static void delete_slot(struct rc_slot_table *t, uint32_t i)
+ * lookups never need tombstones.  A member moves into the hole unless its
+ * home lies cyclically in (hole, its place]: it moves when it is at least
+ * as far from its home as from the hole. */
+static void delete_slot(struct rc_slot_table *t, struct rc_slot *hole)
 {
-    uint32_t j = i;
+    uint32_t mask = t->mask, j = (uint32_t)(hole - t->slots), gap = 0;
     for (;;) {
-        j = (j + 1) & t->mask;
-        struct regcache_entry *e = atomic_load_explicit(&t->slots[j].entry, memory_order_relaxed);
-        if (!e)
+        j = (j + 1) & mask;
+        gap++;
+        struct rc_slot *x = &t->slots[j];
+        if (!atomic_load_explicit(&x->entry, memory_order_relaxed))
             break;
-        uintptr_t page = atomic_load_explicit(&t->slots[j].page, memory_order_relaxed);
-        uint32_t home = (uint32_t)rc_page_hash(page) & t->mask;
-        /* Move j into the hole unless its home lies cyclically in (i, j]. */
-        bool stays = i <= j ? (i < home && home <= j) : (i < home || home <= j);
-        if (!stays) {
-            copy_slot(&t->slots[i], &t->slots[j]);
-            i = j;
+        uintptr_t page = atomic_load_explicit(&x->page, memory_order_relaxed);
+        if (((j - (uint32_t)rc_page_hash(page)) & mask) >= gap) {
+            copy_slot(hole, x);
+            hole = x;
+            gap = 0;
         }
     }
-    atomic_store_explicit(&t->slots[i].entry, NULL, memory_order_relaxed);
+    atomic_store_explicit(&hole->entry, NULL, memory_order_relaxed);
 }
 
-/* The slot that lists e under page, in shard *s; NULL if none does. */
-static struct rc_slot *slot_of(struct rc_page_index *idx, const struct regcache_entry *e,
-                               uintptr_t page, struct rc_shard **s)
+/* The slot of t that lists e under page (hashed to h); NULL if none does. */
+static struct rc_slot *slot_of(struct rc_slot_table *t, uint64_t h, const struct regcache_entry *e,
+                               uintptr_t page)
 {
-    uint64_t h = rc_page_hash(page);
-    *s = rc_shard_of(idx, h);
-    struct rc_slot_table *t = atomic_load_explicit(&(*s)->table, memory_order_relaxed);
+    uint32_t mask = t->mask;
     struct regcache_entry *x;
-    for (uint32_t i = (uint32_t)h & t->mask;
+    for (uint32_t i = (uint32_t)h & mask;
          (x = atomic_load_explicit(&t->slots[i].entry, memory_order_relaxed)) != NULL;
-         i = (i + 1) & t->mask)
+         i = (i + 1) & mask)
         if (x == e && atomic_load_explicit(&t->slots[i].page, memory_order_relaxed) == page)
             return &t->slots[i];
     return NULL;
@@ -254,14 +299,16 @@ static struct rc_slot *slot_of(struct rc_page_index *idx, const struct regcache_
 
 void rc_page_index_unlist(struct rc_page_index *idx, struct regcache_entry *e)
 {
-    for (uint32_t k = 0; k < e->npages; k++) {
-        struct rc_shard *s;
-        struct rc_slot *slot = slot_of(idx, e, e->pages[k], &s);
+    const uintptr_t *pages = e->pages;
+    for (uint32_t k = 0, n = e->npages; k < n; k++) {
+        uint64_t h = rc_page_hash(pages[k]);
+        struct rc_shard *s = rc_shard_of(idx, h);
+        struct rc_slot_table *t = table_of(s);
+        struct rc_slot *slot = slot_of(t, h, e, pages[k]);
         if (!slot)
             continue;
-        struct rc_slot_table *t = atomic_load_explicit(&s->table, memory_order_relaxed);
         write_begin(s);
-        delete_slot(t, (uint32_t)(slot - t->slots));
+        delete_slot(t, slot);
         write_end(s);
         s->used--;
     }
@@ -271,31 +318,35 @@ void rc_page_index_unlist(struct rc_page_index *idx, struct regcache_entry *e)
  * listing them again needs no growth. */
 void rc_page_index_relist(struct rc_page_index *idx, struct regcache_entry *e)
 {
-    for (uint32_t k = 0; k < e->npages; k++)
-        list_page(idx, e, e->pages[k]);
+    for (uint32_t k = 0; k < e->npages; k++) {
+        uint64_t h = rc_page_hash(e->pages[k]);
+        struct rc_shard *s = rc_shard_of(idx, h);
+        list_page(s, table_of(s), e, e->pages[k], h);
+    }
+}
+
+/* e's pages outgrew its inline room: back to it. */
+static COLD void free_pages(struct regcache_entry *e)
+{
+    free(e->pages);
+    e->pages = e->pages_inline;
+    e->pages_cap = RC_INLINE_PAGES;
 }
 
 void rc_page_index_forget(struct regcache_entry *e)
 {
-    if (e->pages != e->pages_inline)
-        free(e->pages);
-    e->pages = e->pages_inline;
     e->npages = 0;
-    e->pages_cap = RC_INLINE_PAGES;
-}
-
-void rc_page_index_remove_entry(struct rc_page_index *idx, struct regcache_entry *e)
-{
-    rc_page_index_unlist(idx, e);
-    rc_page_index_forget(e);
+    if (e->pages != e->pages_inline)
+        free_pages(e);
 }
 
 void rc_page_index_refresh(struct rc_page_index *idx, struct regcache_entry *e)
 {
     unsigned rails = atomic_load_explicit(&e->rails_ready, memory_order_relaxed);
     for (uint32_t k = 0; k < e->npages; k++) {
-        struct rc_shard *s;
-        struct rc_slot *slot = slot_of(idx, e, e->pages[k], &s);
+        uint64_t h = rc_page_hash(e->pages[k]);
+        struct rc_shard *s = rc_shard_of(idx, h);
+        struct rc_slot *slot = slot_of(table_of(s), h, e, e->pages[k]);
         if (!slot)
             continue;
         write_begin(s);
@@ -316,8 +367,8 @@ static void broken(const char *what, const void *e)
 /* Is (page, e) in the index? */
 static bool listed(struct rc_page_index *idx, uintptr_t page, const struct regcache_entry *e)
 {
-    struct rc_shard *s;
-    return slot_of(idx, e, page, &s) != NULL;
+    uint64_t h = rc_page_hash(page);
+    return slot_of(table_of(rc_shard_of(idx, h)), h, e, page) != NULL;
 }
 
 void rc_page_index_check(struct rc_page_index *idx)

@@ -84,17 +84,26 @@ void rc_page_index_fini(struct rc_page_index *idx);
  * only the fast path misses it). */
 int rc_page_index_add(struct rc_page_index *idx, struct regcache_entry *e, uintptr_t start);
 
-/* Under the cache lock: forget every page of e.  Once this returns no new
- * lookup can reach e. */
-void rc_page_index_remove_entry(struct rc_page_index *idx, struct regcache_entry *e);
-
 /* Under the cache lock: take e's slots out of the index but keep its list
  * of pages, for rc_page_index_relist() to put them back (an eviction that
- * finds its victim held) or rc_page_index_remove_entry() to forget. */
+ * finds its victim held) or rc_page_index_forget() to drop. */
 void rc_page_index_unlist(struct rc_page_index *idx, struct regcache_entry *e);
 void rc_page_index_relist(struct rc_page_index *idx, struct regcache_entry *e);
 /* e is unlisted: drop its list of pages. */
 void rc_page_index_forget(struct regcache_entry *e);
+
+/* Under the cache lock: forget every page of e.  Once this returns no new
+ * lookup can reach e.  Inline, as every unlink calls it and an evicted
+ * entry, forgotten when it was claimed, lists no page: nothing to do.  One
+ * that lists none uses its inline list (only a full list moves out), so
+ * there is nothing to free either. */
+static inline void rc_page_index_remove_entry(struct rc_page_index *idx, struct regcache_entry *e)
+{
+    if (e->npages) {
+        rc_page_index_unlist(idx, e);
+        rc_page_index_forget(e);
+    }
+}
 
 /* Under the cache lock: e's rails_ready changed; its slots follow. */
 void rc_page_index_refresh(struct rc_page_index *idx, struct regcache_entry *e);

@@ -15,7 +15,7 @@
 /* Grown when more than one slot in 16 is in use, so that a free of
  * unrelated memory finds its slot in use (and takes the slow path) less
  * than one time in 16; growing by 4x spaces the refills out. */
-#define CROWDED(t) ((t)->occupied * 16 > (size_t)1 << (t)->bits)
+#define CROWDED_ABOVE(bits) (((size_t)1 << (bits)) / 16)
 #define GROWTH 2
 _Static_assert((MAX_FINE_BITS - FIRST_FINE_BITS) % GROWTH == 0,
                "growth steps land on the largest table");
@@ -39,8 +39,10 @@ static bool fine(uintptr_t start, uintptr_t end)
 static struct rc_filter_table *new_table(unsigned bits)
 {
     struct rc_filter_table *t = calloc(1, sizeof(*t) + ((size_t)1 << bits) * sizeof(atomic_uint));
-    if (t)
+    if (t) {
         t->bits = bits;
+        t->crowded_above = bits < MAX_FINE_BITS ? CROWDED_ABOVE(bits) : SIZE_MAX;
+    }
     return t;
 }
 
@@ -72,19 +74,26 @@ static unsigned bump(atomic_uint *n, int delta)
     return was;
 }
 
+/* A counted range is never empty: its first chunk is bumped unconditionally
+ * and the loop ends on its last, with no bound computed before it. */
 static void bump_fine(struct rc_filter_table *t, uintptr_t start, uintptr_t end, int delta)
 {
-    for (uintptr_t c = start >> FINE_SHIFT; c <= (end - 1) >> FINE_SHIFT; c++) {
-        unsigned was = bump(&t->n[slot_of(c, t->bits)], delta);
+    unsigned bits = t->bits; /* read once: the counts' stores might alias it */
+    for (uintptr_t c = start >> FINE_SHIFT, last = (end - 1) >> FINE_SHIFT;; c++) {
+        unsigned was = bump(&t->n[slot_of(c, bits)], delta);
         if (delta > 0 && was == 0)
             t->occupied++;
         else if (delta < 0 && was == 1)
             t->occupied--;
+        if (c == last)
+            break;
     }
 }
 
-/* Fine chunks when the range covers few, else coarse ones, else `huge`. */
-static void adjust(struct rc_range_filter *f, uintptr_t start, uintptr_t end, int delta)
+/* Fine chunks when the range covers few, else coarse ones, else `huge`.
+ * Inlined into add and remove, so that delta is a constant in each. */
+static inline __attribute__((always_inline)) void adjust(struct rc_range_filter *f, uintptr_t start,
+                                                         uintptr_t end, int delta)
 {
     if (fine(start, end)) {
         bump_fine(atomic_load_explicit(&f->fine, memory_order_relaxed), start, end, delta);
@@ -100,7 +109,7 @@ bool rc_filter_add(struct rc_range_filter *f, uintptr_t start, uintptr_t end)
 {
     adjust(f, start, end, 1);
     struct rc_filter_table *t = atomic_load_explicit(&f->fine, memory_order_relaxed);
-    return CROWDED(t) && t->bits < MAX_FINE_BITS;
+    return t->occupied > t->crowded_above;
 }
 
 void rc_filter_remove(struct rc_range_filter *f, uintptr_t start, uintptr_t end)

@@ -30,6 +30,9 @@ struct rc_filter_table {
     struct rc_filter_table *retired_next;
     unsigned bits;   /* log2 of the slots */
     size_t occupied; /* slots above zero; writers only */
+    /* Past this many occupied slots the table asks to grow: a bound worked
+     * out once, not a product on every add; never, at the largest size. */
+    size_t crowded_above;
     atomic_uint n[];
 };
 
@@ -45,8 +48,9 @@ int rc_filter_init(struct rc_range_filter *f);
 /* Free every table; no reader may be inside the filter. */
 void rc_filter_fini(struct rc_range_filter *f);
 
-/* Count [start, end) in.  True when the fine table is crowded: the caller
- * should grow it (below) once it can list every range counted. */
+/* Count [start, end), never empty, in.  True when the fine table is
+ * crowded: the caller should grow it (below) once it can list every range
+ * counted. */
 bool rc_filter_add(struct rc_range_filter *f, uintptr_t start, uintptr_t end);
 void rc_filter_remove(struct rc_range_filter *f, uintptr_t start, uintptr_t end);
 bool rc_filter_may_overlap(const struct rc_range_filter *f, uintptr_t start, uintptr_t end);

@@ -1,7 +1,9 @@
 /* The hit path's page index against a brute-force model: random adds and
  * removals of entries indexed under random pages, with long probe runs (few
  * pages hashing to many slots), growth, and deletion's backward shifts;
- * after every operation every page is looked up in both. */
+ * after every operation every page is looked up in both, and the slot found
+ * must carry its entry's copies.  Removals go either way an eviction's may:
+ * all at once, or unlisted and then forgotten or listed again. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -65,9 +67,19 @@ static void compare(struct rc_page_index *idx, const struct model *m, uint32_t *
         unsigned i = (unsigned)(found - m->e);
         assert_true(i < ENTRIES);
         assert_true(model_serves(m, i, start, end));
+        /* What the hit path takes from the slot instead of the entry. */
+        rc_page_index_read_slot(&probe, true);
         assert_true(rc_page_index_unchanged(&probe));
+        assert_int_equal(probe.stamp, atomic_load(&found->last_use));
+        assert_int_equal(probe.rails, atomic_load(&found->rails_ready));
+        assert_int_equal(probe.device_slot, found->device_slot);
+        assert_int_equal(probe.buffer_id, found->buffer_id);
+        assert_int_equal(probe.several, found->more != NULL);
     }
 }
+
+/* Any mapping list: the index only copies whether there is one. */
+static const struct rc_mapping another_mapping;
 
 static void add(struct rc_page_index *idx, struct model *m, unsigned i, uint32_t *seed)
 {
@@ -77,6 +89,12 @@ static void add(struct rc_page_index *idx, struct model *m, unsigned i, uint32_t
     uintptr_t first = next(seed) % PAGES, span = 1 + next(seed) % 3;
     atomic_store(&e->match_start, first * PAGE);
     atomic_store(&e->match_end, (first + span) * PAGE);
+    /* Copies the slot must carry, different for each entry and each life. */
+    atomic_store(&e->last_use, next(seed));
+    atomic_store(&e->rails_ready, 1 + next(seed) % 15);
+    e->device_slot = (int)(next(seed) % 8);
+    e->buffer_id = next(seed);
+    e->more = next(seed) % 2 ? &another_mapping : NULL;
     e->state = RC_READY;
     e->pages = e->pages_inline;
     e->npages = 0;
@@ -104,6 +122,27 @@ static void remove_entry(struct rc_page_index *idx, struct model *m, unsigned i)
     m->live[i] = false;
 }
 
+/* An eviction's claim: the entry leaves the index but keeps its pages, and
+ * then either goes (forgotten, and removing it later finds nothing to do)
+ * or, held after all, is listed again under every page it had. */
+static void unlist_entry(struct rc_page_index *idx, struct model *m, unsigned i, uint32_t *seed)
+{
+    struct regcache_entry *e = &m->e[i];
+    rc_page_index_unlist(idx, e);
+    m->live[i] = false;
+    compare(idx, m, seed);
+    if (next(seed) % 2) {
+        rc_page_index_forget(e);
+        assert_int_equal(e->npages, 0);
+        rc_page_index_remove_entry(idx, e);
+        e->state = RC_FREE;
+        return;
+    }
+    rc_page_index_relist(idx, e);
+    m->live[i] = true;
+    assert_int_equal(e->npages, m->npages[i]);
+}
+
 static void random_operations_agree_with_the_model(void **state)
 {
     (void)state;
@@ -115,7 +154,9 @@ static void random_operations_agree_with_the_model(void **state)
     uint32_t seed = 2463534242u;
     for (int op = 0; op < OPS; op++) {
         unsigned i = next(&seed) % ENTRIES;
-        if (m->live[i])
+        if (m->live[i] && next(&seed) % 2)
+            unlist_entry(&idx, m, i, &seed);
+        else if (m->live[i])
             remove_entry(&idx, m, i);
         else
             add(&idx, m, i, &seed);
