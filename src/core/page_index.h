@@ -188,7 +188,10 @@ static inline struct regcache_entry *rc_page_index_probe(struct rc_page_index *i
 
 /* What the found slot copies of its entry, read before
  * rc_page_index_unchanged() so that its answer covers them too; the tag
- * fields only for TAG_CHECK, where they are needed. */
+ * fields only for TAG_CHECK, where they are needed.  These loads come after
+ * the probe's acquire fence, so they need one of their own before the
+ * count is loaded again (free on x86; without it a weakly ordered CPU may
+ * load them after the count and pass a slot a writer was changing). */
 static inline void rc_page_index_read_slot(struct rc_probe *probe, bool tags)
 {
     struct rc_slot *s = probe->slot;
@@ -199,6 +202,7 @@ static inline void rc_page_index_read_slot(struct rc_probe *probe, bool tags)
         probe->buffer_id = atomic_load_explicit(&s->buffer_id, memory_order_relaxed);
         probe->several = atomic_load_explicit(&s->several, memory_order_relaxed);
     }
+    atomic_thread_fence(memory_order_acquire);
 }
 
 /* The probe found the shard with a writer inside. */
