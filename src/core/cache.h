@@ -76,9 +76,12 @@ struct regcache {
      * enough). */
     atomic_bool has_zombies;
 
-    /* Misses between their memory query and their entry's publication, and
-     * the invalidations they must learn of (invalidate.c). */
-    atomic_uint inflight __attribute__((aligned(64)));
+    /* Misses that began (a locked add, from any thread) and that ended
+     * (under the lock, so a plain store): those between their memory query
+     * and their last locked step.  Then the invalidations they must learn
+     * of (invalidate.c). */
+    atomic_uint misses_begun __attribute__((aligned(64)));
+    atomic_uint misses_ended;
     atomic_uint_fast64_t inval_seq;
     struct {
         uintptr_t start, end;
@@ -125,6 +128,12 @@ static inline bool rc_forked(const struct regcache *c);
  * address with the rail in bits 1-5 (entries are 64-byte aligned). */
 regcache_entry_t *rc_counted_handle(struct regcache_entry *e, unsigned rail);
 
+/* Under the lock: a slot hold of the calling thread on e, ready and in the
+ * cache, stamped as used now; NULL when the thread has no free slot (or no
+ * record).  No evictor or invalidator scans the slots meanwhile: they hold
+ * the lock. */
+regcache_entry_t *rc_slot_hold_locked(struct regcache *c, struct regcache_entry *e, unsigned rail);
+
 /* ---- misses (miss.c, classify.c, register.c) ---------------------------- */
 
 int rc_slow_get(struct regcache *c, uintptr_t start, uintptr_t end, unsigned rail,
@@ -135,8 +144,8 @@ int rc_slow_get(struct regcache *c, uintptr_t start, uintptr_t end, unsigned rai
 #define RC_NOT_HIT 1
 
 /* e, held by the caller, lacks `rail`: register it there (or wait for a
- * registration of e in flight) and hand out a counted hold of it; RC_NOT_HIT
- * when e left the cache meanwhile. */
+ * registration of e in flight) and hand out a hold of it; RC_NOT_HIT when
+ * e left the cache meanwhile. */
 int rc_add_rail(struct regcache *c, struct regcache_entry *e, unsigned rail,
                 regcache_entry_t **out);
 
@@ -225,11 +234,12 @@ void rc_cache_invalidate(struct regcache *c, uintptr_t start, uintptr_t end, enu
  * and no miss is in flight. */
 void rc_cache_notify(struct regcache *c, uintptr_t start, uintptr_t end);
 
-/* A miss enters before its memory query and leaves after its entry is
- * published (or not); in between, rc_invalidated_since() tells it whether
- * an invalidation overlapped [start, end). */
+/* A miss enters before its memory query and leaves in its last locked
+ * step, after its entry is published (or not); in between,
+ * rc_invalidated_since() tells it whether an invalidation overlapped
+ * [start, end). */
 uint64_t rc_miss_enter(struct regcache *c);
-void rc_miss_leave(struct regcache *c);
+void rc_miss_leave_locked(struct regcache *c);
 bool rc_invalidated_since_locked(struct regcache *c, uint64_t seq, uintptr_t start, uintptr_t end);
 
 /* Deregister and free every entry, held ones included (destroy). */

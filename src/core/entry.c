@@ -26,10 +26,12 @@ bool rc_entry_held(const struct regcache_entry *e)
 
 bool rc_entry_claim_unused(struct regcache_entry *e, struct rc_page_index *index)
 {
-    unsigned expected = 0;
-    if (!atomic_compare_exchange_strong_explicit(&e->refs, &expected, RC_DETACHED,
-                                                 memory_order_seq_cst, memory_order_relaxed))
+    /* Counted holds are taken only under the cache lock, which the caller
+     * holds: with none now there can be none until it unlocks, and a plain
+     * store marks the entry.  Acquire: the put of the last one is done. */
+    if (atomic_load_explicit(&e->refs, memory_order_acquire) != 0)
         return false;
+    atomic_store_explicit(&e->refs, RC_DETACHED, memory_order_relaxed);
     rc_page_index_unlist(index, e);
     fence_before_scan(e);
     if (!rc_thread_holds(e)) {

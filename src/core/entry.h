@@ -11,8 +11,9 @@
  *  - a slot hold: the entry's address in a hold slot of the getting thread's
  *    record (threads.h), a hazard pointer.  Hits take these: the only write
  *    is to the thread's own line.
- *  - a counted hold: one unit of `refs`.  Misses, and hits of a thread whose
- *    slots are all in use, take these.
+ *  - a counted hold: one unit of `refs`, taken under the cache lock only.
+ *    Gets of a thread whose slots are all in use, one-shot registrations
+ *    and registrations of one more rail take these.
  *
  * The top bit of refs marks an entry that has left the cache (invalidated,
  * evicted, or being destroyed): it gains no new counted holds, and whoever

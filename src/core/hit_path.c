@@ -267,6 +267,19 @@ look(struct regcache *c, struct rc_thread *t, uintptr_t start, uintptr_t end, un
     return e;
 }
 
+regcache_entry_t *rc_slot_hold_locked(struct regcache *c, struct regcache_entry *e, unsigned rail)
+{
+    struct rc_thread *t = rc_thread_current;
+    _Atomic uintptr_t *slot = t ? free_slot(t) : NULL;
+    if (!slot)
+        return NULL;
+    uint64_t now = atomic_load_explicit(&c->epoch, memory_order_relaxed);
+    stamp(e, now);
+    atomic_store_explicit(slot, (uintptr_t)e | rail, memory_order_release);
+    t->notes[slot - t->holds] = (struct rc_hold_note){ (uint32_t)now, (uint32_t)e->device_slot };
+    return (regcache_entry_t *)((uintptr_t)slot | HANDLE_SLOT);
+}
+
 /* Let go of the hold in a slot that only this thread fills. */
 static void release_held(struct regcache *c, _Atomic uintptr_t *slot)
 {

@@ -16,13 +16,28 @@ uint64_t rc_miss_enter(struct regcache *c)
 {
     /* The increment comes first: an invalidation that does not see it (and
      * so takes its fast path) finished before this miss's query began. */
-    atomic_fetch_add_explicit(&c->inflight, 1, memory_order_seq_cst);
+    atomic_fetch_add_explicit(&c->misses_begun, 1, memory_order_seq_cst);
     return atomic_load_explicit(&c->inval_seq, memory_order_seq_cst);
 }
 
-void rc_miss_leave(struct regcache *c)
+/* Only lock holders write the count of ended misses: a plain store, where
+ * a locked decrement of one shared count would cost every miss a second
+ * locked instruction. */
+void rc_miss_leave_locked(struct regcache *c)
 {
-    atomic_fetch_sub_explicit(&c->inflight, 1, memory_order_seq_cst);
+    atomic_store_explicit(&c->misses_ended,
+                          atomic_load_explicit(&c->misses_ended, memory_order_relaxed) + 1,
+                          memory_order_release);
+}
+
+/* Is a miss between its rc_miss_enter() and its rc_miss_leave_locked()?
+ * Ended first: every miss counted there began before it ended, so the
+ * begun count read next is at least as high, and equal only when each
+ * miss that began by then had ended when the first load read. */
+static bool misses_in_flight(struct regcache *c)
+{
+    unsigned ended = atomic_load_explicit(&c->misses_ended, memory_order_acquire);
+    return atomic_load_explicit(&c->misses_begun, memory_order_seq_cst) != ended;
 }
 
 bool rc_invalidated_since_locked(struct regcache *c, uint64_t seq, uintptr_t start, uintptr_t end)
@@ -80,16 +95,15 @@ void rc_cache_invalidate(struct regcache *c, uintptr_t start, uintptr_t end, enu
 }
 
 /* Why reading the filter without the lock is enough: an entry is added to
- * the filter under the lock before its miss leaves (a seq_cst decrement
- * that this thread's seq_cst load of inflight synchronises with), and a
- * miss still in flight makes inflight non-zero, which sends this call to
- * the slow path, where it is logged.  The filter's table is loaded after
+ * the filter under the lock before its miss leaves (a release store of the
+ * ended count, which this thread's acquire load synchronises with, and
+ * through the lock every earlier leave), and a miss still in flight sends
+ * this call to the slow path, where it is logged.  The filter's table is loaded after
  * that: a replacement before the add is seen, and one made later was
  * filled with every entry counted before it, this one included. */
 void rc_cache_notify(struct regcache *c, uintptr_t start, uintptr_t end)
 {
-    if (!atomic_load_explicit(&c->inflight, memory_order_seq_cst) &&
-        !rc_filter_may_overlap(&c->filter, start, end))
+    if (!misses_in_flight(c) && !rc_filter_may_overlap(&c->filter, start, end))
         return;
     rc_cache_invalidate(c, start, end, RC_BY_NOTIFY);
 }

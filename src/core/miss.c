@@ -31,6 +31,13 @@ static void wait_for_registration(struct regcache *c)
     c->registration_waiters--;
 }
 
+/* A miss's last locked step: it leaves (invalidate.c), and unlocks. */
+static void unlock_leaving(struct regcache *c)
+{
+    rc_miss_leave_locked(c);
+    pthread_mutex_unlock(&c->lock);
+}
+
 /* Under the lock: a registration ended.  Nearly always nobody waits, and
  * then the broadcast, which costs as much as a lock, is skipped. */
 static void registration_ended(struct regcache *c)
@@ -165,6 +172,20 @@ static COLD int hold_limit(const struct regcache_entry *e)
                    (uintmax_t)e->match_start, (uintmax_t)e->match_end, RC_COUNT_MASK);
 }
 
+/* Under the lock: a hold on e, ready and in the cache, for the caller.  A
+ * slot of its own where one is free, as a hit takes (its put then needs no
+ * locked instruction; evictors and invalidators, which scan the slots,
+ * hold the lock and so see it), else a counted hold. */
+static int hold_locked(struct regcache *c, struct regcache_entry *e, unsigned rail,
+                       regcache_entry_t **out)
+{
+    regcache_entry_t *h = rc_slot_hold_locked(c, e, rail);
+    int rc = h ? REGCACHE_OK : rc_entry_try_hold(e);
+    if (rc == REGCACHE_OK)
+        *out = h ? h : rc_counted_handle(e, rail);
+    return rc;
+}
+
 static COLD int reentrant(const struct rc_want *w)
 {
     return rc_fail(REGCACHE_ERR_REENTRANT,
@@ -277,7 +298,7 @@ static int register_new(struct regcache *c, struct rc_want *w, uint64_t seq, uns
 {
     struct regcache_entry *e = new_pending_locked(c, w);
     if (!e) {
-        pthread_mutex_unlock(&c->lock);
+        unlock_leaving(c);
         return rc_fail(REGCACHE_ERR_NO_MEMORY, "out of memory allocating a cache entry");
     }
     struct rc_device *d = &c->dev[w->slot];
@@ -303,7 +324,10 @@ static int register_new(struct regcache *c, struct rc_want *w, uint64_t seq, uns
     if (rc == REGCACHE_OK && !detached &&
         !rc_invalidated_since_locked(c, seq, e->match_start, e->match_end) &&
         publish_locked(c, e, w->start) == REGCACHE_OK) {
-        *out = rc_counted_handle(e, rail);
+        /* Its count was this thread's alone; in the cache now, the entry
+         * may be held by a slot instead (a count of 0 is never full). */
+        atomic_store_explicit(&e->refs, 0, memory_order_relaxed);
+        (void)hold_locked(c, e, rail, out);
     } else {
         if (!detached)
             rc_itree_remove(&c->tree, &e->node);
@@ -323,7 +347,7 @@ static int register_new(struct regcache *c, struct rc_want *w, uint64_t seq, uns
     }
     registration_ended(c);
     rc_check_locked(c);
-    pthread_mutex_unlock(&c->lock);
+    unlock_leaving(c);
     return rc;
 }
 
@@ -333,7 +357,7 @@ static int register_rail(struct regcache *c, struct regcache_entry *e, unsigned 
 {
     int rc = rc_entry_try_hold(e);
     if (rc != REGCACHE_OK) {
-        pthread_mutex_unlock(&c->lock);
+        unlock_leaving(c);
         return hold_limit(e);
     }
     e->rails_pending = 1u << rail;
@@ -353,7 +377,7 @@ static int register_rail(struct regcache *c, struct regcache_entry *e, unsigned 
         *out = rc_counted_handle(e, rail);
     }
     registration_ended(c);
-    pthread_mutex_unlock(&c->lock);
+    unlock_leaving(c);
     if (rc != REGCACHE_OK)
         regcache_put(c, rc_counted_handle(e, rail));
     return rc;
@@ -361,16 +385,19 @@ static int register_rail(struct regcache *c, struct regcache_entry *e, unsigned 
 
 int rc_add_rail(struct regcache *c, struct regcache_entry *e, unsigned rail, regcache_entry_t **out)
 {
+    /* Entered like a miss, though the entry is in the cache already: the
+     * registration it shares with misses leaves in its last locked step. */
+    rc_miss_enter(c);
     pthread_mutex_lock(&c->lock);
     for (;;) {
         if (e->state != RC_READY) {
-            pthread_mutex_unlock(&c->lock);
+            unlock_leaving(c);
             return RC_NOT_HIT;
         }
         if (!e->rails_pending)
             break;
         if (e->registrant == self_token()) {
-            pthread_mutex_unlock(&c->lock);
+            unlock_leaving(c);
             return rc_fail(REGCACHE_ERR_REENTRANT,
                            "get on rail %u of [%#jx, %#jx) from the backend callback that is "
                            "registering it",
@@ -380,10 +407,8 @@ int rc_add_rail(struct regcache *c, struct regcache_entry *e, unsigned rail, reg
     }
     if (atomic_load_explicit(&e->rails_ready, memory_order_relaxed) >> rail & 1) {
         /* Registered by the thread this one waited for. */
-        int rc = rc_entry_try_hold(e);
-        if (rc == REGCACHE_OK)
-            *out = rc_counted_handle(e, rail);
-        pthread_mutex_unlock(&c->lock);
+        int rc = hold_locked(c, e, rail, out);
+        unlock_leaving(c);
         return rc == REGCACHE_OK ? rc : hold_limit(e);
     }
     return register_rail(c, e, rail, out);
@@ -403,7 +428,7 @@ static int serve(struct regcache *c, struct rc_want *w, uint64_t seq, unsigned r
         if (e || !busy)
             break;
         if (busy->registrant == self_token()) {
-            pthread_mutex_unlock(&c->lock);
+            unlock_leaving(c);
             rc_release_victims(c, victims);
             return reentrant(w);
         }
@@ -416,13 +441,12 @@ static int serve(struct regcache *c, struct rc_want *w, uint64_t seq, unsigned r
     } else {
         /* Registered by a thread this one waited for, or not yet indexed
          * under this request's page. */
-        rc = rc_entry_try_hold(e);
+        rc = hold_locked(c, e, rail, out);
         if (rc == REGCACHE_OK) {
             rc_page_index_add(&c->index, e, w->start);
             rc_count_locked(&c->dev[e->device_slot].n.slow_hits);
-            *out = rc_counted_handle(e, rail);
         }
-        pthread_mutex_unlock(&c->lock);
+        unlock_leaving(c);
         if (rc != REGCACHE_OK)
             rc = hold_limit(e);
     }
@@ -436,10 +460,13 @@ int rc_slow_get(struct regcache *c, uintptr_t start, uintptr_t end, unsigned rai
     struct rc_want w = { .start = start, .end = end };
     uint64_t seq = rc_miss_enter(c);
     int rc = rc_classify(c, &w);
-    if (rc == REGCACHE_OK)
+    if (rc == REGCACHE_OK) {
         rc = serve(c, &w, seq, rail, out);
+    } else {
+        pthread_mutex_lock(&c->lock);
+        unlock_leaving(c);
+    }
     rc_want_fini(&w);
-    rc_miss_leave(c);
     if (rc != REGCACHE_OK)
         *out = NULL;
     return rc;

@@ -1,6 +1,7 @@
 /* The shared cache fixture (see cache_fixture.h). */
 #include "cache_fixture.h"
 #include "stats_field.h"
+#include "threads.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -66,6 +67,28 @@ regcache_entry_t *fx_get_rail(struct fx *f, unsigned rail, uintptr_t addr, size_
 regcache_entry_t *fx_get(struct fx *f, uintptr_t addr, size_t len)
 {
     return fx_get_rail(f, 0, addr, len);
+}
+
+regcache_entry_t *get_counted_hold(regcache_t *c, uintptr_t addr, size_t len)
+{
+    regcache_entry_t *slots[RC_HOLD_SLOTS], *e;
+    int n = 0;
+    for (;;) {
+        if (regcache_get(c, (const void *)addr, len, &e) != REGCACHE_OK)
+            break;
+        if (!((uintptr_t)e & 1))
+            break; /* counted */
+        if (n == RC_HOLD_SLOTS) {
+            /* More slots than a thread has: not what this expects. */
+            regcache_put(c, e);
+            e = NULL;
+            break;
+        }
+        slots[n++] = e;
+    }
+    while (n)
+        regcache_put(c, slots[--n]);
+    return e;
 }
 
 void fx_use(struct fx *f, uintptr_t addr, size_t len)

@@ -43,6 +43,10 @@ uint64_t fx_pageable_alloc(struct fx *f, uintptr_t addr, size_t size);
 /* A get (on `rail`) that must succeed. */
 regcache_entry_t *fx_get(struct fx *f, uintptr_t addr, size_t len);
 regcache_entry_t *fx_get_rail(struct fx *f, unsigned rail, uintptr_t addr, size_t len);
+/* A counted hold (entry.h) on what serves [addr, addr + len), or NULL if a
+ * get fails: the calling thread's free hold slots are filled first, so
+ * that the get after them is counted, and emptied again. */
+regcache_entry_t *get_counted_hold(regcache_t *c, uintptr_t addr, size_t len);
 /* A get that must succeed, and its put: the entry is then cached unused. */
 void fx_use(struct fx *f, uintptr_t addr, size_t len);
 /* A get that must fail with `status`, leaving *entry NULL. */

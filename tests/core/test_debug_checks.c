@@ -1,7 +1,7 @@
 /* Issue 9 item 9: debug builds (-DREGCACHE_DEBUG=ON) abort, saying why, on
  * a put that breaks the API's rules: an entry put to a cache it does not
- * come from, and a second put of the same get - for a hit's hold (a slot)
- * and a miss's (a counted one).  Each misuse runs in a child process that
+ * come from, and a second put of the same get - for a hold in a slot and
+ * a counted one (a thread's get beyond its slots).  Each misuse runs in a child process that
  * must die of SIGABRT after printing the message.
  *
  * The child is this binary executed afresh, not only forked: an empty slot
@@ -20,6 +20,7 @@
 
 #include <cmocka.h>
 
+#include "cache_fixture.h"
 #include "fake_backend.h"
 #include "test_sync.h"
 
@@ -55,11 +56,10 @@ static regcache_entry_t *get_hit(regcache_t *c)
     return e;
 }
 
-/* A counted hold: the miss that registers. */
-static regcache_entry_t *get_miss(regcache_t *c)
+static regcache_entry_t *get_counted(regcache_t *c)
 {
-    regcache_entry_t *e = get(c);
-    if ((uintptr_t)e & 1)
+    regcache_entry_t *e = get_counted_hold(c, X, 10);
+    if (!e)
         exit(2);
     return e;
 }
@@ -71,14 +71,14 @@ static void misuse(const char *which)
     regcache_t *c = new_cache(), *other = new_cache();
     if (!strcmp(which, "other-cache-hit")) {
         regcache_put(other, get_hit(c));
-    } else if (!strcmp(which, "other-cache-miss")) {
-        regcache_put(other, get_miss(c));
+    } else if (!strcmp(which, "other-cache-counted")) {
+        regcache_put(other, get_counted(c));
     } else if (!strcmp(which, "double-put-hit")) {
         regcache_entry_t *e = get_hit(c);
         regcache_put(c, e);
         regcache_put(c, e);
-    } else if (!strcmp(which, "double-put-miss")) {
-        regcache_entry_t *e = get_miss(c);
+    } else if (!strcmp(which, "double-put-counted")) {
+        regcache_entry_t *e = get_counted(c);
         regcache_put(c, e);
         regcache_put(c, e);
     } else {
@@ -106,14 +106,14 @@ static void put_to_another_cache_aborts(void **state)
 {
     (void)state;
     dies_saying("other-cache-hit", "the entry belongs to another cache");
-    dies_saying("other-cache-miss", "the entry belongs to another cache");
+    dies_saying("other-cache-counted", "the entry belongs to another cache");
 }
 
 static void double_put_aborts(void **state)
 {
     (void)state;
     dies_saying("double-put-hit", "the entry was already put (double put)");
-    dies_saying("double-put-miss", "the entry was already put (double put)");
+    dies_saying("double-put-counted", "the entry was already put (double put)");
 }
 
 int main(int argc, char **argv)

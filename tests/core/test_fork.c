@@ -4,8 +4,8 @@
  * an entry limit (so puts trim under the cache lock), one walking the
  * registry in notify_free, one invalidating and flushing - 200 times.  Each
  * child uses the inherited cache as the README allows (get, invalidate and
- * flush answer FORKED; put of the parent's holds, a hit's and a miss's,
- * notify_free, statistics and destroy are harmless), deregisters nothing of
+ * flush answer FORKED; put of the parent's holds, one in a slot and one
+ * counted, notify_free, statistics and destroy are harmless), deregisters nothing of
  * the parent's, then creates a cache of its own and uses it normally.  No
  * child may hang: each is given HANG_SECONDS, then killed.
  *
@@ -86,9 +86,9 @@ struct world {
     atomic_bool block_next_reg;
     atomic_bool stop;
     pid_t parent;
-    atomic_long *deregs_in_children; /* shared with every child */
-    atomic_long *lock_held_at_fork;  /* ditto: children that found it so */
-    regcache_entry_t *hit, *miss;    /* the forking thread's holds */
+    atomic_long *deregs_in_children;  /* shared with every child */
+    atomic_long *lock_held_at_fork;   /* ditto: children that found it so */
+    regcache_entry_t *slot, *counted; /* the forking thread's holds */
 };
 
 static void block_armed_reg(void *arg)
@@ -168,8 +168,8 @@ static int use_inherited_cache(struct world *w)
     regcache_entry_t *e = (regcache_entry_t *)(uintptr_t)1;
     if (regcache_get(c, (const void *)FX_ALLOC(HELD), 10, &e) != REGCACHE_ERR_FORKED || e)
         fault |= GET_NOT_FORKED;
-    regcache_put(c, w->hit);
-    regcache_put(c, w->miss);
+    regcache_put(c, w->slot);
+    regcache_put(c, w->counted);
     if (regcache_invalidate(c, (const void *)FX_ALLOC(CHURN), MiB) != REGCACHE_ERR_FORKED)
         fault |= INVALIDATE_NOT_FORKED;
     if (regcache_flush(c) != REGCACHE_ERR_FORKED)
@@ -267,11 +267,11 @@ static void fork_amid_every_lock(void **state)
     f->fb.during_dereg_arg = &w;
     fx_create(f);
 
-    /* The forking thread's holds: a miss's (counted) and a hit's (slot). */
-    w.miss = fx_get(f, FX_ALLOC(HELD), 10);
-    w.hit = fx_get(f, FX_ALLOC(HELD), 10);
-    assert_int_equal((uintptr_t)w.miss & 1, 0);
-    assert_int_equal((uintptr_t)w.hit & 1, 1);
+    /* The forking thread's holds, one of each kind (entry.h). */
+    w.slot = fx_get(f, FX_ALLOC(HELD), 10);
+    w.counted = get_counted_hold(f->c, FX_ALLOC(HELD), 10);
+    assert_int_equal((uintptr_t)w.slot & 1, 1);
+    assert_non_null(w.counted);
 
     struct dthread pending, waiters[WAITERS], busy[GETTERS + 2];
     struct busy work[GETTERS + 2];
@@ -331,11 +331,11 @@ static void fork_amid_every_lock(void **state)
     /* The parent's cache is whole: its holds still serve and are released
      * once, by the parent. */
     assert_int_equal(deregs_in_children, 0);
-    assert_ptr_equal(fx_handle(w.hit), fx_handle(w.miss));
-    assert_int_equal(fx_handle(w.hit)->magic, 0x5ca1ab1eu);
-    struct fake_handle *held = fx_handle(w.hit);
-    regcache_put(f->c, w.hit);
-    regcache_put(f->c, w.miss);
+    assert_ptr_equal(fx_handle(w.slot), fx_handle(w.counted));
+    assert_int_equal(fx_handle(w.slot)->magic, 0x5ca1ab1eu);
+    struct fake_handle *held = fx_handle(w.slot);
+    regcache_put(f->c, w.slot);
+    regcache_put(f->c, w.counted);
     regcache_entry_t *again = fx_get(f, FX_ALLOC(HELD), 10);
     assert_ptr_equal(fx_handle(again), held);
     regcache_put(f->c, again);

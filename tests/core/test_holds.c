@@ -1,7 +1,7 @@
 /* Issue 9 item 4: an entry's count of holders saturates instead of
- * wrapping.  A hit holds an entry through one of the thread's
- * RC_HOLD_SLOTS slots; beyond them, and on a miss, the hold is one unit of
- * the entry's count (entry.h), which a get refuses with
+ * wrapping.  A get holds an entry through one of the thread's
+ * RC_HOLD_SLOTS slots; beyond them the hold is one unit of the entry's
+ * count (entry.h), which a get refuses with
  * REGCACHE_ERR_HOLD_LIMIT once it is full.  Reaching 2^31-1 real holds would
  * take billions of gets, so the test sets the count (flag bits kept) just
  * short of the limit through the handle - a counted handle is the entry's
@@ -45,7 +45,7 @@ struct holds {
     regcache_entry_t *counted[SHORT];
 };
 
-/* From one hold of X (the miss's), fill the thread's slots with hits, then
+/* From one counted hold of X, fill the thread's slots with hits, then
  * take counted holds up to the limit and check the one after is refused
  * cleanly. */
 static void hold_up_to_the_limit(struct fx *f, struct regcache_entry *e, struct holds *h)
@@ -86,13 +86,14 @@ static void release(struct fx *f, struct holds *h)
         regcache_put(f->c, h->counted[i]);
 }
 
-/* A cache holding X's entry once, by the miss that registered it. */
+/* A cache holding X's entry once, by a counted hold. */
 static struct regcache_entry *held_once(struct fx *f, regcache_entry_t **first)
 {
     fx_device_alloc(f, 0);
     f->p.validation = REGCACHE_VALIDATE_HOOKS;
     fx_create(f);
-    *first = fx_get(f, X, 10);
+    *first = get_counted_hold(f->c, X, 10);
+    assert_non_null(*first);
     struct regcache_entry *e = entry_of(*first);
     assert_int_equal(count_of(e), 1);
     return e;
@@ -146,7 +147,8 @@ static void new_rail_at_the_limit_is_refused(void **state)
     fx_device_alloc(f, 0);
     f->p.rails = 2;
     fx_create(f);
-    regcache_entry_t *first = fx_get(f, X, 10);
+    regcache_entry_t *first = get_counted_hold(f->c, X, 10);
+    assert_non_null(first);
     struct regcache_entry *e = entry_of(first);
     set_count(e, RC_COUNT_MASK);
     regcache_entry_t *got = (regcache_entry_t *)(uintptr_t)1;

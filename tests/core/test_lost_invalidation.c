@@ -5,6 +5,7 @@
  * deregistered by its put) and the next get registers the memory that is
  * there now.  Each interleaving is forced, not hoped for: the fake backend
  * runs the invalidation from inside the miss's query or reg. */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "cache.h" /* the counts of misses in flight */
 #include "cache_fixture.h"
 #include "test_sync.h"
 
@@ -192,6 +194,63 @@ static void invalidation_while_another_get_waits(void **state)
     assert_int_equal(atomic_load(&f->fb.regs), 3);
 }
 
+/* The misses a cache counts in flight (invalidate.c) must all end: one
+ * that never did would send every later notify_free of memory the cache
+ * never saw down the locked path.  Each way out of a get that goes past the
+ * index - registered, served from the tree, one-shot, its query failed,
+ * its registration failed, another rail registered or refused - takes one
+ * miss in and out. */
+static void step_leaves(struct fx *f, unsigned *begun)
+{
+    unsigned now = atomic_load(&f->c->misses_begun);
+    assert_true(now > *begun);
+    assert_int_equal(atomic_load(&f->c->misses_ended), now);
+    *begun = now;
+}
+
+static void every_miss_leaves(void **state)
+{
+    struct fx *f = *state;
+    struct armed a = { .f = f };
+    unsigned begun = 0;
+    fake_alloc(&f->fb, X, X_SIZE, 0, REGCACHE_MEM_DEVICE);
+    f->p.validation = REGCACHE_VALIDATE_HOOKS;
+    f->p.rails = 2;
+    f->p.whole_allocation = 1;
+    fx_create(f);
+
+    fx_use(f, X, 10); /* registered */
+    step_leaves(f, &begun);
+    fx_use(f, X + 64 * KiB, 10); /* in the tree, not yet indexed under this page */
+    step_leaves(f, &begun);
+    assert_int_equal(atomic_load(&f->fb.regs), 1);
+    fx_use(f, X + 64 * KiB, 10); /* indexed there now: a hit, no miss */
+    assert_int_equal(atomic_load(&f->c->misses_begun), begun);
+
+    regcache_put(f->c, fx_get_rail(f, 1, X, 10)); /* rail 1 registered */
+    step_leaves(f, &begun);
+    f->fb.fail_count = 1;
+    f->fb.fail_errno = EINVAL;
+    f->fb.fail_rail = -1;
+    assert_int_equal(regcache_invalidate(f->c, (const void *)X, 1), REGCACHE_OK);
+    fx_get_fails(f, X, 10, REGCACHE_ERR_BACKEND); /* registration failed */
+    step_leaves(f, &begun);
+    f->fb.query_status = REGCACHE_ERR_NOT_GPU;
+    fx_get_fails(f, X, 10, REGCACHE_ERR_NOT_GPU); /* query failed */
+    step_leaves(f, &begun);
+    f->fb.query_status = 0;
+
+    static const struct race_case freed_at_query = { .when = AT_QUERY };
+    f->param = &freed_at_query;
+    f->fb.during_query = free_in_query;
+    f->fb.during_query_arg = &a;
+    atomic_store(&a.armed, true);
+    regcache_entry_t *once = fx_get(f, X, 10); /* one-shot */
+    step_leaves(f, &begun);
+    assert_int_equal(fx_stats(f).one_shots, 1);
+    regcache_put(f->c, once);
+}
+
 /* (a) right after the query, (b) during the registration, (c) the notify
  * before the real free with the reallocation later, (e) pageable host
  * memory under TAG_CHECK, (f) GPU memory under HOOKS: every combination of
@@ -213,4 +272,5 @@ static const struct race_case cases[] = {
 #undef CASES
 #undef CASE
 
-FX_MAIN_CASES(invalidation_during_miss, cases, invalidation_while_another_get_waits)
+FX_MAIN_CASES(invalidation_during_miss, cases, invalidation_while_another_get_waits,
+              every_miss_leaves)

@@ -101,7 +101,10 @@ static void held_entry_is_never_evicted(void **state)
     fx_create(f);
     regcache_entry_t *a = fx_get(f, FX_ALLOC(0), 10);
     regcache_entry_t *b = fx_get(f, FX_ALLOC(1), 10);
-    /* Both held: the limit binds unused entries only. */
+    /* Both held, each by its miss in a slot of this thread (no count): the
+     * limit binds unused entries only. */
+    assert_int_equal((uintptr_t)a & 1, 1);
+    assert_int_equal((uintptr_t)b & 1, 1);
     assert_int_equal(fx_stats(f).entries, 2);
     assert_int_equal(fx_handle(a)->magic, 0x5ca1ab1eu);
     regcache_put(f->c, a);
