@@ -27,30 +27,39 @@ static size_t held_entries_locked(struct rc_device *d)
     return held;
 }
 
-int rc_register_rail(struct regcache *c, struct regcache_entry *e, unsigned rail)
+/* One call of the backend's reg for e on `rail`: its status (an errno),
+ * and on success the handle in place. */
+static inline int reg_once(struct regcache *c, struct regcache_entry *e, unsigned rail)
+{
+    void *handle = NULL;
+    rc_clear_error();
+    int err = c->backend.reg(c->backend.arg, e->node.start, rc_entry_len(e), e->device, rail,
+                             &e->shared, &handle);
+    if (err)
+        return err;
+    e->handles[rail] = handle; /* counted by the caller, under the lock */
+    /* With every rail registered nothing needs what the rails share (each
+     * registration keeps what it uses: an MR holds its own reference on the
+     * dmabuf), so it goes now rather than when the entry leaves: a cache of
+     * many entries must not hold a file descriptor for each.  Only this
+     * thread touches e->shared: one registration of an entry is in flight
+     * at a time, and the entry is held, so deregistration waits for it. */
+    unsigned ready = atomic_load_explicit(&e->rails_ready, memory_order_relaxed);
+    if (c->backend.release_shared && (ready | 1u << rail) == (1u << c->rails) - 1)
+        c->backend.release_shared(c->backend.arg, &e->shared);
+    return 0;
+}
+
+/* The registration failed with err: evict and try again while that may
+ * help.  Out of line, so that a registration that succeeds at once saves
+ * no registers for the loop. */
+static __attribute__((noinline, cold)) int
+register_after_failure(struct regcache *c, struct regcache_entry *e, unsigned rail, int err)
 {
     struct rc_device *d = &c->dev[e->device_slot];
     size_t len = rc_entry_len(e);
     size_t evicted = 0;
     for (unsigned round = 0;; round++) {
-        void *handle = NULL;
-        rc_clear_error();
-        int err = c->backend.reg(c->backend.arg, e->node.start, len, e->device, rail, &e->shared,
-                                 &handle);
-        if (!err) {
-            e->handles[rail] = handle; /* counted by the caller, under the lock */
-            /* With every rail registered nothing needs what the rails share
-             * (each registration keeps what it uses: an MR holds its own
-             * reference on the dmabuf), so it goes now rather than when the
-             * entry leaves: a cache of many entries must not hold a file
-             * descriptor for each.  Only this thread touches e->shared:
-             * one registration of an entry is in flight at a time, and the
-             * entry is held, so deregistration waits for it. */
-            unsigned ready = atomic_load_explicit(&e->rails_ready, memory_order_relaxed);
-            if (c->backend.release_shared && (ready | 1u << rail) == (1u << c->rails) - 1)
-                c->backend.release_shared(c->backend.arg, &e->shared);
-            return REGCACHE_OK;
-        }
         rc_count(&d->n.reg_failures);
         if (!exhausted(err)) {
             /* Keep what the backend itself said (a CUDA export error). */
@@ -90,5 +99,14 @@ int rc_register_rail(struct regcache *c, struct regcache_entry *e, unsigned rail
                            "all held; %zu evicted before)",
                            len, (uintmax_t)e->node.start, rail, strerror(err), left, evicted);
         evicted += now;
+        err = reg_once(c, e, rail);
+        if (!err)
+            return REGCACHE_OK;
     }
+}
+
+int rc_register_rail(struct regcache *c, struct regcache_entry *e, unsigned rail)
+{
+    int err = reg_once(c, e, rail);
+    return err ? register_after_failure(c, e, rail, err) : REGCACHE_OK;
 }
