@@ -8,7 +8,6 @@
  * backend callback asking for its own range), which is told so. */
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "cache.h"
 #include "last_error.h"
@@ -213,8 +212,9 @@ static struct regcache_entry *new_pending_locked(struct regcache *c, struct rc_w
     e->device_slot = w->slot;
     e->device = w->device;
     atomic_store_explicit(&e->last_use, 0, memory_order_relaxed);
-    memset(e->handles, 0, sizeof(e->handles));
-    memset(&e->node, 0, sizeof(e->node));
+    /* Its handles need no clearing: one is read only for a rail in
+     * rails_ready, after that rail's registration wrote it.  The tree's
+     * insert sets the rest of its node. */
     e->node.start = w->reg_start;
     e->node.end = w->reg_end;
     e->state = RC_PENDING;
