@@ -98,9 +98,9 @@ void rc_cache_invalidate(struct regcache *c, uintptr_t start, uintptr_t end, enu
  * the filter under the lock before its miss leaves (a release store of the
  * ended count, which this thread's acquire load synchronises with, and
  * through the lock every earlier leave), and a miss still in flight sends
- * this call to the slow path, where it is logged.  The filter's table is loaded after
- * that: a replacement before the add is seen, and one made later was
- * filled with every entry counted before it, this one included. */
+ * this call to the slow path, where it is logged.  The filter's table is
+ * loaded after that: a replacement before the add is seen, and one made
+ * later was filled with every entry counted before it, this one included. */
 void rc_cache_notify(struct regcache *c, uintptr_t start, uintptr_t end)
 {
     if (!misses_in_flight(c) && !rc_filter_may_overlap(&c->filter, start, end))

@@ -463,6 +463,7 @@ int rc_slow_get(struct regcache *c, uintptr_t start, uintptr_t end, unsigned rai
     if (rc == REGCACHE_OK) {
         rc = serve(c, &w, seq, rail, out);
     } else {
+        /* Only lock holders count a miss as ended. */
         pthread_mutex_lock(&c->lock);
         unlock_leaving(c);
     }
