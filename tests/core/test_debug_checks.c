@@ -1,8 +1,8 @@
 /* Issue 9 item 9: debug builds (-DREGCACHE_DEBUG=ON) abort, saying why, on
  * a put that breaks the API's rules: an entry put to a cache it does not
  * come from, and a second put of the same get - for a hold in a slot and
- * a counted one (a thread's get beyond its slots).  Each misuse runs in a child process that
- * must die of SIGABRT after printing the message.
+ * a counted one (a thread's get beyond its slots).  Each misuse runs in a
+ * child process that must die of SIGABRT after printing the message.
  *
  * The child is this binary executed afresh, not only forked: an empty slot
  * in a fork child may be a hold its parent took before the fork (the child
