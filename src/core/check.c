@@ -37,7 +37,7 @@ static int check_entry(struct rc_itree_node *n, void *arg)
         e->match_start >= e->match_end)
         broken(k->c, "match range outside the registered range", e);
     struct rc_device *d = &k->c->dev[e->device_slot];
-    if (e->heap_idx >= d->lru.count || d->lru.heap[e->heap_idx].e != e)
+    if (!rc_lru_lists(&d->lru, e))
         broken(k->c, "a ready entry missing from its device's LRU", e);
     rc_page_index_check_entry(&k->c->index, e);
     k->entries[e->device_slot]++;

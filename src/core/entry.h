@@ -89,8 +89,11 @@ struct regcache_entry {
     const void *registrant;  /* the thread registering (for REENTRANT) */
     int device;              /* the backend's device argument */
     struct rc_shared shared; /* what the rails share (backend.h) */
-    /* Its place in the LRU heap. */
+    /* Its place in the LRU (lru.h): a heap index, RC_LRU_QUEUED or
+     * RC_LRU_NONE; in the queue, its neighbours and its key. */
     size_t heap_idx;
+    struct regcache_entry *lru_prev, *lru_next;
+    uint64_t queued_key;
     /* Pages under which the page index lists this entry. */
     uintptr_t *pages;
     uint32_t npages, pages_cap;

@@ -12,9 +12,10 @@
 
 void rc_lru_init(struct rc_lru *lru, struct rc_page_index *index)
 {
+    lru->head = lru->tail = NULL;
     lru->heap = NULL;
     lru->keys = NULL;
-    lru->count = lru->capacity = 0;
+    lru->heaped = lru->count = lru->capacity = 0;
     lru->index = index;
 }
 
@@ -96,7 +97,7 @@ static size_t least_of_four(const uint64_t *keys, size_t first)
 static __attribute__((noinline)) size_t hole_past_full(struct rc_lru *lru, size_t i)
 {
     /* Nodes before this one have all four children. */
-    size_t full = (lru->count - 1) / ARITY;
+    size_t full = (lru->heaped - 1) / ARITY;
     while (i < full) {
         size_t child = least_of_four(lru->keys, first_child(i));
         place(lru, i, node_at(lru, child));
@@ -111,10 +112,10 @@ static size_t hole_to_leaf(struct rc_lru *lru, size_t i)
 {
     i = hole_past_full(lru, i);
     size_t first = first_child(i);
-    if (first >= lru->count)
+    if (first >= lru->heaped)
         return i;
     size_t child = first;
-    for (size_t c = first + 1; c < lru->count; c++)
+    for (size_t c = first + 1; c < lru->heaped; c++)
         if (lru->keys[c] < lru->keys[child])
             child = c;
     place(lru, i, node_at(lru, child));
@@ -133,9 +134,50 @@ static void sift_down(struct rc_lru *lru, size_t i, struct node n)
     place(lru, climb(lru, hole_to_leaf(lru, i), i, n.key, true), n);
 }
 
-/* Grow the arrays, then push.  Out of line and ending in a tail call, so
- * that a push with room saves fewer registers.  The arrays grow one at a
- * time; one grown alone is just larger than it need be. */
+/* The stamp an entry carries now. */
+static uint64_t used_at(const struct regcache_entry *e)
+{
+    return atomic_load_explicit(&((struct regcache_entry *)e)->last_use, memory_order_relaxed);
+}
+
+static void enqueue(struct rc_lru *lru, struct regcache_entry *e, uint64_t key)
+{
+    e->heap_idx = RC_LRU_QUEUED;
+    e->queued_key = key;
+    e->lru_next = NULL;
+    e->lru_prev = lru->tail;
+    if (lru->tail)
+        lru->tail->lru_next = e;
+    else
+        lru->head = e;
+    lru->tail = e;
+}
+
+static void dequeue(struct rc_lru *lru, struct regcache_entry *e)
+{
+    if (e->lru_prev)
+        e->lru_prev->lru_next = e->lru_next;
+    else
+        lru->head = e->lru_next;
+    if (e->lru_next)
+        e->lru_next->lru_prev = e->lru_prev;
+    else
+        lru->tail = e->lru_prev;
+}
+
+/* e, in neither structure, joins the LRU at `key`: behind the queue when
+ * that keeps the queue's keys rising, else in the heap, which has room. */
+static void file(struct rc_lru *lru, struct regcache_entry *e, uint64_t key)
+{
+    if (!lru->tail || key > lru->tail->queued_key)
+        enqueue(lru, e, key);
+    else
+        sift_up(lru, lru->heaped++, (struct node){ key, e });
+}
+
+/* Grow the heap's arrays, then push.  Out of line and ending in a tail
+ * call, so that a push with room saves fewer registers.  The arrays grow
+ * one at a time; one grown alone is just larger than it need be. */
 static COLD int grow_and_push(struct rc_lru *lru, struct regcache_entry *e)
 {
     size_t cap = lru->capacity ? lru->capacity * 2 : 64;
@@ -155,16 +197,16 @@ int rc_lru_push(struct rc_lru *lru, struct regcache_entry *e)
 {
     if (lru->count == lru->capacity)
         return grow_and_push(lru, e);
-    struct node n = { atomic_load_explicit(&e->last_use, memory_order_relaxed), e };
-    sift_up(lru, lru->count++, n);
+    lru->count++;
+    file(lru, e, used_at(e));
     return REGCACHE_OK;
 }
 
 /* Close the hole at i that an entry left: the last node fills it. */
 static void fill_hole(struct rc_lru *lru, size_t i)
 {
-    struct node last = node_at(lru, --lru->count);
-    if (i == lru->count)
+    struct node last = node_at(lru, --lru->heaped);
+    if (i == lru->heaped)
         return;
     if (i && lru->keys[parent_of(i)] > last.key)
         sift_up(lru, i, last);
@@ -176,7 +218,11 @@ void rc_lru_remove(struct rc_lru *lru, struct regcache_entry *e)
 {
     size_t i = e->heap_idx;
     e->heap_idx = RC_LRU_NONE;
-    fill_hole(lru, i);
+    lru->count--;
+    if (i == RC_LRU_QUEUED)
+        dequeue(lru, e);
+    else
+        fill_hole(lru, i);
 }
 
 /* How recently each logged entry was put: its smallest distance from the
@@ -246,10 +292,11 @@ static unsigned rank_of(const struct use_rank *r, size_t n, const struct regcach
     return lo < n && r[lo].entry == (uintptr_t)e ? r[lo].rank : ~0u;
 }
 
-/* Entries last used in `epoch`, the root's key, have it as key too (a key
- * is at most its entry's last use, and keys only grow downwards): they lie
- * on a plateau of that key from the root, and a walk of them stops
- * wherever the key grows. */
+/* Entries last used in `epoch`, the least key, have it as key too (a key
+ * is at most its entry's last use).  In the queue, whose keys differ, only
+ * the head can; in the heap, where keys only grow downwards, they lie on a
+ * plateau of that key from the root, and a walk of them stops wherever the
+ * key grows. */
 
 /* Whether i has its four children and all are off the plateau: their
  * keys, read from the array, tell so without visiting an entry.  Mostly
@@ -258,47 +305,67 @@ static bool plateau_ends_at(const struct rc_lru *lru, size_t i, uint64_t epoch)
 {
     size_t first = first_child(i);
     const uint64_t *k = &lru->keys[first];
-    return first + ARITY <= lru->count && k[0] != epoch && k[1] != epoch && k[2] != epoch &&
+    return first + ARITY <= lru->heaped && k[0] != epoch && k[1] != epoch && k[2] != epoch &&
            k[3] != epoch;
 }
 
 /* How many entries at or below i, a node of the plateau, were last used in
- * the root's epoch (counting stops at `enough`)? */
+ * the epoch (counting stops at `enough`)? */
 static COLD size_t used_in_epoch(const struct rc_lru *lru, size_t i, uint64_t epoch, size_t enough)
 {
-    size_t n = atomic_load_explicit(&lru->heap[i].e->last_use, memory_order_relaxed) == epoch;
+    size_t n = used_at(lru->heap[i].e) == epoch;
     if (plateau_ends_at(lru, i, epoch))
         return n;
     size_t first = first_child(i), end = first + ARITY;
-    if (end > lru->count)
-        end = lru->count;
+    if (end > lru->heaped)
+        end = lru->heaped;
     for (size_t c = first; c < end && n < enough; c++)
         if (lru->keys[c] == epoch)
             n += used_in_epoch(lru, c, epoch, enough - n);
     return n;
 }
 
-/* The least recent unused entry of those last used in the epoch (the use
- * logs rank them), at or below heap index i, into *best. */
+/* Were several entries last used in `epoch`, the least key?  Nearly always
+ * the least entry alone was, and the queue's head and the root's children
+ * say so before the count is called (it saves and restores registers for
+ * its recursion). */
+static bool several_used_in(const struct rc_lru *lru, uint64_t epoch)
+{
+    const struct regcache_entry *q = lru->head;
+    size_t n = q && q->queued_key == epoch && used_at(q) == epoch;
+    if (lru->heaped && lru->keys[0] == epoch)
+        n += plateau_ends_at(lru, 0, epoch) ? used_at(lru->heap[0].e) == epoch
+                                            : used_in_epoch(lru, 0, epoch, 2);
+    return n > 1;
+}
+
+/* If e was last used in the epoch and nobody holds it, and the use logs
+ * rank it less recent than *best, it is the new *best. */
+static void rank_candidate(struct regcache_entry *e, uint64_t epoch, const struct use_rank *ranks,
+                           size_t n, struct regcache_entry **best, unsigned *best_rank)
+{
+    if (used_at(e) != epoch || rc_entry_held(e))
+        return;
+    unsigned rank = rank_of(ranks, n, e);
+    if (!*best || rank > *best_rank) {
+        *best = e;
+        *best_rank = rank;
+    }
+}
+
+/* The least recent unused entry of the heap's plateau at or below i. */
 static void least_recent(struct rc_lru *lru, size_t i, uint64_t epoch, const struct use_rank *ranks,
                          size_t n, struct regcache_entry **best, unsigned *best_rank)
 {
-    if (i >= lru->count || lru->keys[i] != epoch)
+    if (i >= lru->heaped || lru->keys[i] != epoch)
         return;
-    struct regcache_entry *e = lru->heap[i].e;
-    if (atomic_load_explicit(&e->last_use, memory_order_relaxed) == epoch && !rc_entry_held(e)) {
-        unsigned rank = rank_of(ranks, n, e);
-        if (!*best || rank > *best_rank) {
-            *best = e;
-            *best_rank = rank;
-        }
-    }
+    rank_candidate(lru->heap[i].e, epoch, ranks, n, best, best_rank);
     for (size_t c = first_child(i); c < first_child(i) + ARITY; c++)
         least_recent(lru, c, epoch, ranks, n, best, best_rank);
 }
 
-/* Several entries were last used in the root's epoch: the least recent
- * unused one by the use logs, claimed; NULL when all are held. */
+/* Several entries were last used in the least key's epoch: the least
+ * recent unused one by the use logs, claimed; NULL when all are held. */
 static COLD struct regcache_entry *pop_within_epoch(struct rc_lru *lru, uint64_t epoch)
 {
     struct use_rank *ranks;
@@ -306,6 +373,8 @@ static COLD struct regcache_entry *pop_within_epoch(struct rc_lru *lru, uint64_t
     for (;;) {
         struct regcache_entry *best = NULL;
         unsigned best_rank = 0;
+        if (lru->head && lru->head->queued_key == epoch)
+            rank_candidate(lru->head, epoch, ranks, n, &best, &best_rank);
         least_recent(lru, 0, epoch, ranks, n, &best, &best_rank);
         if (!best || rc_entry_claim_unused(best, lru->index)) {
             free(ranks);
@@ -317,6 +386,32 @@ static COLD struct regcache_entry *pop_within_epoch(struct rc_lru *lru, uint64_t
     }
 }
 
+/* The entry of the least key, the queue's head or the heap's root. */
+struct least {
+    struct regcache_entry *e;
+    uint64_t key;
+    bool queued;
+};
+
+static struct least least_of(const struct rc_lru *lru)
+{
+    struct regcache_entry *q = lru->head;
+    if (q && (!lru->heaped || q->queued_key <= lru->keys[0]))
+        return (struct least){ q, q->queued_key, true };
+    return (struct least){ lru->heap[0].e, lru->keys[0], false };
+}
+
+/* The least entry's key becomes `key`, a later one. */
+static void rekey(struct rc_lru *lru, struct least top, uint64_t key)
+{
+    if (top.queued) {
+        dequeue(lru, top.e);
+        file(lru, top.e, key);
+    } else {
+        sift_down(lru, 0, (struct node){ key, top.e });
+    }
+}
+
 struct regcache_entry *rc_lru_pop_unused(struct rc_lru *lru, uint64_t now)
 {
     /* Every pass either evicts, raises a key to a later use, or moves a held
@@ -324,46 +419,66 @@ struct regcache_entry *rc_lru_pop_unused(struct rc_lru *lru, uint64_t now)
      * held. */
     size_t budget = 2 * lru->count + 2;
     while (lru->count && budget--) {
-        struct node top = node_at(lru, 0);
-        uint64_t used = atomic_load_explicit(&top.e->last_use, memory_order_relaxed);
+        struct least top = least_of(lru);
+        uint64_t used = used_at(top.e);
         if (used > top.key) {
-            top.key = used;
-            sift_down(lru, 0, top);
+            rekey(lru, top, used);
             continue;
         }
         /* Entries last used in the same epoch are ordered by the use logs,
          * whether it is the current one or an older one. */
         uint64_t epoch = top.key;
-        /* Nearly always the root alone was last used in its epoch, and its
-         * children say so before the count is called (it saves and
-         * restores registers for its recursion). */
-        if (epoch >= now ||
-            (!plateau_ends_at(lru, 0, epoch) && used_in_epoch(lru, 0, epoch, 2) > 1)) {
-            struct regcache_entry *least = pop_within_epoch(lru, epoch);
-            if (least || epoch >= now)
-                return least;
+        if (epoch >= now || several_used_in(lru, epoch)) {
+            struct regcache_entry *chosen = pop_within_epoch(lru, epoch);
+            if (chosen || epoch >= now)
+                return chosen;
             /* All of the epoch's entries are held: move them behind. */
         }
         if (rc_entry_claim_unused(top.e, lru->index)) {
-            /* rc_lru_remove, knowing the hole is at the root. */
-            top.e->heap_idx = RC_LRU_NONE;
-            fill_hole(lru, 0);
+            rc_lru_remove(lru, top.e);
             return top.e;
         }
         /* Held: it is being used now, so it is the most recent of all. */
-        top.key = now;
-        sift_down(lru, 0, top);
+        rekey(lru, top, now);
     }
     return NULL;
 }
 
+size_t rc_lru_held(const struct rc_lru *lru)
+{
+    size_t held = 0;
+    for (const struct regcache_entry *e = lru->head; e; e = e->lru_next)
+        held += rc_entry_held(e);
+    for (size_t i = 0; i < lru->heaped; i++)
+        held += rc_entry_held(lru->heap[i].e);
+    return held;
+}
+
+bool rc_lru_lists(const struct rc_lru *lru, const struct regcache_entry *e)
+{
+    return e->heap_idx == RC_LRU_QUEUED ||
+           (e->heap_idx < lru->heaped && lru->heap[e->heap_idx].e == e);
+}
+
+static COLD void broken(const char *what, size_t at)
+{
+    fprintf(stderr, "regcache: LRU broken: %s at %zu\n", what, at);
+    abort();
+}
+
 void rc_lru_check(const struct rc_lru *lru)
 {
-    for (size_t i = 0; i < lru->count; i++) {
+    size_t queued = 0;
+    const struct regcache_entry *prev = NULL;
+    for (const struct regcache_entry *e = lru->head; e; prev = e, e = e->lru_next, queued++)
+        if (e->heap_idx != RC_LRU_QUEUED || e->lru_prev != prev ||
+            (prev && prev->queued_key >= e->queued_key))
+            broken("queue", queued);
+    if (prev != lru->tail || queued + lru->heaped != lru->count || lru->count > lru->capacity)
+        broken("counts", queued);
+    for (size_t i = 0; i < lru->heaped; i++) {
         const struct regcache_entry *e = lru->heap[i].e;
-        if (e->heap_idx != i || (i && lru->keys[parent_of(i)] > lru->keys[i])) {
-            fprintf(stderr, "regcache: LRU heap broken at %zu\n", i);
-            abort();
-        }
+        if (e->heap_idx != i || (i && lru->keys[parent_of(i)] > lru->keys[i]))
+            broken("heap", i);
     }
 }

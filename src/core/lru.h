@@ -12,23 +12,33 @@
  * within each thread's log across threads; entries in no log count as the
  * least recent of the epoch.
  *
- * The order lives in a 4-ary min-heap keyed by each entry's stamp, brought
- * up to date lazily: the evictor refreshes a stale key at the top and sifts
- * it down, so keeping the order costs nothing until eviction happens.  Keys
- * sit in an array of their own, index for index beside the entries', so
- * that sifting compares within it (siblings' keys are adjacent words)
- * instead of visiting an entry per level. */
+ * The order lives in two structures, and the least key of either is next:
+ *  - a queue of the entries whose key is still the stamp they were pushed
+ *    with, in the order pushed.  A registration pushes its entry stamped
+ *    with the epoch it opened, later than any key before, so the queue's
+ *    keys rise by construction, and an evicting miss (which pops one entry
+ *    and pushes one) touches besides them only the next in line;
+ *  - a 4-ary min-heap keyed by stamp for every entry whose key changed
+ *    (found used since, or held) or that was pushed out of order.
+ * Keys are brought up to date lazily: the evictor refreshes a stale key at
+ * the front and moves the entry into the heap (or behind the queue when
+ * its key is the latest), so keeping the order costs nothing until
+ * eviction happens.  Heap keys sit in an array of their own, index for
+ * index beside the entries', so that sifting compares within it (siblings'
+ * keys are adjacent words) instead of visiting an entry per level. */
 #ifndef RC_LRU_H
 #define RC_LRU_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 struct regcache_entry;
 struct rc_page_index;
 
-/* heap_idx of an entry that is not in any heap. */
+/* heap_idx of an entry that is not in the LRU, and of one in its queue. */
 #define RC_LRU_NONE ((size_t)-1)
+#define RC_LRU_QUEUED ((size_t)-2)
 
 /* A slot of the heap; its key is the same index of the keys' array. */
 struct rc_lru_node {
@@ -36,10 +46,15 @@ struct rc_lru_node {
 };
 
 struct rc_lru {
+    /* The queue, oldest first, linked through the entries. */
+    struct regcache_entry *head, *tail;
     struct rc_lru_node *heap;
     /* keys[i]: heap[i]'s stamp when last looked at. */
     uint64_t *keys;
-    size_t count, capacity;
+    /* Entries in the heap; in the heap and the queue; room in the heap's
+     * arrays, at least count, so that an entry can always move from the
+     * queue into the heap. */
+    size_t heaped, count, capacity;
     /* Where the entries are listed for hits: a claim takes its entry out
      * before it decides that nobody holds it (entry.h). */
     struct rc_page_index *index;
@@ -54,7 +69,12 @@ void rc_lru_remove(struct rc_lru *lru, struct regcache_entry *e);
  * eviction (rc_entry_claim_unused); NULL when every entry is held.  `now` is
  * the cache's current epoch. */
 struct regcache_entry *rc_lru_pop_unused(struct rc_lru *lru, uint64_t now);
-/* Debug builds: abort unless the heap property and heap_idx hold. */
+/* How many of its entries are held (a slow walk, for error messages). */
+size_t rc_lru_held(const struct rc_lru *lru);
+/* Is e in the LRU where its heap_idx says? */
+bool rc_lru_lists(const struct rc_lru *lru, const struct regcache_entry *e);
+/* Abort unless the queue's keys rise, the heap property holds and every
+ * heap_idx is right. */
 void rc_lru_check(const struct rc_lru *lru);
 
 #endif

@@ -18,15 +18,6 @@ static bool exhausted(int err)
     return err == ENOMEM || err == ENOSPC || err == EAGAIN || err == EFAULT;
 }
 
-/* Under the lock: how many of the device's cached entries are held. */
-static size_t held_entries_locked(struct rc_device *d)
-{
-    size_t held = 0;
-    for (size_t i = 0; i < d->lru.count; i++)
-        held += rc_entry_held(d->lru.heap[i].e);
-    return held;
-}
-
 /* One call of the backend's reg for e on `rail`: its status (an errno),
  * and on success the handle in place. */
 static inline int reg_once(struct regcache *c, struct regcache_entry *e, unsigned rail)
@@ -75,7 +66,7 @@ register_after_failure(struct regcache *c, struct regcache_entry *e, unsigned ra
                            len, (uintmax_t)e->node.start, rail);
         if (round == RC_EVICT_ROUNDS) {
             pthread_mutex_lock(&c->lock);
-            size_t left = d->lru.count, held = held_entries_locked(d);
+            size_t left = d->lru.count, held = rc_lru_held(&d->lru);
             pthread_mutex_unlock(&c->lock);
             return rc_fail(REGCACHE_ERR_NO_SPACE,
                            "registering %zu bytes at %#jx on rail %u: resources still exhausted "

@@ -1,5 +1,5 @@
-/* The lazy LRU heap: exact least-recently-used order at eviction time,
- * held entries skipped, against a brute-force model. */
+/* The LRU order (its queue and lazy heap): exact least-recently-used order
+ * at eviction time, held entries skipped, against a brute-force model. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -105,14 +105,25 @@ static void remove_from_the_middle(void **state)
     rc_lru_fini(&lru);
 }
 
-/* Every node sits where its entry says and no key is below its parent's. */
-static void assert_heap(const struct rc_lru *lru)
+/* The queue's keys rise and its links agree; every heap node sits where
+ * its entry says and no key is below its parent's; both add up to count. */
+static void assert_lru(const struct rc_lru *lru)
 {
-    for (size_t i = 0; i < lru->count; i++) {
+    size_t queued = 0;
+    const struct regcache_entry *prev = NULL;
+    for (const struct regcache_entry *e = lru->head; e; prev = e, e = e->lru_next, queued++) {
+        assert_int_equal(e->heap_idx, RC_LRU_QUEUED);
+        assert_ptr_equal(e->lru_prev, prev);
+        if (prev)
+            assert_true(prev->queued_key < e->queued_key);
+    }
+    assert_ptr_equal(lru->tail, prev);
+    for (size_t i = 0; i < lru->heaped; i++) {
         assert_int_equal(lru->heap[i].e->heap_idx, i);
         if (i)
             assert_true(lru->keys[(i - 1) / ARITY] <= lru->keys[i]);
     }
+    assert_int_equal(queued + lru->heaped, lru->count);
 }
 
 /* Pushes, removals from anywhere, uses, holds and pops, mixed at random
@@ -170,7 +181,7 @@ static void random_operations_keep_the_order(void **state)
         }
         if ((seed >> 12) % 16 == 0)
             now++;
-        assert_heap(&lru);
+        assert_lru(&lru);
     }
     assert_true(pops > 1000);
     rc_lru_fini(&lru);
@@ -200,6 +211,34 @@ static void the_roots_epoch_at_any_child_follows_the_log(void **state)
     }
 }
 
+/* Keys pushed in rising order queue up; one pushed behind a later key
+ * goes to the heap; an entry used since its push moves by its new key:
+ * pops take the least key of either. */
+static void queue_and_heap_pop_by_key(void **state)
+{
+    (void)state;
+    struct regcache_entry e[4];
+    memset(e, 0, sizeof(e));
+    static const uint64_t keys[4] = { 5, 3, 7, 6 };
+    struct rc_lru lru;
+    rc_lru_init(&lru, &idx);
+    for (int i = 0; i < 4; i++) {
+        stamp(&e[i], keys[i]);
+        assert_int_equal(rc_lru_push(&lru, &e[i]), REGCACHE_OK);
+    }
+    assert_ptr_equal(lru.head, &e[0]);
+    assert_ptr_equal(lru.tail, &e[2]);
+    assert_int_equal(lru.heaped, 2);
+    stamp(&e[0], 9);
+    static const int order[] = { 1, 3, 2, 0 };
+    for (int i = 0; i < 4; i++) {
+        assert_ptr_equal(rc_lru_pop_unused(&lru, 20), &e[order[i]]);
+        assert_lru(&lru);
+    }
+    assert_int_equal(lru.count, 0);
+    rc_lru_fini(&lru);
+}
+
 static void all_held_returns_null(void **state)
 {
     (void)state;
@@ -223,6 +262,7 @@ int main(void)
         cmocka_unit_test(remove_from_the_middle),
         cmocka_unit_test(random_operations_keep_the_order),
         cmocka_unit_test(the_roots_epoch_at_any_child_follows_the_log),
+        cmocka_unit_test(queue_and_heap_pop_by_key),
         cmocka_unit_test(all_held_returns_null),
     };
     return cmocka_run_group_tests(tests, make_index, free_index);
