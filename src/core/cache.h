@@ -64,6 +64,9 @@ struct regcache {
      * hit already costs a driver call and whose detaches and evictions pay
      * a heavy fence instead (asym_fence.h), when that fence works here. */
     bool fenceless;
+    /* TAG_CHECK caches that accept no host memory, so that every entry is
+     * tag-checked: their hits query the tag before they look (hit_path.c). */
+    bool tag_first;
     unsigned fork_generation;
     int hit_id; /* column in the thread records' hit counters, or -1 */
     unsigned rails;

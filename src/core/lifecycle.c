@@ -115,6 +115,7 @@ int regcache_create(const struct regcache_params *params, regcache_t **out)
     c->validation = resolve_validation(&c->opts);
     c->tag_check = c->validation == REGCACHE_VALIDATE_TAG_CHECK;
     c->fenceless = c->tag_check && atomic_load(&rc_heavy_fence_works);
+    c->tag_first = c->tag_check && !c->opts.params.host_memory;
     rc_memory_select(p->backend ? &c->backend.user : NULL, &c->mem);
     c->hit_id = rc_thread_claim_hit_id();
     c->fork_generation = rc_fork_generation();

@@ -65,6 +65,8 @@ static void free_table(struct rc_slot_table *t)
 int rc_page_index_init(struct rc_page_index *idx, unsigned shift)
 {
     idx->shift = shift;
+    atomic_init(&idx->large, false);
+    idx->listed = 0;
     idx->retired = NULL;
     idx->chunks = NULL;
     for (int i = 0; i < RC_SHARDS; i++) {
@@ -212,6 +214,15 @@ static inline __attribute__((always_inline)) void list_page(struct rc_shard *s,
 #undef FROM_ENTRY
 }
 
+/* n pages more listed (or fewer, n negative). */
+static void count_listed(struct rc_page_index *idx, ptrdiff_t n)
+{
+    idx->listed += (size_t)n;
+    bool large = idx->listed >= RC_INDEX_LARGE;
+    if (large != rc_page_index_large(idx))
+        atomic_store_explicit(&idx->large, large, memory_order_relaxed);
+}
+
 /* At most half full keeps probe runs short. */
 static bool crowded(const struct rc_shard *s, const struct rc_slot_table *t)
 {
@@ -241,6 +252,7 @@ static COLD int add_after_growth(struct rc_page_index *idx, struct regcache_entr
     if (e->npages == e->pages_cap && more_pages(e) != REGCACHE_OK)
         return REGCACHE_ERR_NO_MEMORY;
     add_page(s, table_of(s), e, page, h);
+    count_listed(idx, 1);
     return REGCACHE_OK;
 }
 
@@ -257,6 +269,7 @@ int rc_page_index_add(struct rc_page_index *idx, struct regcache_entry *e, uintp
     if (crowded(s, t) || e->npages == e->pages_cap)
         return add_after_growth(idx, e, page, h);
     add_page(s, t, e, page, h);
+    count_listed(idx, 1);
     return REGCACHE_OK;
 }
 
@@ -311,6 +324,7 @@ void rc_page_index_unlist(struct rc_page_index *idx, struct regcache_entry *e)
         delete_slot(t, slot);
         write_end(s);
         s->used--;
+        count_listed(idx, -1);
     }
 }
 
@@ -323,6 +337,7 @@ void rc_page_index_relist(struct rc_page_index *idx, struct regcache_entry *e)
         struct rc_shard *s = rc_shard_of(idx, h);
         list_page(s, table_of(s), e, e->pages[k], h);
     }
+    count_listed(idx, e->npages);
 }
 
 /* e's pages outgrew its inline room: back to it. */
@@ -373,6 +388,7 @@ static bool listed(struct rc_page_index *idx, uintptr_t page, const struct regca
 
 void rc_page_index_check(struct rc_page_index *idx)
 {
+    size_t listed = 0;
     for (int s = 0; s < RC_SHARDS; s++) {
         struct rc_shard *sh = &idx->shards[s];
         if (atomic_load_explicit(&sh->seq, memory_order_relaxed) & 1)
@@ -399,7 +415,11 @@ void rc_page_index_check(struct rc_page_index *idx)
         }
         if (used != sh->used)
             broken("a shard's count of used slots", NULL);
+        listed += used;
     }
+    if (listed != idx->listed ||
+        (listed >= RC_INDEX_LARGE) != atomic_load_explicit(&idx->large, memory_order_relaxed))
+        broken("the count of listed pages", NULL);
 }
 
 /* Every page a ready entry lists is found by a lookup. */

@@ -67,11 +67,20 @@ struct rc_shard {
     uint32_t used; /* writers only */
 } __attribute__((aligned(64)));
 
+/* From this many listed pages on, the slot tables (128 bytes a page, at
+ * most half full) outgrow a core's 2 MiB L2 cache, and the slot a probe
+ * reads is mostly a cache miss. */
+#define RC_INDEX_LARGE 16384
+
 struct rc_page_index {
-    unsigned shift;                /* log2 of the page size */
+    unsigned shift; /* log2 of the page size */
+    /* At least RC_INDEX_LARGE pages listed: read by hits, so written only
+     * when that changes. */
+    atomic_bool large;
     struct rc_slot_table *retired; /* replaced tables, freed at fini */
     struct rc_huge_chunk *chunks;
     struct rc_shard shards[RC_SHARDS];
+    size_t listed; /* writers only; off the lines hits read */
 };
 
 /* REGCACHE_ERR_NO_MEMORY if the first tables cannot be allocated. */
@@ -143,6 +152,18 @@ struct rc_probe {
     bool several;
 };
 
+/* Where a lookup of start begins: its page and the page's hash. */
+struct rc_page_key {
+    uintptr_t page;
+    uint64_t hash;
+};
+
+static inline struct rc_page_key rc_page_key(const struct rc_page_index *idx, uintptr_t start)
+{
+    uintptr_t page = start >> idx->shift;
+    return (struct rc_page_key){ page, rc_page_hash(page) };
+}
+
 /*
  * The hit path's lookup: an entry covering [start, end) indexed under
  * start's page, or NULL; NULL also while a writer is inside the shard, and
@@ -158,11 +179,12 @@ struct rc_probe {
  * read a store of a writer, the fences synchronise and the second load of
  * the count sees at least that writer's odd value.
  */
-static inline struct regcache_entry *rc_page_index_probe(struct rc_page_index *idx, uintptr_t start,
-                                                         uintptr_t end, struct rc_probe *probe)
+static inline struct regcache_entry *rc_page_index_probe_at(struct rc_page_index *idx,
+                                                            struct rc_page_key k, uintptr_t start,
+                                                            uintptr_t end, struct rc_probe *probe)
 {
-    uintptr_t page = start >> idx->shift;
-    uint64_t h = rc_page_hash(page);
+    uintptr_t page = k.page;
+    uint64_t h = k.hash;
     struct rc_shard *s = rc_shard_of(idx, h);
     uint64_t seq = atomic_load_explicit(&s->seq, memory_order_acquire);
     probe->shard = s;
@@ -184,6 +206,27 @@ static inline struct regcache_entry *rc_page_index_probe(struct rc_page_index *i
     }
     atomic_thread_fence(memory_order_acquire);
     return e;
+}
+
+static inline struct regcache_entry *rc_page_index_probe(struct rc_page_index *idx, uintptr_t start,
+                                                         uintptr_t end, struct rc_probe *probe)
+{
+    return rc_page_index_probe_at(idx, rc_page_key(idx, start), start, end, probe);
+}
+
+static inline bool rc_page_index_large(struct rc_page_index *idx)
+{
+    return atomic_load_explicit(&idx->large, memory_order_relaxed);
+}
+
+/* Ask for the line of the slot where a probe for k begins: a hint for
+ * a caller with other work to do before it probes.  Tables are kept until
+ * the index is destroyed, so even a replaced one may be read. */
+static inline void rc_page_index_prefetch(struct rc_page_index *idx, struct rc_page_key k)
+{
+    struct rc_slot_table *t =
+        atomic_load_explicit(&rc_shard_of(idx, k.hash)->table, memory_order_acquire);
+    __builtin_prefetch(&t->slots[(uint32_t)k.hash & t->mask]);
 }
 
 /* What the found slot copies of its entry, read before

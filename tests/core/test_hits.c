@@ -2,7 +2,8 @@
  * the registration its miss made, concurrent misses of one range register
  * it once, and what a hit checks before it serves - nothing in HOOKS mode,
  * the buffer id in TAG_CHECK mode, which catches memory freed and
- * reallocated behind the cache's back. */
+ * reallocated behind the cache's back, in both orders of its look and
+ * query. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "cache.h"
 #include "cache_fixture.h"
 
 static void miss_then_hit(void **state)
@@ -96,28 +98,51 @@ static void hooks_mode_skips_the_tag_check(void **state)
     assert_int_equal(fx_stats(f).hits, 10);
 }
 
-static void tag_check_catches_reallocation(void **state)
+/* Allocation 0 freed and reallocated behind the cache's back, then freed
+ * for good, with `others` further allocations cached, each under its 16
+ * pages: enough of them make the index large, where a hit queries the tag
+ * before it looks (hit_path.c). */
+static void tag_check_catches_reallocation_among(struct fx *f, int others)
 {
-    struct fx *f = *state;
-    fx_device_alloc(f, 0);
+    const int pages = (int)(MiB / (64 * KiB));
+    for (int i = 0; i <= others; i++)
+        fx_device_alloc(f, i);
     f->p.validation = REGCACHE_VALIDATE_TAG_CHECK;
     fx_create(f);
     assert_int_equal(regcache_validation_mode(f->c), REGCACHE_VALIDATE_TAG_CHECK);
     regcache_entry_t *a = fx_get(f, FX_ALLOC(0), 10);
     regcache_put(f->c, a);
-    /* Freed and reallocated at the same address behind the cache's back. */
+    for (int i = 1; i <= others; i++)
+        for (int p = 0; p < pages; p++)
+            fx_use(f, FX_ALLOC(i) + (uintptr_t)p * 64 * KiB, 10);
+    assert_int_equal(rc_page_index_large(&f->c->index), others * pages + 1 >= RC_INDEX_LARGE);
+    struct regcache_stats before = fx_stats(f);
     uint64_t id = fake_realloc(&f->fb, FX_ALLOC(0));
     regcache_entry_t *b = fx_get(f, FX_ALLOC(0), 10);
     assert_int_equal(fx_handle(b)->id, id);
-    fx_assert_stats(f, FX_STAT(invalidations_tag, 1), FX_STAT(registrations, 2), FX_STAT(hits, 0),
-                    FX_STAT(misses, 2), NULL);
+    struct regcache_stats after = fx_stats(f);
+    assert_int_equal(after.invalidations_tag - before.invalidations_tag, 1);
+    assert_int_equal(after.registrations - before.registrations, 1);
+    assert_int_equal(after.misses - before.misses, 1);
+    assert_int_equal(after.hits, before.hits);
     regcache_put(f->c, b);
     /* Freed for good: refused, and the stale entry is gone. */
     fake_free(&f->fb, FX_ALLOC(0));
     fx_get_fails(f, FX_ALLOC(0), 10, REGCACHE_ERR_NOT_GPU);
-    assert_int_equal(fx_stats(f).entries, 0);
-    assert_int_equal(atomic_load(&f->fb.live), 0);
+    assert_int_equal(fx_stats(f).entries, (uint64_t)others);
+    assert_int_equal(atomic_load(&f->fb.live), others);
+}
+
+static void tag_check_catches_reallocation(void **state)
+{
+    tag_check_catches_reallocation_among(*state, 0);
+}
+
+static void tag_check_catches_reallocation_in_a_large_index(void **state)
+{
+    tag_check_catches_reallocation_among(*state, RC_INDEX_LARGE / 16 + 1);
 }
 
 FX_MAIN(miss_then_hit, put_without_the_cache, concurrent_misses_register_once,
-        hooks_mode_skips_the_tag_check, tag_check_catches_reallocation)
+        hooks_mode_skips_the_tag_check, tag_check_catches_reallocation,
+        tag_check_catches_reallocation_in_a_large_index)
