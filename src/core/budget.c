@@ -30,9 +30,9 @@ static void join_ledger(struct regcache *c, int slot, struct rc_device *d, size_
         return;
     }
     why = regcache_last_error();
-    pthread_mutex_lock(&c->lock);
+    rc_lock(&c->lock);
     snprintf(c->ledger_note, sizeof c->ledger_note, "device %d: %s", slot, why);
-    pthread_mutex_unlock(&c->lock);
+    rc_unlock(&c->lock);
 }
 
 /* params.max_bytes, else what BAR1 can hold for a GPU (shared through the

@@ -5,12 +5,12 @@
 #ifndef RC_CACHE_H
 #define RC_CACHE_H
 
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 
 #include "backend.h"
 #include "bounds.h"
+#include "cache_lock.h"
 #include "entry.h"
 #include "entry_pool.h"
 #include "interval_tree.h"
@@ -99,8 +99,8 @@ struct regcache {
     size_t host_page;
     struct rc_options opts;
 
-    pthread_mutex_t lock;          /* tree, heaps, budgets, zombies, pool, log */
-    pthread_cond_t registered;     /* a pending registration finished */
+    struct rc_lock lock;           /* tree, LRU, budgets, zombies, pool, log */
+    struct rc_cond registered;     /* a pending registration finished */
     unsigned registration_waiters; /* under the lock: threads waiting on it */
     struct rc_itree tree;
     struct rc_device dev[RC_DEVICE_SLOTS];

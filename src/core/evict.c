@@ -58,13 +58,13 @@ void rc_trim(struct regcache *c, struct rc_device *d)
     struct regcache_entry *victims = NULL;
     if (rc_forked(c))
         return; /* a fork child's registrations are the parent's */
-    pthread_mutex_lock(&c->lock);
+    rc_lock(&c->lock);
     if (d->ledger_limits)
         follow_ledger_locked(d, 0);
     rc_evict_locked(c, d, atomic_load_explicit(&d->max_bytes, memory_order_relaxed),
                     atomic_load_explicit(&d->max_entries, memory_order_relaxed), &d->n.evictions,
                     &victims);
     rc_check_locked(c);
-    pthread_mutex_unlock(&c->lock);
+    rc_unlock(&c->lock);
     rc_release_victims(c, victims);
 }

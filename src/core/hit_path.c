@@ -208,12 +208,12 @@ static COLD int tag_changed(struct regcache *c, struct regcache_entry *e, _Atomi
                             uintptr_t start, uintptr_t end, unsigned rail, regcache_entry_t **out)
 {
     struct regcache_entry *victims = NULL;
-    pthread_mutex_lock(&c->lock);
+    rc_lock(&c->lock);
     if (e->state == RC_READY) {
         rc_detach_locked(c, e, &victims);
         rc_count_locked(&c->dev[e->device_slot].n.invalidations[RC_BY_TAG]);
     }
-    pthread_mutex_unlock(&c->lock);
+    rc_unlock(&c->lock);
     rc_release_victims(c, victims);
     release_slot(c, slot, e);
     *out = NULL;

@@ -74,7 +74,7 @@ static int collect(struct rc_itree_node *n, void *list)
 void rc_cache_invalidate(struct regcache *c, uintptr_t start, uintptr_t end, enum rc_cause cause)
 {
     struct regcache_entry *victims = NULL, *found = NULL;
-    pthread_mutex_lock(&c->lock);
+    rc_lock(&c->lock);
     log_locked(c, start, end);
     rc_itree_visit_overlaps(&c->tree, start, end, collect, &found);
     while (found) {
@@ -90,7 +90,7 @@ void rc_cache_invalidate(struct regcache *c, uintptr_t start, uintptr_t end, enu
     }
     rc_sweep_locked(c, &victims);
     rc_check_locked(c);
-    pthread_mutex_unlock(&c->lock);
+    rc_unlock(&c->lock);
     rc_release_victims(c, victims);
 }
 
@@ -130,12 +130,12 @@ int regcache_flush(regcache_t *c)
     if (rc_forked(c))
         return rc_fail(REGCACHE_ERR_FORKED, "regcache_flush: the cache was created before fork()");
     struct regcache_entry *victims = NULL;
-    pthread_mutex_lock(&c->lock);
+    rc_lock(&c->lock);
     for (int i = 0; i < RC_DEVICE_SLOTS; i++)
         rc_evict_locked(c, &c->dev[i], 0, 0, NULL, &victims);
     rc_sweep_locked(c, &victims);
     rc_check_locked(c);
-    pthread_mutex_unlock(&c->lock);
+    rc_unlock(&c->lock);
     rc_release_victims(c, victims);
     return REGCACHE_OK;
 }
@@ -152,7 +152,7 @@ void rc_cache_drain(struct regcache *c)
     /* In a fork child another thread may have held the lock at fork time;
      * the child must not wait for it. */
     if (!child)
-        pthread_mutex_lock(&c->lock);
+        rc_lock(&c->lock);
     rc_itree_visit_all(&c->tree, drain_visit, &all);
     while (all) {
         struct regcache_entry *e = all;
@@ -162,6 +162,6 @@ void rc_cache_drain(struct regcache *c)
     }
     rc_drain_entries_locked(c, &victims);
     if (!child)
-        pthread_mutex_unlock(&c->lock);
+        rc_unlock(&c->lock);
     rc_release_victims(c, victims);
 }

@@ -49,10 +49,10 @@ static int make_backend(struct regcache *c)
     return rc_verbs_backend_create(p, &c->backend, &c->method_used);
 }
 
-/* `consistent`: nobody held the cache lock, so the tree, the heaps, the
+/* `consistent`: nobody held the cache lock, so the tree, the LRU, the
  * page index, the filter and the entry pool it guards are whole and may be
  * freed. */
-static void free_cache(struct regcache *c, bool child, bool consistent)
+static void free_cache(struct regcache *c, bool consistent)
 {
     if (consistent) {
         rc_page_index_fini(&c->index);
@@ -64,13 +64,6 @@ static void free_cache(struct regcache *c, bool child, bool consistent)
     if (c->builtin)
         rc_verbs_backend_destroy(&c->backend);
     rc_thread_release_hit_id(c->hit_id);
-    /* In a fork child a parent thread may have been waiting on the
-     * condition or holding the mutex: destroying them could wait forever,
-     * and the child will never use them again. */
-    if (!child) {
-        pthread_cond_destroy(&c->registered);
-        pthread_mutex_destroy(&c->lock);
-    }
     free(c);
 }
 
@@ -90,8 +83,8 @@ int regcache_create(const struct regcache_params *params, regcache_t **out)
         return rc_fail(REGCACHE_ERR_NO_MEMORY, "out of memory allocating the cache");
     memset(c, 0, sizeof(*c));
     c->hit_id = -1;
-    pthread_mutex_init(&c->lock, NULL);
-    pthread_cond_init(&c->registered, NULL);
+    rc_lock_init(&c->lock);
+    rc_cond_init(&c->registered);
     rc_itree_init(&c->tree);
     rc_entry_pool_init(&c->pool);
     for (int i = 0; i < RC_DEVICE_SLOTS; i++)
@@ -106,7 +99,7 @@ int regcache_create(const struct regcache_params *params, regcache_t **out)
     if (rc == REGCACHE_OK && rc_filter_init(&c->filter))
         rc = rc_fail(REGCACHE_ERR_NO_MEMORY, "out of memory allocating the range filter");
     if (rc != REGCACHE_OK) {
-        free_cache(c, false, true);
+        free_cache(c, true);
         return rc;
     }
     const struct regcache_params *p = &c->opts.params;
@@ -137,16 +130,16 @@ void regcache_destroy(regcache_t *c)
      * table being grown): the child's copy of the lock is still held then,
      * and the child must neither walk those structures (it could loop
      * forever) nor free them; it leaves them allocated. */
-    bool consistent = !child || pthread_mutex_trylock(&c->lock) == 0;
+    bool consistent = !child || rc_trylock(&c->lock);
     if (child && consistent)
-        pthread_mutex_unlock(&c->lock);
+        rc_unlock(&c->lock);
     c->destroying = true;
     if (consistent)
         rc_cache_drain(c);
     if (c->opts.stats_dump)
         rc_stats_dump(c);
     rc_budget_fini(c);
-    free_cache(c, child, consistent);
+    free_cache(c, consistent);
 }
 
 int regcache_validation_mode(const regcache_t *c)

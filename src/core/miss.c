@@ -26,7 +26,7 @@ static const void *self_token(void)
 static void wait_for_registration(struct regcache *c)
 {
     c->registration_waiters++;
-    pthread_cond_wait(&c->registered, &c->lock);
+    rc_cond_wait(&c->registered, &c->lock);
     c->registration_waiters--;
 }
 
@@ -34,15 +34,15 @@ static void wait_for_registration(struct regcache *c)
 static void unlock_leaving(struct regcache *c)
 {
     rc_miss_leave_locked(c);
-    pthread_mutex_unlock(&c->lock);
+    rc_unlock(&c->lock);
 }
 
 /* Under the lock: a registration ended.  Nearly always nobody waits, and
- * then the broadcast, which costs as much as a lock, is skipped. */
+ * then the broadcast, a system call, is skipped. */
 static void registration_ended(struct regcache *c)
 {
     if (c->registration_waiters)
-        pthread_cond_broadcast(&c->registered);
+        rc_cond_broadcast(&c->registered);
 }
 
 /* The buffer id at addr by a list of mappings (base0, id0, more...). */
@@ -307,12 +307,12 @@ static int register_new(struct regcache *c, struct rc_want *w, uint64_t seq, uns
      * what the device holds. */
     d->pending += rc_entry_len(e);
     rc_make_room_locked(c, d, rc_entry_len(e), victims);
-    pthread_mutex_unlock(&c->lock);
+    rc_unlock(&c->lock);
     rc_deregister_victims(c, *victims);
 
     int rc = rc_register_rail(c, e, rail);
 
-    pthread_mutex_lock(&c->lock);
+    rc_lock(&c->lock);
     rc_pool_return_locked(c, *victims);
     *victims = NULL;
     d->pending -= rc_entry_len(e);
@@ -362,11 +362,11 @@ static int register_rail(struct regcache *c, struct regcache_entry *e, unsigned 
     }
     e->rails_pending = 1u << rail;
     e->registrant = self_token();
-    pthread_mutex_unlock(&c->lock);
+    rc_unlock(&c->lock);
 
     rc = rc_register_rail(c, e, rail);
 
-    pthread_mutex_lock(&c->lock);
+    rc_lock(&c->lock);
     e->rails_pending = 0;
     if (rc == REGCACHE_OK) {
         unsigned ready = atomic_load_explicit(&e->rails_ready, memory_order_relaxed) | 1u << rail;
@@ -388,7 +388,7 @@ int rc_add_rail(struct regcache *c, struct regcache_entry *e, unsigned rail, reg
     /* Entered like a miss, though the entry is in the cache already: the
      * registration it shares with misses leaves in its last locked step. */
     rc_miss_enter(c);
-    pthread_mutex_lock(&c->lock);
+    rc_lock(&c->lock);
     for (;;) {
         if (e->state != RC_READY) {
             unlock_leaving(c);
@@ -421,7 +421,7 @@ static int serve(struct regcache *c, struct rc_want *w, uint64_t seq, unsigned r
 {
     struct regcache_entry *victims = NULL, *e, *busy;
     int rc;
-    pthread_mutex_lock(&c->lock);
+    rc_lock(&c->lock);
     rc_sweep_locked(c, &victims);
     for (;;) {
         e = lookup_locked(c, w, &busy, &victims);
@@ -464,7 +464,7 @@ int rc_slow_get(struct regcache *c, uintptr_t start, uintptr_t end, unsigned rai
         rc = serve(c, &w, seq, rail, out);
     } else {
         /* Only lock holders count a miss as ended. */
-        pthread_mutex_lock(&c->lock);
+        rc_lock(&c->lock);
         unlock_leaving(c);
     }
     rc_want_fini(&w);

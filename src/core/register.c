@@ -65,9 +65,9 @@ register_after_failure(struct regcache *c, struct regcache_entry *e, unsigned ra
                            "remapped): nothing was evicted",
                            len, (uintmax_t)e->node.start, rail);
         if (round == RC_EVICT_ROUNDS) {
-            pthread_mutex_lock(&c->lock);
+            rc_lock(&c->lock);
             size_t left = d->lru.count, held = rc_lru_held(&d->lru);
-            pthread_mutex_unlock(&c->lock);
+            rc_unlock(&c->lock);
             return rc_fail(REGCACHE_ERR_NO_SPACE,
                            "registering %zu bytes at %#jx on rail %u: resources still exhausted "
                            "(%s) after %u rounds of eviction (%zu entries evicted); %zu entries "
@@ -76,12 +76,12 @@ register_after_failure(struct regcache *c, struct regcache_entry *e, unsigned ra
                            evicted, left, held);
         }
         struct regcache_entry *victims = NULL;
-        pthread_mutex_lock(&c->lock);
+        rc_lock(&c->lock);
         size_t have = atomic_load_explicit(&d->bytes, memory_order_relaxed);
         size_t now =
             rc_evict_locked(c, d, have > len ? have - len : 0, SIZE_MAX, &d->n.evictions, &victims);
         size_t left = d->lru.count;
-        pthread_mutex_unlock(&c->lock);
+        rc_unlock(&c->lock);
         rc_release_victims(c, victims);
         if (!now)
             return rc_fail(REGCACHE_ERR_NO_SPACE,

@@ -164,7 +164,7 @@ void rc_release_victims(struct regcache *c, struct regcache_entry *list)
 void rc_release_if_unheld(struct regcache *c, struct regcache_entry *e)
 {
     struct regcache_entry *victims = NULL;
-    pthread_mutex_lock(&c->lock);
+    rc_lock(&c->lock);
     /* e may have been released and reused meanwhile: only a zombie that
      * nobody holds goes, whichever life of the entry it is. */
     if (e->state == RC_ZOMBIE && !rc_entry_held(e)) {
@@ -172,7 +172,7 @@ void rc_release_if_unheld(struct regcache *c, struct regcache_entry *e)
         rc_victim_push(c, &victims, e);
     }
     sweep_zombies_locked(c, &victims);
-    pthread_mutex_unlock(&c->lock);
+    rc_unlock(&c->lock);
     rc_release_victims(c, victims);
 }
 

@@ -220,10 +220,10 @@ static void child(struct world *w)
      * regcache_destroy() as well, and the child would never drain a cache
      * that it inherited whole (nor show that the drain deregisters nothing
      * of the parent's). */
-    if (pthread_mutex_trylock(&w->f->c->lock))
+    if (!rc_trylock(&w->f->c->lock))
         atomic_fetch_add(w->lock_held_at_fork, 1);
     else
-        pthread_mutex_unlock(&w->f->c->lock);
+        rc_unlock(&w->f->c->lock);
     int fault = use_inherited_cache(w);
     if (atomic_load(w->deregs_in_children))
         fault |= PARENT_DEREGISTERED;
