@@ -66,7 +66,7 @@ static void null_tag(void *ctx, struct bench_lane *l, uint64_t n)
         sum += info.buffer_id;
     }
     l->rng = rng;
-    bench_sink = sum;
+    l->sink += sum;
 }
 
 /* A million regions of untouched, never-backed address space (UCX checks

@@ -36,6 +36,11 @@ extern const unsigned bench_thread_counts[7]; /* the thread counts */
 struct bench_lane {
     uint64_t rng;
     unsigned index;
+    /* What bare calls read, left here so that they are not optimised out.
+     * In the lane, which is its thread's own: a global that every thread
+     * wrote made the bare call's scaling, the machine's reference in the
+     * report, that of one line moving between cores. */
+    uint64_t sink;
 };
 
 /* The state lives in the caller's local copy of the lane's (a register):
@@ -76,8 +81,6 @@ struct bench_src {
     int driver;          /* no query callback: the cache asks the driver */
     struct bench_op tag; /* the bare tag source; ctx: a bench_src */
 };
-/* Where bare calls leave what they read, so that they are not optimised out. */
-extern volatile uint64_t bench_sink;
 
 /* ---- backend.c ------------------------------------------------------------ */
 

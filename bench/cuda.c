@@ -82,7 +82,7 @@ static void buffer_id(void *src, struct bench_lane *l, uint64_t n)
         sum += id;
     }
     l->rng = rng;
-    bench_sink = sum;
+    l->sink += sum;
 }
 
 static int buffer_id_check(void *src, char *why, size_t len)

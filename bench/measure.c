@@ -14,7 +14,6 @@
 
 const unsigned bench_thread_counts[7] = { 1, 2, 4, 8, 16, 24, 32 };
 void (*bench_thread_start)(void);
-volatile uint64_t bench_sink;
 
 static uint64_t now_ns(void)
 {
@@ -40,7 +39,7 @@ static double rank(const double *sorted, size_t n, double q)
 /* Seeds differ per thread so that threads do not walk the regions in step. */
 static struct bench_lane lane(unsigned index)
 {
-    return (struct bench_lane){ 0x9E3779B97F4A7C15ULL * (index + 1) | 1, index };
+    return (struct bench_lane){ .rng = 0x9E3779B97F4A7C15ULL * (index + 1) | 1, .index = index };
 }
 
 /* Nothing to measure without memory; a group may have no arms at all. */
