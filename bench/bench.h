@@ -208,6 +208,9 @@ struct bench_machine {
     int physical_cores;        /* the allowed CPUs' cores (workers fill them first) */
     char gpu[128], driver[64]; /* "" without a GPU */
     char ucx[32];              /* "" without UCX */
+    /* The 1-minute load average before the first measurement: read at the
+     * end, it counted the benchmark's own runs of 32 threads (4-6). */
+    double load;
 };
 int bench_json_open(const char *path);
 void bench_emit(const struct bench_row *r);

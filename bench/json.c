@@ -94,13 +94,11 @@ void bench_note(struct bench_row *r, const char *fmt, ...)
 
 int bench_json_close(const struct bench_machine *m)
 {
-    double load = -1;
-    getloadavg(&load, 1);
     fputs("\n],\n\"machine\": ", out);
     str("{cpu", m->cpu);
     num("cores", (double)m->cores);
     num("physical_cores", m->physical_cores);
-    num("load_avg_1min", load);
+    num("load_avg_1min", m->load);
     str("gpu", m->gpu);
     str("driver", m->driver);
     str("regcache_version", regcache_version());

@@ -4,6 +4,7 @@
 #include "bench.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -28,7 +29,7 @@ static void cpu_model(char *out, size_t len)
 
 int main(int argc, char **argv)
 {
-    struct bench_machine m = { .cores = sysconf(_SC_NPROCESSORS_ONLN) };
+    struct bench_machine m = { .cores = sysconf(_SC_NPROCESSORS_ONLN), .load = -1 };
     struct bench_src cpu, gpu;
     int quick = argc == 4 && strcmp(argv[1], "--quick") == 0;
     if (argc != 3 + quick || strcmp(argv[1 + quick], "--json") != 0) {
@@ -43,6 +44,7 @@ int main(int argc, char **argv)
     bench = (struct bench_settings){ quick, quick ? 100 : 500, 1000, quick ? 3 : 5,
                                      quick ? 0.05 : 0.1 };
     cpu_model(m.cpu, sizeof(m.cpu));
+    getloadavg(&m.load, 1);
     m.physical_cores = bench_cpus_plan();
     if (bench_json_open(argv[2 + quick]) != 0 || bench_null_source(&cpu) != 0) {
         perror("regcache-bench: writing the JSON or mapping the address space");

@@ -185,7 +185,7 @@ class Report:
         m, s = self.machine, self.settings
         print("regcache %s benchmark, %s run" % (m["regcache_version"], s["run"]))
         print("  CPU: %s, %d CPUs on %s physical cores (threads pinned, a core each first),"
-              " load %.2f%s\n  GPU: %s %s | UCX: %s%s" % (
+              " load %.2f before it%s\n  GPU: %s %s | UCX: %s%s" % (
             m["cpu"], m["cores"], m.get("physical_cores", "?"), m["load_avg_1min"],
             " (busy: expect noisy figures)" if m["load_avg_1min"] > m["cores"] / 2 else "",
             m["gpu"] or "none", m["driver"], m["ucx_version"] or "none",
