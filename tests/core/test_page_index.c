@@ -173,7 +173,8 @@ static void random_operations_agree_with_the_model(void **state)
 }
 
 /* Growth moves every slot to a table of twice the size: all entries stay
- * findable, through tables large enough to come from huge pages. */
+ * findable, through tables large enough to come from huge pages.  Every
+ * table, small or huge, keeps each slot on a cache line of its own. */
 static void growth_keeps_every_entry(void **state)
 {
     (void)state;
@@ -189,6 +190,10 @@ static void growth_keeps_every_entry(void **state)
         e[i].pages = e[i].pages_inline;
         e[i].pages_cap = RC_INLINE_PAGES;
         assert_int_equal(rc_page_index_add(&idx, &e[i], (uintptr_t)i * PAGE + 100), REGCACHE_OK);
+        struct rc_probe probe = { .slot = NULL };
+        assert_ptr_equal(
+            rc_page_index_find(&idx, (uintptr_t)i * PAGE, (uintptr_t)i * PAGE + 1, &probe), &e[i]);
+        assert_int_equal((uintptr_t)probe.slot % 64, 0);
     }
     for (unsigned i = 0; i < N; i++) {
         struct rc_probe probe;
