@@ -14,5 +14,5 @@ if [ "$(id -u)" -ne 0 ]; then
   echo "regcache: missing Debian packages: ${missing[*]} (run as root to install them)" >&2
   exit 1
 fi
-apt-get update -qq
-DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+apt-get -o Acquire::Retries=3 update -qq
+DEBIAN_FRONTEND=noninteractive apt-get -o Acquire::Retries=3 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

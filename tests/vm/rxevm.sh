@@ -103,7 +103,7 @@ prepare() {
 unpack() {
     local tmp
     tmp=$(mktemp -d "$work/unpack.XXXXXX")
-    (cd "$tmp" && apt-get download -qq "$1" >download.log 2>&1) ||
+    (cd "$tmp" && apt-get -o Acquire::Retries=3 download -qq "$1" >download.log 2>&1) ||
         { cat "$tmp/download.log" >&2; rm -rf "$tmp"; cannot "cannot download $1"; }
     dpkg-deb -x "$tmp"/*.deb "$tmp/root"
     rm -rf "$2"
