@@ -247,11 +247,11 @@ static inline bool query_first(struct regcache *c)
  * its slot said; or NULL, with *slot the hold to let go (the index changed
  * meanwhile) or NULL (no entry, no free slot, or - unless waiting for them
  * - a writer inside).  With query_first (tag_first caches with a large
- * index, get()), the look begins with the tag at start, into *first: the index slot that the probe
- * reads is asked for before the query, so that its line, mostly a cache
- * miss, arrives while the driver answers (25 ns less per hit at 100k
- * entries; with few entries the line is at hand, and the order costs 4 ns
- * more).  Either order checks the same thing, that at one moment of the
+ * index, get()), the look begins with the tag at start, into *first: the
+ * index slot that the probe reads is asked for before the query, so that
+ * its line, mostly a cache miss, arrives while the driver answers (25 ns
+ * less per hit at 100k entries; with few entries the line is at hand, and
+ * the order costs 4 ns more).  Either order checks the same thing, that at one moment of the
  * get the memory carried the id of an entry the index listed (a free
  * racing the get is the caller's error either way). */
 static inline __attribute__((always_inline)) struct regcache_entry *
