@@ -1,0 +1,57 @@
+#!/bin/sh
+# Compare builds of the library in one process, samples interleaved (ab.c
+# says how and why):
+#
+#   bench/ab/run.sh churn|hooks|tag N REV_OR_DIR...
+#   e.g. bench/ab/run.sh churn 1000 HEAD~1 HEAD
+#
+# Each argument is a git revision, or a source directory (a working tree
+# with changes not yet committed).  Builds (Release) go under $AB_DIR
+# (default /tmp/regcache-ab); a revision's build is reused, a directory's
+# rebuilt.  ROUNDS samples per build (default 3000) of OPS get+put each
+# (default 2000 for churn, 20000 for hits), pinned to CPU (default the
+# last one).
+set -eu
+
+src=$(cd "$(dirname "$0")/../.." && pwd)
+[ $# -ge 3 ] || { sed -n '2,14p' "$0"; exit 2; }
+mode=$1 n=$2
+shift 2
+dir=${AB_DIR:-/tmp/regcache-ab}
+mkdir -p "$dir"
+
+build() { # SOURCE BUILD_DIR
+    cmake -S "$1" -B "$2" -DCMAKE_BUILD_TYPE=Release -DREGCACHE_TESTS=OFF \
+        -DREGCACHE_EXAMPLES=OFF -DREGCACHE_BENCH=OFF >/dev/null
+    cmake --build "$2" -j"$(nproc)" --target regcache >/dev/null
+}
+
+libs=
+k=0
+for arg in "$@"; do
+    k=$((k + 1))
+    if [ -d "$arg" ]; then
+        out=$dir/build-dir$k
+        build "$(cd "$arg" && pwd)" "$out"
+    else
+        sha=$(git -C "$src" rev-parse --short "$arg")
+        out=$dir/build-$sha
+        if [ ! -e "$out/src/libregcache.so" ]; then
+            rm -rf "$dir/src-$sha"
+            mkdir -p "$dir/src-$sha"
+            git -C "$src" archive "$sha" | tar -x -C "$dir/src-$sha"
+            build "$dir/src-$sha" "$out"
+        fi
+    fi
+    libs="$libs $out/src/libregcache.so"
+done
+
+cc -std=c11 -O2 -Wall -Wextra -Werror -o "$dir/regcache-ab" "$src/bench/ab/ab.c" \
+    -I"$src/include" -ldl -lpthread
+ops=20000
+[ "$mode" = churn ] && ops=2000
+# Each namespace needs static TLS of its own (the library's thread record
+# pointer is initial-exec); glibc's reserve holds about one more library.
+# shellcheck disable=SC2086  # $libs is a list of paths without spaces
+GLIBC_TUNABLES=glibc.rtld.optional_static_tls=65536 taskset -c "${CPU:-$(($(nproc) - 1))}" \
+    "$dir/regcache-ab" "$mode" "$n" "${ROUNDS:-3000}" "${OPS:-$ops}" $libs
