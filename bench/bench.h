@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "regcache.h"
 
@@ -31,6 +32,32 @@ extern const unsigned bench_thread_counts[7]; /* the thread counts */
  * of one random region, the same stream for regcache and UCX. */
 #define BENCH_REGION ((size_t)65536)
 #define BENCH_GET ((size_t)4096)
+
+/* The null source's memory (backend.c, and ab/ab.c's caches): every
+ * address is GPU memory of device 0 in allocations of one region, with one
+ * fixed buffer id, so the memory never changes and every tag check passes. */
+static inline void bench_null_describe(const void *addr, struct regcache_mem_info *info)
+{
+    *info = (struct regcache_mem_info){ .base = (uintptr_t)addr & ~(uintptr_t)(BENCH_REGION - 1),
+                                        .size = BENCH_REGION,
+                                        .buffer_id = 42,
+                                        .device = 0,
+                                        .type = REGCACHE_MEM_DEVICE };
+}
+
+static inline uint64_t bench_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* qsort's order for doubles, ascending. */
+static inline int bench_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
 
 /* One per thread: its random stream and its index (for private sets). */
 struct bench_lane {

@@ -10,23 +10,9 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
 const unsigned bench_thread_counts[7] = { 1, 2, 4, 8, 16, 24, 32 };
 void (*bench_thread_start)(void);
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* Nearest rank: the smallest sample with at least q of them at or below it,
  * so the p99 of 100 samples is the 99th, not an interpolation. */
@@ -76,12 +62,12 @@ static void *work(void *arg)
     if (bench_thread_start)
         bench_thread_start();
     pthread_barrier_wait(w->start);
-    uint64_t t0 = now_ns();
+    uint64_t t0 = bench_now_ns();
     while (!atomic_load_explicit(w->stop, memory_order_relaxed)) {
         w->op->run(w->op->ctx, &w->lane, CHUNK);
         ops += CHUNK;
     }
-    w->mops = (double)ops * 1e3 / (double)(now_ns() - t0);
+    w->mops = (double)ops * 1e3 / (double)(bench_now_ns() - t0);
     return NULL;
 }
 
@@ -129,9 +115,9 @@ static double sample(const struct bench_arm *a, struct bench_lane *l, int warm)
         return run_once(op, a->row->threads, bench.run_seconds / (warm ? 4 : 1));
     if (op->reset)
         op->reset(op->ctx);
-    uint64_t t0 = now_ns();
+    uint64_t t0 = bench_now_ns();
     op->run(op->ctx, l, ops);
-    return (double)(now_ns() - t0) / ops;
+    return (double)(bench_now_ns() - t0) / ops;
 }
 
 /* Fill the row of arms[first] from its arms' samples (v: n arms to a
@@ -151,7 +137,7 @@ static void finish(const struct bench_arm *arms, size_t n, size_t first, const d
     double *samples = alloc(m * sizeof(*samples)), *sorted = alloc(m * sizeof(*sorted));
     for (size_t i = 0; i < m; i++)
         samples[i] = sorted[i] = v[slots[i]];
-    qsort(sorted, m, sizeof(sorted[0]), cmp_double);
+    qsort(sorted, m, sizeof(sorted[0]), bench_cmp_double);
     r->median = rank(sorted, m, 0.5);
     r->p99 = rank(sorted, m, r->threads ? 0.01 : 0.99);
     r->group = group;

@@ -23,17 +23,15 @@
 #endif
 #include <dlfcn.h>
 #include <pthread.h>
-#include <regcache.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 
-#define REGION ((size_t)64 << 10)
-#define GET 4096
+#include "bench.h"
+
 #define MAX_LIBS 8
 /* Rounds run before any is kept: the caches and the CPU settle. */
 #define WARM 20
@@ -52,15 +50,11 @@ static void null_dereg(void *arg, void *handle)
     (void)arg, (void)handle;
 }
 
-/* As bench/backend.c: every region an allocation of GPU 0, one buffer id. */
+/* The harness's null source (bench.h). */
 static int null_query(void *arg, const void *addr, size_t len, struct regcache_mem_info *info)
 {
     (void)arg, (void)len;
-    *info = (struct regcache_mem_info){ .base = (uintptr_t)addr & ~(uintptr_t)(REGION - 1),
-                                        .size = REGION,
-                                        .buffer_id = 42,
-                                        .device = 0,
-                                        .type = REGCACHE_MEM_DEVICE };
+    bench_null_describe(addr, info);
     return REGCACHE_OK;
 }
 
@@ -87,19 +81,6 @@ static void *noop(void *arg)
     return arg;
 }
 
-static uint64_t now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-
-static int by_value(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 static int fail(const char *what, const char *why)
 {
     fprintf(stderr, "regcache-ab: %s: %s\n", what, why);
@@ -109,7 +90,7 @@ static int fail(const char *what, const char *why)
 static int get_put(struct build *b, size_t region)
 {
     regcache_entry_t *e;
-    if (b->get(b->cache, b->base + region * REGION, GET, &e) != REGCACHE_OK)
+    if (b->get(b->cache, b->base + region * BENCH_REGION, BENCH_GET, &e) != REGCACHE_OK)
         return -1;
     b->put(b->cache, e);
     return 0;
@@ -128,11 +109,11 @@ static int open_build(struct build *b, const char *mode, const struct run *r)
     if (!b->params_init || !b->create || !b->get || !b->put)
         return fail(b->path, "a regcache_ symbol is missing");
     /* Untouched address space, aligned to a region. */
-    char *p = mmap(NULL, (r->span + 1) * REGION, PROT_READ | PROT_WRITE,
+    char *p = mmap(NULL, (r->span + 1) * BENCH_REGION, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED)
         return fail(b->path, "mmap failed");
-    b->base = (char *)(((uintptr_t)p + REGION - 1) & ~(uintptr_t)(REGION - 1));
+    b->base = (char *)(((uintptr_t)p + BENCH_REGION - 1) & ~(uintptr_t)(BENCH_REGION - 1));
     struct regcache_backend backend = { null_reg, null_dereg, NULL, null_query };
     struct regcache_params params;
     b->params_init(&params);
@@ -154,7 +135,7 @@ static int open_build(struct build *b, const char *mode, const struct run *r)
 
 static int sample(struct build *b, const struct run *r, double *ns)
 {
-    uint64_t t0 = now_ns();
+    uint64_t t0 = bench_now_ns();
     for (size_t o = 0; o < r->ops; o++) {
         size_t region;
         if (r->churn) {
@@ -169,7 +150,7 @@ static int sample(struct build *b, const struct run *r, double *ns)
         if (get_put(b, region) != 0)
             return fail(b->path, "a timed get failed");
     }
-    *ns = (double)(now_ns() - t0) / (double)r->ops;
+    *ns = (double)(bench_now_ns() - t0) / (double)r->ops;
     return 0;
 }
 
@@ -181,7 +162,7 @@ static double paired(struct build *b, const struct build *first, size_t rounds, 
     for (size_t i = 0; i < rounds; i++)
         if (keep[i])
             scratch[n++] = b->ns[i] - first->ns[i];
-    qsort(scratch, n, sizeof(*scratch), by_value);
+    qsort(scratch, n, sizeof(*scratch), bench_cmp_double);
     return scratch[n / 2];
 }
 
@@ -228,7 +209,7 @@ int main(int argc, char **argv)
             sum[i] += b[k].ns[i];
         sorted[i] = sum[i];
     }
-    qsort(sorted, rounds, sizeof(double), by_value);
+    qsort(sorted, rounds, sizeof(double), bench_cmp_double);
     for (size_t i = 0; i < rounds; i++)
         quiet[i] = sum[i] <= sorted[rounds / 4];
     printf("%s %zu, %zu rounds of %zu get+put, ns per get+put\n", argv[1], r.n, rounds, r.ops);
@@ -236,7 +217,7 @@ int main(int argc, char **argv)
         double d_all = paired(&b[k], &b[0], rounds, all, sorted);
         double d_quiet = paired(&b[k], &b[0], rounds, quiet, sorted);
         memcpy(sorted, b[k].ns, rounds * sizeof(double));
-        qsort(sorted, rounds, sizeof(double), by_value);
+        qsort(sorted, rounds, sizeof(double), bench_cmp_double);
         printf("  median %6.1f  p10 %6.1f  min %6.1f  vs first %+6.1f (quiet %+6.1f)  %s\n",
                sorted[rounds / 2], sorted[rounds / 10], sorted[0], d_all, d_quiet, b[k].path);
     }

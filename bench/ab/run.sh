@@ -47,7 +47,7 @@ for arg in "$@"; do
 done
 
 cc -std=c11 -O2 -Wall -Wextra -Werror -o "$dir/regcache-ab" "$src/bench/ab/ab.c" \
-    -I"$src/include" -ldl -lpthread
+    -I"$src/include" -I"$src/bench" -ldl -lpthread
 ops=20000
 [ "$mode" = churn ] && ops=2000
 # Each namespace needs static TLS of its own (the library's thread record
