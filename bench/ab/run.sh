@@ -27,12 +27,13 @@ build() { # SOURCE BUILD_DIR
 }
 
 libs=
-k=0
 for arg in "$@"; do
-    k=$((k + 1))
     if [ -d "$arg" ]; then
-        out=$dir/build-dir$k
-        build "$(cd "$arg" && pwd)" "$out"
+        # One build per source directory: CMake refuses a build tree made
+        # from another source.
+        path=$(cd "$arg" && pwd)
+        out=$dir/build-dir-$(printf '%s' "$path" | cksum | cut -d' ' -f1)
+        build "$path" "$out"
     else
         sha=$(git -C "$src" rev-parse --short "$arg")
         out=$dir/build-$sha
