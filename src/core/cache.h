@@ -69,6 +69,7 @@ struct regcache {
     bool tag_first;
     unsigned fork_generation;
     int hit_id; /* column in the thread records' hit counters, or -1 */
+    size_t hit_offset; /* rc_thread_hits_offset(hit_id) */
     unsigned rails;
 
     /* The LRU epoch (lru.h): read by every hit and put, written at
@@ -200,8 +201,10 @@ size_t rc_evict_locked(struct regcache *c, struct rc_device *d, size_t max_bytes
 void rc_make_room_locked(struct regcache *c, struct rc_device *d, size_t len,
                          struct regcache_entry **victims);
 
-/* Evict down to the budget again (held entries may have pushed past it, or
- * another process's cache asked for room).  Nothing in a fork child: the
+/* After a put that saw d over its budget or the shared ledger's pressure
+ * move: evict down to the budget again, if d is still over it (held
+ * entries may have pushed it past) or this caller claims the pressure
+ * (another process's cache asked for room).  Nothing in a fork child: the
  * registrations are the parent's. */
 void rc_trim(struct regcache *c, struct rc_device *d);
 

@@ -58,6 +58,8 @@ void rc_trim(struct regcache *c, struct rc_device *d)
     struct regcache_entry *victims = NULL;
     if (rc_forked(c))
         return; /* a fork child's registrations are the parent's */
+    if (!rc_over_budget(d) && !(d->ledger_limits && rc_ledger_pressed(d->ledger)))
+        return;
     rc_lock(&c->lock);
     if (d->ledger_limits)
         follow_ledger_locked(d, 0);

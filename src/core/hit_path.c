@@ -15,10 +15,13 @@
  * when a registration opened an epoch during its hold.  No line that
  * another thread writes is written.  TAG_CHECK hits skip the fence (their
  * slow side pays a membarrier instead, cache.h) and add one buffer-id query
- * per mapping the entry spans.  Everything else (misses, a writer in the
- * shard, a thread with all slots in use, budgets, debug checks, errors) is
- * out of line, reached by tail calls: a HOOKS get+put is about 110 + 55
- * instructions with no call (callgrind, x86-64 gcc -O2). */
+ * per mapping the entry spans, made last, after the hand-out, so that only
+ * a comparison waits for it.  Everything else (misses, a writer in the
+ * shard, a thread with all slots in use, an entry's first hit in an LRU
+ * epoch, budgets, debug checks, errors) is out of line, reached by tail
+ * calls: a HOOKS get+put is about 100 + 40 instructions with no call and
+ * no frame in put, a TAG_CHECK one about 20 more (callgrind, x86-64 gcc
+ * -O2). */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -62,15 +65,19 @@ static COLD int bad_get(const struct regcache *c, const void *addr, size_t len, 
 /* Let go of a slot hold: the slot store, then - for an entry that left the
  * cache meanwhile - the release that its detacher left to the last holder
  * (asym_fence.h: the detacher pays for the fence this side omits).  Only
- * while the cache has zombies can e be one (release.c), so the entry's own
- * line is read only then. */
-static inline void release_slot(struct regcache *c, _Atomic uintptr_t *slot,
-                                struct regcache_entry *e)
+ * while the cache has zombies can the entry be one (release.c), so its own
+ * line is read only then: clear_slot() says whether to look. */
+static inline bool clear_slot(struct regcache *c, _Atomic uintptr_t *slot)
 {
     atomic_store_explicit(slot, 0, memory_order_release);
     rc_fence_light();
-    if (__builtin_expect(atomic_load_explicit(&c->has_zombies, memory_order_relaxed), 0) &&
-        rc_entry_is_detached(e))
+    return __builtin_expect(atomic_load_explicit(&c->has_zombies, memory_order_relaxed), 0);
+}
+
+static inline void release_slot(struct regcache *c, _Atomic uintptr_t *slot,
+                                struct regcache_entry *e)
+{
+    if (clear_slot(c, slot) && rc_entry_is_detached(e))
         rc_release_if_unheld(c, e);
 }
 
@@ -93,20 +100,6 @@ static COLD bool all_tags_current(const struct regcache *c, const struct regcach
         if (tag_at(c, e->more[i].base) != e->more[i].buffer_id)
             return false;
     return true;
-}
-
-/* TAG_CHECK: the memory under the entry still carries its buffer id(s),
- * as the slot that found it copied them; `first` is the id at start if
- * the look queried it (look()), else 0 (a query that failed there reads 0
- * too, and is simply asked again). */
-static inline bool tags_current(const struct regcache *c, const struct regcache_entry *e,
-                                const struct rc_probe *p, uintptr_t start, uint64_t first)
-{
-    if (!p->buffer_id)
-        return true;
-    if (__builtin_expect(!p->several, 1))
-        return (first ? first : tag_at(c, start)) == p->buffer_id;
-    return all_tags_current(c, e);
 }
 
 static COLD _Atomic uintptr_t *search_free_slot(struct rc_thread *t)
@@ -146,20 +139,34 @@ static COLD int hit_without_rail(struct regcache *c, _Atomic uintptr_t *slot, ui
     return rc == RC_NOT_HIT ? rc_slow_get(c, start, end, rail, out) : rc;
 }
 
-/* The end of every hit: the rail's registration, the note for the put,
- * the count, the handle. */
+/* Count a hit (n = 1) or take one back (n = -1) on a device slot. */
+static inline void add_hits(struct regcache *c, struct rc_thread *t, unsigned device_slot,
+                            uint64_t n)
+{
+    if (__builtin_expect(c->hit_offset != 0, 1))
+        rc_thread_add_hits(t, c->hit_offset, device_slot, n);
+    else
+        atomic_fetch_add_explicit(&c->dev[device_slot].n.shared_hits, n, memory_order_relaxed);
+}
+
+/* Hand out the hold in `slot`: the note for the put, the count, the
+ * handle. */
+static inline void hand_out(struct regcache *c, struct rc_thread *t, _Atomic uintptr_t *slot,
+                            const struct rc_probe *p, uint64_t now, regcache_entry_t **out)
+{
+    *rc_hold_note_of(slot) = (struct rc_hold_note){ (uint32_t)now, p->device_slot };
+    add_hits(c, t, p->device_slot, 1);
+    *out = (regcache_entry_t *)((uintptr_t)slot | HANDLE_SLOT);
+}
+
+/* The end of every hit: the rail's registration, then the hand-out. */
 static inline int count_hit(struct regcache *c, struct rc_thread *t, _Atomic uintptr_t *slot,
                             const struct rc_probe *p, uint64_t now, uintptr_t start, uintptr_t end,
                             unsigned rail, regcache_entry_t **out)
 {
     if (__builtin_expect(!(p->rails >> rail & 1), 0))
         return hit_without_rail(c, slot, start, end, out);
-    t->notes[slot - t->holds] = (struct rc_hold_note){ (uint32_t)now, p->device_slot };
-    if (__builtin_expect(c->hit_id >= 0, 1))
-        rc_thread_count_hit(t, (unsigned)c->hit_id, p->device_slot);
-    else
-        rc_count(&c->dev[p->device_slot].n.shared_hits);
-    *out = (regcache_entry_t *)((uintptr_t)slot | HANDLE_SLOT);
+    hand_out(c, t, slot, p, now, out);
     return REGCACHE_OK;
 }
 
@@ -220,20 +227,57 @@ static COLD int tag_changed(struct regcache *c, struct regcache_entry *e, _Atomi
     return rc_slow_get(c, start, end, rail, out);
 }
 
-/* Serve the request from e, which `slot` holds and the index listed when
- * the hold became visible; p is what its slot in the index said, `first`
- * the tag the look queried or 0. */
-static inline __attribute__((always_inline)) int
-serve(struct regcache *c, struct rc_thread *t, struct regcache_entry *e, _Atomic uintptr_t *slot,
-      const struct rc_probe *p, uintptr_t start, uintptr_t end, unsigned rail,
-      regcache_entry_t **out, bool tagged, uint64_t first)
+/* A TAG_CHECK hit that the fast one (serve()) leaves: the entry's first
+ * hit in this LRU epoch, a rail it lacks, or several mappings to check.
+ * It reads the entry, which the slot holds, instead of the index slot's
+ * copies: the tag, or tags, first.  `first` is the tag the look queried,
+ * or 0. */
+static COLD int serve_tagged_slowly(struct regcache *c, _Atomic uintptr_t *slot, uintptr_t start,
+                                    uintptr_t end, unsigned rail, regcache_entry_t **out,
+                                    uint64_t first)
 {
-    if (tagged && __builtin_expect(!tags_current(c, e, p, start, first), 0))
+    struct regcache_entry *e =
+        (struct regcache_entry *)(atomic_load_explicit(slot, memory_order_relaxed) &
+                                  ~RC_HOLD_RAIL_MASK);
+    bool current = !e->buffer_id || (e->more ? all_tags_current(c, e)
+                                             : (first ? first : tag_at(c, start)) == e->buffer_id);
+    if (!current)
         return tag_changed(c, e, slot, start, end, rail, out);
+    return stamp_and_count(c, slot, start, end, rail, out);
+}
+
+/* A TAG_CHECK hit whose tag turned out changed after its hand-out: take
+ * the hit back, then as tag_changed(). */
+static COLD int tag_changed_after_all(struct regcache *c, _Atomic uintptr_t *slot, uintptr_t start,
+                                      uintptr_t end, regcache_entry_t **out)
+{
+    uintptr_t held = atomic_load_explicit(slot, memory_order_relaxed);
+    add_hits(c, rc_thread_current, rc_hold_note_of(slot)->device_slot, (uint64_t)-1);
+    return tag_changed(c, (struct regcache_entry *)(held & ~RC_HOLD_RAIL_MASK), slot, start, end,
+                       (unsigned)(held & RC_HOLD_RAIL_MASK), out);
+}
+
+/* Serve the request from the entry that `slot` holds and that the index
+ * listed when the hold became visible; p is what its slot in the index
+ * said, `first` the tag the look queried or 0.  A hit that needs nothing
+ * but the slot's copies (most do) is handed out before its tag query, so
+ * that the fewest values live across that call (of the copies only the
+ * id) and nothing but the comparison follows it; one whose tag then turns
+ * out changed is taken back. */
+static inline __attribute__((always_inline)) int
+serve(struct regcache *c, struct rc_thread *t, _Atomic uintptr_t *slot, const struct rc_probe *p,
+      uintptr_t start, uintptr_t end, unsigned rail, regcache_entry_t **out, bool tagged,
+      uint64_t first)
+{
     uint64_t now = atomic_load_explicit(&c->epoch, memory_order_relaxed);
-    if (__builtin_expect(p->stamp != now, 0))
-        return stamp_and_count(c, slot, start, end, rail, out);
-    return count_hit(c, t, slot, p, now, start, end, rail, out);
+    if (__builtin_expect(p->stamp != now || !(p->rails >> rail & 1) || (tagged && p->several), 0))
+        return tagged ? serve_tagged_slowly(c, slot, start, end, rail, out, first)
+                      : stamp_and_count(c, slot, start, end, rail, out);
+    uint64_t id = tagged ? p->buffer_id : 0;
+    hand_out(c, t, slot, p, now, out);
+    if (id && __builtin_expect((first ? first : tag_at(c, start)) != id, 0))
+        return tag_changed_after_all(c, slot, start, end, out);
+    return REGCACHE_OK;
 }
 
 /* Should a TAG_CHECK hit query the tag before it looks (look())? */
@@ -277,10 +321,10 @@ look(struct regcache *c, struct rc_thread *t, uintptr_t start, uintptr_t end, un
      * earlier put of it (a plain store on x86). */
     atomic_store_explicit(slot, (uintptr_t)e | rail, memory_order_release);
     *slotp = slot;
-    if (c->fenceless)
+    if (tagged && c->fenceless) /* never so in HOOKS caches */
         atomic_signal_fence(memory_order_seq_cst);
     else
-        atomic_thread_fence(memory_order_seq_cst);
+        rc_fence_full();
     /* Whoever takes e out of the cache takes it out of the index first,
      * then fences and looks at the holds: if this thread's fence came
      * first, that look sees the hold; else the count has moved here. */
@@ -299,7 +343,7 @@ regcache_entry_t *rc_slot_hold_locked(struct regcache *c, struct regcache_entry 
     uint64_t now = atomic_load_explicit(&c->epoch, memory_order_relaxed);
     stamp(e, now);
     atomic_store_explicit(slot, (uintptr_t)e | rail, memory_order_release);
-    t->notes[slot - t->holds] = (struct rc_hold_note){ (uint32_t)now, (uint32_t)e->device_slot };
+    *rc_hold_note_of(slot) = (struct rc_hold_note){ (uint32_t)now, (uint32_t)e->device_slot };
     return (regcache_entry_t *)((uintptr_t)slot | HANDLE_SLOT);
 }
 
@@ -325,7 +369,7 @@ static COLD int get_again(struct regcache *c, uintptr_t start, uintptr_t end, un
         struct regcache_entry *e =
             look(c, t, start, end, rail, &slot, &probe, true, c->tag_check, query_first(c), &first);
         if (e)
-            return serve(c, t, e, slot, &probe, start, end, rail, out, c->tag_check, first);
+            return serve(c, t, slot, &probe, start, end, rail, out, c->tag_check, first);
         if (!slot)
             break;
     }
@@ -357,7 +401,7 @@ static inline __attribute__((always_inline)) int hit(struct regcache *c, uintptr
             return rc_slow_get(c, start, end, rail, out);
         return get_again(c, start, end, rail, out, slot);
     }
-    return serve(c, t, e, slot, &probe, start, end, rail, out, tagged, first);
+    return serve(c, t, slot, &probe, start, end, rail, out, tagged, first);
 }
 
 /* One function per mode, each reached from get() by a jump: the TAG_CHECK
@@ -469,16 +513,29 @@ static inline struct regcache *cache_of(struct regcache *cache, const struct reg
  * as they are put.  A cache of another process on the same GPU may have
  * asked for room (one load of a word that misses write).  A fork child's
  * put changes only its copy of the cache until it would deregister or
- * evict (release_counted, rc_trim): the registrations are the parent's. */
+ * evict (release_counted, rc_trim): the registrations are the parent's.
+ * Last in every put, so that rc_trim() is a tail call and a put needs no
+ * frame. */
 static inline void after_put(struct regcache *c, struct rc_device *d)
 {
     if (__builtin_expect(rc_over_budget(d), 0) ||
-        __builtin_expect(d->ledger_limits && rc_ledger_pressed(d->ledger), 0))
+        __builtin_expect(d->ledger_limits && rc_ledger_moved(d->ledger), 0))
         rc_trim(c, d);
 }
 
+/* A put that let go of its slot while the cache had zombies: e may be one,
+ * left for its last holder to release. */
+static COLD void put_in_zombie_time(struct regcache *c, struct regcache_entry *e,
+                                    struct rc_device *d)
+{
+    if (rc_entry_is_detached(e))
+        rc_release_if_unheld(c, e);
+    after_put(c, d);
+}
+
 /* A slot hold's put reads the slot and its note, none of the entry's
- * lines: the get's epoch says whether e's stamp is current. */
+ * lines: the get's epoch says whether e's stamp is current.  Its rare
+ * turns are tail calls. */
 static inline void put_slot(struct regcache *cache, _Atomic uintptr_t *slot, const void *handle)
 {
     struct regcache_entry *e =
@@ -499,11 +556,13 @@ static inline void put_slot(struct regcache *cache, _Atomic uintptr_t *slot, con
         stamp(e, now);
     if (rc_thread_current)
         rc_thread_log_use(rc_thread_current, e);
-    release_slot(c, slot, e);
-    after_put(c, d);
+    if (clear_slot(c, slot))
+        put_in_zombie_time(c, e, d);
+    else
+        after_put(c, d);
 }
 
-static void put_counted(struct regcache *cache, struct regcache_entry *e, const void *handle)
+static __attribute__((noinline)) void put_counted(struct regcache *cache, struct regcache_entry *e, const void *handle)
 {
     struct regcache *c = cache_of(cache, e, handle);
     struct rc_device *d = &c->dev[e->device_slot];

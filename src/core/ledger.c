@@ -475,7 +475,9 @@ size_t rc_ledger_limit(struct rc_ledger *l, size_t want)
     return limit_of(l, NULL, 0, 0, rc_ledger_read(&l->rec->bytes), want);
 }
 
-bool rc_ledger_answer(struct rc_ledger *l, uint64_t seen, uint64_t now)
+bool rc_ledger_pressed(struct rc_ledger *l)
 {
-    return atomic_compare_exchange_strong(&l->pulse.seen, &seen, now);
+    uint64_t seen = atomic_load_explicit(&l->pulse.seen, memory_order_relaxed);
+    uint64_t now = atomic_load_explicit(l->pulse.pressure, memory_order_acquire);
+    return now != seen && atomic_compare_exchange_strong(&l->pulse.seen, &seen, now);
 }

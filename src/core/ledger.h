@@ -89,20 +89,21 @@ size_t rc_ledger_limit(struct rc_ledger *l, size_t want);
  * REGCACHE_STATS dump; NULL while it is in use. */
 const char *rc_ledger_failure(const struct rc_ledger *l);
 
-/* rc_ledger_pressed(), once the pressure moved: true for the one caller
- * that claims the move from `seen` to `now`. */
-bool rc_ledger_answer(struct rc_ledger *l, uint64_t seen, uint64_t now);
-
 /* Whether another cache raised pressure since this ledger last answered
  * true: one load of a shared word that changes only on misses, so a put
- * may ask after releasing its last hold.  Then call rc_ledger_limit(l, 0). */
-static inline bool rc_ledger_pressed(struct rc_ledger *l)
+ * may ask after releasing its last hold.  A hint: rc_ledger_pressed()
+ * decides. */
+static inline bool rc_ledger_moved(struct rc_ledger *l)
 {
     struct rc_ledger_pulse *p = (struct rc_ledger_pulse *)l;
-    uint64_t now = atomic_load_explicit(p->pressure, memory_order_acquire);
-    uint64_t seen = atomic_load_explicit(&p->seen, memory_order_relaxed);
-    return __builtin_expect(now != seen, 0) && rc_ledger_answer(l, seen, now);
+    return __builtin_expect(atomic_load_explicit(p->pressure, memory_order_acquire) !=
+                                atomic_load_explicit(&p->seen, memory_order_relaxed),
+                            0);
 }
+
+/* Whether the pressure moved, true for the one caller that claims the move
+ * (of those asking at once).  Then call rc_ledger_limit(l, 0). */
+bool rc_ledger_pressed(struct rc_ledger *l);
 
 /* The policy alone, for tests: the bytes a cache holding `own` may keep
  * before registering `want` on a GPU with `budget` (not 0), where the other

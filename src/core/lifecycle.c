@@ -111,6 +111,7 @@ int regcache_create(const struct regcache_params *params, regcache_t **out)
     c->tag_first = c->tag_check && !c->opts.params.host_memory;
     rc_memory_select(p->backend ? &c->backend.user : NULL, &c->mem);
     c->hit_id = rc_thread_claim_hit_id();
+    c->hit_offset = rc_thread_hits_offset(c->hit_id);
     c->fork_generation = rc_fork_generation();
     rc_registry_add(c);
     *out = c;

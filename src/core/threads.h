@@ -71,15 +71,14 @@ struct rc_thread {
     atomic_uint_fast64_t hits[RC_HIT_CACHES][RC_DEVICE_SLOTS] __attribute__((aligned(64)));
 } __attribute__((aligned(64)));
 
-/* The note of a hold slot.  The slots are the first line of their
- * 64-byte aligned record, so the slot's address gives the record. */
+/* The note of a hold slot: the notes follow the slots, one word each, so
+ * a slot's note is a constant distance from it. */
 static inline struct rc_hold_note *rc_hold_note_of(_Atomic uintptr_t *slot)
 {
-    _Static_assert(offsetof(struct rc_thread, holds) == 0 &&
-                       RC_HOLD_SLOTS * sizeof(uintptr_t) <= 64,
-                   "the slots fill the record's first line");
-    struct rc_thread *t = (struct rc_thread *)((uintptr_t)slot & ~(uintptr_t)63);
-    return &t->notes[slot - t->holds];
+    _Static_assert(offsetof(struct rc_thread, notes) == sizeof(((struct rc_thread *)0)->holds) &&
+                       sizeof(struct rc_hold_note) == sizeof(uintptr_t),
+                   "notes[i] lies RC_HOLD_SLOTS words after holds[i]");
+    return (struct rc_hold_note *)(slot + RC_HOLD_SLOTS);
 }
 
 extern __thread struct rc_thread *rc_thread_current __attribute__((tls_model("initial-exec")));
@@ -108,11 +107,21 @@ bool rc_thread_visit(bool (*fn)(struct rc_thread *t, void *arg), void *arg);
  * operation or fence before calling; see entry.h. */
 bool rc_thread_holds(const struct regcache_entry *e);
 
-/* Add one hit of cache `id` on a device slot: the owner's plain increment. */
-static inline void rc_thread_count_hit(struct rc_thread *t, unsigned id, int slot)
+/* Where cache `id`'s row of hit counters lies in every record, in bytes:
+ * a hit adds it to its record's address instead of indexing two arrays.
+ * 0, which is no row's offset, for id -1 (no row). */
+static inline size_t rc_thread_hits_offset(int id)
 {
-    atomic_uint_fast64_t *n = &t->hits[id][slot];
-    atomic_store_explicit(n, atomic_load_explicit(n, memory_order_relaxed) + 1,
+    return id < 0 ? 0
+                  : offsetof(struct rc_thread, hits) + (size_t)id * sizeof(((struct rc_thread *)0)->hits[0]);
+}
+
+/* Add n hits (-1: take one back) on a device slot to the row at
+ * `offset`: the owner's plain addition. */
+static inline void rc_thread_add_hits(struct rc_thread *t, size_t offset, unsigned slot, uint64_t n)
+{
+    atomic_uint_fast64_t *c = (atomic_uint_fast64_t *)((char *)t + offset) + slot;
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n,
                           memory_order_relaxed);
 }
 

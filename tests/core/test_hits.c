@@ -101,8 +101,12 @@ static void hooks_mode_skips_the_tag_check(void **state)
 /* Allocation 0 freed and reallocated behind the cache's back, then freed
  * for good, with `others` further allocations cached, each under its 16
  * pages: enough of them make the index large, where a hit queries the tag
- * before it looks (hit_path.c). */
-static void tag_check_catches_reallocation_among(struct fx *f, int others)
+ * before it looks (hit_path.c).  The stale get is a fast hit, which hands
+ * the hold out before it queries the tag and must take the hit back, when
+ * nothing was registered after allocation 0 or it was hit since
+ * (`hit_since`); else it is the entry's first hit of the LRU epoch, which
+ * checks the tag before anything else. */
+static void tag_check_catches_reallocation_among(struct fx *f, int others, bool hit_since)
 {
     const int pages = (int)(MiB / (64 * KiB));
     for (int i = 0; i <= others; i++)
@@ -116,6 +120,8 @@ static void tag_check_catches_reallocation_among(struct fx *f, int others)
         for (int p = 0; p < pages; p++)
             fx_use(f, FX_ALLOC(i) + (uintptr_t)p * 64 * KiB, 10);
     assert_int_equal(rc_page_index_large(&f->c->index), others * pages + 1 >= RC_INDEX_LARGE);
+    if (hit_since)
+        fx_use(f, FX_ALLOC(0), 10);
     struct regcache_stats before = fx_stats(f);
     uint64_t id = fake_realloc(&f->fb, FX_ALLOC(0));
     regcache_entry_t *b = fx_get(f, FX_ALLOC(0), 10);
@@ -135,14 +141,25 @@ static void tag_check_catches_reallocation_among(struct fx *f, int others)
 
 static void tag_check_catches_reallocation(void **state)
 {
-    tag_check_catches_reallocation_among(*state, 0);
+    tag_check_catches_reallocation_among(*state, 0, false);
+}
+
+static void tag_check_catches_reallocation_after_hits(void **state)
+{
+    tag_check_catches_reallocation_among(*state, 0, true);
 }
 
 static void tag_check_catches_reallocation_in_a_large_index(void **state)
 {
-    tag_check_catches_reallocation_among(*state, RC_INDEX_LARGE / 16 + 1);
+    tag_check_catches_reallocation_among(*state, RC_INDEX_LARGE / 16 + 1, false);
+}
+
+static void tag_check_catches_reallocation_after_hits_in_a_large_index(void **state)
+{
+    tag_check_catches_reallocation_among(*state, RC_INDEX_LARGE / 16 + 1, true);
 }
 
 FX_MAIN(miss_then_hit, put_without_the_cache, concurrent_misses_register_once,
         hooks_mode_skips_the_tag_check, tag_check_catches_reallocation,
-        tag_check_catches_reallocation_in_a_large_index)
+        tag_check_catches_reallocation_after_hits, tag_check_catches_reallocation_in_a_large_index,
+        tag_check_catches_reallocation_after_hits_in_a_large_index)
