@@ -52,6 +52,10 @@ struct rc_device {
     struct rc_counters n;
 } __attribute__((aligned(64)));
 
+/* Bits of struct regcache's put_flags. */
+#define RC_PUT_ZOMBIES 1u
+#define RC_PUT_FENCE 2u
+
 /* Invalidations remembered for misses in flight (invalidate.c). */
 #define RC_INVAL_LOG 256
 
@@ -75,10 +79,13 @@ struct regcache {
     /* The LRU epoch (lru.h): read by every hit and put, written at
      * registrations, so kept off the index's lines. */
     atomic_uint_fast64_t epoch __attribute__((aligned(64)));
-    /* The zombie list is not empty: a put that lets go of a slot hold
-     * looks at its entry's mark only then (release.c says why that is
-     * enough). */
-    atomic_bool has_zombies;
+    /* What a put that lets go of a slot hold must do beyond the store, in
+     * one byte on a line it reads anyway: RC_PUT_ZOMBIES while the zombie
+     * list is not empty, when it looks at its entry's mark (release.c says
+     * why that is enough); RC_PUT_FENCE, from create on where the heavy
+     * fence does not work, when it fences before that look (asym_fence.h).
+     * Written under the lock. */
+    atomic_uchar put_flags;
 
     /* Misses that began (a locked add, from any thread) and that ended
      * (under the lock, so a plain store): those between their memory query

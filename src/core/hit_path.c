@@ -62,6 +62,17 @@ static COLD int bad_get(const struct regcache *c, const void *addr, size_t len, 
                    "regcache_get: the cache was created before fork(); create one in the child");
 }
 
+/* A put's look at the cache's put_flags found some: the fence first if
+ * the heavy one does not work here, then whether the cache has zombies. */
+static COLD bool zombies_after_fence(struct regcache *c, unsigned flags)
+{
+    if (flags & RC_PUT_FENCE) {
+        rc_fence_full();
+        flags = atomic_load_explicit(&c->put_flags, memory_order_relaxed);
+    }
+    return flags & RC_PUT_ZOMBIES;
+}
+
 /* Let go of a slot hold: the slot store, then - for an entry that left the
  * cache meanwhile - the release that its detacher left to the last holder
  * (asym_fence.h: the detacher pays for the fence this side omits).  Only
@@ -70,8 +81,9 @@ static COLD int bad_get(const struct regcache *c, const void *addr, size_t len, 
 static inline bool clear_slot(struct regcache *c, _Atomic uintptr_t *slot)
 {
     atomic_store_explicit(slot, 0, memory_order_release);
-    rc_fence_light();
-    return __builtin_expect(atomic_load_explicit(&c->has_zombies, memory_order_relaxed), 0);
+    atomic_signal_fence(memory_order_seq_cst);
+    unsigned flags = atomic_load_explicit(&c->put_flags, memory_order_relaxed);
+    return __builtin_expect(flags != 0, 0) && zombies_after_fence(c, flags);
 }
 
 static inline void release_slot(struct regcache *c, _Atomic uintptr_t *slot,

@@ -108,6 +108,7 @@ int regcache_create(const struct regcache_params *params, regcache_t **out)
     c->validation = resolve_validation(&c->opts);
     c->tag_check = c->validation == REGCACHE_VALIDATE_TAG_CHECK;
     c->fenceless = c->tag_check && atomic_load(&rc_heavy_fence_works);
+    c->put_flags = atomic_load(&rc_heavy_fence_works) ? 0 : RC_PUT_FENCE;
     c->tag_first = c->tag_check && !c->opts.params.host_memory;
     rc_memory_select(p->backend ? &c->backend.user : NULL, &c->mem);
     c->hit_id = rc_thread_claim_hit_id();

@@ -30,7 +30,9 @@ static void zombie_push(struct regcache *c, struct regcache_entry *e)
      * finds gone cleared its slot before the look, and one that it finds
      * reads the flag after it, set.  A one-shot has counted holds only,
      * whose puts read the mark itself. */
-    atomic_store_explicit(&c->has_zombies, true, memory_order_seq_cst);
+    atomic_store_explicit(&c->put_flags,
+                          atomic_load_explicit(&c->put_flags, memory_order_relaxed) | RC_PUT_ZOMBIES,
+                          memory_order_seq_cst);
     e->state = RC_ZOMBIE;
     e->link_prev = NULL;
     e->link_next = c->zombies;
@@ -48,7 +50,10 @@ static void zombie_unlink(struct regcache *c, struct regcache_entry *e)
     if (e->link_next)
         e->link_next->link_prev = e->link_prev;
     if (!c->zombies)
-        atomic_store_explicit(&c->has_zombies, false, memory_order_relaxed);
+        atomic_store_explicit(&c->put_flags,
+                              atomic_load_explicit(&c->put_flags, memory_order_relaxed) &
+                                  ~RC_PUT_ZOMBIES,
+                              memory_order_relaxed);
 }
 
 void rc_detach_locked(struct regcache *c, struct regcache_entry *e, struct regcache_entry **victims)
