@@ -240,10 +240,9 @@ static COLD int tag_changed(struct regcache *c, struct regcache_entry *e, _Atomi
 }
 
 /* A TAG_CHECK hit that the fast one (serve()) leaves: the entry's first
- * hit in this LRU epoch, a rail it lacks, or several mappings to check.
- * It reads the entry, which the slot holds, instead of the index slot's
- * copies: the tag, or tags, first.  `first` is the tag the look queried,
- * or 0. */
+ * hit in this LRU epoch, or a rail it lacks.  It reads the entry, which
+ * the slot holds, instead of the index slot's copies: the tag, or tags,
+ * first.  `first` is the tag the look queried, or 0. */
 static COLD int serve_tagged_slowly(struct regcache *c, _Atomic uintptr_t *slot, uintptr_t start,
                                     uintptr_t end, unsigned rail, regcache_entry_t **out,
                                     uint64_t first)
@@ -269,6 +268,17 @@ static COLD int tag_changed_after_all(struct regcache *c, _Atomic uintptr_t *slo
                        (unsigned)(held & RC_HOLD_RAIL_MASK), out);
 }
 
+/* A TAG_CHECK hit, handed out, on an entry of several mappings: each must
+ * still carry its id. */
+static COLD int several_tags(struct regcache *c, _Atomic uintptr_t *slot, uintptr_t start,
+                             uintptr_t end, regcache_entry_t **out)
+{
+    struct regcache_entry *e =
+        (struct regcache_entry *)(atomic_load_explicit(slot, memory_order_relaxed) &
+                                  ~RC_HOLD_RAIL_MASK);
+    return all_tags_current(c, e) ? REGCACHE_OK : tag_changed_after_all(c, slot, start, end, out);
+}
+
 /* Serve the request from the entry that `slot` holds and that the index
  * listed when the hold became visible; p is what its slot in the index
  * said, `first` the tag the look queried or 0.  A hit that needs nothing
@@ -282,12 +292,17 @@ serve(struct regcache *c, struct rc_thread *t, _Atomic uintptr_t *slot, const st
       uint64_t first)
 {
     uint64_t now = atomic_load_explicit(&c->epoch, memory_order_relaxed);
-    if (__builtin_expect(p->stamp != now || !(p->rails >> rail & 1) || (tagged && p->several), 0))
+    if (__builtin_expect(p->stamp != now || !(p->rails >> rail & 1), 0))
         return tagged ? serve_tagged_slowly(c, slot, start, end, rail, out, first)
                       : stamp_and_count(c, slot, start, end, rail, out);
     uint64_t id = tagged ? p->buffer_id : 0;
+    bool several = tagged && p->several;
     hand_out(c, t, slot, p, now, out);
-    if (id && __builtin_expect((first ? first : tag_at(c, start)) != id, 0))
+    if (!id)
+        return REGCACHE_OK;
+    if (__builtin_expect(several, 0))
+        return several_tags(c, slot, start, end, out);
+    if (__builtin_expect((first ? first : tag_at(c, start)) != id, 0))
         return tag_changed_after_all(c, slot, start, end, out);
     return REGCACHE_OK;
 }

@@ -8,6 +8,7 @@
  * REGCACHE_ERR_RANGE. */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -79,13 +80,19 @@ static void free_of_either_mapping_drops_the_entry(void **state)
     }
 }
 
-static void replaced_mapping_is_caught_by_the_tag_check(void **state)
+/* With `new_epoch`, something else is registered before the stale get,
+ * which is then the entry's first hit of an LRU epoch: that hit checks the
+ * tags before it hands anything out, the others after (hit_path.c). */
+static void replaced_mapping_is_caught_by_the_tag_check_in(struct fx *f, bool new_epoch)
 {
-    struct fx *f = *state;
     two_mappings(f, REGCACHE_VALIDATE_TAG_CHECK);
     fx_use(f, ACROSS, 200);
     fx_use(f, M1 + 10, 10); /* a hit on M1's page */
     assert_int_equal(fx_stats(f).hits, 1);
+    if (new_epoch) {
+        fx_device_alloc(f, 0);
+        fx_use(f, FX_ALLOC(0), 10);
+    }
     /* M2 is unmapped and another handle mapped in its place. */
     uint64_t id = fake_realloc(&f->fb, M2);
     regcache_entry_t *e = fx_get(f, M1 + 10, 10);
@@ -98,6 +105,16 @@ static void replaced_mapping_is_caught_by_the_tag_check(void **state)
     assert_int_equal(fx_handle(e)->len, 2 * MiB);
     assert_int_equal(fake_id_at(&f->fb, M2), id);
     regcache_put(f->c, e);
+}
+
+static void replaced_mapping_is_caught_by_the_tag_check(void **state)
+{
+    replaced_mapping_is_caught_by_the_tag_check_in(*state, false);
+}
+
+static void replaced_mapping_is_caught_by_the_tag_check_in_a_new_epoch(void **state)
+{
+    replaced_mapping_is_caught_by_the_tag_check_in(*state, true);
 }
 
 static void replaced_mapping_is_stale_to_a_miss(void **state)
@@ -144,5 +161,6 @@ static void span_onto_an_allocation_that_is_no_mapping(void **state)
 }
 
 FX_MAIN(one_registration_serves_both_mappings, free_of_either_mapping_drops_the_entry,
-        replaced_mapping_is_caught_by_the_tag_check, replaced_mapping_is_stale_to_a_miss,
+        replaced_mapping_is_caught_by_the_tag_check,
+        replaced_mapping_is_caught_by_the_tag_check_in_a_new_epoch, replaced_mapping_is_stale_to_a_miss,
         hole_between_mappings_is_a_range_error, span_onto_an_allocation_that_is_no_mapping)
