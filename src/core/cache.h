@@ -72,7 +72,7 @@ struct regcache {
      * tag-checked: their hits query the tag before they look (hit_path.c). */
     bool tag_first;
     unsigned fork_generation;
-    int hit_id; /* column in the thread records' hit counters, or -1 */
+    int hit_id;        /* column in the thread records' hit counters, or -1 */
     size_t hit_offset; /* rc_thread_hits_offset(hit_id) */
     unsigned rails;
 

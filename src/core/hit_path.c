@@ -589,7 +589,8 @@ static inline void put_slot(struct regcache *cache, _Atomic uintptr_t *slot, con
         after_put(c, d);
 }
 
-static __attribute__((noinline)) void put_counted(struct regcache *cache, struct regcache_entry *e, const void *handle)
+static __attribute__((noinline)) void put_counted(struct regcache *cache, struct regcache_entry *e,
+                                                  const void *handle)
 {
     struct regcache *c = cache_of(cache, e, handle);
     struct rc_device *d = &c->dev[e->device_slot];

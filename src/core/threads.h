@@ -113,7 +113,8 @@ bool rc_thread_holds(const struct regcache_entry *e);
 static inline size_t rc_thread_hits_offset(int id)
 {
     return id < 0 ? 0
-                  : offsetof(struct rc_thread, hits) + (size_t)id * sizeof(((struct rc_thread *)0)->hits[0]);
+                  : offsetof(struct rc_thread, hits) +
+                        (size_t)id * sizeof(((struct rc_thread *)0)->hits[0]);
 }
 
 /* Add n hits (-1: take one back) on a device slot to the row at

@@ -142,5 +142,5 @@ static void notify_free_finds_entries_across_filter_growth(void **state)
 }
 
 FX_MAIN(invalidate_unused_and_held, invalidate_held_without_the_heavy_fence,
-        notify_free_reaches_every_cache, flush_spares_held_entries,
-        destroy_with_entries_held, notify_free_finds_entries_across_filter_growth)
+        notify_free_reaches_every_cache, flush_spares_held_entries, destroy_with_entries_held,
+        notify_free_finds_entries_across_filter_growth)

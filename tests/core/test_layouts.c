@@ -162,5 +162,6 @@ static void span_onto_an_allocation_that_is_no_mapping(void **state)
 
 FX_MAIN(one_registration_serves_both_mappings, free_of_either_mapping_drops_the_entry,
         replaced_mapping_is_caught_by_the_tag_check,
-        replaced_mapping_is_caught_by_the_tag_check_in_a_new_epoch, replaced_mapping_is_stale_to_a_miss,
-        hole_between_mappings_is_a_range_error, span_onto_an_allocation_that_is_no_mapping)
+        replaced_mapping_is_caught_by_the_tag_check_in_a_new_epoch,
+        replaced_mapping_is_stale_to_a_miss, hole_between_mappings_is_a_range_error,
+        span_onto_an_allocation_that_is_no_mapping)
