@@ -124,6 +124,13 @@ static COLD _Atomic uintptr_t *search_free_slot(struct rc_thread *t)
     return NULL;
 }
 
+/* The entry a slot holds (of a hold not yet let go). */
+static inline struct regcache_entry *held_entry(_Atomic uintptr_t *slot)
+{
+    return (struct regcache_entry *)(atomic_load_explicit(slot, memory_order_relaxed) &
+                                     ~RC_HOLD_RAIL_MASK);
+}
+
 /* Gets are mostly put before the next get: the slot last used is free. */
 static inline _Atomic uintptr_t *free_slot(struct rc_thread *t)
 {
@@ -200,9 +207,7 @@ static void stamp(struct regcache_entry *e, uint64_t now)
 static COLD int stamp_and_count(struct regcache *c, _Atomic uintptr_t *slot, uintptr_t start,
                                 uintptr_t end, unsigned rail, regcache_entry_t **out)
 {
-    struct regcache_entry *e =
-        (struct regcache_entry *)(atomic_load_explicit(slot, memory_order_relaxed) &
-                                  ~RC_HOLD_RAIL_MASK);
+    struct regcache_entry *e = held_entry(slot);
     uint64_t now = atomic_load_explicit(&c->epoch, memory_order_relaxed);
     stamp(e, now);
     struct rc_probe p;
@@ -247,9 +252,7 @@ static COLD int serve_tagged_slowly(struct regcache *c, _Atomic uintptr_t *slot,
                                     uintptr_t end, unsigned rail, regcache_entry_t **out,
                                     uint64_t first)
 {
-    struct regcache_entry *e =
-        (struct regcache_entry *)(atomic_load_explicit(slot, memory_order_relaxed) &
-                                  ~RC_HOLD_RAIL_MASK);
+    struct regcache_entry *e = held_entry(slot);
     bool current = !e->buffer_id || (e->more ? all_tags_current(c, e)
                                              : (first ? first : tag_at(c, start)) == e->buffer_id);
     if (!current)
@@ -273,9 +276,7 @@ static COLD int tag_changed_after_all(struct regcache *c, _Atomic uintptr_t *slo
 static COLD int several_tags(struct regcache *c, _Atomic uintptr_t *slot, uintptr_t start,
                              uintptr_t end, regcache_entry_t **out)
 {
-    struct regcache_entry *e =
-        (struct regcache_entry *)(atomic_load_explicit(slot, memory_order_relaxed) &
-                                  ~RC_HOLD_RAIL_MASK);
+    struct regcache_entry *e = held_entry(slot);
     return all_tags_current(c, e) ? REGCACHE_OK : tag_changed_after_all(c, slot, start, end, out);
 }
 
@@ -377,8 +378,7 @@ regcache_entry_t *rc_slot_hold_locked(struct regcache *c, struct regcache_entry 
 /* Let go of the hold in a slot that only this thread fills. */
 static void release_held(struct regcache *c, _Atomic uintptr_t *slot)
 {
-    uintptr_t held = atomic_load_explicit(slot, memory_order_relaxed);
-    release_slot(c, slot, (struct regcache_entry *)(held & ~RC_HOLD_RAIL_MASK));
+    release_slot(c, slot, held_entry(slot));
 }
 
 /* Whatever the first look did not serve: a thread's first get, a writer in
@@ -565,9 +565,7 @@ static COLD void put_in_zombie_time(struct regcache *c, struct regcache_entry *e
  * turns are tail calls. */
 static inline void put_slot(struct regcache *cache, _Atomic uintptr_t *slot, const void *handle)
 {
-    struct regcache_entry *e =
-        (struct regcache_entry *)(atomic_load_explicit(slot, memory_order_relaxed) &
-                                  ~RC_HOLD_RAIL_MASK);
+    struct regcache_entry *e = held_entry(slot);
     if (__builtin_expect(!e, 0)) {
         put_of_empty_slot(handle);
         return;
