@@ -32,5 +32,5 @@ void rc_fence_heavy(void)
 {
     if (!atomic_load_explicit(&rc_heavy_fence_works, memory_order_seq_cst) ||
         membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0)
-        rc_fence_full();
+        atomic_thread_fence(memory_order_seq_cst);
 }

@@ -14,7 +14,7 @@ static void fence_before_scan(const struct regcache_entry *e)
     if (e->heavy_scan)
         rc_fence_heavy();
     else
-        rc_fence_full();
+        atomic_thread_fence(memory_order_seq_cst);
 }
 
 bool rc_entry_held(const struct regcache_entry *e)

@@ -214,7 +214,7 @@ static COLD int stamp_and_count(struct regcache *c, _Atomic uintptr_t *slot, uin
     /* The copy is a hint: with a writer inside the shard, let it be. */
     if (rc_page_index_probe(&c->index, start, end, &p) == e) {
         atomic_store_explicit(&p.slot->stamp, now, memory_order_relaxed);
-        rc_fence_full();
+        atomic_thread_fence(memory_order_seq_cst);
         if (!rc_page_index_unchanged(&p))
             atomic_store_explicit(&p.slot->stamp, 0, memory_order_relaxed);
     }
