@@ -37,19 +37,10 @@ int bench_backend_pin(const struct bench_pinner *p, void *addr, size_t len)
     return err;
 }
 
-/* The null source's memory (bench_null_describe): a check costs what a
- * cheap tag source costs. */
-static int null_query(void *arg, const void *addr, size_t len, struct regcache_mem_info *info)
-{
-    (void)arg, (void)len;
-    bench_null_describe(addr, info);
-    return REGCACHE_OK;
-}
-
 /* Called through a pointer the compiler cannot see through, as the cache
  * calls it. */
 static int (*volatile null_query_ptr)(void *, const void *, size_t,
-                                      struct regcache_mem_info *) = null_query;
+                                      struct regcache_mem_info *) = bench_null_query;
 
 static void null_tag(void *ctx, struct bench_lane *l, uint64_t n)
 {
@@ -85,7 +76,7 @@ regcache_t *bench_cache(const struct bench_src *s, const struct bench_pinner *p,
                         size_t max_entries, size_t max_bytes, char *why, size_t len)
 {
     /* The cache keeps its own copy of the backend. */
-    struct regcache_backend b = { reg, dereg, (void *)p, s->driver ? NULL : null_query };
+    struct regcache_backend b = { reg, dereg, (void *)p, s->driver ? NULL : bench_null_query };
     struct regcache_params params;
     regcache_t *c;
     regcache_params_init(&params);

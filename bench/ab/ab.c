@@ -50,14 +50,6 @@ static void null_dereg(void *arg, void *handle)
     (void)arg, (void)handle;
 }
 
-/* The harness's null source (bench.h). */
-static int null_query(void *arg, const void *addr, size_t len, struct regcache_mem_info *info)
-{
-    (void)arg, (void)len;
-    bench_null_describe(addr, info);
-    return REGCACHE_OK;
-}
-
 struct build {
     const char *path;
     void (*params_init)(struct regcache_params *);
@@ -114,7 +106,7 @@ static int open_build(struct build *b, const char *mode, const struct run *r)
     if (p == MAP_FAILED)
         return fail(b->path, "mmap failed");
     b->base = (char *)(((uintptr_t)p + BENCH_REGION - 1) & ~(uintptr_t)(BENCH_REGION - 1));
-    struct regcache_backend backend = { null_reg, null_dereg, NULL, null_query };
+    struct regcache_backend backend = { null_reg, null_dereg, NULL, bench_null_query };
     struct regcache_params params;
     b->params_init(&params);
     params.backend = &backend;
