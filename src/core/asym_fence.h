@@ -52,7 +52,7 @@ static inline void rc_fence_light(void)
     if (atomic_load_explicit(&rc_heavy_fence_works, memory_order_relaxed))
         atomic_signal_fence(memory_order_seq_cst);
     else
-        rc_fence_full();
+        atomic_thread_fence(memory_order_seq_cst);
 }
 
 /* The rare side: between its store and its load. */
