@@ -80,6 +80,7 @@ int rc_page_index_init(struct rc_page_index *idx, unsigned shift)
         s->used = 0;
         struct rc_slot_table *t = new_table(idx, INITIAL_SLOTS);
         atomic_init(&s->table, t);
+        atomic_init(&s->mask, INITIAL_SLOTS - 1);
         if (!t) {
             rc_page_index_fini(idx);
             return REGCACHE_ERR_NO_MEMORY;
@@ -169,6 +170,7 @@ static int grow(struct rc_page_index *idx, struct rc_shard *s)
     }
     write_begin(s);
     atomic_store_explicit(&s->table, t, memory_order_release);
+    atomic_store_explicit(&s->mask, t->mask, memory_order_release);
     write_end(s);
     old->retired_next = idx->retired;
     idx->retired = old;

@@ -64,6 +64,11 @@ struct rc_huge_chunk {
 struct rc_shard {
     atomic_uint_fast64_t seq; /* odd while a writer changes the shard */
     _Atomic(struct rc_slot_table *) table;
+    /* The table's mask, on the line a probe reads first, so that the slot's
+     * address waits for one load instead of two in a row.  Tables only
+     * grow, and a growth stores the mask after the table: a probe that
+     * loads it first never indexes past the table it then loads. */
+    atomic_uint mask;
     uint32_t used; /* writers only */
 } __attribute__((aligned(64)));
 
@@ -192,11 +197,12 @@ static inline struct regcache_entry *rc_page_index_probe_at(struct rc_page_index
     probe->seq = seq;
     if (__builtin_expect(seq & 1, 0))
         return NULL;
+    uint32_t mask = atomic_load_explicit(&s->mask, memory_order_acquire);
     struct rc_slot_table *t = atomic_load_explicit(&s->table, memory_order_acquire);
     struct regcache_entry *e;
-    for (uint32_t i = (uint32_t)h & t->mask;
+    for (uint32_t i = (uint32_t)h & mask;
          (e = atomic_load_explicit(&t->slots[i].entry, memory_order_relaxed)) != NULL;
-         i = (i + 1) & t->mask) {
+         i = (i + 1) & mask) {
         struct rc_slot *slot = &t->slots[i];
         if (atomic_load_explicit(&slot->page, memory_order_relaxed) == page &&
             start >= atomic_load_explicit(&slot->match_start, memory_order_relaxed) &&
@@ -225,9 +231,10 @@ static inline bool rc_page_index_large(struct rc_page_index *idx)
  * the index is destroyed, so even a replaced one may be read. */
 static inline void rc_page_index_prefetch(struct rc_page_index *idx, struct rc_page_key k)
 {
-    struct rc_slot_table *t =
-        atomic_load_explicit(&rc_shard_of(idx, k.hash)->table, memory_order_acquire);
-    __builtin_prefetch(&t->slots[(uint32_t)k.hash & t->mask]);
+    struct rc_shard *s = rc_shard_of(idx, k.hash);
+    uint32_t mask = atomic_load_explicit(&s->mask, memory_order_acquire);
+    struct rc_slot_table *t = atomic_load_explicit(&s->table, memory_order_acquire);
+    __builtin_prefetch(&t->slots[(uint32_t)k.hash & mask]);
 }
 
 /* What the found slot copies of its entry, read before
