@@ -12,7 +12,8 @@ __thread struct rc_thread *rc_thread_current __attribute__((tls_model("initial-e
 static _Atomic(struct rc_thread *) all_records;
 
 /* The live records: slots of a grow-only array (a NULL slot is free for
- * reuse); writers hold live_lock, readers take nothing.  Arrays outgrown
+ * reuse, and the count ends at the last slot in use); writers hold
+ * live_lock, readers take nothing.  Arrays outgrown
  * stay allocated, so that a scanner never reads freed memory: they double,
  * so there are few. */
 static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -77,6 +78,20 @@ static void live_remove_locked(struct rc_thread *t)
     for (size_t i = 0; i < n; i++)
         if (atomic_load_explicit(&slots[i], memory_order_relaxed) == t)
             atomic_store_explicit(&slots[i], NULL, memory_order_release);
+    /* Every eviction scans up to the count: without this, a pool of 32
+     * threads that once used the cache together made each evicting miss
+     * about 220 instructions dearer for the rest of the process.  Only
+     * empty slots leave, from the end, so no scanner misses a record; one
+     * that reads the lower count then is ordered after this thread's puts
+     * by the count's store, as one that reads the hole is by the slot's. */
+    while (n && !atomic_load_explicit(&slots[n - 1], memory_order_relaxed))
+        n--;
+    atomic_store_explicit(&live_count, n, memory_order_seq_cst);
+}
+
+size_t rc_thread_live_span(void)
+{
+    return atomic_load_explicit(&live_count, memory_order_relaxed);
 }
 
 bool rc_thread_visit(bool (*fn)(struct rc_thread *t, void *arg), void *arg)

@@ -102,6 +102,10 @@ struct rc_thread *rc_thread_first(void);
  * orders (entry.h); records stay readable for the life of the process. */
 bool rc_thread_visit(bool (*fn)(struct rc_thread *t, void *arg), void *arg);
 
+/* How many slots of the live records' array a visit reads: up to the last
+ * record in use, whose thread runs or left a hold behind. */
+size_t rc_thread_live_span(void);
+
 /* Is e (any rail) in some thread's hold slots?  The caller has made the
  * change that stops new holds (detach, claim) visible with a seq_cst
  * operation or fence before calling; see entry.h. */
