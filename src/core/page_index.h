@@ -73,9 +73,9 @@ struct rc_shard {
 } __attribute__((aligned(64)));
 
 /* From this many listed pages on, the slot tables (256 bytes a page or
- * more below it, at most a quarter full; from here on they fill to half)
- * outgrow a core's 2 MiB L2 cache, and the slot a probe reads is mostly a
- * cache miss. */
+ * more below it, at most a quarter full - an eighth below 2048 pages; from
+ * here on they fill to half) outgrow a core's 2 MiB L2 cache, and the slot
+ * a probe reads is mostly a cache miss. */
 #define RC_INDEX_LARGE 16384
 
 struct rc_page_index {
