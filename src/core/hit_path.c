@@ -103,6 +103,12 @@ static inline uint64_t tag_at(const struct regcache *c, uintptr_t addr)
                                                                                     : 0;
 }
 
+/* The tag at start: `first`, the one the look queried, or a query now. */
+static inline uint64_t tag_at_start(const struct regcache *c, uintptr_t start, uint64_t first)
+{
+    return first ? first : tag_at(c, start);
+}
+
 /* TAG_CHECK, an entry of several VMM mappings: each still carries its id. */
 static COLD bool all_tags_current(const struct regcache *c, const struct regcache_entry *e)
 {
@@ -124,11 +130,16 @@ static COLD _Atomic uintptr_t *search_free_slot(struct rc_thread *t)
     return NULL;
 }
 
-/* The entry a slot holds (of a hold not yet let go). */
+/* The entry a slot holds (of a hold not yet let go), and the rail. */
 static inline struct regcache_entry *held_entry(_Atomic uintptr_t *slot)
 {
     return (struct regcache_entry *)(atomic_load_explicit(slot, memory_order_relaxed) &
                                      ~RC_HOLD_RAIL_MASK);
+}
+
+static inline unsigned held_rail(_Atomic uintptr_t *slot)
+{
+    return (unsigned)(atomic_load_explicit(slot, memory_order_relaxed) & RC_HOLD_RAIL_MASK);
 }
 
 /* Gets are mostly put before the next get: the slot last used is free. */
@@ -147,9 +158,8 @@ static inline _Atomic uintptr_t *free_slot(struct rc_thread *t)
 static COLD int hit_without_rail(struct regcache *c, _Atomic uintptr_t *slot, uintptr_t start,
                                  uintptr_t end, regcache_entry_t **out)
 {
-    uintptr_t held = atomic_load_explicit(slot, memory_order_relaxed);
-    struct regcache_entry *e = (struct regcache_entry *)(held & ~RC_HOLD_RAIL_MASK);
-    unsigned rail = (unsigned)(held & RC_HOLD_RAIL_MASK);
+    struct regcache_entry *e = held_entry(slot);
+    unsigned rail = held_rail(slot);
     int rc = rc_add_rail(c, e, rail, out);
     release_slot(c, slot, e);
     if (rc == REGCACHE_OK)
@@ -254,7 +264,7 @@ static COLD int serve_tagged_slowly(struct regcache *c, _Atomic uintptr_t *slot,
 {
     struct regcache_entry *e = held_entry(slot);
     bool current = !e->buffer_id || (e->more ? all_tags_current(c, e)
-                                             : (first ? first : tag_at(c, start)) == e->buffer_id);
+                                             : tag_at_start(c, start, first) == e->buffer_id);
     if (!current)
         return tag_changed(c, e, slot, start, end, rail, out);
     return stamp_and_count(c, slot, start, end, rail, out);
@@ -265,10 +275,8 @@ static COLD int serve_tagged_slowly(struct regcache *c, _Atomic uintptr_t *slot,
 static COLD int tag_changed_after_all(struct regcache *c, _Atomic uintptr_t *slot, uintptr_t start,
                                       uintptr_t end, regcache_entry_t **out)
 {
-    uintptr_t held = atomic_load_explicit(slot, memory_order_relaxed);
     add_hits(c, rc_thread_current, rc_hold_note_of(slot)->device_slot, (uint64_t)-1);
-    return tag_changed(c, (struct regcache_entry *)(held & ~RC_HOLD_RAIL_MASK), slot, start, end,
-                       (unsigned)(held & RC_HOLD_RAIL_MASK), out);
+    return tag_changed(c, held_entry(slot), slot, start, end, held_rail(slot), out);
 }
 
 /* A TAG_CHECK hit, handed out, on an entry of several mappings: each must
@@ -303,7 +311,7 @@ serve(struct regcache *c, struct rc_thread *t, _Atomic uintptr_t *slot, const st
         return REGCACHE_OK;
     if (__builtin_expect(several, 0))
         return several_tags(c, slot, start, end, out);
-    if (__builtin_expect((first ? first : tag_at(c, start)) != id, 0))
+    if (__builtin_expect(tag_at_start(c, start, first) != id, 0))
         return tag_changed_after_all(c, slot, start, end, out);
     return REGCACHE_OK;
 }
@@ -323,9 +331,9 @@ static inline bool query_first(struct regcache *c)
  * index slot that the probe reads is asked for before the query, so that
  * its line, mostly a cache miss, arrives while the driver answers (25 ns
  * less per hit at 100k entries; with few entries the line is at hand, and
- * the order costs 4 ns more).  Either order checks the same thing, that at one moment of the
- * get the memory carried the id of an entry the index listed (a free
- * racing the get is the caller's error either way). */
+ * the order costs 4 ns more).  Either order checks the same thing, that at
+ * one moment of the get the memory carried the id of an entry the index
+ * listed (a free racing the get is the caller's error either way). */
 static inline __attribute__((always_inline)) struct regcache_entry *
 look(struct regcache *c, struct rc_thread *t, uintptr_t start, uintptr_t end, unsigned rail,
      _Atomic uintptr_t **slotp, struct rc_probe *probe, bool wait_for_writers, bool tagged,

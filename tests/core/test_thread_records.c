@@ -52,13 +52,19 @@ static void run_pool(struct fx *f)
     assert_int_equal(atomic_load(&p.failures), 0);
 }
 
-static void scan_shrinks_when_a_thread_pool_exits(void **state)
+/* A cache with X cached, used by this thread; the scan's length then. */
+static size_t cache_in_use(struct fx *f)
 {
-    struct fx *f = *state;
     fx_device_alloc(f, 0);
     fx_create(f);
     fx_use(f, X, 4096);
-    size_t before = rc_thread_live_span();
+    return rc_thread_live_span();
+}
+
+static void scan_shrinks_when_a_thread_pool_exits(void **state)
+{
+    struct fx *f = *state;
+    size_t before = cache_in_use(f);
     run_pool(f);
     assert_int_equal(rc_thread_live_span(), before);
     fx_assert_stats(f, FX_STAT(hits, POOL), FX_STAT(misses, 1), NULL);
@@ -79,10 +85,7 @@ static void *get_and_leave(void *arg)
 static void hold_outliving_its_thread_stays_scanned(void **state)
 {
     struct fx *f = *state;
-    fx_device_alloc(f, 0);
-    fx_create(f);
-    fx_use(f, X, 4096);
-    size_t before = rc_thread_live_span();
+    size_t before = cache_in_use(f);
     pthread_t t;
     void *handle = NULL;
     assert_int_equal(pthread_create(&t, NULL, get_and_leave, f), 0);
