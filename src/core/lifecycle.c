@@ -111,6 +111,9 @@ int regcache_create(const struct regcache_params *params, regcache_t **out)
     c->put_flags = atomic_load(&rc_heavy_fence_works) ? 0 : RC_PUT_FENCE;
     c->tag_first = c->tag_check && !c->opts.params.host_memory;
     rc_memory_select(p->backend ? &c->backend.user : NULL, &c->mem);
+    /* Behind the driver's query even an L1 miss hides (hit_path.c). */
+    if (c->tag_first && c->mem.slow_tag)
+        rc_page_index_large_from(&c->index, rc_page_index_l1_slots());
     c->hit_id = rc_thread_claim_hit_id();
     c->hit_offset = rc_thread_hits_offset(c->hit_id);
     c->fork_generation = rc_fork_generation();

@@ -21,6 +21,7 @@ void rc_memory_select(const struct regcache_backend *backend, struct rc_memory *
         m->query = backend->query;
         m->read_tag = backend->query;
         m->ctx = backend->arg;
+        m->slow_tag = false;
         return;
     }
     if (rc_cuda_query(m) == REGCACHE_OK)
@@ -28,4 +29,5 @@ void rc_memory_select(const struct regcache_backend *backend, struct rc_memory *
     m->query = host_query;
     m->read_tag = host_query;
     m->ctx = NULL;
+    m->slow_tag = false;
 }

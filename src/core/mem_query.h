@@ -3,6 +3,8 @@
 #ifndef RC_MEMORY_H
 #define RC_MEMORY_H
 
+#include <stdbool.h>
+
 #include "regcache.h"
 
 struct rc_memory {
@@ -21,6 +23,9 @@ struct rc_memory {
      * backend's query serves as both with no call in between. */
     int (*read_tag)(void *ctx, const void *addr, size_t len, struct regcache_mem_info *info);
     void *ctx;
+    /* read_tag is a driver call (30-60 ns): a cache line asked for before
+     * it arrives meanwhile.  A backend's query may take 2 ns. */
+    bool slow_tag;
 };
 
 /* Fill *m with the CUDA driver's implementation.  REGCACHE_ERR_UNSUPPORTED

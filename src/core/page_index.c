@@ -1,6 +1,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "entry.h"
 #include "page_index.h"
@@ -76,6 +77,7 @@ int rc_page_index_init(struct rc_page_index *idx, unsigned shift)
 {
     idx->shift = shift;
     atomic_init(&idx->large, false);
+    idx->large_from = RC_INDEX_LARGE;
     idx->listed = 0;
     idx->retired = NULL;
     idx->chunks = NULL;
@@ -226,11 +228,22 @@ static inline __attribute__((always_inline)) void list_page(struct rc_shard *s,
 #undef FROM_ENTRY
 }
 
+void rc_page_index_large_from(struct rc_page_index *idx, size_t pages)
+{
+    idx->large_from = pages;
+}
+
+size_t rc_page_index_l1_slots(void)
+{
+    long bytes = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+    return (bytes > 0 ? (size_t)bytes : (size_t)32 << 10) / sizeof(struct rc_slot);
+}
+
 /* n pages more listed (or fewer, n negative). */
 static void count_listed(struct rc_page_index *idx, ptrdiff_t n)
 {
     idx->listed += (size_t)n;
-    bool large = idx->listed >= RC_INDEX_LARGE;
+    bool large = idx->listed >= idx->large_from;
     if (large != rc_page_index_large(idx))
         atomic_store_explicit(&idx->large, large, memory_order_relaxed);
 }
@@ -251,7 +264,7 @@ static void count_listed(struct rc_page_index *idx, ptrdiff_t n)
 static bool crowded(struct rc_page_index *idx, const struct rc_shard *s,
                     const struct rc_slot_table *t)
 {
-    unsigned room = idx->listed < SPARSE_INDEX ? 8 : rc_page_index_large(idx) ? 2 : 4;
+    unsigned room = idx->listed < SPARSE_INDEX ? 8 : idx->listed < RC_INDEX_LARGE ? 4 : 2;
     return (s->used + 1) * room > t->mask + 1;
 }
 
@@ -444,7 +457,7 @@ void rc_page_index_check(struct rc_page_index *idx)
         listed += used;
     }
     if (listed != idx->listed ||
-        (listed >= RC_INDEX_LARGE) != atomic_load_explicit(&idx->large, memory_order_relaxed))
+        (listed >= idx->large_from) != atomic_load_explicit(&idx->large, memory_order_relaxed))
         broken("the count of listed pages", NULL);
 }
 

@@ -80,9 +80,12 @@ struct rc_shard {
 
 struct rc_page_index {
     unsigned shift; /* log2 of the page size */
-    /* At least RC_INDEX_LARGE pages listed: read by hits, so written only
+    /* At least large_from pages listed: a probe's slot is mostly a miss of
+     * the cache level the owner cares about, which it says by large_from
+     * (RC_INDEX_LARGE, L2, unless set).  Read by hits, so written only
      * when that changes. */
     atomic_bool large;
+    size_t large_from;
     struct rc_slot_table *retired; /* replaced tables, freed at fini */
     struct rc_huge_chunk *chunks;
     struct rc_shard shards[RC_SHARDS];
@@ -119,6 +122,15 @@ static inline void rc_page_index_remove_entry(struct rc_page_index *idx, struct 
         rc_page_index_forget(e);
     }
 }
+
+/* Before the first add: the index is large from `pages` listed pages on
+ * (rc_page_index_large()). */
+void rc_page_index_large_from(struct rc_page_index *idx, size_t pages);
+
+/* How many slots a core's L1 data cache holds (glibc's figure, else 32 KiB
+ * worth): from about that many listed pages on, a probe's slot is mostly an
+ * L1 miss. */
+size_t rc_page_index_l1_slots(void);
 
 /* Under the cache lock: e's rails_ready changed; its slots follow. */
 void rc_page_index_refresh(struct rc_page_index *idx, struct regcache_entry *e);

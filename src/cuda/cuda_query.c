@@ -154,6 +154,8 @@ int rc_cuda_query(struct rc_memory *m)
     const struct rc_cuda_api *api = rc_cuda_api();
     if (!api)
         return REGCACHE_ERR_UNSUPPORTED;
-    *m = (struct rc_memory){ .query = cuda_query, .read_tag = cuda_read_tag, .ctx = (void *)api };
+    *m = (struct rc_memory){
+        .query = cuda_query, .read_tag = cuda_read_tag, .ctx = (void *)api, .slow_tag = true
+    };
     return REGCACHE_OK;
 }

@@ -172,6 +172,21 @@ static void random_operations_agree_with_the_model(void **state)
     free(m);
 }
 
+/* n zeroed entries, entry i to serve page i. */
+static struct regcache_entry *page_entries(unsigned n)
+{
+    struct regcache_entry *e = aligned_alloc(64, n * sizeof(*e));
+    memset(e, 0, n * sizeof(*e));
+    for (unsigned i = 0; i < n; i++) {
+        atomic_store(&e[i].match_start, (uintptr_t)i * PAGE);
+        atomic_store(&e[i].match_end, (uintptr_t)(i + 1) * PAGE);
+        e[i].state = RC_READY;
+        e[i].pages = e[i].pages_inline;
+        e[i].pages_cap = RC_INLINE_PAGES;
+    }
+    return e;
+}
+
 /* Growth moves every slot to a table of twice the size: all entries stay
  * findable, through tables large enough to come from huge pages.  Every
  * table, small or huge, keeps each slot on a cache line of its own. */
@@ -179,17 +194,12 @@ static void growth_keeps_every_entry(void **state)
 {
     (void)state;
     enum { N = 40000 };
-    struct regcache_entry *e = aligned_alloc(64, N * sizeof(*e));
-    memset(e, 0, N * sizeof(*e));
+    struct regcache_entry *e = page_entries(N);
     struct rc_page_index idx;
     assert_int_equal(rc_page_index_init(&idx, SHIFT), REGCACHE_OK);
     for (unsigned i = 0; i < N; i++) {
-        atomic_store(&e[i].match_start, (uintptr_t)i * PAGE);
-        atomic_store(&e[i].match_end, (uintptr_t)(i + 1) * PAGE);
-        e[i].state = RC_READY;
-        e[i].pages = e[i].pages_inline;
-        e[i].pages_cap = RC_INLINE_PAGES;
         assert_int_equal(rc_page_index_add(&idx, &e[i], (uintptr_t)i * PAGE + 100), REGCACHE_OK);
+        assert_int_equal(rc_page_index_large(&idx), i + 1 >= RC_INDEX_LARGE);
         struct rc_probe probe = { .slot = NULL };
         assert_ptr_equal(
             rc_page_index_find(&idx, (uintptr_t)i * PAGE, (uintptr_t)i * PAGE + 1, &probe), &e[i]);
@@ -210,11 +220,36 @@ static void growth_keeps_every_entry(void **state)
     free(e);
 }
 
+/* An owner that sets the mark (the driver's TAG_CHECK caches, at L1's
+ * worth of slots) has a large index from that many listed pages on, and a
+ * small one again below. */
+static void large_from_the_owners_mark(void **state)
+{
+    (void)state;
+    enum { MARK = 100 };
+    struct regcache_entry *e = page_entries(MARK);
+    struct rc_page_index idx;
+    assert_int_equal(rc_page_index_init(&idx, SHIFT), REGCACHE_OK);
+    rc_page_index_large_from(&idx, MARK);
+    for (unsigned i = 0; i < MARK; i++) {
+        assert_false(rc_page_index_large(&idx));
+        assert_int_equal(rc_page_index_add(&idx, &e[i], (uintptr_t)i * PAGE), REGCACHE_OK);
+    }
+    assert_true(rc_page_index_large(&idx));
+    rc_page_index_check(&idx);
+    rc_page_index_remove_entry(&idx, &e[0]);
+    assert_false(rc_page_index_large(&idx));
+    rc_page_index_check(&idx);
+    rc_page_index_fini(&idx);
+    free(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(random_operations_agree_with_the_model),
         cmocka_unit_test(growth_keeps_every_entry),
+        cmocka_unit_test(large_from_the_owners_mark),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
