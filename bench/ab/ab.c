@@ -36,20 +36,6 @@
 /* Rounds run before any is kept: the caches and the CPU settle. */
 #define WARM 20
 
-static char token;
-
-static int null_reg(void *arg, void *addr, size_t len, int device, int rail, void **handle)
-{
-    (void)arg, (void)addr, (void)len, (void)device, (void)rail;
-    *handle = &token;
-    return 0;
-}
-
-static void null_dereg(void *arg, void *handle)
-{
-    (void)arg, (void)handle;
-}
-
 struct build {
     const char *path;
     void (*params_init)(struct regcache_params *);
@@ -106,7 +92,7 @@ static int open_build(struct build *b, const char *mode, const struct run *r)
     if (p == MAP_FAILED)
         return fail(b->path, "mmap failed");
     b->base = (char *)(((uintptr_t)p + BENCH_REGION - 1) & ~(uintptr_t)(BENCH_REGION - 1));
-    struct regcache_backend backend = { null_reg, null_dereg, NULL, bench_null_query };
+    struct regcache_backend backend = { bench_null_reg, bench_null_dereg, NULL, bench_null_query };
     struct regcache_params params;
     b->params_init(&params);
     params.backend = &backend;

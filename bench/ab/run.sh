@@ -5,6 +5,12 @@
 #   bench/ab/run.sh churn|hooks|tag N REV_OR_DIR...
 #   e.g. bench/ab/run.sh churn 1000 HEAD~1 HEAD
 #
+# or, on the GPU machine, TAG_CHECK hits less the driver's tag query
+# (driver_tag.c), one build per process, PROCS processes each (default 6)
+# taking turns, then each build's median over its processes:
+#
+#   bench/ab/run.sh driver-tag N REV_OR_DIR...
+#
 # Each argument is a git revision, or a source directory (a working tree
 # with changes not yet committed).  Builds (Release) go under $AB_DIR
 # (default /tmp/regcache-ab); a revision's build is reused, a directory's
@@ -47,6 +53,28 @@ for arg in "$@"; do
     libs="$libs $out/src/libregcache.so"
 done
 
+cpu=${CPU:-$(($(nproc) - 1))}
+if [ "$mode" = driver-tag ]; then
+    first=${libs# }
+    first=${first%% *}
+    cc -std=c11 -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -o "$dir/regcache-driver-tag" \
+        "$src/bench/ab/driver_tag.c" -I"$src/include" -I"$src/bench" \
+        -I"${CUDA_HOME:-/usr/local/cuda}/include" -L"$(dirname "$first")" -lregcache -ldl
+    for _ in $(seq "${PROCS:-6}"); do
+        for lib in $libs; do
+            printf '%s  ' "$lib"
+            LD_LIBRARY_PATH=$(dirname "$lib") taskset -c "$cpu" "$dir/regcache-driver-tag" "$n" \
+                "${ROUNDS:-150}"
+        done
+    done | tee "$dir/driver-tag.txt"
+    echo "median over the processes of hit - query, ns:"
+    for lib in $libs; do
+        printf '  %s  %s\n' "$(grep -F "$lib " "$dir/driver-tag.txt" | awk '{print $(NF-1)}' |
+            sort -n | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}')" "$lib"
+    done
+    exit 0
+fi
+
 cc -std=c11 -O2 -Wall -Wextra -Werror -o "$dir/regcache-ab" "$src/bench/ab/ab.c" \
     -I"$src/include" -I"$src/bench" -ldl -lpthread
 ops=20000
@@ -54,5 +82,5 @@ ops=20000
 # Each namespace needs static TLS of its own (the library's thread record
 # pointer is initial-exec); glibc's reserve holds about one more library.
 # shellcheck disable=SC2086  # $libs is a list of paths without spaces
-GLIBC_TUNABLES=glibc.rtld.optional_static_tls=65536 taskset -c "${CPU:-$(($(nproc) - 1))}" \
+GLIBC_TUNABLES=glibc.rtld.optional_static_tls=65536 taskset -c "$cpu" \
     "$dir/regcache-ab" "$mode" "$n" "${ROUNDS:-3000}" "${OPS:-$ops}" $libs
