@@ -334,11 +334,12 @@ static inline bool query_first(struct regcache *c)
  * the order costs 4 ns more).  Behind the driver's query, a call of 30-60
  * ns, even an L1 miss hides, so that with it the index counts as large
  * once its slots outgrow L1 (lifecycle.c): 1.1 ns less per hit at 1000
- * entries and 2.6 at 4000 with a 48 KiB L1, where this order at every size
- * cost 0.4-0.7 ns more at 1 to 300 (H200 machine, driver 580, as
- * bench/ab/run.sh driver-tag measures).  Either order checks the same thing, that
- * at one moment of the get the memory carried the id of an entry the index
- * listed (a free racing the get is the caller's error either way). */
+ * entries and 2.6 at 4000 with a 48 KiB L1, where this order at every
+ * size cost 0.4-0.7 ns more at 1 to 300 (H200 machine, driver 580, as
+ * bench/ab/run.sh driver-tag measures).  Either order checks the same
+ * thing, that at one moment of the get the memory carried the id of an
+ * entry the index listed (a free racing the get is the caller's error
+ * either way). */
 static inline __attribute__((always_inline)) struct regcache_entry *
 look(struct regcache *c, struct rc_thread *t, uintptr_t start, uintptr_t end, unsigned rail,
      _Atomic uintptr_t **slotp, struct rc_probe *probe, bool wait_for_writers, bool tagged,

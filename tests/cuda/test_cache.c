@@ -11,6 +11,7 @@
 
 #include <cmocka.h>
 
+#include "cache.h"
 #include "drv_cache.h"
 #include "fake_driver.h"
 #include "regcache.h"
@@ -166,6 +167,33 @@ static void driver_errors_on_a_miss_are_cuda_errors(void **state)
     assert_int_equal(atomic_load(&f->fb.regs), 0);
 }
 
+/* Behind the driver's tag query a hit hides even an L1 miss, so that it
+ * asks for its slot's line before the query (hit_path.c) once the index
+ * lists L1's worth of pages, where a backend's query waits for 16384.  A
+ * cache that also takes host memory never queries first: its index keeps
+ * the default mark. */
+static void driver_tag_checks_query_first_once_past_l1(void **state)
+{
+    struct fx *f = *state;
+    const size_t region = 64 << 10, pages = rc_page_index_l1_slots();
+    assert_true(pages * region <= DRV_ARENA_SIZE);
+    assert_true(pages < RC_INDEX_LARGE);
+    drv_legacy(0, pages * region);
+    regcache_t *mixed = drv_cache_create(f, 1);
+    for (size_t i = 0; i < pages; i++) {
+        assert_false(rc_page_index_large(&f->c->index));
+        regcache_entry_t *e;
+        drv_get(f, drv_addr(i * region), 4096, &e);
+        regcache_put(f->c, e);
+        assert_int_equal(regcache_get(mixed, (const void *)drv_addr(i * region), 4096, &e),
+                         REGCACHE_OK);
+        regcache_put(mixed, e);
+    }
+    assert_true(rc_page_index_large(&f->c->index));
+    assert_false(rc_page_index_large(&mixed->index));
+    regcache_destroy(mixed);
+}
+
 int main(void)
 {
     return FX_RUN(drv_cache_setup, drv_cache_teardown, registers_after_setting_sync_memops,
@@ -173,5 +201,6 @@ int main(void)
                   freed_memory_on_a_hit_is_not_gpu, managed_memory_is_refused,
                   host_memory_is_refused_unless_allowed, range_past_the_allocation_is_refused,
                   packed_allocations_each_get_their_own_entry,
-                  driver_errors_on_a_miss_are_cuda_errors);
+                  driver_errors_on_a_miss_are_cuda_errors,
+                  driver_tag_checks_query_first_once_past_l1);
 }
