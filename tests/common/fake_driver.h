@@ -34,7 +34,9 @@ enum drv_call {
 
 #define DRV_MAX_ALLOCS 8
 #define DRV_MAX_DEVICES 4
-#define DRV_ARENA_SIZE ((size_t)64 << 20)
+/* Reserved, never backed: room for an allocation of a 64 KiB region per
+ * slot of the largest L1 data caches (tests/cuda/test_cache.c). */
+#define DRV_ARENA_SIZE ((size_t)256 << 20)
 
 struct drv_alloc {
     int live;
