@@ -93,8 +93,10 @@ int main(int argc, char **argv)
     }
     double *query = calloc(rounds, sizeof(double)), *hit = calloc(rounds, sizeof(double)),
            *diff = calloc(rounds, sizeof(double));
-    if (!query || !hit || !diff)
+    if (!query || !hit || !diff) {
+        fputs("regcache-driver-tag: out of memory\n", stderr);
         return 1;
+    }
     uint64_t rng = 0x9e3779b97f4a7c15ull, failed = 0;
     for (size_t r = 0; r < WARM + rounds; r++) {
         uint64_t t0 = bench_now_ns();
