@@ -27,6 +27,7 @@
 #include <cuda.h>
 
 #include "bar1_budget.h"
+#include "cache.h"
 #include "dmabuf_export.h"
 #include "regcache.h"
 
@@ -38,13 +39,14 @@
 
 /* Each field is named and typed after the cuda.h declaration its name
  * expands to (cuMemAlloc is cuMemAlloc_v2), and loaded by that name. */
-#define DRIVER_CALLS(X)                                                                         \
-    X(cuInit)                                                                                   \
-    X(cuGetErrorName) X(cuDeviceGet) X(cuDeviceGetCount) X(cuDevicePrimaryCtxRetain)            \
-        X(cuCtxSetCurrent) X(cuMemAlloc) X(cuMemFree) X(cuMemAllocHost) X(cuMemFreeHost)        \
-            X(cuMemAllocManaged) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)    \
-                X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuMemAddressReserve) X(cuMemAddressFree) \
-                    X(cuMemCreate) X(cuMemRelease) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess)  \
+#define DRIVER_CALLS(X)                                                                     \
+    X(cuInit)                                                                               \
+    X(cuGetErrorName)                                                                       \
+    X(cuDeviceGet) X(cuDeviceGetCount) X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent)       \
+        X(cuMemAlloc) X(cuMemFree) X(cuMemAllocHost) X(cuMemFreeHost) X(cuMemAllocManaged)  \
+            X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuMemAllocAsync)  \
+                X(cuMemFreeAsync) X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemCreate) \
+                    X(cuMemRelease) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess)             \
                         X(cuMemGetAllocationGranularity) X(cuPointerGetAttribute)
 #define STR(x) #x
 #define NAME(x) STR(x)
@@ -299,6 +301,30 @@ static void legacy_realloc_is_reregistered(void **state)
     expect_reregistration(c, p, 4096, 8192, legacy_replace, "cuMemAlloc");
     regcache_destroy(c);
     CK(cu.cuMemFree(p));
+}
+
+/* The same, in a cache whose index has outgrown L1: its hits on the
+ * driver query the tag before they look (hit_path.c), and compare the tag
+ * queried then. */
+static void legacy_realloc_is_reregistered_past_l1(void **state)
+{
+    (void)state;
+    const size_t region = 64 << 10, pages = rc_page_index_l1_slots();
+    regcache_t *c = new_cache(0);
+    CUdeviceptr many, p;
+    CK(cu.cuMemAlloc(&many, (pages + 1) * region));
+    legacy_size = MIB;
+    CK(cu.cuMemAlloc(&p, legacy_size));
+    for (size_t i = 0; i < pages; i++) {
+        regcache_entry_t *e;
+        get_checked(c, many + i * region, 4096, &e);
+        regcache_put(c, e);
+    }
+    assert_true(rc_page_index_large(&c->index));
+    expect_reregistration(c, p, 4096, 8192, legacy_replace, "cuMemAlloc, index past L1");
+    regcache_destroy(c);
+    CK(cu.cuMemFree(p));
+    CK(cu.cuMemFree(many));
 }
 
 static CUstream stream;
@@ -790,17 +816,12 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {
 #define T(name) cmocka_unit_test_setup_teardown(name, reset, release_handles)
-        T(legacy_realloc_is_reregistered),
-        T(pool_reuse_is_reregistered),
-        T(vmm_remap_is_reregistered),
-        T(packed_small_allocations_stay_apart),
-        T(whole_allocations_of_every_size),
-        T(managed_and_host_memory_are_refused),
-        T(sync_memops_is_set_before_the_first_registration),
-        T(dmabuf_export_of_every_kind),
-        T(budget_evicts_lru_and_never_a_held_entry),
-        T(threads_never_see_a_stale_handle),
-        T(bar1_budget_of_device_0_is_read),
+        T(legacy_realloc_is_reregistered),      T(legacy_realloc_is_reregistered_past_l1),
+        T(pool_reuse_is_reregistered),          T(vmm_remap_is_reregistered),
+        T(packed_small_allocations_stay_apart), T(whole_allocations_of_every_size),
+        T(managed_and_host_memory_are_refused), T(sync_memops_is_set_before_the_first_registration),
+        T(dmabuf_export_of_every_kind),         T(budget_evicts_lru_and_never_a_held_entry),
+        T(threads_never_see_a_stale_handle),    T(bar1_budget_of_device_0_is_read),
 #undef T
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
