@@ -13,9 +13,8 @@ static _Atomic(struct rc_thread *) all_records;
 
 /* The live records: slots of a grow-only array (a NULL slot is free for
  * reuse, and the count ends at the last slot in use); writers hold
- * live_lock, readers take nothing.  Arrays outgrown
- * stay allocated, so that a scanner never reads freed memory: they double,
- * so there are few. */
+ * live_lock, readers take nothing.  Arrays outgrown stay allocated, so
+ * that a scanner never reads freed memory: they double, so there are few. */
 static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic(struct rc_thread *_Atomic *) live_slots;
 static atomic_size_t live_count, live_cap;

@@ -39,14 +39,13 @@
 
 /* Each field is named and typed after the cuda.h declaration its name
  * expands to (cuMemAlloc is cuMemAlloc_v2), and loaded by that name. */
-#define DRIVER_CALLS(X)                                                                     \
-    X(cuInit)                                                                               \
-    X(cuGetErrorName)                                                                       \
-    X(cuDeviceGet) X(cuDeviceGetCount) X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent)       \
-        X(cuMemAlloc) X(cuMemFree) X(cuMemAllocHost) X(cuMemFreeHost) X(cuMemAllocManaged)  \
-            X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuMemAllocAsync)  \
-                X(cuMemFreeAsync) X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemCreate) \
-                    X(cuMemRelease) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess)             \
+#define DRIVER_CALLS(X)                                                                         \
+    X(cuInit)                                                                                   \
+    X(cuGetErrorName) X(cuDeviceGet) X(cuDeviceGetCount) X(cuDevicePrimaryCtxRetain)            \
+        X(cuCtxSetCurrent) X(cuMemAlloc) X(cuMemFree) X(cuMemAllocHost) X(cuMemFreeHost)        \
+            X(cuMemAllocManaged) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)    \
+                X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuMemAddressReserve) X(cuMemAddressFree) \
+                    X(cuMemCreate) X(cuMemRelease) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess)  \
                         X(cuMemGetAllocationGranularity) X(cuPointerGetAttribute)
 #define STR(x) #x
 #define NAME(x) STR(x)
