@@ -3,49 +3,15 @@
  * (BUFFER_ID); and the CUDA half of a dmabuf registration for the pin rows.
  * The driver is dlopened so that the harness runs where there is none. */
 #include "bench.h"
+#include "cuda_api.h"
 
-#include <cuda.h>
-#include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
-/* The driver calls used here.  cuda.h maps names to versioned ones
- * (cuMemAlloc is cuMemAlloc_v2), which is what libcuda exports: NAME's
- * extra step stringifies the mapped name. */
-#define CU_CALLS(X)                                                                 \
-    X(cuInit)                                                                       \
-    X(cuGetErrorName) X(cuDeviceGet) X(cuDeviceGetName) X(cuDevicePrimaryCtxRetain) \
-        X(cuCtxSetCurrent) X(cuMemAlloc) X(cuMemGetInfo) X(cuPointerGetAttribute)   \
-            X(cuPointerSetAttribute) X(cuMemGetHandleForAddressRange)
-#define FN(name) __typeof__(&name) name;
-#define NAME(name) #name
-#define LOAD(name)                                    \
-    if (!(*(void **)&cu.name = dlsym(h, NAME(name)))) \
-        return "libcuda.so.1 lacks " NAME(name);
-
-static struct {
-    CU_CALLS(FN)
-} cu;
 static CUcontext ctx;
 static uint64_t tag_failures;
-
-static const char *load(void)
-{
-    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!h)
-        return "the CUDA driver (libcuda.so.1) cannot be loaded";
-    CU_CALLS(LOAD)
-    return NULL;
-}
-
-static const char *cu_err(CUresult r)
-{
-    const char *name = NULL;
-    cu.cuGetErrorName(r, &name);
-    return name ? name : "unknown CUDA error";
-}
 
 /* The kernel module's version ("580.159.04"): the first token with two
  * dots in /proc/driver/nvidia/version. */
@@ -67,7 +33,7 @@ static void driver_version(char *out, size_t len)
 /* Worker threads start without a current context. */
 static void enter(void)
 {
-    cu.cuCtxSetCurrent(ctx);
+    bench_cu.cuCtxSetCurrent(ctx);
 }
 
 static void buffer_id(void *src, struct bench_lane *l, uint64_t n)
@@ -78,7 +44,7 @@ static void buffer_id(void *src, struct bench_lane *l, uint64_t n)
     for (uint64_t i = 0; i < n; i++) {
         CUdeviceptr p = (CUdeviceptr)(uintptr_t)bench_pick(s->base, s->regions, &rng);
         tag_failures +=
-            cu.cuPointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, p) != CUDA_SUCCESS;
+            bench_cu.cuPointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, p) != CUDA_SUCCESS;
         sum += id;
     }
     l->rng = rng;
@@ -98,9 +64,9 @@ static int export_pin(void *addr, size_t len, void **handle)
     unsigned one = 1;
     int fd = -1;
     CUdeviceptr p = (CUdeviceptr)(uintptr_t)addr;
-    if (cu.cuPointerSetAttribute(&one, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, p) != CUDA_SUCCESS ||
-        cu.cuMemGetHandleForAddressRange(&fd, p, len, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0) !=
-            CUDA_SUCCESS)
+    if (bench_cu.cuPointerSetAttribute(&one, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, p) != CUDA_SUCCESS ||
+        bench_cu.cuMemGetHandleForAddressRange(&fd, p, len, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
+                                               0) != CUDA_SUCCESS)
         return EINVAL;
     *handle = (void *)(uintptr_t)(fd + 1);
     return 0;
@@ -119,22 +85,20 @@ int bench_cuda_open(struct bench_src *s, struct bench_machine *m)
     CUdeviceptr p = 0;
     CUresult r = CUDA_SUCCESS;
     size_t free_b = 0, total_b = 0, want = bench_entries[BENCH_NELEM(bench_entries) - 1];
-    const char *why = load();
-    if (!why && ((r = cu.cuInit(0)) || (r = cu.cuDeviceGet(&dev, 0)) ||
-                 (r = cu.cuDevicePrimaryCtxRetain(&ctx, dev)) || (r = cu.cuCtxSetCurrent(ctx)) ||
-                 (r = cu.cuMemGetInfo(&free_b, &total_b))))
-        why = cu_err(r);
+    const char *why = bench_cu_open(&dev, &ctx);
+    if (!why && (r = bench_cu.cuMemGetInfo(&free_b, &total_b)))
+        why = bench_cu_err(r);
     /* An eighth of the free memory stays with the driver: 1M regions
      * (64 GiB) fit an 80 GB GPU less that. */
     size_t regions = free_b / 8 * 7 / BENCH_REGION - 1;
     regions = regions < want ? regions : want;
-    if (!why && (r = cu.cuMemAlloc(&p, (regions + 1) * BENCH_REGION)))
-        why = cu_err(r);
+    if (!why && (r = bench_cu.cuMemAlloc(&p, (regions + 1) * BENCH_REGION)))
+        why = bench_cu_err(r);
     if (why) {
         bench_note(&(struct bench_row){ .workload = "cuda" }, "no GPU rows: %s", why);
         return -1;
     }
-    cu.cuDeviceGetName(m->gpu, sizeof(m->gpu), dev);
+    bench_cu.cuDeviceGetName(m->gpu, sizeof(m->gpu), dev);
     driver_version(m->driver, sizeof(m->driver));
     bench_thread_start = enter;
     /* Never freed: the process ends with the run. */

@@ -13,41 +13,22 @@
  * than either.  A process holds one driver, so that builds are compared
  * process by process (bench/ab/run.sh driver-tag), not in one process as
  * regcache-ab compares them. */
-#include <cuda.h>
-#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "bench.h"
+#include "cuda_api.h"
 
 #define OPS 4000
 #define WARM 50
 
-static struct {
-    CUresult (*init)(unsigned);
-    CUresult (*device_get)(CUdevice *, int);
-    CUresult (*retain)(CUcontext *, CUdevice);
-    CUresult (*set_current)(CUcontext);
-    CUresult (*alloc)(CUdeviceptr *, size_t);
-    CUresult (*attribute)(void *, CUpointer_attribute, CUdeviceptr);
-} cu;
-
 /* The allocation's base, aligned to a region, or 0 without a GPU. */
 static uintptr_t gpu_regions(size_t n)
 {
-    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     CUdevice dev;
     CUcontext ctx;
     CUdeviceptr p;
-    /* The versioned names are the ones cuda.h maps these calls to. */
-    if (!h || !(*(void **)&cu.init = dlsym(h, "cuInit")) ||
-        !(*(void **)&cu.device_get = dlsym(h, "cuDeviceGet")) ||
-        !(*(void **)&cu.retain = dlsym(h, "cuDevicePrimaryCtxRetain")) ||
-        !(*(void **)&cu.set_current = dlsym(h, "cuCtxSetCurrent")) ||
-        !(*(void **)&cu.alloc = dlsym(h, "cuMemAlloc_v2")) ||
-        !(*(void **)&cu.attribute = dlsym(h, "cuPointerGetAttribute")) || cu.init(0) ||
-        cu.device_get(&dev, 0) || cu.retain(&ctx, dev) || cu.set_current(ctx) ||
-        cu.alloc(&p, (n + 1) * BENCH_REGION))
+    if (bench_cu_open(&dev, &ctx) || bench_cu.cuMemAlloc(&p, (n + 1) * BENCH_REGION))
         return 0;
     return ((uintptr_t)p + BENCH_REGION - 1) & ~(uintptr_t)(BENCH_REGION - 1);
 }
@@ -103,7 +84,7 @@ int main(int argc, char **argv)
         for (int o = 0; o < OPS; o++) {
             unsigned long long id;
             CUdeviceptr p = (CUdeviceptr)(uintptr_t)bench_pick(base, n, &rng);
-            failed += cu.attribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, p) != 0;
+            failed += bench_cu.cuPointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, p) != 0;
         }
         uint64_t t1 = bench_now_ns();
         for (int o = 0; o < OPS; o++) {

@@ -58,7 +58,7 @@ if [ "$mode" = driver-tag ]; then
     first=${libs# }
     first=${first%% *}
     cc -std=c11 -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -o "$dir/regcache-driver-tag" \
-        "$src/bench/ab/driver_tag.c" -I"$src/include" -I"$src/bench" \
+        "$src/bench/ab/driver_tag.c" "$src/bench/cuda_api.c" -I"$src/include" -I"$src/bench" \
         -I"${CUDA_HOME:-/usr/local/cuda}/include" -L"$(dirname "$first")" -lregcache -ldl
     for _ in $(seq "${PROCS:-6}"); do
         for lib in $libs; do
