@@ -10,6 +10,12 @@
  * the TLB from missing on every hit at a million entries. */
 #define MAX_SLAB_ENTRIES (((size_t)2 << 20) / sizeof(struct regcache_entry))
 
+/* The entries of the slab after one of n: slabs double up to the most. */
+static size_t next_slab(size_t n)
+{
+    return n * 2 <= MAX_SLAB_ENTRIES ? n * 2 : MAX_SLAB_ENTRIES;
+}
+
 void rc_entry_pool_init(struct rc_entry_pool *p)
 {
     memset(p, 0, sizeof(*p));
@@ -42,10 +48,7 @@ static int add_slab(struct rc_entry_pool *p)
         p->free = &slab[i];
     }
     p->slabs[p->nslabs++] = slab;
-    if (p->next_slab_entries * 2 <= MAX_SLAB_ENTRIES)
-        p->next_slab_entries *= 2;
-    else
-        p->next_slab_entries = MAX_SLAB_ENTRIES;
+    p->next_slab_entries = next_slab(n);
     return REGCACHE_OK;
 }
 
@@ -63,6 +66,18 @@ void rc_entry_pool_put(struct rc_entry_pool *p, struct regcache_entry *e)
 {
     e->link_next = p->free;
     p->free = e;
+}
+
+bool rc_entry_pool_owns(const struct rc_entry_pool *p, const void *e)
+{
+    size_t n = FIRST_SLAB_ENTRIES;
+    for (size_t i = 0; i < p->nslabs; i++) {
+        uintptr_t start = (uintptr_t)p->slabs[i];
+        if ((uintptr_t)e >= start && (uintptr_t)e < start + n * sizeof(struct regcache_entry))
+            return true;
+        n = next_slab(n);
+    }
+    return false;
 }
 
 void rc_entry_pool_fini(struct rc_entry_pool *p)

@@ -3,6 +3,7 @@
 #ifndef RC_ENTRY_POOL_H
 #define RC_ENTRY_POOL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 struct regcache_entry;
@@ -20,6 +21,8 @@ void rc_entry_pool_init(struct rc_entry_pool *p);
 struct regcache_entry *rc_entry_pool_get(struct rc_entry_pool *p);
 /* Under the cache lock: e is unused, detached and deregistered. */
 void rc_entry_pool_put(struct rc_entry_pool *p, struct regcache_entry *e);
+/* Does e lie in one of the pool's slabs?  Reads none of them. */
+bool rc_entry_pool_owns(const struct rc_entry_pool *p, const void *e);
 /* At cache destroy, when no thread can reach any entry. */
 void rc_entry_pool_fini(struct rc_entry_pool *p);
 

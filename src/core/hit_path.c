@@ -120,10 +120,18 @@ static COLD bool all_tags_current(const struct regcache *c, const struct regcach
     return true;
 }
 
+/* A slot is free when it reads 0.  Acquire: when another thread's put
+ * emptied it, that put's reads of the hold (its note above all) happen
+ * before this thread writes the slot's note again; on x86 a plain load. */
+static inline bool slot_free(_Atomic uintptr_t *slot)
+{
+    return !atomic_load_explicit(slot, memory_order_acquire);
+}
+
 static COLD _Atomic uintptr_t *search_free_slot(struct rc_thread *t)
 {
     for (unsigned i = 0; i < RC_HOLD_SLOTS; i++)
-        if (!atomic_load_explicit(&t->holds[i], memory_order_relaxed)) {
+        if (slot_free(&t->holds[i])) {
             t->hint = i;
             return &t->holds[i];
         }
@@ -146,9 +154,7 @@ static inline unsigned held_rail(_Atomic uintptr_t *slot)
 static inline _Atomic uintptr_t *free_slot(struct rc_thread *t)
 {
     _Atomic uintptr_t *slot = &t->holds[t->hint];
-    return __builtin_expect(!atomic_load_explicit(slot, memory_order_relaxed), 1)
-               ? slot
-               : search_free_slot(t);
+    return __builtin_expect(slot_free(slot), 1) ? slot : search_free_slot(t);
 }
 
 /* A hit, held in `slot`, on an entry that lacks the rail asked for:
@@ -369,9 +375,13 @@ look(struct regcache *c, struct rc_thread *t, uintptr_t start, uintptr_t end, un
         rc_fence_full();
     /* Whoever takes e out of the cache takes it out of the index first,
      * then fences and looks at the holds: if this thread's fence came
-     * first, that look sees the hold; else the count has moved here. */
+     * first, that look sees the hold; else the count has moved here.  The
+     * same for a parker of idle records (threads.h): it sees the hold, or
+     * this look sees the record parked, where no scan would find the hold;
+     * the record's line is this thread's own, and the hold was just
+     * written to it. */
     rc_page_index_read_slot(probe, tagged);
-    if (__builtin_expect(!rc_page_index_unchanged(probe), 0))
+    if (__builtin_expect(!rc_page_index_unchanged(probe) | rc_thread_parked(t), 0))
         return NULL;
     return e;
 }
@@ -382,9 +392,16 @@ regcache_entry_t *rc_slot_hold_locked(struct regcache *c, struct regcache_entry 
     _Atomic uintptr_t *slot = t ? free_slot(t) : NULL;
     if (!slot)
         return NULL;
+    atomic_store_explicit(slot, (uintptr_t)e | rail, memory_order_release);
+    /* The cache lock keeps this cache's evictors out, not a parker of
+     * idle records, who fences heavily (threads.h). */
+    rc_fence_light();
+    if (__builtin_expect(rc_thread_parked(t), 0) && !rc_thread_unpark(t)) {
+        atomic_store_explicit(slot, 0, memory_order_relaxed);
+        return NULL;
+    }
     uint64_t now = atomic_load_explicit(&c->epoch, memory_order_relaxed);
     stamp(e, now);
-    atomic_store_explicit(slot, (uintptr_t)e | rail, memory_order_release);
     *rc_hold_note_of(slot) = (struct rc_hold_note){ (uint32_t)now, (uint32_t)e->device_slot };
     return (regcache_entry_t *)((uintptr_t)slot | HANDLE_SLOT);
 }
@@ -405,6 +422,10 @@ static COLD int get_again(struct regcache *c, uintptr_t start, uintptr_t end, un
     for (int looks = 0; t && looks < 4; looks++) {
         if (slot)
             release_held(c, slot);
+        slot = NULL;
+        /* Parked while idle: back into the scan before a hold can count. */
+        if (rc_thread_parked(t) && !rc_thread_unpark(t))
+            break;
         uint64_t first = 0;
         struct rc_probe probe;
         struct regcache_entry *e =

@@ -49,6 +49,11 @@ static int make_backend(struct regcache *c)
     return rc_verbs_backend_create(p, &c->backend, &c->method_used);
 }
 
+static bool pool_owns(const void *pool, const void *e)
+{
+    return rc_entry_pool_owns(pool, e);
+}
+
 /* `consistent`: nobody held the cache lock, so the tree, the LRU, the
  * page index, the filter and the entry pool it guards are whole and may be
  * freed. */
@@ -57,6 +62,11 @@ static void free_cache(struct regcache *c, bool consistent)
     if (consistent) {
         rc_page_index_fini(&c->index);
         rc_filter_fini(&c->filter);
+        /* Entries may be held still (the API lets a cache go with them):
+         * those holds go first, or the next cache's entries, which malloc
+         * mostly puts where these were, would look held. */
+        if (c->pool.nslabs)
+            rc_thread_forget_holds(pool_owns, &c->pool);
         rc_entry_pool_fini(&c->pool);
         for (int i = 0; i < RC_DEVICE_SLOTS; i++)
             rc_lru_fini(&c->dev[i].lru);

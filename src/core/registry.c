@@ -57,21 +57,22 @@ void rc_registry_add(struct regcache *c)
 /* Wait until each walker that was inside a walk has moved on: its marker
  * changes (it left, or left and came back, which then started after the
  * unlink). */
-static bool wait_for_walker(struct rc_thread *t, void *unused)
+static void wait_for_walker(struct rc_thread *t)
 {
-    (void)unused;
     if (t == rc_thread_current)
-        return false; /* destroy from inside a walk: this walk is ours */
+        return; /* destroy from inside a walk: this walk is ours */
     uint_fast64_t seen = atomic_load_explicit(&t->walk, memory_order_acquire);
     while ((seen & 1) && atomic_load_explicit(&t->walk, memory_order_acquire) == seen)
         sched_yield();
-    return false;
 }
 
+/* Every record, not only the live ones: a thread whose record was parked
+ * for idleness (threads.h) walks without bringing it back. */
 static void wait_for_walkers(void)
 {
     rc_fence_heavy();
-    rc_thread_visit(wait_for_walker, NULL);
+    for (struct rc_thread *t = rc_thread_first(); t; t = t->next)
+        wait_for_walker(t);
 }
 
 void rc_registry_remove(struct regcache *c)

@@ -5,22 +5,26 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "asym_fence.h"
 #include "entry.h"
 
 __thread struct rc_thread *rc_thread_current __attribute__((tls_model("initial-exec")));
 
 static _Atomic(struct rc_thread *) all_records;
 
-/* The live records: slots of a grow-only array (a NULL slot is free for
- * reuse, and the count ends at the last slot in use); writers hold
- * live_lock, readers take nothing.  Arrays outgrown stay allocated, so
- * that a scanner never reads freed memory: they double, so there are few. */
+/* The live records: the first live_count slots of a grow-only array;
+ * writers hold live_lock, readers take nothing.  Arrays outgrown stay
+ * allocated, so that a scanner never reads freed memory: they double, so
+ * there are few. */
 static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic(struct rc_thread *_Atomic *) live_slots;
 static atomic_size_t live_count, live_cap;
 static pthread_key_t exit_key;
 static pthread_once_t exit_key_once = PTHREAD_ONCE_INIT;
 static atomic_uint hit_ids; /* bit i: hit id i is taken */
+/* Scans of holds since the last look for idle records: a heuristic count,
+ * whose lost increments only delay a look. */
+static atomic_uint scans;
 
 /* Records per mmap(): a chunk is about 170 KiB. */
 #define CHUNK 16
@@ -37,18 +41,10 @@ static bool holds_nothing(const struct rc_thread *t)
 static bool live_add_locked(struct rc_thread *t)
 {
     struct rc_thread *_Atomic *slots = atomic_load_explicit(&live_slots, memory_order_relaxed);
-    size_t n = atomic_load_explicit(&live_count, memory_order_relaxed), hole = n;
-    for (size_t i = 0; i < n; i++) {
-        struct rc_thread *x = atomic_load_explicit(&slots[i], memory_order_relaxed);
-        if (x == t)
+    size_t n = atomic_load_explicit(&live_count, memory_order_relaxed);
+    for (size_t i = 0; i < n; i++)
+        if (atomic_load_explicit(&slots[i], memory_order_relaxed) == t)
             return true; /* kept live by holds that outlived its last thread */
-        if (!x && hole == n)
-            hole = i;
-    }
-    if (hole < n) {
-        atomic_store_explicit(&slots[hole], t, memory_order_seq_cst);
-        return true;
-    }
     size_t cap = atomic_load_explicit(&live_cap, memory_order_relaxed);
     if (n == cap) {
         size_t grown = cap ? 2 * cap : 64;
@@ -71,21 +67,25 @@ static void live_remove_locked(struct rc_thread *t)
 {
     struct rc_thread *_Atomic *slots = atomic_load_explicit(&live_slots, memory_order_relaxed);
     size_t n = atomic_load_explicit(&live_count, memory_order_relaxed);
-    /* Release: a scanner that reads the hole has this thread's last puts
-     * (and its reads of the entries they held) ordered before whatever it
-     * then does to those entries. */
-    for (size_t i = 0; i < n; i++)
-        if (atomic_load_explicit(&slots[i], memory_order_relaxed) == t)
-            atomic_store_explicit(&slots[i], NULL, memory_order_release);
-    /* Every eviction scans up to the count: without this, a pool of 32
-     * threads that once used the cache together made each evicting miss
-     * about 220 instructions dearer for the rest of the process.  Only
-     * empty slots leave, from the end, so no scanner misses a record; one
-     * that reads the lower count then is ordered after this thread's puts
-     * by the count's store, as one that reads the hole is by the slot's. */
-    while (n && !atomic_load_explicit(&slots[n - 1], memory_order_relaxed))
-        n--;
-    atomic_store_explicit(&live_count, n, memory_order_seq_cst);
+    size_t i = 0;
+    while (i < n && atomic_load_explicit(&slots[i], memory_order_relaxed) != t)
+        i++;
+    if (i == n)
+        return; /* parked, or left before */
+    /* The last record fills the hole, so that a scan costs the records in
+     * the array and nothing for those that left: without this, a pool of
+     * 32 threads that once used the cache together made each evicting miss
+     * about 220 instructions dearer for the rest of the process.  It is
+     * stored in the hole before its old slot empties, and visits read
+     * from the end down, so a visit meets it in one place or the other
+     * (or both).  Release: a scanner that reads the hole, or the lower
+     * count, has this record's last puts (and their reads of the entries
+     * they held) ordered before whatever it then does to those entries. */
+    struct rc_thread *last = atomic_load_explicit(&slots[n - 1], memory_order_relaxed);
+    if (i != n - 1)
+        atomic_store_explicit(&slots[i], last, memory_order_seq_cst);
+    atomic_store_explicit(&slots[n - 1], NULL, memory_order_seq_cst);
+    atomic_store_explicit(&live_count, n - 1, memory_order_seq_cst);
 }
 
 size_t rc_thread_live_span(void)
@@ -96,10 +96,11 @@ size_t rc_thread_live_span(void)
 bool rc_thread_visit(bool (*fn)(struct rc_thread *t, void *arg), void *arg)
 {
     /* The count first: an array published after it holds at least as many
-     * slots (arrays only grow, and growth copies before publishing). */
+     * slots (arrays only grow, and growth copies before publishing).  From
+     * the end down: a record that moves, moves down (live_remove_locked). */
     size_t count = atomic_load_explicit(&live_count, memory_order_seq_cst);
     struct rc_thread *_Atomic *slots = atomic_load_explicit(&live_slots, memory_order_seq_cst);
-    for (size_t i = 0; slots && i < count; i++) {
+    for (size_t i = count; slots && i-- > 0;) {
         struct rc_thread *t = atomic_load_explicit(&slots[i], memory_order_acquire);
         if (t && fn(t, arg))
             return true;
@@ -196,16 +197,67 @@ struct rc_thread *rc_thread_attach(void)
         t = new_chunk();
     if (!t)
         return NULL;
-    pthread_mutex_lock(&live_lock);
-    bool live = live_add_locked(t);
-    pthread_mutex_unlock(&live_lock);
-    if (!live) {
+    if (!rc_thread_unpark(t)) {
         atomic_store_explicit(&t->in_use, false, memory_order_release);
         return NULL;
     }
     pthread_setspecific(exit_key, t);
     rc_thread_current = t;
     return t;
+}
+
+bool rc_thread_unpark(struct rc_thread *t)
+{
+    pthread_mutex_lock(&live_lock);
+    bool live = live_add_locked(t);
+    if (live)
+        atomic_store_explicit(&t->parked, false, memory_order_seq_cst);
+    pthread_mutex_unlock(&live_lock);
+    return live;
+}
+
+/* Has t held nothing and logged no put since the last look?  Under
+ * live_lock; remembers what it saw for the next look. */
+static bool idle_since_last_look(struct rc_thread *t)
+{
+    unsigned pos = atomic_load_explicit(&t->use_pos, memory_order_relaxed);
+    bool idle = pos == t->parked_pos && holds_nothing(t);
+    t->parked_pos = pos;
+    return idle;
+}
+
+/* Take the records that idled since the last look out of the live array.
+ * Mark them, fence so that every thread's slot stores before it are seen
+ * (a hold published after it reads the mark after its own fence, and
+ * brings its record back: rc_thread_parked()), then drop those still
+ * holding nothing.  From the end down, as removal moves the last record
+ * into the hole.  Not the caller's own: it is evicting, not idle. */
+static void park_idle(void)
+{
+    if (pthread_mutex_trylock(&live_lock))
+        return; /* another thread is attaching or parking: next time */
+    struct rc_thread *_Atomic *slots = atomic_load_explicit(&live_slots, memory_order_relaxed);
+    size_t n = atomic_load_explicit(&live_count, memory_order_relaxed), marked = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct rc_thread *t = atomic_load_explicit(&slots[i], memory_order_relaxed);
+        if (t != rc_thread_current && idle_since_last_look(t)) {
+            atomic_store_explicit(&t->parked, true, memory_order_seq_cst);
+            marked++;
+        }
+    }
+    if (marked) {
+        rc_fence_heavy();
+        for (size_t i = n; i-- > 0;) {
+            struct rc_thread *t = atomic_load_explicit(&slots[i], memory_order_relaxed);
+            if (!rc_thread_parked(t))
+                continue;
+            if (holds_nothing(t))
+                live_remove_locked(t);
+            else
+                atomic_store_explicit(&t->parked, false, memory_order_relaxed);
+        }
+    }
+    pthread_mutex_unlock(&live_lock);
 }
 
 static bool holds(struct rc_thread *t, void *e)
@@ -225,7 +277,29 @@ static bool holds(struct rc_thread *t, void *e)
 
 bool rc_thread_holds(const struct regcache_entry *e)
 {
+    unsigned n = atomic_load_explicit(&scans, memory_order_relaxed) + 1;
+    atomic_store_explicit(&scans, n, memory_order_relaxed);
+    if (n % RC_PARK_EVERY == 0)
+        park_idle();
     return rc_thread_visit(holds, (void *)e);
+}
+
+void rc_thread_forget_holds(bool (*owns)(const void *arg, const void *entry), const void *arg)
+{
+    for (struct rc_thread *t = rc_thread_first(); t; t = t->next)
+        for (int i = 0; i < RC_HOLD_SLOTS; i++) {
+            uintptr_t v = atomic_load_explicit(&t->holds[i], memory_order_acquire);
+            if (v && owns(arg, (const void *)(v & ~RC_HOLD_RAIL_MASK)))
+                atomic_compare_exchange_strong_explicit(&t->holds[i], &v, 0, memory_order_release,
+                                                        memory_order_relaxed);
+        }
+    /* Records that only these holds kept live, their threads gone, leave
+     * the scan: as release_record() would have at their thread's exit. */
+    pthread_mutex_lock(&live_lock);
+    for (struct rc_thread *t = rc_thread_first(); t; t = t->next)
+        if (!atomic_load_explicit(&t->in_use, memory_order_acquire) && holds_nothing(t))
+            live_remove_locked(t);
+    pthread_mutex_unlock(&live_lock);
 }
 
 int rc_thread_claim_hit_id(void)

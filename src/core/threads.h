@@ -19,7 +19,10 @@
  * counted).  Scanners of holds look only at the live ones: a compact array
  * of the records whose thread is alive or that still had holds when their
  * thread exited, so that a process that ran many threads once does not pay
- * for each of them at every eviction. */
+ * for each of them at every eviction.  Nor do threads that are alive but
+ * idle: a record that held nothing and logged no put between two looks
+ * (one every RC_PARK_EVERY scans) is parked, out of the array, and its
+ * thread's next hold brings it back (rc_thread_parked()). */
 #ifndef RC_THREADS_H
 #define RC_THREADS_H
 
@@ -32,6 +35,8 @@
 
 #define RC_HOLD_SLOTS 8
 #define RC_USE_LOG 256
+/* Scans of holds between two looks for idle records to park. */
+#define RC_PARK_EVERY 256
 /* Caches that count hits in thread records; further caches count in shared
  * counters of their own (correct, slower under many threads). */
 #define RC_HIT_CACHES 16
@@ -60,6 +65,10 @@ struct rc_thread {
     atomic_uint_fast64_t walk __attribute__((aligned(64)));
     unsigned walk_depth; /* owner only: nested walks */
     unsigned hint;       /* owner only: the slot to try first */
+    /* Set while the record is out of the live array for idleness; on the
+     * line of `hint`, which every get of the owner reads anyway. */
+    atomic_bool parked;
+    unsigned parked_pos; /* under the live lock: use_pos at the last look */
     atomic_bool in_use;
     struct rc_thread *next; /* the global list; set before publication */
 
@@ -93,6 +102,20 @@ static inline struct rc_thread *rc_thread_self(void)
     return __builtin_expect(!!t, 1) ? t : rc_thread_attach();
 }
 
+/* Is the record parked (see above)?  A hold published in it counts only
+ * once this reads false after the hold's fence: the parker marks the
+ * record, fences (heavily) and then looks at its slots, so one of the two
+ * sees the other. */
+static inline bool rc_thread_parked(struct rc_thread *t)
+{
+    return atomic_load_explicit(&t->parked, memory_order_relaxed);
+}
+
+/* Bring the calling thread's parked record back into the live array;
+ * false when no memory could be had for that (the record stays parked and
+ * must not hold). */
+bool rc_thread_unpark(struct rc_thread *t);
+
 /* The head of the list of every record ever made (NULL before the first). */
 struct rc_thread *rc_thread_first(void);
 
@@ -108,8 +131,14 @@ size_t rc_thread_live_span(void);
 
 /* Is e (any rail) in some thread's hold slots?  The caller has made the
  * change that stops new holds (detach, claim) visible with a seq_cst
- * operation or fence before calling; see entry.h. */
+ * operation or fence before calling; see entry.h.  Every RC_PARK_EVERY
+ * calls also park the idle records. */
 bool rc_thread_holds(const struct regcache_entry *e);
+
+/* A cache is destroyed: empty every slot, in any record, that holds an
+ * entry for which owns(arg, entry) is true, so that no hold outlives the
+ * entry's memory (a later cache's entries may land there). */
+void rc_thread_forget_holds(bool (*owns)(const void *arg, const void *entry), const void *arg);
 
 /* Where cache `id`'s row of hit counters lies in every record, in bytes:
  * a hit adds it to its record's address instead of indexing two arrays.
