@@ -288,7 +288,8 @@ REGCACHE_API int regcache_create(const struct regcache_params *params, regcache_
 
 /*
  * Deregister every entry and free the cache.  Entries still held are
- * deregistered too: their pointers become invalid.  NULL is a no-op.
+ * deregistered too: their pointers become invalid (do not put them), and
+ * their holds end with the cache.  NULL is a no-op.
  * Must not race with other calls on the same cache (regcache_notify_free()
  * from other threads may: destroy waits for it to leave the cache).  In a
  * fork child, an inherited cache is freed without deregistering anything
