@@ -5,7 +5,8 @@
  * slot of the calling thread's own record and - in HOOKS mode - one
  * seq_cst fence, the only expensive instruction (about 8 ns on the 32-core
  * Xeon); then the slot's copies of the entry's rails, device and LRU stamp,
- * the shard's count again and the epoch, a store of the hold's note and a
+ * the shard's count again, the record's parked flag (threads.h) and the
+ * epoch, a store of the hold's note and a
  * plain increment of the thread's own hit counter.  Its put loads the
  * slot, the note and the epoch, stores the slot, passes a compiler barrier
  * and loads the cache's zombie flag and the device's over-budget flag.
@@ -381,7 +382,7 @@ look(struct regcache *c, struct rc_thread *t, uintptr_t start, uintptr_t end, un
      * the record's line is this thread's own, and the hold was just
      * written to it. */
     rc_page_index_read_slot(probe, tagged);
-    if (__builtin_expect(!rc_page_index_unchanged(probe) | rc_thread_parked(t), 0))
+    if (__builtin_expect(!rc_page_index_unchanged(probe) || rc_thread_parked(t), 0))
         return NULL;
     return e;
 }

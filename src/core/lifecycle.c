@@ -64,7 +64,7 @@ static void free_cache(struct regcache *c, bool consistent)
         rc_filter_fini(&c->filter);
         /* Entries may be held still (the API lets a cache go with them):
          * those holds go first, or the next cache's entries, which malloc
-         * mostly puts where these were, would look held. */
+         * may put where these were, would look held. */
         if (c->pool.nslabs)
             rc_thread_forget_holds(pool_owns, &c->pool);
         rc_entry_pool_fini(&c->pool);

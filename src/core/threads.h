@@ -120,13 +120,14 @@ bool rc_thread_unpark(struct rc_thread *t);
 struct rc_thread *rc_thread_first(void);
 
 /* Call fn on each live record (see above) until it returns true; true if
- * one did.  A record enters before its thread publishes its first hold,
- * with seq_cst stores that a scanner's seq_cst fence before this call
- * orders (entry.h); records stay readable for the life of the process. */
+ * one did.  A record enters before its thread publishes its first hold
+ * (and, parked, again before a hold of its counts), with seq_cst stores
+ * that a scanner's seq_cst fence before this call orders (entry.h);
+ * records stay readable for the life of the process. */
 bool rc_thread_visit(bool (*fn)(struct rc_thread *t, void *arg), void *arg);
 
-/* How many slots of the live records' array a visit reads: up to the last
- * record in use, whose thread runs or left a hold behind. */
+/* How many records a visit reads: those whose thread runs and is not
+ * parked, and those that a thread left a hold in. */
 size_t rc_thread_live_span(void);
 
 /* Is e (any rail) in some thread's hold slots?  The caller has made the
