@@ -136,8 +136,7 @@ static void idle_arm_reset(void *ctx)
  * after its threads went to sleep, where the cache has seen them idle. */
 static void churn_beside_idle_threads(const struct bench_src *s)
 {
-    static const char *const what[2] = { "max_entries, 0 idle threads",
-                                         "max_entries, 512 idle threads" };
+    static const char *const what[2] = { "beside 0 idle", "beside 512 idle" };
     struct bench_row r[2];
     struct idle_arm a[2];
     struct idlers d = { .cycle = &a[1].cycle };

@@ -164,7 +164,7 @@ class Report:
             self.below("evicting get+put (%s budget) <= 200 ns" % what,
                        m(workload="churn", what=what), 200)
         self.pair("evicting get+put beside 512 idle threads <= 2x beside none",
-                  *(f(workload="churn", what="max_entries, %d idle threads" % n) for n in (512, 0)),
+                  *(f(workload="churn", what="beside %d idle" % n) for n in (512, 0)),
                   "ratio at most", 2)
         overhead = self.overhead(workload="misses", source="null", ledger="on")
         self.below("miss overhead beyond the backend <= 150 ns",
