@@ -10,7 +10,8 @@
  * entries last used in the same epoch, the threads' use logs (threads.h)
  * give the order: exact among one thread's last RC_USE_LOG puts, by rank
  * within each thread's log across threads; entries in no log count as the
- * least recent of the epoch.
+ * least recent of the epoch, and so do those only in the log of a thread
+ * whose record is parked for idleness (threads.h), which is not read.
  *
  * The order lives in two structures, and the least key of either is next:
  *  - a queue of the entries whose key is still the stamp they were pushed
