@@ -166,14 +166,19 @@ struct regcache_mem_info {
  *        entries of that device and retries.  EFAULT counts as exhaustion
  *        only while the memory is still what the cache registered (the cache
  *        asks again; nvidia-peermem reports a full BAR1 so), else the get
- *        fails with NOT_GPU.
+ *        fails with NOT_GPU.  Any other non-zero value fails the get with
+ *        REGCACHE_ERR_BACKEND.
  * dereg: release a handle that reg returned.
  * arg:   passed to both.
  * query: optional.  Describe the memory at addr in *info and return
  *        REGCACHE_OK, or return a REGCACHE_ERR_* code (NOT_GPU for memory
- *        that is gone).  When set, the cache asks it instead of the CUDA
- *        driver, both on a miss and for tag checks; this is how a custom
- *        backend describes memory the driver does not know.
+ *        that is gone).  Any other value (an errno, say) fails the get
+ *        with REGCACHE_ERR_BACKEND.  When set, the cache asks it instead
+ *        of the CUDA driver, both on a miss and for tag checks; this is
+ *        how a custom backend describes memory the driver does not know.
+ *
+ * Whatever a callback returns, regcache_get() returns a status of this
+ * header, and regcache_last_error() names the value the callback returned.
  *
  * What callbacks may do: the cache holds no lock of its own (neither a
  * cache lock nor the process-wide one) while it calls reg, dereg or query,
