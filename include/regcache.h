@@ -216,8 +216,10 @@ enum regcache_validation {
                                         the cache installs (README) - else
                                         TAG_CHECK */
     REGCACHE_VALIDATE_TAG_CHECK = 1, /* re-read the buffer id on every hit */
-    REGCACHE_VALIDATE_HOOKS = 2      /* trust regcache_notify_free() calls
-                                        (from the hook or the application) */
+    REGCACHE_VALIDATE_HOOKS = 2      /* trust regcache_notify_free() before
+                                        each free and regcache_notify_alloc()
+                                        after each allocation (from the hooks
+                                        or the application) */
 };
 
 /*
@@ -382,7 +384,8 @@ REGCACHE_API int regcache_invalidate(regcache_t *cache, const void *addr, size_t
 
 /*
  * regcache_invalidate() on every live cache in the process; what the hooks
- * call before memory is freed (and after it is allocated again).  It costs
+ * call before memory is freed (regcache_notify_alloc() follows each
+ * allocation).  It costs
  * one atomic load when no cache exists, and a few loads per cache that
  * holds nothing in the range; it takes no lock then and allocates nothing
  * after the calling thread's first call.  No lock is held while backends
@@ -390,6 +393,22 @@ REGCACHE_API int regcache_invalidate(regcache_t *cache, const void *addr, size_t
  * Zero-length and wrapping ranges are ignored.  Thread safe.
  */
 REGCACHE_API void regcache_notify_free(const void *addr, size_t len);
+
+/*
+ * Tell every live cache that [addr, addr+len) was just allocated (or
+ * mapped): entries overlapping it are dropped as by regcache_notify_free().
+ * HOOKS mode needs both notices.  A get that runs between the
+ * regcache_notify_free() before a free and the free itself finds the old
+ * memory still there and may cache its registration; only this notice,
+ * after the next allocation at that address, tells the cache that the
+ * memory is gone.  An application or custom backend that validates with
+ * REGCACHE_VALIDATE_HOOKS and notifies by itself therefore calls
+ * regcache_notify_free() before each free and regcache_notify_alloc() after
+ * each allocation, before the new memory is used; the preload hook and the
+ * in-process interception do both.  Costs and rules as
+ * regcache_notify_free().  Thread safe.
+ */
+REGCACHE_API void regcache_notify_alloc(const void *addr, size_t len);
 
 /*
  * The number of caches alive in this process (created, not yet destroyed;

@@ -110,7 +110,11 @@ static void walk_leave(struct rc_thread *t)
     atomic_store_explicit(&t->walk, w + 1, memory_order_release);
 }
 
-void regcache_notify_free(const void *addr, size_t len)
+/* Both notices drop what overlaps the range, in every cache: before a free
+ * so that nothing is served from memory about to go, after an allocation
+ * so that nothing a get registered of the memory that was there before
+ * (between the first notice and the free itself) survives. */
+static void notify(const void *addr, size_t len)
 {
     uintptr_t start = (uintptr_t)addr;
     if (!atomic_load_explicit(&registry_count, memory_order_acquire) || len == 0 ||
@@ -131,4 +135,14 @@ void regcache_notify_free(const void *addr, size_t len)
          c = atomic_load_explicit(&c->registry_next, memory_order_acquire))
         rc_cache_notify(c, start, start + len);
     walk_leave(t);
+}
+
+void regcache_notify_free(const void *addr, size_t len)
+{
+    notify(addr, len);
+}
+
+void regcache_notify_alloc(const void *addr, size_t len)
+{
+    notify(addr, len);
 }
