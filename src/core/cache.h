@@ -129,6 +129,9 @@ struct regcache {
     atomic_uint_fast64_t peak_bytes;
 
     _Atomic(struct regcache *) registry_next;
+    /* Unlinked, its destroy waiting for walkers (registry.c): the next
+     * such cache, under the registry's lock. */
+    struct regcache *departing_next;
 };
 
 static inline bool rc_forked(const struct regcache *c);
