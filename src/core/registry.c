@@ -130,6 +130,15 @@ void rc_registry_remove(struct regcache *c)
     pthread_mutex_unlock(&registry_lock);
 }
 
+void rc_registry_fence_everywhere(void)
+{
+    pthread_mutex_lock(&registry_lock);
+    for (struct regcache *c = atomic_load_explicit(&registry_head, memory_order_relaxed); c;
+         c = atomic_load_explicit(&c->registry_next, memory_order_relaxed))
+        rc_cache_fence_always(c);
+    pthread_mutex_unlock(&registry_lock);
+}
+
 int regcache_cache_count(void)
 {
     return atomic_load_explicit(&registry_count, memory_order_acquire);
