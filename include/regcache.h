@@ -297,11 +297,13 @@ REGCACHE_API int regcache_create(const struct regcache_params *params, regcache_
  * Deregister every entry and free the cache.  Entries still held are
  * deregistered too: their pointers become invalid.  NULL is a no-op.
  * Must not race with other calls on the same cache (regcache_notify_free()
- * from other threads may: destroy waits for it to leave the cache).  In a
- * fork child, an inherited cache is freed without deregistering anything
- * and without waiting for any lock its parent's threads held; when one of
- * them held the cache's lock at the fork, what that lock guards (the index
- * of entries) may be half changed and is left allocated instead.
+ * from other threads may: destroy waits for it to leave this cache, and
+ * only for that, so a dereg of another cache that it runs may wait for a
+ * lock the destroying thread holds).  In a fork child, an inherited cache
+ * is freed without deregistering anything and without waiting for any lock
+ * its parent's threads held; when one of them held the cache's lock at the
+ * fork, what that lock guards (the index of entries) may be half changed
+ * and is left allocated instead.
  */
 REGCACHE_API void regcache_destroy(regcache_t *cache);
 
