@@ -166,14 +166,19 @@ struct regcache_mem_info {
  *        entries of that device and retries.  EFAULT counts as exhaustion
  *        only while the memory is still what the cache registered (the cache
  *        asks again; nvidia-peermem reports a full BAR1 so), else the get
- *        fails with NOT_GPU.
+ *        fails with NOT_GPU.  Any other non-zero value fails the get with
+ *        REGCACHE_ERR_BACKEND.
  * dereg: release a handle that reg returned.
  * arg:   passed to both.
  * query: optional.  Describe the memory at addr in *info and return
  *        REGCACHE_OK, or return a REGCACHE_ERR_* code (NOT_GPU for memory
- *        that is gone).  When set, the cache asks it instead of the CUDA
- *        driver, both on a miss and for tag checks; this is how a custom
- *        backend describes memory the driver does not know.
+ *        that is gone).  Any other value (an errno, say) fails the get
+ *        with REGCACHE_ERR_BACKEND.  When set, the cache asks it instead
+ *        of the CUDA driver, both on a miss and for tag checks; this is
+ *        how a custom backend describes memory the driver does not know.
+ *
+ * Whatever a callback returns, regcache_get() returns a status of this
+ * header, and regcache_last_error() names the value the callback returned.
  *
  * What callbacks may do: the cache holds no lock of its own (neither a
  * cache lock nor the process-wide one) while it calls reg, dereg or query,
@@ -211,8 +216,10 @@ enum regcache_validation {
                                         the cache installs (README) - else
                                         TAG_CHECK */
     REGCACHE_VALIDATE_TAG_CHECK = 1, /* re-read the buffer id on every hit */
-    REGCACHE_VALIDATE_HOOKS = 2      /* trust regcache_notify_free() calls
-                                        (from the hook or the application) */
+    REGCACHE_VALIDATE_HOOKS = 2      /* trust regcache_notify_free() before
+                                        each free and regcache_notify_alloc()
+                                        after each allocation (from the hooks
+                                        or the application) */
 };
 
 /*
@@ -291,11 +298,13 @@ REGCACHE_API int regcache_create(const struct regcache_params *params, regcache_
  * deregistered too: their pointers become invalid (do not put them), and
  * their holds end with the cache.  NULL is a no-op.
  * Must not race with other calls on the same cache (regcache_notify_free()
- * from other threads may: destroy waits for it to leave the cache).  In a
- * fork child, an inherited cache is freed without deregistering anything
- * and without waiting for any lock its parent's threads held; when one of
- * them held the cache's lock at the fork, what that lock guards (the index
- * of entries) may be half changed and is left allocated instead.
+ * from other threads may: destroy waits for it to leave this cache, and
+ * only for that, so a dereg of another cache that it runs may wait for a
+ * lock the destroying thread holds).  In a fork child, an inherited cache
+ * is freed without deregistering anything and without waiting for any lock
+ * its parent's threads held; when one of them held the cache's lock at the
+ * fork, what that lock guards (the index of entries) may be half changed
+ * and is left allocated instead.
  */
 REGCACHE_API void regcache_destroy(regcache_t *cache);
 
@@ -378,7 +387,8 @@ REGCACHE_API int regcache_invalidate(regcache_t *cache, const void *addr, size_t
 
 /*
  * regcache_invalidate() on every live cache in the process; what the hooks
- * call before memory is freed (and after it is allocated again).  It costs
+ * call before memory is freed (regcache_notify_alloc() follows each
+ * allocation).  It costs
  * one atomic load when no cache exists, and a few loads per cache that
  * holds nothing in the range; it takes no lock then and allocates nothing
  * after the calling thread's first call.  No lock is held while backends
@@ -386,6 +396,22 @@ REGCACHE_API int regcache_invalidate(regcache_t *cache, const void *addr, size_t
  * Zero-length and wrapping ranges are ignored.  Thread safe.
  */
 REGCACHE_API void regcache_notify_free(const void *addr, size_t len);
+
+/*
+ * Tell every live cache that [addr, addr+len) was just allocated (or
+ * mapped): entries overlapping it are dropped as by regcache_notify_free().
+ * HOOKS mode needs both notices.  A get that runs between the
+ * regcache_notify_free() before a free and the free itself finds the old
+ * memory still there and may cache its registration; only this notice,
+ * after the next allocation at that address, tells the cache that the
+ * memory is gone.  An application or custom backend that validates with
+ * REGCACHE_VALIDATE_HOOKS and notifies by itself therefore calls
+ * regcache_notify_free() before each free and regcache_notify_alloc() after
+ * each allocation, before the new memory is used; the preload hook and the
+ * in-process interception do both.  Costs and rules as
+ * regcache_notify_free().  Thread safe.
+ */
+REGCACHE_API void regcache_notify_alloc(const void *addr, size_t len);
 
 /*
  * The number of caches alive in this process (created, not yet destroyed;

@@ -2,24 +2,39 @@
 
 #include <linux/membarrier.h>
 #include <pthread.h>
+#include <sched.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
-atomic_bool rc_heavy_fence_works;
-static pthread_once_t setup_once = PTHREAD_ONCE_INIT;
+#include "registry.h"
 
-static long membarrier(int cmd)
+atomic_bool rc_heavy_fence_works;
+/* Every fast side fences now, and those that read rc_heavy_fence_works
+ * before it fell are covered (demote()): a heavy fence is a seq_cst fence. */
+static atomic_bool symmetric;
+static pthread_once_t setup_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t demote_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static long system_membarrier(int cmd)
 {
     return syscall(__NR_membarrier, cmd, 0, 0);
 }
 
+long (*rc_membarrier)(int cmd) = system_membarrier;
+
+/* Tries of an expedited membarrier before the fast sides are made to
+ * fence: the kernel documents ENOMEM, which passes. */
+#define TRIES 8
+
 static void setup(void)
 {
-    long cmds = membarrier(MEMBARRIER_CMD_QUERY);
+    long cmds = rc_membarrier(MEMBARRIER_CMD_QUERY);
     bool ok = cmds > 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
-              membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0;
+              rc_membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0;
     /* Light fences start relying on heavy ones only once the process is
-     * registered, and are then never demoted. */
+     * registered. */
+    atomic_store_explicit(&symmetric, !ok, memory_order_seq_cst);
     atomic_store_explicit(&rc_heavy_fence_works, ok, memory_order_seq_cst);
 }
 
@@ -28,9 +43,53 @@ void rc_fence_setup(void)
     pthread_once(&setup_once, setup);
 }
 
+/* Wait a little longer after each failed try: a yield, then sleeps that
+ * double up to a millisecond. */
+static void back_off(unsigned try)
+{
+    if (try < 2) {
+        sched_yield();
+        return;
+    }
+    long ns = 1000L << (try < 12 ? try - 2 : 10);
+    nanosleep(&(struct timespec){ .tv_nsec = ns }, NULL);
+}
+
+static bool barrier(void)
+{
+    return rc_membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0;
+}
+
+/* membarrier keeps failing: from now on every fast side fences.  A fast
+ * side reads its flag after its store (asym_fence.h): one that read it
+ * before the flags fell had made its store before, and the first barrier
+ * that succeeds after they fell makes that store visible to every later
+ * scan.  Until one does, no heavy fence returns. */
+static void demote(void)
+{
+    rc_fence_setup();
+    pthread_mutex_lock(&demote_lock);
+    if (!atomic_load_explicit(&symmetric, memory_order_seq_cst)) {
+        atomic_store_explicit(&rc_heavy_fence_works, false, memory_order_seq_cst);
+        rc_registry_fence_everywhere();
+        for (unsigned try = 0; !barrier(); try++)
+            back_off(try);
+        atomic_store_explicit(&symmetric, true, memory_order_seq_cst);
+    }
+    pthread_mutex_unlock(&demote_lock);
+}
+
 void rc_fence_heavy(void)
 {
-    if (!atomic_load_explicit(&rc_heavy_fence_works, memory_order_seq_cst) ||
-        membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0)
-        atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&rc_heavy_fence_works, memory_order_seq_cst)) {
+        for (unsigned try = 0; try < TRIES; try++) {
+            if (barrier())
+                return;
+            back_off(try);
+        }
+        demote();
+    } else if (!atomic_load_explicit(&symmetric, memory_order_seq_cst)) {
+        demote(); /* under way in another thread: wait for it */
+    }
+    atomic_thread_fence(memory_order_seq_cst);
 }

@@ -4,7 +4,11 @@
  * compiler barrier and the rare side makes every running thread of the
  * process execute a full barrier with membarrier(PRIVATE_EXPEDITED).
  * Without that system call (old kernels, some sandboxes) both sides fall
- * back to seq_cst fences. */
+ * back to seq_cst fences.  Where it worked at first and then keeps failing
+ * (ENOMEM), every frequent side is switched to real fences: each reads the
+ * flag that says whether it may skip its fence - rc_heavy_fence_works, a
+ * cache's fenceless or put_flags - relaxed and after its store, so that the
+ * switch covers one that read it just before (asym_fence.c). */
 #ifndef RC_ASYM_FENCE_H
 #define RC_ASYM_FENCE_H
 
@@ -12,6 +16,9 @@
 #include <stdbool.h>
 
 extern atomic_bool rc_heavy_fence_works;
+
+/* The membarrier system call; tests replace it to make it fail. */
+extern long (*rc_membarrier)(int cmd);
 
 /* Register the process for expedited membarrier; once, at cache creation. */
 void rc_fence_setup(void);
@@ -46,16 +53,18 @@ static inline void rc_fence_full(void)
 #endif
 }
 
-/* The frequent side: between its store and its load. */
+/* The frequent side: between its store and its load.  The flag is read
+ * after the store. */
 static inline void rc_fence_light(void)
 {
-    if (atomic_load_explicit(&rc_heavy_fence_works, memory_order_relaxed))
-        atomic_signal_fence(memory_order_seq_cst);
-    else
+    atomic_signal_fence(memory_order_seq_cst);
+    if (!atomic_load_explicit(&rc_heavy_fence_works, memory_order_relaxed))
         atomic_thread_fence(memory_order_seq_cst);
 }
 
-/* The rare side: between its store and its load. */
+/* The rare side: between its store and its load.  A membarrier that fails
+ * is tried again; one that keeps failing switches the frequent sides to
+ * real fences for good, and returns once that switch is safe. */
 void rc_fence_heavy(void);
 
 #endif

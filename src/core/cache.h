@@ -66,8 +66,9 @@ struct regcache {
     bool tag_check;
     /* Hits publish their holds without a fence: TAG_CHECK caches, where a
      * hit already costs a driver call and whose detaches and evictions pay
-     * a heavy fence instead (asym_fence.h), when that fence works here. */
-    bool fenceless;
+     * a heavy fence instead (asym_fence.h), while that fence works here.
+     * Cleared when it stops working (rc_cache_fence_always). */
+    atomic_bool fenceless;
     /* TAG_CHECK caches that accept no host memory, so that every entry is
      * tag-checked: their hits query the tag before they look (hit_path.c). */
     bool tag_first;
@@ -84,7 +85,8 @@ struct regcache {
      * list is not empty, when it looks at its entry's mark (release.c says
      * why that is enough); RC_PUT_FENCE, from create on where the heavy
      * fence does not work, when it fences before that look (asym_fence.h).
-     * Written under the lock. */
+     * The zombie bit is changed under the lock; the fence bit may be set
+     * without it (rc_cache_fence_always), so both change it atomically. */
     atomic_uchar put_flags;
 
     /* Misses that began (a locked add, from any thread) and that ended
@@ -129,9 +131,20 @@ struct regcache {
     atomic_uint_fast64_t peak_bytes;
 
     _Atomic(struct regcache *) registry_next;
+    /* Unlinked, its destroy waiting for walkers (registry.c): the next
+     * such cache, under the registry's lock. */
+    struct regcache *departing_next;
 };
 
 static inline bool rc_forked(const struct regcache *c);
+
+/* From now on c's hits and puts fence (asym_fence.h: the heavy fence stopped
+ * working).  Without the cache lock. */
+static inline void rc_cache_fence_always(struct regcache *c)
+{
+    atomic_store_explicit(&c->fenceless, false, memory_order_relaxed);
+    atomic_fetch_or_explicit(&c->put_flags, RC_PUT_FENCE, memory_order_relaxed);
+}
 
 /* ---- hit path (hit_path.c) ---------------------------------------------- */
 

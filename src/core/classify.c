@@ -5,6 +5,7 @@
 
 #include "cache.h"
 #include "last_error.h"
+#include "status.h"
 
 static int round_out(uintptr_t start, uintptr_t end, size_t align, uintptr_t *rs, uintptr_t *re)
 {
@@ -25,6 +26,11 @@ static int query(struct regcache *c, uintptr_t addr, size_t len, struct regcache
      * before would be left to explain this one. */
     rc_clear_error();
     int rc = c->mem.query(c->mem.ctx, (const void *)addr, len, info);
+    if (rc != REGCACHE_OK && !rc_status_known(rc))
+        return rc_fail(REGCACHE_ERR_BACKEND,
+                       "the memory query for %p returned %d, which is no regcache status (a "
+                       "query callback returns REGCACHE_OK or a REGCACHE_ERR_* code)",
+                       (void *)addr, rc);
     if (rc != REGCACHE_OK && !regcache_last_error()[0])
         rc_set_error("the memory query for %p failed: %s (%s)", (void *)addr, regcache_err_name(rc),
                      regcache_strerror(rc));

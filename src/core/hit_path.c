@@ -329,6 +329,14 @@ static inline bool query_first(struct regcache *c)
     return c->tag_first && rc_page_index_large(&c->index);
 }
 
+/* May a TAG_CHECK hit skip its fence?  Read after its slot store, which
+ * the compiler barrier keeps before the load (asym_fence.h says why). */
+static inline bool fenceless(const struct regcache *c)
+{
+    atomic_signal_fence(memory_order_seq_cst);
+    return atomic_load_explicit(&((struct regcache *)c)->fenceless, memory_order_relaxed);
+}
+
 /* One look at the page index for [start, end), and a slot hold published
  * on what it found: the entry, held and still indexed, with *probe what
  * its slot said; or NULL, with *slot the hold to let go (the index changed
@@ -370,7 +378,7 @@ look(struct regcache *c, struct rc_thread *t, uintptr_t start, uintptr_t end, un
      * earlier put of it (a plain store on x86). */
     atomic_store_explicit(slot, (uintptr_t)e | rail, memory_order_release);
     *slotp = slot;
-    if (tagged && c->fenceless) /* never so in HOOKS caches */
+    if (tagged && fenceless(c)) /* never so in HOOKS caches */
         atomic_signal_fence(memory_order_seq_cst);
     else
         rc_fence_full();

@@ -117,7 +117,7 @@ int regcache_create(const struct regcache_params *params, regcache_t **out)
     c->host_page = (size_t)sysconf(_SC_PAGESIZE);
     c->validation = resolve_validation(&c->opts);
     c->tag_check = c->validation == REGCACHE_VALIDATE_TAG_CHECK;
-    c->fenceless = c->tag_check && atomic_load(&rc_heavy_fence_works);
+    atomic_init(&c->fenceless, c->tag_check && atomic_load(&rc_heavy_fence_works));
     c->put_flags = atomic_load(&rc_heavy_fence_works) ? 0 : RC_PUT_FENCE;
     c->tag_first = c->tag_check && !c->opts.params.host_memory;
     rc_memory_select(p->backend ? &c->backend.user : NULL, &c->mem);
@@ -128,6 +128,10 @@ int regcache_create(const struct regcache_params *params, regcache_t **out)
     c->hit_offset = rc_thread_hits_offset(c->hit_id);
     c->fork_generation = rc_fork_generation();
     rc_registry_add(c);
+    /* A switch to real fences that went through the registry before the
+     * add did not see this cache (asym_fence.c). */
+    if (!atomic_load(&rc_heavy_fence_works))
+        rc_cache_fence_always(c);
     *out = c;
     return REGCACHE_OK;
 }

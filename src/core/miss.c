@@ -204,7 +204,7 @@ static struct regcache_entry *new_pending_locked(struct regcache *c, struct rc_w
     atomic_store_explicit(&e->rails_ready, 0, memory_order_relaxed);
     e->buffer_id = w->buffer_id;
     e->cache = c;
-    e->heavy_scan = c->fenceless;
+    e->heavy_scan = atomic_load_explicit(&c->fenceless, memory_order_relaxed);
     e->more = w->more;
     e->nmore = w->nmore;
     w->more = NULL; /* the entry owns the list now */

@@ -54,8 +54,8 @@ register_after_failure(struct regcache *c, struct regcache_entry *e, unsigned ra
         rc_count(&d->n.reg_failures);
         if (!exhausted(err)) {
             /* Keep what the backend itself said (a CUDA export error). */
-            rc_prefix_error("registering %zu bytes at %#jx on rail %u failed: %s", len,
-                            (uintmax_t)e->node.start, rail, strerror(err));
+            rc_prefix_error("registering %zu bytes at %#jx on rail %u failed: reg returned %d (%s)",
+                            len, (uintmax_t)e->node.start, rail, err, strerror(err));
             return REGCACHE_ERR_BACKEND;
         }
         if (err == EFAULT && !rc_entry_memory_current(c, e))

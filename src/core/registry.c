@@ -1,13 +1,21 @@
 /* The registry of live caches.
  *
  * regcache_notify_free() walks it on every CUDA free the hooks see, so the
- * walk takes no lock: caches are linked through atomic pointers, a walker
- * marks its thread record odd for the duration (threads.h), and a cache
- * being destroyed is unlinked under the registry lock and then waits until
- * every walker that might have reached it has left.  The walker's marker
- * store needs only a compiler barrier; the remover pays a heavy fence
- * (asym_fence.h) before it reads the markers.  No lock is held while the
- * walk invalidates, so backends may deregister slowly, or call back. */
+ * walk takes no lock: caches are linked through atomic pointers, and a
+ * walker says in its thread record where it is (threads.h): inside a cache
+ * (the cache's address), between two (BETWEEN, while it follows a link) or
+ * nowhere.  A cache being destroyed is unlinked under the registry lock and
+ * then waits, for each walker, until that walker is neither inside it nor
+ * between two caches - and only for that: a walker inside another cache,
+ * whose dereg callback may wait for a lock that the destroying thread
+ * holds, is no concern of this destroy.  Such a walker moves on along links
+ * that skip the unlinked cache: the unlink rewrites every link to it, those
+ * of caches already unlinked but still being destroyed as well, since a
+ * walker inside one of those follows its link next.  The walker's stores
+ * need only a compiler barrier before its next load of a link; the remover
+ * pays a heavy fence (asym_fence.h) before it reads where walkers are.  No
+ * lock is held while the walk invalidates, so backends may deregister
+ * slowly, or call back. */
 #include "registry.h"
 
 #include <pthread.h>
@@ -18,11 +26,19 @@
 #include "cache.h"
 #include "threads.h"
 
+#define BETWEEN ((uintptr_t)1)
+
 atomic_uint rc_fork_generation_now;
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic(struct regcache *) registry_head;
 static atomic_int registry_count;
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+/* Unlinked caches whose destroy still waits for walkers (under the lock). */
+static struct regcache *departing;
+/* Walks by threads without a record (no memory for one): they cannot say
+ * where they are, so a destroy waits for all of them, except its own. */
+static atomic_uint anonymous_walkers;
+static _Thread_local unsigned anonymous_depth;
 
 /* The child inherits the parent's registrations in name only: its verbs
  * context is shared with the parent, so deregistering would tear down the
@@ -35,6 +51,8 @@ static void atfork_child(void)
     pthread_mutex_init(&registry_lock, NULL);
     atomic_store(&registry_head, NULL);
     atomic_store(&registry_count, 0);
+    departing = NULL;
+    atomic_store(&anonymous_walkers, anonymous_depth);
 }
 
 static void install_atfork(void)
@@ -54,39 +72,73 @@ void rc_registry_add(struct regcache *c)
     pthread_mutex_unlock(&registry_lock);
 }
 
-/* Wait until each walker that was inside a walk has moved on: its marker
- * changes (it left, or left and came back, which then started after the
- * unlink). */
-static void wait_for_walker(struct rc_thread *t)
+/* Does a walker at `at` hold, or may it be about to load, a link to c? */
+static bool concerns(uintptr_t at, const struct regcache *c)
+{
+    return at == BETWEEN || at == (uintptr_t)c;
+}
+
+/* Wait until a walker is done with c.  Once it is seen elsewhere it cannot
+ * come back: its next link is loaded after the heavy fence, and skips c. */
+static void wait_for_walker(struct rc_thread *t, const struct regcache *c)
 {
     if (t == rc_thread_current)
-        return; /* destroy from inside a walk: this walk is ours */
-    uint_fast64_t seen = atomic_load_explicit(&t->walk, memory_order_acquire);
-    while ((seen & 1) && atomic_load_explicit(&t->walk, memory_order_acquire) == seen)
-        sched_yield();
+        return; /* destroy from inside a walk: the walk is ours */
+    for (int d = 0; d < RC_WALK_DEPTH; d++)
+        while (concerns(atomic_load_explicit(&t->walk_at[d], memory_order_acquire), c))
+            sched_yield();
 }
 
 /* Every record, not only the live ones: a thread whose record was parked
  * for idleness (threads.h) walks without bringing it back. */
-static void wait_for_walkers(void)
+static void wait_for_walkers(struct regcache *c)
 {
     rc_fence_heavy();
     for (struct rc_thread *t = rc_thread_first(); t; t = t->next)
-        wait_for_walker(t);
+        wait_for_walker(t, c);
+    while (atomic_load_explicit(&anonymous_walkers, memory_order_seq_cst) > anonymous_depth)
+        sched_yield();
+}
+
+/* Under the lock: every link to c, from the live caches and from those
+ * being destroyed, now passes it by. */
+static void unlink_locked(struct regcache *c)
+{
+    struct regcache *next = atomic_load_explicit(&c->registry_next, memory_order_relaxed);
+    _Atomic(struct regcache *) *link = &registry_head;
+    struct regcache *x;
+    while ((x = atomic_load_explicit(link, memory_order_relaxed)) != c)
+        link = &x->registry_next;
+    atomic_store_explicit(link, next, memory_order_release);
+    for (struct regcache *d = departing; d; d = d->departing_next)
+        if (atomic_load_explicit(&d->registry_next, memory_order_relaxed) == c)
+            atomic_store_explicit(&d->registry_next, next, memory_order_release);
 }
 
 void rc_registry_remove(struct regcache *c)
 {
     pthread_mutex_lock(&registry_lock);
-    _Atomic(struct regcache *) *link = &registry_head;
-    struct regcache *x;
-    while ((x = atomic_load_explicit(link, memory_order_relaxed)) != c)
-        link = &x->registry_next;
-    atomic_store_explicit(link, atomic_load_explicit(&c->registry_next, memory_order_relaxed),
-                          memory_order_release);
+    unlink_locked(c);
+    c->departing_next = departing;
+    departing = c;
     atomic_fetch_sub(&registry_count, 1);
     pthread_mutex_unlock(&registry_lock);
-    wait_for_walkers();
+    wait_for_walkers(c);
+    pthread_mutex_lock(&registry_lock);
+    struct regcache **p = &departing;
+    while (*p != c)
+        p = &(*p)->departing_next;
+    *p = c->departing_next;
+    pthread_mutex_unlock(&registry_lock);
+}
+
+void rc_registry_fence_everywhere(void)
+{
+    pthread_mutex_lock(&registry_lock);
+    for (struct regcache *c = atomic_load_explicit(&registry_head, memory_order_relaxed); c;
+         c = atomic_load_explicit(&c->registry_next, memory_order_relaxed))
+        rc_cache_fence_always(c);
+    pthread_mutex_unlock(&registry_lock);
 }
 
 int regcache_cache_count(void)
@@ -94,24 +146,71 @@ int regcache_cache_count(void)
     return atomic_load_explicit(&registry_count, memory_order_acquire);
 }
 
-static void walk_enter(struct rc_thread *t)
+/* Where the walk at the calling thread's current depth says where it is:
+ * its own word, or - deeper than the words go - the last one, which says
+ * BETWEEN (every cache's concern) while those walks last. */
+struct walk {
+    _Atomic uintptr_t *at; /* NULL: deeper than the words */
+    _Atomic uintptr_t *last;
+    uintptr_t saved; /* the last word's value before, to restore */
+};
+
+static void walk_enter(struct rc_thread *t, struct walk *w)
 {
-    if (t->walk_depth++)
-        return;
-    uint_fast64_t w = atomic_load_explicit(&t->walk, memory_order_relaxed);
-    atomic_store_explicit(&t->walk, w + 1, memory_order_relaxed);
+    unsigned depth = t->walk_depth++;
+    w->at = depth < RC_WALK_DEPTH ? &t->walk_at[depth] : NULL;
+    w->last = depth == RC_WALK_DEPTH ? &t->walk_at[RC_WALK_DEPTH - 1] : NULL;
+    if (w->last)
+        w->saved = atomic_load_explicit(w->last, memory_order_relaxed);
+    _Atomic uintptr_t *word = w->at ? w->at : w->last;
+    if (word)
+        atomic_store_explicit(word, BETWEEN, memory_order_release);
     rc_fence_light();
 }
 
-static void walk_leave(struct rc_thread *t)
+/* Inside c, then (after it) between c and the next: the fence orders the
+ * second store before the load of the link. */
+static void walk_inside(struct walk *w, struct regcache *c)
 {
-    if (--t->walk_depth)
-        return;
-    uint_fast64_t w = atomic_load_explicit(&t->walk, memory_order_relaxed);
-    atomic_store_explicit(&t->walk, w + 1, memory_order_release);
+    if (w->at)
+        atomic_store_explicit(w->at, (uintptr_t)c, memory_order_release);
 }
 
-void regcache_notify_free(const void *addr, size_t len)
+static void walk_between(struct walk *w)
+{
+    if (w->at) {
+        atomic_store_explicit(w->at, BETWEEN, memory_order_release);
+        rc_fence_light();
+    }
+}
+
+static void walk_leave(struct rc_thread *t, struct walk *w)
+{
+    if (w->at)
+        atomic_store_explicit(w->at, 0, memory_order_release);
+    else if (w->last)
+        atomic_store_explicit(w->last, w->saved, memory_order_release);
+    t->walk_depth--;
+}
+
+/* Without a record: counted, and every destroy waits while it lasts.  The
+ * count's seq_cst increment orders it before the load of the head. */
+static void anonymous_walk(uintptr_t start, uintptr_t end)
+{
+    atomic_fetch_add_explicit(&anonymous_walkers, 1, memory_order_seq_cst);
+    anonymous_depth++;
+    for (struct regcache *c = atomic_load_explicit(&registry_head, memory_order_acquire); c;
+         c = atomic_load_explicit(&c->registry_next, memory_order_acquire))
+        rc_cache_notify(c, start, end);
+    anonymous_depth--;
+    atomic_fetch_sub_explicit(&anonymous_walkers, 1, memory_order_release);
+}
+
+/* Both notices drop what overlaps the range, in every cache: before a free
+ * so that nothing is served from memory about to go, after an allocation
+ * so that nothing a get registered of the memory that was there before
+ * (between the first notice and the free itself) survives. */
+static void notify(const void *addr, size_t len)
 {
     uintptr_t start = (uintptr_t)addr;
     if (!atomic_load_explicit(&registry_count, memory_order_acquire) || len == 0 ||
@@ -119,17 +218,26 @@ void regcache_notify_free(const void *addr, size_t len)
         return;
     struct rc_thread *t = rc_thread_self();
     if (!t) {
-        /* No record (no memory for one): walk under the lock instead. */
-        pthread_mutex_lock(&registry_lock);
-        for (struct regcache *c = atomic_load(&registry_head); c;
-             c = atomic_load(&c->registry_next))
-            rc_cache_invalidate(c, start, start + len, RC_BY_NOTIFY);
-        pthread_mutex_unlock(&registry_lock);
+        anonymous_walk(start, start + len);
         return;
     }
-    walk_enter(t);
+    struct walk w;
+    walk_enter(t, &w);
     for (struct regcache *c = atomic_load_explicit(&registry_head, memory_order_acquire); c;
-         c = atomic_load_explicit(&c->registry_next, memory_order_acquire))
+         c = atomic_load_explicit(&c->registry_next, memory_order_acquire)) {
+        walk_inside(&w, c);
         rc_cache_notify(c, start, start + len);
-    walk_leave(t);
+        walk_between(&w);
+    }
+    walk_leave(t, &w);
+}
+
+void regcache_notify_free(const void *addr, size_t len)
+{
+    notify(addr, len);
+}
+
+void regcache_notify_alloc(const void *addr, size_t len)
+{
+    notify(addr, len);
 }

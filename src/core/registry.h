@@ -10,4 +10,7 @@ void rc_registry_add(struct regcache *c);
  * progress elsewhere may be deregistering its entries). */
 void rc_registry_remove(struct regcache *c);
 
+/* rc_cache_fence_always() on every cache (asym_fence.c). */
+void rc_registry_fence_everywhere(void);
+
 #endif

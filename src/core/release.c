@@ -23,12 +23,14 @@ void rc_unlink_locked(struct regcache *c, struct regcache_entry *e)
     rc_ledger_note_locked(c, d);
 }
 
-/* Under the lock, the only writer: put_flags' zombie bit set to `bit`
- * (RC_PUT_ZOMBIES or 0), its fence bit kept. */
-static void mark_zombies(struct regcache *c, unsigned bit, memory_order order)
+/* Under the lock: put_flags' zombie bit set or cleared, its fence bit
+ * kept (a demotion may set it meanwhile: cache.h). */
+static void mark_zombies(struct regcache *c, bool any, memory_order order)
 {
-    unsigned flags = atomic_load_explicit(&c->put_flags, memory_order_relaxed);
-    atomic_store_explicit(&c->put_flags, (unsigned char)((flags & ~RC_PUT_ZOMBIES) | bit), order);
+    if (any)
+        atomic_fetch_or_explicit(&c->put_flags, RC_PUT_ZOMBIES, order);
+    else
+        atomic_fetch_and_explicit(&c->put_flags, (unsigned char)~RC_PUT_ZOMBIES, order);
 }
 
 static void zombie_push(struct regcache *c, struct regcache_entry *e)
@@ -38,7 +40,7 @@ static void zombie_push(struct regcache *c, struct regcache_entry *e)
      * finds gone cleared its slot before the look, and one that it finds
      * reads the flag after it, set.  A one-shot has counted holds only,
      * whose puts read the mark itself. */
-    mark_zombies(c, RC_PUT_ZOMBIES, memory_order_seq_cst);
+    mark_zombies(c, true, memory_order_seq_cst);
     e->state = RC_ZOMBIE;
     e->link_prev = NULL;
     e->link_next = c->zombies;
@@ -56,7 +58,7 @@ static void zombie_unlink(struct regcache *c, struct regcache_entry *e)
     if (e->link_next)
         e->link_next->link_prev = e->link_prev;
     if (!c->zombies)
-        mark_zombies(c, 0, memory_order_relaxed);
+        mark_zombies(c, false, memory_order_relaxed);
 }
 
 void rc_detach_locked(struct regcache *c, struct regcache_entry *e, struct regcache_entry **victims)

@@ -1,3 +1,5 @@
+#include "status.h"
+
 #include "regcache.h"
 
 #define RC_STR2(x) #x
@@ -31,4 +33,15 @@ const char *regcache_err_name(int status)
 #undef RC_NAME
     }
     return "unknown";
+}
+
+bool rc_status_known(int status)
+{
+    switch (status) {
+#define RC_KNOWN(name, value, message) case REGCACHE_##name:
+        REGCACHE_STATUS_TABLE(RC_KNOWN)
+#undef RC_KNOWN
+        return true;
+    }
+    return false;
 }

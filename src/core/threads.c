@@ -134,7 +134,8 @@ static void forget_parent_threads(void)
             atomic_store_explicit(&t->holds[i], 0, memory_order_relaxed);
         if (t == rc_thread_current)
             continue;
-        atomic_store_explicit(&t->walk, 0, memory_order_relaxed);
+        for (int d = 0; d < RC_WALK_DEPTH; d++)
+            atomic_store_explicit(&t->walk_at[d], 0, memory_order_relaxed);
         t->walk_depth = 0;
         atomic_store_explicit(&t->in_use, false, memory_order_relaxed);
         live_remove_locked(t);

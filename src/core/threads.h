@@ -9,8 +9,8 @@
  *  - a log of the entries its last puts released, newest last, which orders
  *    entries that were last used in the same LRU epoch (lru.h);
  *  - its hit counters, per cache and device;
- *  - a marker that is odd while the thread walks the registry of caches
- *    without a lock (registry.c).
+ *  - where the thread is in its walks of the registry of caches, which take
+ *    no lock (registry.c).
  *
  * Records are never freed: a thread that exits hands its record to the next
  * thread that needs one (a hold it still had stays in its slot until that
@@ -34,6 +34,9 @@
 #include "bounds.h"
 
 #define RC_HOLD_SLOTS 8
+/* Nested registry walks (a notify from a callback of a notify) that each
+ * say where they are; deeper ones share the last word (registry.c). */
+#define RC_WALK_DEPTH 4
 #define RC_USE_LOG 256
 /* Scans of holds between two looks for idle records to park. */
 #define RC_PARK_EVERY 256
@@ -60,9 +63,10 @@ struct rc_thread {
      * read. */
     struct rc_hold_note notes[RC_HOLD_SLOTS];
 
-    /* Odd while the owner walks the registry (registry.c).  Its own line:
-     * destroy reads it while the owner keeps using its slots. */
-    atomic_uint_fast64_t walk __attribute__((aligned(64)));
+    /* walk_at[d]: where the owner's walk of the registry at nesting depth
+     * d is (registry.c).  Their own line: destroy reads them while the
+     * owner keeps using its slots. */
+    _Atomic uintptr_t walk_at[RC_WALK_DEPTH] __attribute__((aligned(64)));
     unsigned walk_depth; /* owner only: nested walks */
     unsigned hint;       /* owner only: the slot to try first */
     /* Set while the record is out of the live array for idleness; on the

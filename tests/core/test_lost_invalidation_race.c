@@ -1,7 +1,8 @@
 /* Issue 9 item 1, under load: getter threads against a thread that frees
- * and reallocates memory the way the hooks report it - notify_free before
- * the free, the reallocation (a new buffer id), notify_free after the
- * allocation - and then publishes the id that lives there now.  Every get
+ * and reallocates memory the way HOOKS mode needs it reported -
+ * notify_free before the free, the reallocation (a new buffer id),
+ * notify_alloc after the allocation - and then publishes the id that lives
+ * there now.  Every get
  * that starts after an id was published must be served a registration of
  * that id or a newer one (the fake backend records the id at reg time).
  * Run for GPU memory and pageable host memory (which has no buffer id the
@@ -10,9 +11,9 @@
  * (With only the notify before the free, as an application reports free()
  * of pageable memory, no such claim can be made under load: a get that
  * begins between the notify and the free registers memory that is still
- * there, and nothing tells the cache of its reallocation.  That protocol's
- * race - the notify landing inside a miss already under way - is forced
- * deterministically in test_lost_invalidation.c.)
+ * there, and nothing tells the cache of its reallocation: test_notify_alloc.c
+ * forces that get.  That protocol's other race - the notify landing inside
+ * a miss already under way - is forced in test_lost_invalidation.c.)
  *
  * Small random pauses after the memory query (the miss's answer is given,
  * its entry not yet visible) and between the mutator's steps widen the
@@ -108,7 +109,7 @@ static void *reallocator(void *arg)
         regcache_notify_free((const void *)FX_ALLOC(k), SIZE);
         pause_sometimes(&seed, 2);
         uint64_t id = fake_realloc(&r->f->fb, FX_ALLOC(k));
-        regcache_notify_free((const void *)FX_ALLOC(k), SIZE);
+        regcache_notify_alloc((const void *)FX_ALLOC(k), SIZE);
         atomic_store_explicit(&r->live_id[k], id, memory_order_release);
         atomic_fetch_add(&r->reallocs, 1);
         pause_sometimes(&seed, 1);
