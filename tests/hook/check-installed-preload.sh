@@ -11,7 +11,8 @@ build=$1 work=$2 idle=$3 runtime=${4:-}
 rm -rf "$work"; mkdir -p "$work"
 prefix=$work/prefix
 cmake --install "$build" --prefix "$prefix" >/dev/null
-hook=$(ls "$prefix"/lib*/libregcache-hook.so | head -n1)
+hooks=("$prefix"/lib*/libregcache-hook.so)
+hook=${hooks[0]}
 
 # Nothing but the hook's own run path may lead the loader to the prefix.
 unset LD_LIBRARY_PATH
@@ -34,7 +35,7 @@ ns=idle$$
 threads=$(LD_PRELOAD=$runtime "$idle" count)
 REGCACHE_LEDGER_NAMESPACE=$ns run "$idle" "$threads"
 shopt -s nullglob
-made=(/dev/shm/regcache-"$(id -u)".$ns-*)
+made=(/dev/shm/regcache-"$(id -u)"."$ns"-*)
 if [ ${#made[@]} -gt 0 ]; then
   echo "the hook created ${made[*]}"
   rm -f "${made[@]}"
