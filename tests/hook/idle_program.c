@@ -16,13 +16,19 @@
 #include <string.h>
 #include <unistd.h>
 
-static int tasks(void)
+static DIR *open_dir(const char *path)
 {
-    DIR *d = opendir("/proc/self/task");
+    DIR *d = opendir(path);
     if (!d) {
-        perror("/proc/self/task");
+        perror(path);
         exit(1);
     }
+    return d;
+}
+
+static int tasks(void)
+{
+    DIR *d = open_dir("/proc/self/task");
     int n = 0;
     struct dirent *e;
     while ((e = readdir(d)))
@@ -48,11 +54,7 @@ static int mapped(const char *what)
 
 static int shm_open_fd(void)
 {
-    DIR *d = opendir("/proc/self/fd");
-    if (!d) {
-        perror("/proc/self/fd");
-        exit(1);
-    }
+    DIR *d = open_dir("/proc/self/fd");
     int found = 0;
     struct dirent *e;
     while (!found && (e = readdir(d))) {
