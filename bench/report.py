@@ -5,7 +5,15 @@
 
 The harness only measures; the goals, tables and plots are all here, so a
 run can be judged again, against changed goals too, without measuring again.
-Standard library only; the plots are plain SVG.
+Standard library only; the plots (plots.py) are drawn by matplotlib where it
+is installed, else by hand as SVG.
+
+A goal is judged only where the machine can: its scaling goals need a core
+per thread, its goals on the cuda source a GPU, and its limits in ns were set
+for the GPU host, whose CPU they measure; elsewhere the figure is printed
+and the goal is "not judged" with what it needs.  Thread counts beyond the
+machine's cores are marked as oversubscribed, with no ratio to one thread,
+and left out of the plots.
 
 A goal that compares two rows is judged on pairs of samples: the harness
 measured the rows interleaved (each row's samples carry their slots in the
@@ -24,6 +32,8 @@ import json
 import operator
 import os
 import sys
+
+import plots
 
 NOISE = 0.10        # "equal within noise": 10% of the reference, 2 ns at least
 SCALING_CORES = 16  # a scaling goal needs a core per thread
@@ -84,7 +94,23 @@ class Report:
         self.skipped = {r["workload"]: r["skipped"] for r in data["rows"] if "skipped" in r}
         self.machine, self.settings = data["machine"], data["settings"]
         self.cores = self.machine["cores"]
+        self.gpu = bool(self.machine["gpu"])
         self.goals = []
+
+    def needs(self, gpu=False, cores=1):
+        """What this machine lacks to judge a goal, or None."""
+        if gpu and not self.gpu:
+            return "needs a GPU"
+        if self.cores < cores:
+            return "needs %d cores, %d here" % (cores, self.cores)
+        return None
+
+    def host_limit(self):
+        """Why a limit in ns cannot be judged here, or None."""
+        return self.needs(gpu=True) and "needs the GPU host: its ns limit is that CPU's"
+
+    def oversubscribed(self, threads):
+        return threads > self.cores
 
     def find(self, **key):
         """The first row with a figure matching every key, or None."""
@@ -103,22 +129,25 @@ class Report:
     def goal(self, text, figure, met, why):
         """met True or False, or None and why it was not judged."""
         self.goals.append((text, figure, "met" if met else "MISSED" if met is not None
-                           else "not judged (%s)" % why))
+                           else "not judged", "" if met is not None else "  (%s)" % why))
 
     def why_missing(self, source):
         return {"cuda": "no GPU", "ucx": "no UCX"}.get(source) if source in self.skipped \
             else "not measured: see the tables' notes"
 
     def below(self, text, value, limit):
+        why = self.host_limit() or self.why_missing("null")
         self.goal(text, "-" if value is None else "%.1f ns" % value,
-                  None if value is None else value <= limit, self.why_missing("null"))
+                  None if value is None or self.host_limit() else value <= limit, why)
 
     def pair(self, text, a, b, how, limit=None, unit="ns", source="null", why=None):
         """Rows a and b pair by pair: the median of a/b >= limit ("ratio") or
         <= limit ("ratio at most"), of a-b <= limit ("diff"), or of (a-b)/b = 0
-        within noise ("same")."""
+        within noise ("same").  `why` this machine cannot judge it, if so;
+        also any goal on the cuda source without a GPU."""
+        why = self.needs(gpu=source == "cuda") or why
         if None in (a, b):
-            return self.goal(text, "-", None, self.why_missing(source))
+            return self.goal(text, "-", None, why or self.why_missing(source))
         p = paired(a, b, {"ratio": operator.truediv, "ratio at most": operator.truediv,
                           "diff": operator.sub, "same": lambda x, y: (x - y) / y}[how])
         if p is None:
@@ -132,9 +161,9 @@ class Report:
                   None if why else met, why)
 
     def judge(self):
-        """The goals of issue 12, in its order."""
+        """The goals, in the order of the README's table."""
         f, m = self.find, self.median
-        cores = "%d cores" % self.cores if self.cores < SCALING_CORES else None
+        cores = self.needs(cores=SCALING_CORES)
         for n in (1, 1000, 100000, 1000000):
             self.pair("HOOKS hit >= 2.5x faster than UCX, %s entries" % label(n),
                       f(workload="ucx", what="hit", entries=n),
@@ -155,7 +184,7 @@ class Report:
                     source, slack, label(n)),
                           f(workload="hits", source=source, asked="TAG_CHECK", entries=n),
                           f(workload="hits", source=source, impl="tag", entries=n), "diff", slack,
-                          source=source)
+                          source=source, why=self.host_limit())
         self.below("notify_free dropping one entry, 100k entries <= 500 ns",
                    m(workload="invalidation", what="drop", entries=100000), 500)
         self.below("notify_free with no entry in range, 100k entries <= 25 ns",
@@ -185,7 +214,7 @@ class Report:
                       *(self.overhead(workload="misses", source=source, ledger=s)
                         for s in ("on", "off")), "diff", 100, source=source)
 
-    def print_all(self):
+    def print_all(self, plot_files=None):
         m, s = self.machine, self.settings
         print("regcache %s benchmark, %s run" % (m["regcache_version"], s["run"]))
         print("  CPU: %s, %d CPUs on %s physical cores (threads pinned, a core each first),"
@@ -204,12 +233,18 @@ class Report:
         for workload, threaded in dict.fromkeys((r["workload"], r["threads"] > 0)
                                                 for r in self.rows):
             self.table(workload, threaded)
+        if plot_files is not None:
+            print("\n== plots ==")
+            for f in plot_files:
+                print("  " + f)
+            if not plots.pyplot:
+                print("  (SVG only: PNG plots need python3-matplotlib)")
         print("\n== skipped ==")
         for workload, why in self.skipped.items():
             print("  %s: %s" % (workload, why))
         print("\n== goals ==")
-        for text, figure, verdict in self.goals:
-            print("  %-10s %-58s %s%s" % (verdict[:10], text, figure, verdict[10:]))
+        for text, figure, verdict, why in self.goals:
+            print("  %-10s %-58s %s%s" % (verdict, text, figure, why))
 
     def table(self, workload, threaded):
         """A line per series, a column per table size, range size or thread count."""
@@ -220,48 +255,39 @@ class Report:
         series = {}
         for r in rows:
             series.setdefault(series_name(r), {})[x(r)] = r
+        over = [c for c in cols if threaded and self.oversubscribed(c)]
         print("\n== %s, %s ==" % (workload, "Mops/s by threads" if threaded else "ns"))
-        print("  %-38s" % "" + "".join("%13s" % label(c) for c in cols))
+        print("  %-38s" % "" + "".join("%13s" % (label(c) + "*" * (c in over)) for c in cols))
         for name, cells in series.items():
             print("  %-38s" % name + "".join("%13s" % cell(cells.get(c)) for c in cols))
             if threaded and "median" in cells.get(1, {}):
-                print("  %-38s" % "  x one thread" + "".join("%13s" % scaling(
-                    cells.get(c), cells[1]) for c in cols))
+                print("  %-38s" % "  x one thread" + "".join("%13s" % (
+                    "-" if c in over else scaling(cells.get(c), cells[1])) for c in cols))
             for c, r in cells.items():
                 if r["note"]:
                     print("  %38s %s: %s" % ("", label(c), r["note"]))
+        if over:
+            print("  * more threads than the %d cores: oversubscribed, no ratio to one thread"
+                  % self.cores)
 
     def plots(self, out):
+        """Write the plots into `out`; the files written."""
         os.makedirs(out, exist_ok=True)
-        for name, threaded, ylabel in (("hit_vs_entries", False, "ns per get+put by entries"),
-                                       ("thread_scaling", True, "Mops/s by threads")):
+        cores = "%d cores" % self.cores
+        files = []
+        for name, threaded, title, xtitle, ytitle in (
+                ("hit_vs_entries", False, "Hit (get+put of a cached 4 KiB page)",
+                 "cached entries (64 KiB regions, log scale)", "ns per get+put (median)"),
+                ("thread_scaling", True, "Hits on every thread (up to the %s)" % cores,
+                 "threads (log scale)", "Mops/s, all threads (median)")):
             series = {}
             for r in self.rows:
                 if r["workload"] in ("hits", "ucx", "threads", "linked") and "median" in r and \
-                        (r["threads"] > 0) == threaded:
+                        (r["threads"] > 0) == threaded and not self.oversubscribed(r["threads"]):
                     series.setdefault(series_name(r), []).append(
                         (r["threads"] or r["entries"], r["median"]))
-            svg(os.path.join(out, name + ".svg"), ylabel, series)
-
-
-def svg(path, ylabel, series):
-    """A line per series over the measured x values (evenly spaced), y from 0."""
-    xs = sorted({x for pts in series.values() for x, _ in pts})
-    top = max([y for pts in series.values() for _, y in pts] + [1]) * 1.1
-    px = {x: 60 + 560 * i / max(len(xs) - 1, 1) for i, x in enumerate(xs)}
-    py = lambda y: 380 - 340 * y / top  # noqa: E731
-    out = ['<svg xmlns="http://www.w3.org/2000/svg" width="900" height="410" font-size="11" '
-           'font-family="sans-serif"><text x="10" y="14">%s</text>' % ylabel]
-    out += ['<text x="5" y="%.0f">%.4g</text><line x1="60" x2="620" y1="%.0f" y2="%.0f" '
-            'stroke="#ccc"/>' % (py(y), y, py(y), py(y)) for y in (top * i / 5 for i in range(6))]
-    out += ['<text x="%.0f" y="400" text-anchor="middle">%s</text>' % (px[x], label(x)) for x in xs]
-    for k, (name, pts) in enumerate(sorted(series.items())):
-        color, points = "hsl(%d,70%%,40%%)" % (k * 67 % 360), " ".join(
-            "%.0f,%.0f" % (px[x], py(y)) for x, y in sorted(pts))
-        out.append('<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/><text x="640" '
-                   'y="%d" fill="%s">%s</text>' % (color, points, 30 + 15 * k, color, name))
-    with open(path, "w") as f:
-        f.write("\n".join(out + ["</svg>"]) + "\n")
+            files += plots.draw(os.path.join(out, name), title, xtitle, ytitle, series, label)
+        return files
 
 
 def main(argv):
@@ -270,9 +296,7 @@ def main(argv):
     with open(argv[1]) as f:
         report = Report(json.load(f))
     report.judge()
-    if len(argv) == 4:
-        report.plots(argv[3])
-    report.print_all()
+    report.print_all(report.plots(argv[3]) if len(argv) == 4 else None)
 
 
 if __name__ == "__main__":

@@ -4,8 +4,9 @@
 #   bench/run.sh [--quick] [OUTDIR]
 #
 # OUTDIR (default $BUILD_DIR/report, BUILD_DIR default build-bench) gets
-# bench.json, report.txt and the SVG plots.  Missing Debian packages are
-# installed when running as root; the report says what it had to skip.
+# bench.json, report.txt and the plots (SVG, and PNG with python3-matplotlib).
+# Missing Debian packages are installed when running as root; the report says
+# what it had to skip.
 set -eu
 
 src=$(cd "$(dirname "$0")/.." && pwd)
@@ -17,7 +18,8 @@ if [ "${1:-}" = "--quick" ]; then
 fi
 out=${1:-$build/report}
 
-"$src/cmake/debian-deps.sh" || echo "run.sh: carrying on without the missing packages"
+"$src/cmake/debian-deps.sh" python3-matplotlib ||
+    echo "run.sh: carrying on without the missing packages"
 cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DREGCACHE_TESTS=OFF \
     -DREGCACHE_EXAMPLES=OFF >/dev/null
 cmake --build "$build" -j"$(nproc)" --target regcache-bench >/dev/null

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Install the Debian packages regcache builds, tests and benchmarks with.
+# Install the Debian packages regcache builds, tests and benchmarks with,
+# and any named as arguments (bench/run.sh: python3-matplotlib, for PNG plots).
 # Does nothing when they are all present; needs root otherwise.
 set -euo pipefail
 pkgs=(cmake make gcc clang pkg-config libibverbs-dev ibverbs-providers ibverbs-utils
       rdma-core libcmocka-dev libucx-dev python3
-      qemu-system-x86 kmod iproute2 xz-utils util-linux)
+      qemu-system-x86 kmod iproute2 xz-utils util-linux "$@")
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

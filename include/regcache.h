@@ -238,8 +238,9 @@ struct regcache_params {
     size_t alignment;                       /* registrations are rounded to this power of
                                                two; default 65536 (the GPU BAR page) */
     size_t max_bytes;                       /* per device budget for cached bytes; 0 =
-                                               free BAR1 less a reserve for GPUs (see
-                                               README), unlimited for host memory */
+                                               free BAR1 (where NVML reports none, the
+                                               GPU's memory) less a reserve for GPUs
+                                               (see README), unlimited for host memory */
     size_t max_entries;                     /* per device entry limit; 0 = unlimited */
     int whole_allocation;                   /* register the whole CUDA allocation that
                                                holds a range (default 1), where it is

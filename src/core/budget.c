@@ -24,9 +24,10 @@ static void join_ledger(struct regcache *c, int slot, struct rc_device *d, size_
 {
     char key[RC_GPU_KEY_LEN];
     const char *why = key;
+    bool shared = !c->opts.params.max_bytes;
     if (rc_gpu_key(slot, key, sizeof key) == REGCACHE_OK &&
-        rc_ledger_attach(key, c->opts.params.max_bytes ? 0 : own, &d->ledger) == REGCACHE_OK) {
-        d->ledger_limits = !c->opts.params.max_bytes;
+        rc_ledger_attach(key, shared ? own : 0, d->budget_source, &d->ledger) == REGCACHE_OK) {
+        d->ledger_limits = shared;
         return;
     }
     why = regcache_last_error();
@@ -36,13 +37,16 @@ static void join_ledger(struct regcache *c, int slot, struct rc_device *d, size_
 }
 
 /* params.max_bytes, else what BAR1 can hold for a GPU (shared through the
- * ledger), else (host memory, no NVML) no limit. */
+ * ledger), else (host memory, a GPU whose size nothing tells) no limit. */
 static void set_budget(struct regcache *c, int slot, struct rc_device *d)
 {
     const struct regcache_params *p = &c->opts.params;
     size_t bytes = p->max_bytes;
-    if (!bytes && slot != RC_HOST_SLOT)
+    d->budget_source = bytes ? RC_BUDGET_MAX_BYTES : RC_BUDGET_NONE;
+    if (!bytes && slot != RC_HOST_SLOT) {
         bytes = rc_bar1_budget(slot);
+        d->budget_source = (uint8_t)rc_bar1_budget_source(slot);
+    }
     if (slot != RC_HOST_SLOT)
         join_ledger(c, slot, d, bytes);
     bytes = or_unlimited(bytes);

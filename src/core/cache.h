@@ -40,6 +40,7 @@ struct rc_device {
      * REGCACHE_LEDGER=off, or it could not be had).  Set with the budget. */
     struct rc_ledger *ledger;
     bool ledger_limits;        /* no max_bytes: the ledger sets the limit */
+    uint8_t budget_source;     /* enum rc_budget_source of max_bytes, for the dump */
     bool making_room;          /* a miss evicts before registering: notes skip the clock */
     uint64_t ledger_published; /* when the counters last went out (ns) */
     /* Bytes of registrations in flight (under the lock): the ledger counts

@@ -213,7 +213,8 @@ static int no_ledger(const char *gpu_key, const char *why)
     return REGCACHE_ERR_UNSUPPORTED;
 }
 
-int rc_ledger_attach(const char *gpu_key, size_t budget, struct rc_ledger **out)
+int rc_ledger_attach(const char *gpu_key, size_t budget, enum rc_budget_source source,
+                     struct rc_ledger **out)
 {
     *out = NULL;
     const char *env = getenv("REGCACHE_LEDGER");
@@ -248,8 +249,10 @@ int rc_ledger_attach(const char *gpu_key, size_t budget, struct rc_ledger **out)
     store(&h->swept, now_ns());
     /* Alone on the GPU, this process's reading of free BAR1 is the GPU's
      * budget; with others attached it lacks what they registered. */
-    if (budget && (!live || !rc_ledger_read(&h->budget)))
+    if (budget && (!live || !rc_ledger_read(&h->budget))) {
+        store(&h->budget_source, (uint64_t)source);
         store(&h->budget, clamp(budget));
+    }
     l->rec = claim(l->seg, owner, pidns);
     if (!l->rec) {
         rc_ledger_unmap(l->seg);

@@ -31,6 +31,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "budget_source.h"
+
 struct rc_ledger;
 
 /* What every put reads of its ledger, at the start of struct rc_ledger so
@@ -49,14 +51,16 @@ struct rc_ledger_counts {
 /*
  * Attach a cache to the ledger of GPU `gpu_key` (rc_gpu_key()), creating it
  * if needed.  `budget` is this process's reading of the GPU's budget
- * (rc_bar1_budget(); 0 = unknown): it becomes the GPU's when no other live
+ * (rc_bar1_budget(); 0 = unknown), `source` where it came from
+ * (rc_bar1_budget_source()): it becomes the GPU's when no other live
  * cache is attached or none is known yet, since later readings of free
  * BAR1 already lack what the attached caches registered.  A cache with its
  * own max_bytes attaches with 0, so that its bytes are counted and shown.
  * Returns REGCACHE_OK, REGCACHE_ERR_NO_MEMORY, or REGCACHE_ERR_UNSUPPORTED
  * with regcache_last_error() saying why there is no ledger.
  */
-int rc_ledger_attach(const char *gpu_key, size_t budget, struct rc_ledger **out);
+int rc_ledger_attach(const char *gpu_key, size_t budget, enum rc_budget_source source,
+                     struct rc_ledger **out);
 
 /* Give the record back and unmap.  In a fork child, a ledger inherited from
  * the parent is only unmapped: the record is the parent's.  NULL is a

@@ -72,7 +72,10 @@ struct rc_ledger_header {
      * still, and need not read the records at every miss.  On the line
      * after `pressure`, which full misses keep dirtying. */
     _Atomic uint64_t claims;
-    uint64_t reserved[15];
+    /* Where `budget` came from (enum rc_budget_source), for regcache-stat;
+     * written with it. */
+    _Atomic uint64_t budget_source;
+    uint64_t reserved[14];
 };
 
 struct rc_ledger_segment {

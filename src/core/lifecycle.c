@@ -16,7 +16,7 @@
 /* Trusting frees is only safe when every one of them is provably seen: by
  * the preload hook, or by the in-process interception once its self-test
  * has reached every patched function. */
-static int resolve_validation(struct rc_options *o)
+static int resolve_validation(struct rc_options *o, const struct rc_memory *m)
 {
     char *why = o->validation_reason;
     size_t n = sizeof o->validation_reason;
@@ -27,6 +27,11 @@ static int resolve_validation(struct rc_options *o)
     if (rc_hook_active()) {
         snprintf(why, n, "libregcache-hook.so is preloaded and sees every CUDA free");
         return REGCACHE_VALIDATE_HOOKS;
+    }
+    /* Not a failure: no GPU memory can be freed behind the cache's back. */
+    if (rc_memory_host_only(m)) {
+        snprintf(why, n, "host memory only: no CUDA driver, nothing to validate on the GPU side");
+        return REGCACHE_VALIDATE_TAG_CHECK;
     }
     if (!o->intercept) {
         snprintf(why, n, "REGCACHE_HOOKS=off: no in-process interception");
@@ -115,12 +120,12 @@ int regcache_create(const struct regcache_params *params, regcache_t **out)
     const struct regcache_params *p = &c->opts.params;
     c->rails = (unsigned)p->rails;
     c->host_page = (size_t)sysconf(_SC_PAGESIZE);
-    c->validation = resolve_validation(&c->opts);
+    rc_memory_select(p->backend ? &c->backend.user : NULL, &c->mem);
+    c->validation = resolve_validation(&c->opts, &c->mem);
     c->tag_check = c->validation == REGCACHE_VALIDATE_TAG_CHECK;
     atomic_init(&c->fenceless, c->tag_check && atomic_load(&rc_heavy_fence_works));
     c->put_flags = atomic_load(&rc_heavy_fence_works) ? 0 : RC_PUT_FENCE;
     c->tag_first = c->tag_check && !c->opts.params.host_memory;
-    rc_memory_select(p->backend ? &c->backend.user : NULL, &c->mem);
     /* Behind the driver's query even an L1 miss hides (hit_path.c). */
     if (c->tag_first && c->mem.slow_tag)
         rc_page_index_large_from(&c->index, rc_page_index_l1_slots());

@@ -31,3 +31,8 @@ void rc_memory_select(const struct regcache_backend *backend, struct rc_memory *
     m->ctx = NULL;
     m->slow_tag = false;
 }
+
+bool rc_memory_host_only(const struct rc_memory *m)
+{
+    return m->query == host_query;
+}

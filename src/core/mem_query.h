@@ -36,4 +36,7 @@ int rc_cuda_query(struct rc_memory *m);
  * CUDA driver, else every range described as host memory. */
 void rc_memory_select(const struct regcache_backend *backend, struct rc_memory *m);
 
+/* Whether rc_memory_select() found neither: every range is host memory. */
+bool rc_memory_host_only(const struct rc_memory *m);
+
 #endif

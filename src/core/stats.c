@@ -2,6 +2,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 
+#include "budget_source.h"
 #include "cache.h"
 #include "last_error.h"
 #include "ledger.h"
@@ -65,6 +66,21 @@ int regcache_get_device_stats(const regcache_t *c, int device, struct regcache_s
     return REGCACHE_OK;
 }
 
+/* The budget the device got, and from where: never unlimited unsaid. */
+static void dump_budget(const struct regcache *c, int slot)
+{
+    const struct rc_device *d = &c->dev[slot];
+    size_t bytes = atomic_load_explicit(&d->max_bytes, memory_order_relaxed);
+    if (d->budget_source == RC_BUDGET_NONE)
+        fprintf(stderr,
+                "regcache %p: device %d: budget unlimited: neither NVML nor the CUDA driver "
+                "told this GPU's BAR1 or memory size\n",
+                (const void *)c, slot);
+    else
+        fprintf(stderr, "regcache %p: device %d: budget %zu bytes from %s\n", (const void *)c, slot,
+                bytes, rc_budget_source_name(d->budget_source));
+}
+
 void rc_stats_dump(const struct regcache *c)
 {
     struct regcache_stats s;
@@ -82,6 +98,8 @@ void rc_stats_dump(const struct regcache *c)
     if (c->ledger_note[0])
         fprintf(stderr, "regcache %p: %s\n", (const void *)c, c->ledger_note);
     for (int i = 0; i < RC_MAX_DEVICES; i++) {
+        if (atomic_load_explicit(&c->dev[i].budget_state, memory_order_acquire) == 2)
+            dump_budget(c, i);
         const char *why = c->dev[i].ledger ? rc_ledger_failure(c->dev[i].ledger) : NULL;
         if (why)
             fprintf(stderr, "regcache %p: device %d: %s\n", (const void *)c, i, why);

@@ -38,6 +38,7 @@ static const struct entry {
     ENTRY(DeviceGetAttribute, "cuDeviceGetAttribute", 2000),
     ENTRY(DeviceGetPCIBusId, "cuDeviceGetPCIBusId", 4010),
     ENTRY(DeviceGetUuid, "cuDeviceGetUuid", 11040),
+    ENTRY(DeviceTotalMem, "cuDeviceTotalMem", 3020),
     ENTRY(CtxGetCurrent, "cuCtxGetCurrent", 4000),
     ENTRY(CtxPushCurrent, "cuCtxPushCurrent", 4000),
     ENTRY(CtxPopCurrent, "cuCtxPopCurrent", 4000),

@@ -22,6 +22,7 @@ struct rc_cuda_api {
     CUresult (*DeviceGetAttribute)(int *value, CUdevice_attribute attribute, CUdevice device);
     CUresult (*DeviceGetPCIBusId)(char *bus_id, int len, CUdevice device);
     CUresult (*DeviceGetUuid)(CUuuid *uuid, CUdevice device);
+    CUresult (*DeviceTotalMem)(size_t *bytes, CUdevice device);
     /* dmabuf export needs a current context: these let it borrow one on
      * threads that have none. */
     CUresult (*CtxGetCurrent)(CUcontext *ctx);

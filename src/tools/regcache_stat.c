@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "budget_source.h"
 #include "ledger_segment.h"
 
 /* The per-cache columns, in the order shown; `size` ones get a unit in the
@@ -53,7 +54,7 @@ struct gpu {
     char segment[sizeof RC_LEDGER_DIR + RC_LEDGER_NAME_MAX];
     char key[RC_LEDGER_KEY_MAX];
     char error[256]; /* set when the segment could not be read */
-    uint64_t budget, pressure, in_use;
+    uint64_t budget, budget_source, pressure, in_use;
     size_t nrows;
     struct row rows[RC_LEDGER_RECORDS];
 };
@@ -102,6 +103,7 @@ static void read_gpu(const char *name, uint64_t pidns, struct gpu *g)
         return;
     snprintf(g->key, sizeof g->key, "%s", s->hdr.key);
     g->budget = rc_ledger_read(&s->hdr.budget);
+    g->budget_source = rc_ledger_read(&s->hdr.budget_source);
     g->pressure = rc_ledger_read(&s->hdr.pressure);
     uint64_t used = rc_ledger_read(&s->hdr.used);
     for (uint64_t i = 0; i < used && i < RC_LEDGER_RECORDS; i++) {
@@ -179,9 +181,10 @@ static void json_gpu(const struct gpu *g)
     }
     printf(",\"gpu\":");
     json_string(g->key);
-    printf(",\"budget\":%llu,\"in_use\":%llu,\"pressure\":%llu,\"caches\":[",
-           (unsigned long long)g->budget, (unsigned long long)g->in_use,
-           (unsigned long long)g->pressure);
+    printf(",\"budget\":%llu,\"budget_source\":\"%s\",\"in_use\":%llu,\"pressure\":%llu,"
+           "\"caches\":[",
+           (unsigned long long)g->budget, rc_budget_source_name(g->budget_source),
+           (unsigned long long)g->in_use, (unsigned long long)g->pressure);
     for (size_t i = 0; i < g->nrows; i++) {
         const struct row *r = &g->rows[i];
         printf("%s{\"pid\":%d,\"process\":", i ? "," : "", (int)r->pid);
@@ -221,10 +224,10 @@ static void text_gpu(const struct gpu *g)
         printf("%s: %s\n\n", g->segment, g->error);
         return;
     }
-    printf("GPU %s: budget %s, in use %s by %zu cache%s, pressure raised %llu times (%s)\n", g->key,
-           g->budget ? size_text(g->budget, a, sizeof a) : "unknown",
-           size_text(g->in_use, b, sizeof b), g->nrows, g->nrows == 1 ? "" : "s",
-           (unsigned long long)g->pressure, g->segment);
+    printf("GPU %s: budget %s (%s), in use %s by %zu cache%s, pressure raised %llu times (%s)\n",
+           g->key, g->budget ? size_text(g->budget, a, sizeof a) : "unknown",
+           rc_budget_source_name(g->budget_source), size_text(g->in_use, b, sizeof b), g->nrows,
+           g->nrows == 1 ? "" : "s", (unsigned long long)g->pressure, g->segment);
     printf("%8s %-16s %5s %-7s", "pid", "process", "cache", "state");
     for (size_t c = 0; c < NCOLUMNS; c++)
         printf(" %*s", width(&columns[c]), columns[c].name);

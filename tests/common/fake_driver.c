@@ -218,6 +218,15 @@ static CUresult drv_device_get_pci_bus_id(char *bus_id, int len, CUdevice device
     return CUDA_SUCCESS;
 }
 
+static CUresult drv_device_total_mem(size_t *bytes, CUdevice device)
+{
+    ENTER(FC_TOTAL_MEM);
+    if (no_device(device) || !drv.device_memory)
+        return CUDA_ERROR_INVALID_DEVICE;
+    *bytes = drv.device_memory;
+    return CUDA_SUCCESS;
+}
+
 /* Device 0's UUID bytes are 0x00..0x0f, so its text form is easy to check;
  * device d's are d * 16 more. */
 static CUresult drv_device_get_uuid(CUuuid *uuid, CUdevice device)
@@ -286,6 +295,7 @@ static const struct rc_cuda_api drv_api = {
     .DeviceGetAttribute = drv_device_get_attribute,
     .DeviceGetPCIBusId = drv_device_get_pci_bus_id,
     .DeviceGetUuid = drv_device_get_uuid,
+    .DeviceTotalMem = drv_device_total_mem,
     .CtxGetCurrent = drv_ctx_get_current,
     .CtxPushCurrent = drv_ctx_push_current,
     .CtxPopCurrent = drv_ctx_pop_current,

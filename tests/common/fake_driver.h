@@ -24,6 +24,7 @@ enum drv_call {
     FC_DEVICE_GET_ATTRIBUTE,
     FC_BUS_ID,
     FC_UUID,
+    FC_TOTAL_MEM,
     FC_CTX_GET_CURRENT,
     FC_CTX_PUSH,
     FC_CTX_POP,
@@ -65,6 +66,7 @@ struct drv_state {
     int unknown_invalid; /* unknown pointers: INVALID_VALUE, not zeros */
     int device_count;    /* GPUs 0 .. device_count-1 */
     int dmabuf_supported[DRV_MAX_DEVICES];
+    size_t device_memory;    /* of every GPU; 0: cuDeviceTotalMem fails */
     CUresult fail[FC_COUNT]; /* returned by that call when non-zero */
     unsigned int calls[FC_COUNT];
     CUcontext current;      /* the calling thread's context (NULL: none) */

@@ -1,5 +1,7 @@
 /* Without libcuda.so.1 the library still loads and works: the seam reports
- * why, and every CUDA-backed part declines instead of crashing. */
+ * why, every CUDA-backed part declines instead of crashing, and a cache of
+ * host memory says why it validates as it does without reading like an
+ * error. */
 #include <dlfcn.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,6 +15,7 @@
 #include "bar1_budget.h"
 #include "cuda_seam.h"
 #include "dmabuf_export.h"
+#include "fake_backend.h"
 #include "gpu_key.h"
 #include "last_error.h"
 #include "mem_query.h"
@@ -49,6 +52,28 @@ static void cuda_parts_decline(void **state)
     assert_string_equal(key, "dev3");
 }
 
+/* A backend with no query of its own: the cache sees host memory only. */
+static void host_only_cache_says_so(void **state)
+{
+    (void)state;
+    struct fake_backend fb;
+    struct regcache_params p;
+    regcache_t *c;
+    fake_init(&fb);
+    fb.ops.query = NULL;
+    fake_params(&fb, &p);
+    p.host_memory = 1;
+    assert_int_equal(regcache_create(&p, &c), REGCACHE_OK);
+    assert_int_equal(regcache_validation_mode(c), REGCACHE_VALIDATE_TAG_CHECK);
+    assert_string_equal(regcache_validation_reason(c),
+                        "host memory only: no CUDA driver, nothing to validate on the GPU side");
+    static char buf[64];
+    regcache_entry_t *e;
+    assert_int_equal(regcache_get(c, buf, sizeof buf, &e), REGCACHE_OK);
+    regcache_put(c, e);
+    regcache_destroy(c);
+}
+
 int main(void)
 {
     void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -59,6 +84,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(seam_is_null_and_says_why),
         cmocka_unit_test(cuda_parts_decline),
+        cmocka_unit_test(host_only_cache_says_so),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -72,7 +72,7 @@ int ledger_teardown(void **state)
 struct rc_ledger *ledger_attach(const char *key, size_t budget)
 {
     struct rc_ledger *l = NULL;
-    if (rc_ledger_attach(key, budget, &l) != REGCACHE_OK)
+    if (rc_ledger_attach(key, budget, RC_BUDGET_CONFIGURED, &l) != REGCACHE_OK)
         fail_msg("attach %s: %s", key, regcache_last_error());
     return l;
 }
@@ -286,8 +286,8 @@ void stat_json(struct stat_gpu *g)
         fail_msg("regcache-stat --json exited %d: %s", status, out);
     sscanf(p,
            "\"gpus\":[{\"segment\":\"%*[^\"]\",\"gpu\":\"%63[^\"]\",\"budget\":%llu,"
-           "\"in_use\":%llu,\"pressure\":%llu,\"caches\":[%n",
-           g->key, &g->budget, &g->in_use, &g->pressure, &end);
+           "\"budget_source\":\"%15[^\"]\",\"in_use\":%llu,\"pressure\":%llu,\"caches\":[%n",
+           g->key, &g->budget, g->budget_source, &g->in_use, &g->pressure, &end);
     if (!end)
         fail_msg("not one GPU's ledger: %s", out);
     for (p += end; *p == '{' || (g->n && *p == ','); g->n++) {

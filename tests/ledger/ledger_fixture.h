@@ -95,6 +95,7 @@ struct stat_cache {
 struct stat_gpu {
     char key[RC_LEDGER_KEY_MAX];
     unsigned long long budget, in_use, pressure;
+    char budget_source[16];
     unsigned n;
     struct stat_cache c[16];
 };

@@ -40,7 +40,8 @@ int main(int argc, char **argv)
     if (argc != 2)
         return 2;
     setvbuf(stdout, NULL, _IOLBF, 0);
-    if (rc_ledger_attach(argv[1], rc_bar1_budget(0), &ledger) != REGCACHE_OK) {
+    size_t budget = rc_bar1_budget(0); /* before its source, which it reads */
+    if (rc_ledger_attach(argv[1], budget, rc_bar1_budget_source(0), &ledger) != REGCACHE_OK) {
         printf("error %s\n", regcache_last_error());
         return 1;
     }

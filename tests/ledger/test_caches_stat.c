@@ -73,7 +73,10 @@ static void text_agrees(const struct stat_gpu *g, const struct helper *h,
     char *out = run_stat("", &status), line[256], size[16];
     assert_int_equal(status, 0);
     print_message("%s", out); /* what was compared, for the log */
-    snprintf(line, sizeof line, "GPU %s: budget %s, ", g->key, mib_text(g->budget, size));
+    /* The caches read REGCACHE_BAR1_BYTES, and regcache-stat says so. */
+    assert_string_equal(g->budget_source, "configured");
+    snprintf(line, sizeof line, "GPU %s: budget %s (configured), ", g->key,
+             mib_text(g->budget, size));
     assert_contains(out, line);
     snprintf(line, sizeof line, "in use %s by %d caches, pressure raised %llu times",
              mib_text(g->in_use, size), n, g->pressure);

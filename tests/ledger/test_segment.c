@@ -23,7 +23,8 @@
 static void refused(const char *key, const char *why)
 {
     struct rc_ledger *l = (struct rc_ledger *)1;
-    assert_int_equal(rc_ledger_attach(key, BUDGET, &l), REGCACHE_ERR_UNSUPPORTED);
+    assert_int_equal(rc_ledger_attach(key, BUDGET, RC_BUDGET_CONFIGURED, &l),
+                     REGCACHE_ERR_UNSUPPORTED);
     assert_null(l);
     if (!strstr(regcache_last_error(), why))
         fail_msg("\"%s\" does not say \"%s\"", regcache_last_error(), why);
@@ -296,7 +297,8 @@ static void creation_race_yields_one_segment(void **state)
             struct rc_ledger *l;
             close(go[1]);
             close(leave[1]);
-            if (read(go[0], &c, 1) != 0 || rc_ledger_attach("dev0", BUDGET, &l) != REGCACHE_OK)
+            if (read(go[0], &c, 1) != 0 ||
+                rc_ledger_attach("dev0", BUDGET, RC_BUDGET_CONFIGURED, &l) != REGCACHE_OK)
                 _exit(1);
             rc_ledger_usage(l, M, 1);
             if (write(ready[1], "x", 1) != 1 || read(leave[0], &c, 1) != 0)
@@ -342,7 +344,7 @@ static void fork_child_leaves_the_parent_record(void **state)
         rc_ledger_detach(l);
         const struct rc_ledger_record *parent = record_of(s, getppid());
         int ok = parent && atomic_load(&parent->bytes) == 7 * M &&
-                 rc_ledger_attach("dev0", BUDGET, &mine) == REGCACHE_OK;
+                 rc_ledger_attach("dev0", BUDGET, RC_BUDGET_CONFIGURED, &mine) == REGCACHE_OK;
         ok = ok && record_of(s, getpid()) != parent;
         rc_ledger_detach(mine);
         _exit(ok && !record_of(s, getpid()) ? 0 : 1);

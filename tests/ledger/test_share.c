@@ -133,8 +133,9 @@ static void stat_shows_every_cache(void **state)
 
     char *out = run_stat("", &status);
     assert_int_equal(status, 0);
-    assert_contains(out,
-                    "GPU dev0: budget 288.0M, in use 120.0M by 2 caches, pressure raised 0 times");
+    assert_contains(
+        out,
+        "GPU dev0: budget 288.0M (configured), in use 120.0M by 2 caches, pressure raised 0 times");
     struct stat_row r;
     assert_true(stat_row(out, a.pid, &r));
     assert_string_equal(r.process, "ledger_helper");
@@ -156,8 +157,9 @@ static void stat_shows_every_cache(void **state)
     out = run_stat("--json", &status);
     assert_int_equal(status, 0);
     assert_json(out);
-    assert_contains(out,
-                    "\"gpu\":\"dev0\",\"budget\":301989888,\"in_use\":125829120,\"pressure\":0");
+    assert_contains(out, "\"gpu\":\"dev0\",\"budget\":301989888,\"budget_source\":\"configured\","
+                         "\"in_use\":125829120,"
+                         "\"pressure\":0");
     snprintf(text, sizeof text,
              "{\"pid\":%d,\"process\":\"ledger_helper\",\"cache\":1,\"state\":\"live\","
              "\"entries\":100,\"bytes\":104857600,\"budget\":301989888,\"hits\":11,"
@@ -189,7 +191,7 @@ static void stat_reports_a_corrupt_segment_and_goes_on(void **state)
     char *out = run_stat("", &status);
     assert_int_equal(status, 1);
     assert_contains(out, "dev0 is corrupt: bad magic");
-    assert_contains(out, "GPU dev1: budget 288.0M, in use 0B by 0 caches");
+    assert_contains(out, "GPU dev1: budget 288.0M (configured), in use 0B by 0 caches");
     free(out);
     out = run_stat("--json", &status);
     assert_int_equal(status, 1);
