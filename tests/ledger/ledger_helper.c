@@ -1,16 +1,25 @@
 /* One cache on one GPU, as the core will drive the ledger, for the
- * multi-process tests.  Started as `ledger_helper KEY`, it attaches with
- * rc_bar1_budget(0) (REGCACHE_BAR1_BYTES) and answers "ready PID" or
- * "error MESSAGE"; then it reads one command a line and answers one line:
+ * multi-process tests.  Started as `ledger_helper KEY [OPTION]`, it
+ * attaches with rc_bar1_budget(0) (REGCACHE_BAR1_BYTES) and answers
+ * "ready PID" or "error MESSAGE".  OPTION:
+ *   --name=NAME     take the process name NAME first (shown in the ledger)
+ *   --die-claiming  SIGKILL itself in the middle of claiming its record
+ * Then it reads one command a line and answers one line:
  *   miss N    evict unused MiB down to rc_ledger_limit(N), register N MiB
  *   put       after pressure, evict down to rc_ledger_limit(0)
  *   hold N    N MiB of what it holds (at most all) are in use: never evicted
  *   count H M E T N F   publish counters (hits ... reg_failures)
+ *   nofd      use up its file descriptors: it can open nothing more
+ *   crash     SIGKILL itself: its record is left behind
  * Each answers "bytes B" (MiB held now).  Entries are 1 MiB each.  It
  * detaches at end of input. */
+#include <fcntl.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "bar1_budget.h"
@@ -35,11 +44,33 @@ static void publish(void)
     rc_ledger_usage(ledger, bytes_mib * MiB, bytes_mib);
 }
 
+static void die(void)
+{
+    raise(SIGKILL);
+}
+
+/* A low limit, then descriptors up to it: /proc cannot be opened. */
+static void use_up_descriptors(void)
+{
+    struct rlimit r;
+    getrlimit(RLIMIT_NOFILE, &r);
+    r.rlim_cur = 64;
+    setrlimit(RLIMIT_NOFILE, &r);
+    while (fcntl(0, F_DUPFD_CLOEXEC, 0) >= 0) {
+    }
+}
+
 int main(int argc, char **argv)
 {
-    if (argc != 2)
+    if (argc < 2 || argc > 3)
         return 2;
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc == 3 && !strncmp(argv[2], "--name=", 7))
+        prctl(PR_SET_NAME, argv[2] + 7);
+    else if (argc == 3 && !strcmp(argv[2], "--die-claiming"))
+        rc_ledger_claiming = die;
+    else if (argc == 3)
+        return 2;
     if (rc_ledger_attach(argv[1], rc_bar1_budget(0), &ledger) != REGCACHE_OK) {
         printf("error %s\n", regcache_last_error());
         return 1;
@@ -63,6 +94,10 @@ int main(int argc, char **argv)
                           &c.hits, &c.misses, &c.evictions, &c.inval_tag, &c.inval_notify,
                           &c.reg_failures) == 6) {
             rc_ledger_publish(ledger, &c);
+        } else if (!strcmp(line, "nofd\n")) {
+            use_up_descriptors();
+        } else if (!strcmp(line, "crash\n")) {
+            die();
         } else {
             printf("unknown command %s", line);
             continue;
