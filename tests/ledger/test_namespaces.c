@@ -98,8 +98,10 @@ static void owner_of_an_ended_namespace_is_taken_back_from_the_initial_one(void 
     uint64_t owner = atomic_load(&r->owner);
     /* The helper is the namespace's init: with it the namespace ends. */
     fprintf(x.to, "crash\n");
-    fclose(x.to);
     assert_int_equal(waitpid(x.pid, &status, 0), x.pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 1);
+    assert_int_equal(atomic_load(&r->owner), owner);
+    fclose(x.to);
     fclose(x.from);
     struct rc_ledger *l = ledger_attach("dev0", BUDGET);
     if (rc_ledger_pid_namespace() == INITIAL_PIDNS) {
