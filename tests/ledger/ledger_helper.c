@@ -10,6 +10,7 @@
  *   hold N    N MiB of what it holds (at most all) are in use: never evicted
  *   count H M E T N F   publish counters (hits ... reg_failures)
  *   nofd      use up its file descriptors: it can open nothing more
+ *   fds       give them back
  *   crash     exit at once, leaving its record behind (as a kill would; a
  *             pid namespace's init cannot SIGKILL itself)
  * Each answers "bytes B" (MiB held now).  Entries are 1 MiB each.  It
@@ -50,15 +51,25 @@ static void die(void)
     raise(SIGKILL);
 }
 
-/* A low limit, then descriptors up to it: /proc cannot be opened. */
+/* A low limit, then descriptors up to it: /proc cannot be opened.  Given
+ * back before exit (a leak checker reads /proc then). */
+static struct rlimit limit;
+static int spare[64], nspare;
+
 static void use_up_descriptors(void)
 {
-    struct rlimit r;
-    getrlimit(RLIMIT_NOFILE, &r);
-    r.rlim_cur = 64;
-    setrlimit(RLIMIT_NOFILE, &r);
-    while (fcntl(0, F_DUPFD_CLOEXEC, 0) >= 0) {
-    }
+    getrlimit(RLIMIT_NOFILE, &limit);
+    struct rlimit low = { 64, limit.rlim_max };
+    setrlimit(RLIMIT_NOFILE, &low);
+    while (nspare < 64 && (spare[nspare] = fcntl(0, F_DUPFD_CLOEXEC, 0)) >= 0)
+        nspare++;
+}
+
+static void give_back_descriptors(void)
+{
+    while (nspare)
+        close(spare[--nspare]);
+    setrlimit(RLIMIT_NOFILE, &limit);
 }
 
 int main(int argc, char **argv)
@@ -97,6 +108,8 @@ int main(int argc, char **argv)
             rc_ledger_publish(ledger, &c);
         } else if (!strcmp(line, "nofd\n")) {
             use_up_descriptors();
+        } else if (!strcmp(line, "fds\n")) {
+            give_back_descriptors();
         } else if (!strcmp(line, "crash\n")) {
             _exit(1);
         } else {

@@ -45,6 +45,7 @@ static void unreadable_owners_are_not_taken_for_dead(void **state)
     /* a still shares the ledger: against b's 250 it may hold 144 (on its
      * own it would keep 200). */
     assert_int_equal(helper_ask(&a, "miss 100"), 144);
+    assert_int_equal(helper_ask(&b, "fds"), 250);
     helper_stop(&a);
     helper_stop(&b);
     rc_ledger_unmap(s);
