@@ -127,7 +127,9 @@ static __attribute__((noinline)) void note_and_publish(struct regcache *c, struc
 
 void rc_ledger_note_locked(struct regcache *c, struct rc_device *d)
 {
-    if (!d->ledger)
+    /* A fork child that destroys an inherited cache drains it: the record
+     * it would write is the parent's, which still holds those entries. */
+    if (!d->ledger || rc_forked(c))
         return;
     /* The miss that evicts notes again, under the lock, once its
      * registration ends: the counters may wait for that note's look at the

@@ -126,8 +126,9 @@ static uint64_t records_used(const struct rc_ledger_segment *s)
     return used < RC_LEDGER_RECORDS ? used : RC_LEDGER_RECORDS;
 }
 
-/* Take back the records of owners that are gone (pid reuse included: the
- * start time differs).  Returns how many records are left in use. */
+/* Take back the records of owners that are definitely gone (pid reuse
+ * included: the start time differs), claims cut short by a death
+ * included.  Returns how many records are left in use. */
 static unsigned sweep(struct rc_ledger_segment *s, uint64_t pidns)
 {
     unsigned live = 0;
@@ -136,10 +137,9 @@ static unsigned sweep(struct rc_ledger_segment *s, uint64_t pidns)
         uint64_t owner = atomic_load_explicit(&r->owner, memory_order_acquire);
         if (!owner)
             continue;
-        /* A claim in progress lasts a few stores; its owner's pidns is not
-         * written yet, so it is left alone. */
-        if (!(owner & RC_LEDGER_CLAIMING) &&
-            rc_ledger_owner_gone(owner, rc_ledger_read(&r->pidns), pidns) &&
+        /* The CAS fails when the owner word moved since it was judged (a
+         * claim settled, or another sweep took it back). */
+        if (rc_ledger_owner_state(r, pidns) == RC_LEDGER_GONE &&
             atomic_compare_exchange_strong(&r->owner, &owner, 0))
             continue;
         live++;
@@ -170,19 +170,26 @@ static void process_name(uint64_t comm[2])
     memcpy(comm, name, sizeof name);
 }
 
+void (*rc_ledger_claiming)(void);
+
 /* Claim a free record: marked CLAIMING while the previous owner's values are
- * cleared, so that no reader ever adds them to this owner. */
+ * cleared, so that no reader ever adds them to this owner.  The claim word
+ * carries what a sweep needs to judge this process until its pidns field
+ * is written, should it die meanwhile. */
 static struct rc_ledger_record *claim(struct rc_ledger_segment *s, uint64_t owner, uint64_t pidns)
 {
     for (unsigned i = 0; i < RC_LEDGER_RECORDS; i++) {
         struct rc_ledger_record *r = &s->rec[i];
         uint64_t free_word = 0;
         if (rc_ledger_read(&r->owner) ||
-            !atomic_compare_exchange_strong(&r->owner, &free_word, owner | RC_LEDGER_CLAIMING))
+            !atomic_compare_exchange_strong(&r->owner, &free_word,
+                                            rc_ledger_claim_word(owner, pidns)))
             continue;
         uint64_t used = rc_ledger_read(&s->hdr.used);
         while (used <= i && !atomic_compare_exchange_weak(&s->hdr.used, &used, i + 1)) {
         }
+        if (rc_ledger_claiming)
+            rc_ledger_claiming();
         uint64_t comm[2];
         process_name(comm);
         store(&r->pidns, pidns);
@@ -230,7 +237,7 @@ int rc_ledger_attach(const char *gpu_key, size_t budget, enum rc_budget_source s
     if (!rc_ledger_prefix(prefix, sizeof prefix, why, sizeof why))
         return no_ledger(gpu_key, why);
     snprintf(name, sizeof name, "/%s%s", prefix, gpu_key);
-    uint64_t owner = rc_ledger_identity(getpid()), pidns = rc_ledger_pid_namespace();
+    uint64_t owner = rc_ledger_self(), pidns = rc_ledger_pid_namespace();
     if (!owner || !pidns)
         return no_ledger(gpu_key, "/proc does not tell this process's start time");
 
@@ -329,13 +336,20 @@ static size_t own_budget(const struct rc_ledger *l, size_t want)
 
 /* The first time the ledger reads wrong: stop writing to it, say why (to
  * the caller, and to the REGCACHE_STATS dump through rc_ledger_failure()),
- * and keep this process's own budget from then on. */
+ * and keep this process's own budget from then on.  A segment truncated
+ * under the mapping reads RC_LEDGER_CUT (ledger_guard.h). */
 static size_t fall_back(struct rc_ledger *l, const char *why, size_t want)
 {
     if (!atomic_exchange(&l->broken, true)) {
-        snprintf(l->failure, sizeof l->failure,
-                 "the BAR1 ledger of GPU %s is corrupt (%s): this cache keeps its own budget",
-                 l->key, why);
+        if (l->seg->hdr.magic == RC_LEDGER_CUT)
+            snprintf(l->failure, sizeof l->failure,
+                     "the BAR1 ledger of GPU %s was truncated by another process while in use: "
+                     "this cache keeps its own budget",
+                     l->key);
+        else
+            snprintf(l->failure, sizeof l->failure,
+                     "the BAR1 ledger of GPU %s is corrupt (%s): this cache keeps its own budget",
+                     l->key, why);
         rc_set_error("%s", l->failure);
         atomic_store_explicit(&l->failed, true, memory_order_release);
     }

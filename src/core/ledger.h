@@ -109,6 +109,11 @@ static inline bool rc_ledger_moved(struct rc_ledger *l)
  * (of those asking at once).  Then call rc_ledger_limit(l, 0). */
 bool rc_ledger_pressed(struct rc_ledger *l);
 
+/* For tests: called, when set, by rc_ledger_attach() while it claims a
+ * record, between taking the record and settling it (a test kills the
+ * process there). */
+extern void (*rc_ledger_claiming)(void);
+
 /* The policy alone, for tests: the bytes a cache holding `own` may keep
  * before registering `want` on a GPU with `budget` (not 0), where the other
  * caches hold others[0..n), and whether the GPU is still over budget after

@@ -20,19 +20,28 @@
 #define RC_LEDGER_DIR "/dev/shm"
 
 #define RC_LEDGER_MAGIC 0x31524744454c4352ull /* "RCLEDGR1" in memory order */
+/* What a mapping reads once its segment was truncated under it
+ * (ledger_guard.h): "RCLEDCUT". */
+#define RC_LEDGER_CUT 0x54554344454c4352ull
 /* 2: caches bump `claims` when they claim a record (a cache of version 1
  * would not, and one alone would miss its arrival). */
 #define RC_LEDGER_VERSION 2u
 #define RC_LEDGER_RECORDS 256u  /* caches per GPU at once, all processes */
 #define RC_LEDGER_KEY_MAX 64    /* GPU key with its NUL */
 #define RC_LEDGER_PREFIX_MAX 64 /* "regcache-<uid>.<namespace>-" */
-#define RC_LEDGER_NAME_MAX (1 + RC_LEDGER_PREFIX_MAX + RC_LEDGER_KEY_MAX)
+/* A GPU's segment is <prefix><key>, or <prefix><key>+<n> (n 1 to
+ * RC_LEDGER_NAMES - 1) where the names before it are another user's. */
+#define RC_LEDGER_NAMES 8
+#define RC_LEDGER_NAME_MAX (1 + RC_LEDGER_PREFIX_MAX + RC_LEDGER_KEY_MAX + 2)
 
 /* A record's owner word: 0 while free, else the owning process's identity
- * (pid and start time, rc_ledger_identity), with RC_LEDGER_CLAIMING set
- * while the owner is still clearing the record.  One word, so that claiming
- * a record and taking back a dead owner's are single compare-and-swaps: no
- * lock lives in the segment that a dead or forked process could hold. */
+ * (pid and start time, rc_ledger_identity).  While the owner is still
+ * clearing the record, RC_LEDGER_CLAIMING with what judges it until its
+ * pidns field is written (rc_ledger_claim_word): its pid, pid namespace and
+ * the low bits of its start time, so that a process killed mid-claim is
+ * taken back like any other.  One word, so that claiming a record and
+ * taking back a dead owner's are single compare-and-swaps: no lock lives
+ * in the segment that a dead or forked process could hold. */
 #define RC_LEDGER_PID_BITS 22 /* Linux pids stay below 2^22 */
 #define RC_LEDGER_CLAIMING (1ull << 63)
 
@@ -101,12 +110,21 @@ bool rc_ledger_key_ok(const char *key);
  * starts another's). */
 bool rc_ledger_namespace_ok(const char *ns);
 
-/* Open the segment called `name` (under RC_LEDGER_DIR) and map it.  With
+/* True when `name`, after a prefix, names a GPU's segment: a key
+ * (rc_ledger_key_ok), or a key, '+' and 1 to RC_LEDGER_NAMES - 1. */
+bool rc_ledger_name_ok(const char *name);
+
+/* Open the segment called `name` (under RC_LEDGER_DIR) and map it, never
+ * blocking (a FIFO planted under the name is opened and refused).  With
  * `key` the caller attaches: the segment is created when missing, mapped
- * writable, and must be this GPU's.  Without, it is mapped read-only
- * (regcache-stat).  Refuses, with *why filled, a segment that is not a
- * regular file of this user with mode 0600, or whose layout, size or
- * values are not what this library writes (rc_ledger_check). */
+ * writable, and must be this GPU's; where something of another user holds
+ * the name, the next of RC_LEDGER_NAMES names is used (name+1, ...), so
+ * that every process of the user finds the same one.  Without `key` it is
+ * mapped read-only (regcache-stat).  Refuses, with *why filled, a segment
+ * that is not a regular file of this user with mode 0600, or whose layout,
+ * size or values are not what this library writes (rc_ledger_check).  The
+ * mapping is guarded (ledger_guard.h): truncated under it, it reads
+ * RC_LEDGER_CUT instead of raising SIGBUS. */
 struct rc_ledger_segment *rc_ledger_map(const char *name, const char *key, char *why,
                                         size_t why_len);
 void rc_ledger_unmap(struct rc_ledger_segment *s);
@@ -127,9 +145,18 @@ bool rc_ledger_check_record(const struct rc_ledger_segment *s, unsigned i, char 
 
 /* The owner word of process `pid` now: its pid and start time (clock ticks
  * after boot, /proc/<pid>/stat), so that a reused pid never passes for the
- * process that held it.  0 when there is no such process or it has exited
- * (a zombie holds no BAR1). */
+ * process that held it.  0 when there is no such process, it has exited
+ * (a zombie holds no BAR1) or /proc does not say. */
 uint64_t rc_ledger_identity(pid_t pid);
+
+/* This process's owner word (from /proc/self, which is this process also
+ * where /proc belongs to another pid namespace); 0 when /proc does not
+ * say. */
+uint64_t rc_ledger_self(void);
+
+/* The owner word of a record being claimed by `owner` of pid namespace
+ * `pidns` (see RC_LEDGER_CLAIMING). */
+uint64_t rc_ledger_claim_word(uint64_t owner, uint64_t pidns);
 
 /* A shared counter as it is now.  Relaxed: each field is exact on its own,
  * and readers act on none of them together. */
@@ -143,13 +170,26 @@ static inline pid_t rc_ledger_owner_pid(uint64_t owner)
     return (pid_t)(owner & ((1ull << RC_LEDGER_PID_BITS) - 1));
 }
 
-/* The inode of this process's pid namespace: pids, and so owners, can be
- * checked only by processes that share it.  0 when /proc does not say. */
+/* The inode of this process's pid namespace, in which its pid means this
+ * process.  0 when /proc does not say. */
 uint64_t rc_ledger_pid_namespace(void);
 
-/* Whether the owner of a record (owner word and its pidns field) is known
- * to be gone, seen from pid namespace `pidns`.  An owner in another pid
- * namespace is never known gone: nothing here can check it. */
-bool rc_ledger_owner_gone(uint64_t owner, uint64_t owner_pidns, uint64_t pidns);
+/* What can be told of a record's owner from here. */
+enum rc_ledger_owner_state {
+    RC_LEDGER_LIVE,
+    RC_LEDGER_GONE,   /* definitely: its records may be taken back */
+    RC_LEDGER_UNKNOWN /* cannot be told: it must be left alone */
+};
+
+/* The state of the owner of record `r`, seen from this process, of pid
+ * namespace `pidns`.  Gone only on a definite answer: no process with its
+ * pid (ESRCH), or one that is a zombie or started at another time; or,
+ * for an owner of another pid namespace, none of its pid and start time
+ * among this user's processes where /proc shows every process of that
+ * namespace (it shows one of them, or /proc is the initial namespace's,
+ * which shows all).  Anything that cannot be read (out of descriptors,
+ * no permission) is unknown, never gone.  Reads /proc: slow paths only. */
+enum rc_ledger_owner_state rc_ledger_owner_state(const struct rc_ledger_record *r,
+                                                 uint64_t pidns);
 
 #endif

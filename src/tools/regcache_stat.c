@@ -46,7 +46,7 @@ struct row {
     pid_t pid;
     char process[17];
     uint64_t cache;
-    const char *state; /* live, gone (not yet taken back), unknown (other pid namespace) */
+    const char *state; /* live, gone (not yet taken back), unknown (cannot be told) */
     uint64_t value[NCOLUMNS];
 };
 
@@ -66,10 +66,12 @@ static uint64_t owner_of(const struct rc_ledger_record *r)
 
 static bool read_row(const struct rc_ledger_record *r, uint64_t pidns, struct row *out)
 {
+    static const char *const states[] = { [RC_LEDGER_LIVE] = "live",
+                                          [RC_LEDGER_GONE] = "gone",
+                                          [RC_LEDGER_UNKNOWN] = "unknown" };
     uint64_t owner = owner_of(r);
     if (!owner || (owner & RC_LEDGER_CLAIMING))
         return false;
-    uint64_t owner_pidns = rc_ledger_read(&r->pidns);
     uint64_t comm[2] = { rc_ledger_read(&r->comm[0]), rc_ledger_read(&r->comm[1]) };
     out->pid = rc_ledger_owner_pid(owner);
     memcpy(out->process, comm, sizeof comm);
@@ -78,9 +80,7 @@ static bool read_row(const struct rc_ledger_record *r, uint64_t pidns, struct ro
     for (size_t c = 0; c < NCOLUMNS; c++)
         out->value[c] =
             rc_ledger_read((const _Atomic uint64_t *)((const char *)r + columns[c].offset));
-    out->state = owner_pidns != pidns                              ? "unknown"
-                 : rc_ledger_owner_gone(owner, owner_pidns, pidns) ? "gone"
-                                                                   : "live";
+    out->state = states[rc_ledger_owner_state(r, pidns)];
     /* Freed or taken over while read: the values may be anyone's. */
     return owner_of(r) == owner;
 }
@@ -133,7 +133,7 @@ static int segment_names(const char *prefix, char ***names, size_t *n)
     *names = NULL;
     *n = 0;
     for (struct dirent *d; (d = readdir(dir)) != NULL;) {
-        if (strncmp(d->d_name, prefix, len) != 0 || !rc_ledger_key_ok(d->d_name + len))
+        if (strncmp(d->d_name, prefix, len) != 0 || !rc_ledger_name_ok(d->d_name + len))
             continue;
         if (*n == cap) {
             cap = cap ? 2 * cap : 16;
@@ -197,6 +197,22 @@ static void json_gpu(const struct gpu *g)
     printf("]}");
 }
 
+/* A process name as the table shows it: what a terminal would act on
+ * (escapes, control characters) and bytes beyond ASCII as \xHH, and so a
+ * backslash too. */
+static const char *printable(const char *s, char *out, size_t n)
+{
+    size_t k = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p && k + 5 < n; p++) {
+        if (*p < 0x20 || *p >= 0x7f || *p == '\\')
+            k += (size_t)snprintf(out + k, n - k, "\\x%02x", *p);
+        else
+            out[k++] = (char)*p;
+    }
+    out[k] = '\0';
+    return out;
+}
+
 /* 1536 -> "1.5K" */
 static const char *size_text(uint64_t v, char *buf, size_t n)
 {
@@ -219,7 +235,7 @@ static int width(const struct column *c)
 
 static void text_gpu(const struct gpu *g)
 {
-    char a[16], b[16];
+    char a[16], b[16], name[4 * sizeof g->rows[0].process + 1];
     if (g->error[0]) {
         printf("%s: %s\n\n", g->segment, g->error);
         return;
@@ -234,8 +250,8 @@ static void text_gpu(const struct gpu *g)
     putchar('\n');
     for (size_t i = 0; i < g->nrows; i++) {
         const struct row *r = &g->rows[i];
-        printf("%8d %-16s %5llu %-7s", (int)r->pid, r->process, (unsigned long long)r->cache,
-               r->state);
+        printf("%8d %-16s %5llu %-7s", (int)r->pid, printable(r->process, name, sizeof name),
+               (unsigned long long)r->cache, r->state);
         for (size_t c = 0; c < NCOLUMNS; c++) {
             const struct column *col = &columns[c];
             if (!r->value[c] && col->zero)

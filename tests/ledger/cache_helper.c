@@ -24,6 +24,8 @@
  *             cache made room for it, until a line "go": answers
  *             "registering" when it stops
  *   sleep MS
+ *   fork      fork(); the child destroys its inherited cache, as the header
+ *             says to, and exits; the parent waits for it
  * Each is answered "stats RC BYTES ENTRIES BUDGET HITS MISSES EVICTIONS TAG
  * NOTIFY FAILURES HELD": RC the command's REGCACHE_* status (the get's),
  * then device 0's regcache_get_device_stats() and the bytes held.  At end
@@ -34,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -113,6 +116,18 @@ static int command(const char *line)
                                       .tv_nsec = (long)(n % 1000) * 1000000 },
                   NULL);
         return REGCACHE_OK;
+    }
+    if (!strcmp(line, "fork\n")) {
+        pid_t child = fork();
+        if (child == 0) {
+            regcache_destroy(cache);
+            _exit(0);
+        }
+        int status;
+        return child > 0 && waitpid(child, &status, 0) == child && WIFEXITED(status) &&
+                       WEXITSTATUS(status) == 0
+                   ? REGCACHE_OK
+                   : 1;
     }
     if (!strcmp(line, "release\n")) {
         release_from(1);

@@ -164,10 +164,17 @@ static void start(struct helper *h, char *const argv[])
     assert_int_equal(pid, h->pid);
 }
 
+const char ledger_helper_path[] = LEDGER_HELPER;
+
+void helper_start_with(struct helper *h, const char *key, const char *option)
+{
+    char *argv[] = { LEDGER_HELPER, (char *)key, (char *)option, NULL };
+    start(h, argv);
+}
+
 void helper_start(struct helper *h, const char *key)
 {
-    char *argv[] = { LEDGER_HELPER, (char *)key, NULL };
-    start(h, argv);
+    helper_start_with(h, key, NULL);
 }
 
 void cache_start(struct helper *h, const char *err)

@@ -50,6 +50,10 @@ struct helper {
 
 /* Start ledger_helper on GPU `key` and wait until it has attached. */
 void helper_start(struct helper *h, const char *key);
+/* The same with one of its options (ledger_helper.c), NULL for none. */
+void helper_start_with(struct helper *h, const char *key, const char *option);
+/* ledger_helper's path, for tests that start it their own way. */
+extern const char ledger_helper_path[];
 /* Send one command; returns the MiB it holds afterwards. */
 unsigned long long helper_ask(struct helper *h, const char *command);
 /* Close its input: it detaches (a cache_helper destroys its cache) and

@@ -1,6 +1,6 @@
 /* Real caches in several processes (cache_helper) when the ledger cannot
- * be trusted: a segment that turns corrupt while they run, and one that is
- * another user's or of another mode when they start.  Each cache keeps
+ * be trusted: a segment that turns corrupt or is truncated while they run,
+ * and one of another mode when they start.  Each cache keeps
  * its own budget (the whole 288 MiB), as with REGCACHE_LEDGER=off, goes on
  * serving gets, writes nothing more into the segment, and its
  * REGCACHE_STATS dump says why. */
@@ -102,68 +102,81 @@ static void corrupt_ledger_is_survived(void **state)
     rc_ledger_unmap(s);
 }
 
-/* Changes a valid segment at `path` into a foreign one; false where this
- * user cannot. */
-typedef bool (*spoil_fn)(const char *path);
-
-static bool other_mode(const char *path)
-{
-    return chmod(path, 0644) == 0;
-}
-
-static bool other_owner(const char *path)
-{
-    return geteuid() == 0 && chown(path, 65534, 65534) == 0;
-}
-
-static void foreign_segment_is_refused_and_left_alone(void **state)
+/* A segment truncated under the caches that share it: each goes on, with
+ * no SIGBUS at its next put or miss, on its own budget, and its
+ * REGCACHE_STATS dump says why. */
+static void truncated_ledger_is_survived(void **state)
 {
     (void)state;
-    static const struct {
-        spoil_fn spoil;
-        const char *what;
-    } cases[] = {
-        { other_mode, "mode 0644" },
-        { other_owner, "another user's (only root can make one)" },
-    };
+    struct helper h[2];
+    struct cache_view v[2];
+    char err[2][32], path[256], text[256];
+    struct stat_gpu g;
+    setenv("REGCACHE_STATS", "1", 1);
+    for (int i = 0; i < 2; i++) {
+        stderr_file(err[i]);
+        cache_start(&h[i], err[i]);
+        cache_ask(&h[i], "reg 100", &v[i]);
+    }
+    unsetenv("REGCACHE_STATS");
+    stat_json(&g);
+    assert_int_equal(g.in_use, 202 * M);
+    segment_path(g.key, path, sizeof path);
+    assert_int_equal(truncate(path, 0), 0);
+    for (int i = 0; i < 2; i++) {
+        cache_ask(&h[i], "put", &v[i]);
+        assert_int_equal(v[i].rc, 0);
+        keeps_own_budget(&h[i], &v[i]);
+    }
+    assert_true(v[0].bytes + v[1].bytes > BUDGET);
+    snprintf(text, sizeof text,
+             "the BAR1 ledger of GPU %s was truncated by another process while in use: this "
+             "cache keeps its own budget",
+             g.key);
+    for (int i = 0; i < 2; i++) {
+        helper_stop(&h[i]);
+        stderr_says(err[i], text);
+    }
+}
+
+/* This user's own segment of another mode is refused, and left alone.
+ * (Another user's is passed by: test_segment.c, test_squatted_name.c.) */
+static void segment_of_another_mode_is_refused_and_left_alone(void **state)
+{
+    (void)state;
     struct stat_gpu g;
     char path[256], err[32], text[512];
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        made_segment(&g);
-        segment_path(g.key, path, sizeof path);
-        if (!cases[i].spoil(path)) {
-            print_message("not tried: a segment %s\n", cases[i].what);
-            continue;
-        }
-        struct stat before, after;
-        struct rc_ledger_segment *s = segment_open(g.key), copy;
-        assert_non_null(s);
-        memcpy(&copy, s, sizeof copy);
-        assert_int_equal(stat(path, &before), 0);
+    made_segment(&g);
+    segment_path(g.key, path, sizeof path);
+    assert_int_equal(chmod(path, 0644), 0);
+    struct stat before, after;
+    struct rc_ledger_segment *s = segment_open(g.key), copy;
+    assert_non_null(s);
+    memcpy(&copy, s, sizeof copy);
+    assert_int_equal(stat(path, &before), 0);
 
-        struct helper h;
-        struct cache_view v;
-        stderr_file(err);
-        setenv("REGCACHE_STATS", "1", 1);
-        cache_start(&h, err);
-        unsetenv("REGCACHE_STATS");
-        keeps_own_budget(&h, &v);
-        helper_stop(&h);
-        snprintf(text, sizeof text,
-                 "device 0: no shared BAR1 budget for GPU %s (%s belongs to uid %u with mode "
-                 "%04o: only",
-                 g.key, path, (unsigned)before.st_uid, (unsigned)(before.st_mode & 07777));
-        stderr_says(err, text);
+    struct helper h;
+    struct cache_view v;
+    stderr_file(err);
+    setenv("REGCACHE_STATS", "1", 1);
+    cache_start(&h, err);
+    unsetenv("REGCACHE_STATS");
+    keeps_own_budget(&h, &v);
+    helper_stop(&h);
+    snprintf(text, sizeof text,
+             "device 0: no shared BAR1 budget for GPU %s (%s belongs to uid %u with mode 0644: "
+             "only",
+             g.key, path, (unsigned)before.st_uid);
+    stderr_says(err, text);
 
-        /* Not a byte, not its time, owner or mode. */
-        assert_int_equal(stat(path, &after), 0);
-        assert_memory_equal(&copy, s, sizeof copy);
-        assert_memory_equal(&after.st_mtim, &before.st_mtim, sizeof after.st_mtim);
-        assert_int_equal(after.st_uid, before.st_uid);
-        assert_int_equal(after.st_mode, before.st_mode);
-        rc_ledger_unmap(s);
-        assert_int_equal(unlink(path), 0);
-    }
+    /* Not a byte, not its time, owner or mode. */
+    assert_int_equal(stat(path, &after), 0);
+    assert_memory_equal(&copy, s, sizeof copy);
+    assert_memory_equal(&after.st_mtim, &before.st_mtim, sizeof after.st_mtim);
+    assert_int_equal(after.st_uid, before.st_uid);
+    assert_int_equal(after.st_mode, before.st_mode);
+    rc_ledger_unmap(s);
+    assert_int_equal(unlink(path), 0);
 }
 
 int main(void)
@@ -171,7 +184,8 @@ int main(void)
 #define T(test) cmocka_unit_test_setup_teardown(test, ledger_setup, ledger_teardown)
     const struct CMUnitTest tests[] = {
         T(corrupt_ledger_is_survived),
-        T(foreign_segment_is_refused_and_left_alone),
+        T(truncated_ledger_is_survived),
+        T(segment_of_another_mode_is_refused_and_left_alone),
     };
 #undef T
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -2,8 +2,8 @@
  * fake backend) sharing device 0's BAR1 budget through the ledger, with a
  * 320 MiB BAR1 (a 288 MiB budget) and max_bytes 0: the budget held to at
  * every quiet moment of a random run, pressure that makes the others evict,
- * a registration in flight counted, a killed process taken back, and
- * REGCACHE_LEDGER=off. */
+ * a registration in flight counted, a killed process taken back, a fork
+ * child's destroy, and REGCACHE_LEDGER=off. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -215,6 +215,23 @@ static void killed_process_is_taken_back(void **state)
 
 /* REGCACHE_LEDGER=off: each cache keeps the whole budget to itself and
  * nothing is made in /dev/shm. */
+/* A fork child that destroys the cache it inherited leaves the parent's
+ * record as it was: the parent still holds those entries. */
+static void fork_child_leaves_the_parent_record(void **state)
+{
+    (void)state;
+    struct helper h;
+    struct cache_view v;
+    cache_start(&h, NULL);
+    cache_ask(&h, "reg 8", &v);
+    assert_int_equal(v.bytes, 9 * M);
+    cache_ask(&h, "fork", &v);
+    assert_int_equal(v.rc, 0);
+    assert_int_equal(v.bytes, 9 * M);
+    stat_agrees(&h, &v, 1, 9 * M);
+    helper_stop(&h);
+}
+
 static void ledger_off_keeps_budgets_apart(void **state)
 {
     (void)state;
@@ -239,7 +256,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         T(sum_stays_within_budget_plus_held), T(pressure_makes_the_other_evict),
         T(registration_in_flight_is_counted), T(killed_process_is_taken_back),
-        T(ledger_off_keeps_budgets_apart),
+        T(fork_child_leaves_the_parent_record), T(ledger_off_keeps_budgets_apart),
     };
 #undef T
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,6 +1,6 @@
 /* Several processes on one GPU with a 320 MiB BAR1 (a 288 MiB budget):
  * fair shares, pressure, held entries, a killed process, and what
- * regcache-stat shows of them. */
+ * regcache-stat shows of them, names escaped. */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -179,6 +179,29 @@ static void stat_shows_every_cache(void **state)
     helper_stop(&b);
 }
 
+/* A process name is whatever the process chose: what a terminal would act
+ * on is shown escaped, in the table as \xHH, in JSON as \u00HH. */
+static void stat_escapes_process_names(void **state)
+{
+    (void)state;
+    struct helper h;
+    int status;
+    helper_start_with(&h, "dev0", "--name=\x1b]0;owned\x07\x1b[2J\\");
+    char *out = run_stat("", &status);
+    assert_int_equal(status, 0);
+    assert_null(strchr(out, '\x1b'));
+    assert_null(strchr(out, '\x07'));
+    assert_contains(out, " \\x1b]0;owned\\x07\\x1b[2J\\x5c ");
+    free(out);
+    out = run_stat("--json", &status);
+    assert_int_equal(status, 0);
+    assert_json(out);
+    assert_null(strchr(out, '\x1b'));
+    assert_contains(out, "\"process\":\"\\u001b]0;owned\\u0007\\u001b[2J\\\\\"");
+    free(out);
+    helper_stop(&h);
+}
+
 static void stat_reports_a_corrupt_segment_and_goes_on(void **state)
 {
     (void)state;
@@ -246,6 +269,7 @@ int main(void)
         T(sum_stays_within_budget_plus_held),
         T(pressure_takes_back_a_killed_process_record),
         T(stat_shows_every_cache),
+        T(stat_escapes_process_names),
         T(stat_reports_a_corrupt_segment_and_goes_on),
         T(stat_watch_prints_until_stopped),
         T(stat_usage),
