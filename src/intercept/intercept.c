@@ -17,6 +17,7 @@
 #include "patch.h"
 #include "proc_maps.h"
 #include "prologue.h"
+#include "resident.h"
 #include "wrap.h"
 
 #define UNAVAILABLE "in-process interception unavailable: "
@@ -177,6 +178,9 @@ static int patch_all(char *why, size_t n)
         if (entries[i])
             atomic_store_explicit(&originals[i], page + i * SLOT + TRAMPOLINE_AT,
                                   memory_order_release);
+    /* From the first jump on, libcuda leads into this library's wrappers
+     * for the rest of the process. */
+    rc_stay_resident();
     for (int i = 0; i < ICPT_SYMBOLS; i++) {
         if (!entries[i])
             continue;
