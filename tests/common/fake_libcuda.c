@@ -210,6 +210,11 @@ PATCHED(cuMemFreeHost, (void *ptr))
     return free_logged("cuMemFreeHost", (uintptr_t)ptr);
 }
 
+PATCHED(cuMemHostUnregister, (void *ptr))
+{
+    return free_logged("cuMemHostUnregister", (uintptr_t)ptr);
+}
+
 API CUresult cuMemAllocHost_v2(void **ptr, size_t size)
 {
     *ptr = (void *)fakecuda_alloc_unhooked(size, 1);
@@ -355,6 +360,7 @@ MEASURED(cuIpcCloseMemHandle)
 MEASURED(cuMemFreeAsync)
 MEASURED(cuMemFreeAsync_ptsz)
 MEASURED(cuMemAddressFree)
+MEASURED(cuMemHostUnregister)
 MEASURED(cuMemMap)
 MEASURED(cuCtxDestroy)
 MEASURED(cuCtxDestroy_v2)
@@ -407,6 +413,7 @@ static const struct proc {
     { "cuMemFreeAsync", 11020, 0, (void *)cuMemFreeAsync },
     { "cuMemFreeAsync", 11020, 1, (void *)cuMemFreeAsync_ptsz },
     { "cuMemFreeHost", 2000, 0, (void *)cuMemFreeHost },
+    { "cuMemHostUnregister", 4000, 0, (void *)cuMemHostUnregister },
     { "cuMemUnmap", 10020, 0, (void *)cuMemUnmap },
     { "cuMemAddressFree", 10020, 0, (void *)cuMemAddressFree },
     { "cuCtxDestroy", 2000, 0, (void *)cuCtxDestroy },
