@@ -63,7 +63,10 @@ struct regcache {
     /* Read by every hit; written only by create. */
     struct rc_page_index index;
     struct rc_memory mem;
-    bool tag_check;
+    /* Also set once later, by a HOOKS cache that finds the in-process
+     * interception gone (rc_validation_recheck): hits read it relaxed, a
+     * plain load as before. */
+    atomic_bool tag_check;
     /* Hits publish their holds without a fence: TAG_CHECK caches, where a
      * hit already costs a driver call and whose detaches and evictions pay
      * a heavy fence instead (asym_fence.h), when that fence works here. */
@@ -103,7 +106,11 @@ struct regcache {
     bool builtin;
     bool destroying; /* regcache_destroy() deregisters held entries too */
     int method_used;
-    int validation;
+    int validation; /* as resolved at create */
+    /* HOOKS that trusts the in-process interception: each miss checks that
+     * libcuda still carries the patches (rc_validation_recheck). */
+    bool watch_patches;
+    char lost_reason[256]; /* why it fell back; written before tag_check */
     size_t host_page;
     struct rc_options opts;
 
@@ -146,6 +153,12 @@ regcache_entry_t *rc_counted_handle(struct regcache_entry *e, unsigned rail);
 regcache_entry_t *rc_slot_hold_locked(struct regcache *c, struct regcache_entry *e, unsigned rail);
 
 /* ---- misses (miss.c, classify.c, register.c) ---------------------------- */
+
+/* A watch_patches cache whose patches another patcher rewrote turns to
+ * TAG_CHECK, with the reason regcache_validation_reason() then gives:
+ * frees since may have gone unseen, and its hits check tags from now on.
+ * Costs a few loads per patched function (lifecycle.c). */
+void rc_validation_recheck(struct regcache *c);
 
 int rc_slow_get(struct regcache *c, uintptr_t start, uintptr_t end, unsigned rail,
                 regcache_entry_t **out);

@@ -72,6 +72,7 @@ static rc_dlsym_fn sym;
 static void *driver;                /* libcuda.so.1, never closed */
 static void *entries[ICPT_SYMBOLS]; /* libcuda's exports; NULL where it has none */
 static int patched;                 /* how many */
+static uint8_t written[ICPT_SYMBOLS][RC_PATCH_LEN]; /* the patch at each */
 static char install_failure[256];   /* empty once installed */
 
 void *rc_wrap_driver_symbol(const char *symbol)
@@ -186,7 +187,8 @@ static int patch_all(char *why, size_t n)
             continue;
         uintptr_t at = (uintptr_t)entries[i];
         int32_t rel = (int32_t)((intptr_t)(page + i * SLOT) - (intptr_t)(at + RC_PATCH_LEN));
-        uint8_t jmp[RC_PATCH_LEN] = { 0xe9 };
+        uint8_t *jmp = written[i];
+        jmp[0] = 0xe9;
         memcpy(jmp + 1, &rel, sizeof rel);
         char detail[160];
         if (rc_patch_entry(at, jmp, detail, sizeof detail) != 0) {
@@ -295,6 +297,19 @@ static int probe_proc_addresses(char *why, size_t n)
             }
         }
     }
+    return 1;
+}
+
+int rc_intercept_intact(char *why, size_t n)
+{
+    for (int i = 0; i < ICPT_SYMBOLS; i++)
+        if (entries[i] && !rc_patch_holds((uintptr_t)entries[i], written[i], RC_PATCH_LEN)) {
+            snprintf(why, n,
+                     "in-process interception lost: another patcher rewrote %s's entry "
+                     "after the cache was created",
+                     rows[i].symbol);
+            return 0;
+        }
     return 1;
 }
 

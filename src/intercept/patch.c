@@ -83,6 +83,14 @@ int rc_patch_entry(uintptr_t entry, const uint8_t *bytes, char *why, size_t n)
     return 0;
 }
 
+bool rc_patch_holds(uintptr_t at, const uint8_t *bytes, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (__atomic_load_n((const uint8_t *)at + i, __ATOMIC_RELAXED) != bytes[i])
+            return false;
+    return true;
+}
+
 /* Intel's rule for code modified while other processors may run it: they
  * must execute a serialising instruction before they run the new bytes.
  * The store alone makes them run old or new bytes; this barrier makes sure

@@ -28,6 +28,10 @@ bool rc_patch_fits(uintptr_t entry);
  * writable, or its protection cannot be restored). */
 int rc_patch_entry(uintptr_t entry, const uint8_t *bytes, char *why, size_t n);
 
+/* Whether the n bytes at `at` are still `bytes` (read without a lock:
+ * another patcher may be writing them). */
+bool rc_patch_holds(uintptr_t at, const uint8_t *bytes, size_t n);
+
 /* After patching: make every thread of the process drop instructions it
  * fetched before the stores (best effort; see patch.c). */
 void rc_patch_sync_cores(void);

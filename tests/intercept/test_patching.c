@@ -259,11 +259,9 @@ static void quiet_calls_are_not_reported(void **state)
     regcache_destroy(c);
 }
 
-/* Another patcher puts cuMemUnmap's own bytes back: the self-test of the
- * next cache finds the path unreported and falls back to TAG_CHECK. */
-static void self_test_sees_a_lost_patch(void **state)
+/* Another patcher puts cuMemUnmap's own bytes back. */
+static void restore_unmap(void)
 {
-    (void)state;
     for (size_t i = 0; i < fixture_n_exports; i++)
         if (strcmp(fixture_exports[i].name, "cuMemUnmap") == 0) {
             char why[160];
@@ -271,6 +269,47 @@ static void self_test_sees_a_lost_patch(void **state)
                 rc_patch_entry((uintptr_t)fixture_own("cuMemUnmap"), original[i], why, sizeof why),
                 0);
         }
+}
+
+/* A patch lost after the cache trusted it: the next miss sees it and turns
+ * the cache to TAG_CHECK, whose hits then catch the memory whose free went
+ * unseen. */
+static void miss_sees_a_lost_patch(void **state)
+{
+    (void)state;
+    setenv("REGCACHE_STATS", "1", 1);
+    regcache_t *c = fixture_cache();
+    unsetenv("REGCACHE_STATS");
+    uintptr_t stale = fixture_cached_alloc(c, 0);
+    assert_int_equal(regcache_validation_mode(c), REGCACHE_VALIDATE_HOOKS);
+    restore_unmap();
+    /* Hits are not slowed down to look: still HOOKS until a miss. */
+    fixture_cache_range(c, stale, FIXTURE_SIZE);
+    assert_int_equal(regcache_validation_mode(c), REGCACHE_VALIDATE_HOOKS);
+    fixture_cached_alloc(c, 0);
+    assert_int_equal(regcache_validation_mode(c), REGCACHE_VALIDATE_TAG_CHECK);
+    assert_string_equal(regcache_validation_reason(c),
+                        "in-process interception lost: another patcher rewrote cuMemUnmap's "
+                        "entry after the cache was created");
+    /* Freed and allocated again unseen: the same address, a new buffer id. */
+    fakecuda_free_unhooked(stale);
+    assert_int_equal(fakecuda_alloc_unhooked(FIXTURE_SIZE, 0), stale);
+    struct regcache_stats before, after;
+    assert_int_equal(regcache_get_stats(c, &before), REGCACHE_OK);
+    fixture_cache_range(c, stale, FIXTURE_SIZE);
+    assert_int_equal(regcache_get_stats(c, &after), REGCACHE_OK);
+    assert_int_equal(after.invalidations_tag, before.invalidations_tag + 1);
+    char buf[1024];
+    destroy_capturing_stderr(c, buf, sizeof buf);
+    assert_non_null(strstr(buf, "validation TAG_CHECK: in-process interception lost: "));
+}
+
+/* The self-test of the next cache finds the path unreported and falls
+ * back to TAG_CHECK. */
+static void self_test_sees_a_lost_patch(void **state)
+{
+    (void)state;
+    restore_unmap();
     regcache_t *c = create();
     assert_int_equal(regcache_validation_mode(c), REGCACHE_VALIDATE_TAG_CHECK);
     const char *why = "in-process interception unavailable: cuMemUnmap called through "
@@ -341,6 +380,7 @@ int main(void)
         cmocka_unit_test(code_protections_are_restored),
         cmocka_unit_test(reason_error_and_stats),
         cmocka_unit_test(quiet_calls_are_not_reported),
+        cmocka_unit_test(miss_sees_a_lost_patch),
         cmocka_unit_test(self_test_sees_a_lost_patch),
     };
     return cmocka_run_group_tests_name("patched", tests, NULL, NULL);
