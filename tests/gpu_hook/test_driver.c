@@ -3,22 +3,13 @@
  * interception patches): cuMemAlloc, stream-ordered allocations (also the
  * per-thread-stream variants fetched through cuGetProcAddress), VMM
  * mappings, pinned and registered host memory, and a primary context
- * reset.  Run by
- * gpu-test.sh in each way. */
+ * reset.  Run by gpu-test.sh in each way. */
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "cu_check.h"
 #include "gpu_backend.h"
-
-#define CU(call)                                                             \
-    do {                                                                     \
-        CUresult r_ = (call);                                                \
-        if (r_ != CUDA_SUCCESS) {                                            \
-            printf("%s:%d: %s failed: %d\n", __FILE__, __LINE__, #call, r_); \
-            return 1;                                                        \
-        }                                                                    \
-    } while (0)
 
 static CUdevice device;
 static CUstream stream;

@@ -26,10 +26,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
-#include <sys/wait.h>
 #include <ucontext.h>
 #include <unistd.h>
 
+#include "crash_child.h"
 #include "fake_libcuda.h"
 #include "hook_fixture.h"
 #include "test_sync.h"
@@ -100,8 +100,9 @@ static void call_stepping(void *arg)
 
 /* In a child: exits 0 when every check held, else with the step that
  * failed (a crash is a signal). */
-static void at_boundary(size_t b)
+static void at_boundary(void *arg)
 {
+    size_t b = *(const size_t *)arg;
     install_stepper();
     park_at = (uintptr_t)mem_free + b;
     fakecuda_reset();
@@ -129,41 +130,13 @@ static void at_boundary(size_t b)
     regcache_destroy(c);
 }
 
-/* Run body(arg) in a child: whether it exited 0, neither failing nor
- * crashing (what it did instead is printed). */
-static bool in_child(void (*body)(size_t), size_t arg)
-{
-    fflush(NULL);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        /* A crash ends the child (cmocka's handlers would carry on). */
-        int crashes[] = { SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT };
-        for (size_t i = 0; i < sizeof crashes / sizeof crashes[0]; i++)
-            signal(crashes[i], SIG_DFL);
-        alarm(120);
-        body(arg);
-        _exit(0);
-    }
-    int status;
-    if (!child_wait(pid, 240, &status)) {
-        print_error("    the child hung\n");
-        return false;
-    }
-    if (WIFSIGNALED(status))
-        print_error("    the child died of signal %d\n", WTERMSIG(status));
-    else if (WEXITSTATUS(status) != 0)
-        print_error("    the child failed (exit %d)\n", WEXITSTATUS(status));
-    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
-}
-
 /* Every boundary is tried, so that a failure lists all that fail. */
 static void boundaries(const size_t *at, size_t n)
 {
     size_t failed = 0;
     for (size_t i = 0; i < n; i++) {
         print_message("  thread at +%zu while the patch is written\n", at[i]);
-        failed += !in_child(at_boundary, at[i]);
+        failed += !crash_child_run(at_boundary, (void *)&at[i], HANG_SECONDS * 12);
     }
     assert_int_equal(failed, 0);
 }
@@ -192,7 +165,7 @@ static void poke(uintptr_t at, uint8_t value)
  * jump's opcode): a call meets the int3 and is sent to the thunk, so the
  * cache still hears of the free; a trap that is not at a site reaches the
  * handler the test installed before the patcher's. */
-static void in_the_int3_window(size_t unused)
+static void in_the_int3_window(void *unused)
 {
     (void)unused;
     install_stepper();
@@ -218,7 +191,7 @@ static void in_the_int3_window(size_t unused)
 static void int3_window_sends_to_the_thunk(void **state)
 {
     (void)state;
-    assert_true(in_child(in_the_int3_window, 0));
+    assert_true(crash_child_run(in_the_int3_window, NULL, HANG_SECONDS * 12));
 }
 
 int main(void)
