@@ -64,8 +64,8 @@ struct regcache {
     struct rc_page_index index;
     struct rc_memory mem;
     /* Also set once later, by a HOOKS cache that finds the in-process
-     * interception gone (rc_validation_recheck): hits read it relaxed, a
-     * plain load as before. */
+     * interception gone (rc_validation_recheck); hits read it with
+     * rc_tag_checking(). */
     atomic_bool tag_check;
     /* Hits publish their holds without a fence: TAG_CHECK caches, where a
      * hit already costs a driver call and whose detaches and evictions pay
@@ -137,6 +137,21 @@ struct regcache {
 
     _Atomic(struct regcache *) registry_next;
 };
+
+/* The hit's relaxed load of tag_check, which must cost what the plain load
+ * of a flag set only at create did: on x86-64 one cmpb with memory, where
+ * an atomic load is a movzbl and a test.  A byte load is atomic there, and
+ * the asm is no access the sanitizers track. */
+static inline bool rc_tag_checking(const struct regcache *c)
+{
+#if defined(__x86_64__) && defined(__GCC_ASM_FLAG_OUTPUTS__)
+    bool set;
+    __asm__("cmpb $0,%1" : "=@ccne"(set) : "m"(c->tag_check));
+    return set;
+#else
+    return atomic_load_explicit(&c->tag_check, memory_order_relaxed);
+#endif
+}
 
 static inline bool rc_forked(const struct regcache *c);
 

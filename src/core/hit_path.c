@@ -403,7 +403,7 @@ static COLD int get_again(struct regcache *c, uintptr_t start, uintptr_t end, un
 {
     struct rc_thread *t = rc_thread_self();
     /* Read once: a look and its serve must agree (rc_validation_recheck). */
-    bool tagged = atomic_load_explicit(&c->tag_check, memory_order_relaxed);
+    bool tagged = rc_tag_checking(c);
     for (int looks = 0; t && looks < 4; looks++) {
         if (slot)
             release_held(c, slot);
@@ -492,7 +492,7 @@ static inline __attribute__((always_inline)) int get(regcache_t *c, unsigned rai
             *out = NULL;
         return bad_get(c, addr, len, rail, out);
     }
-    if (atomic_load_explicit(&c->tag_check, memory_order_relaxed))
+    if (rc_tag_checking(c))
         return query_first(c) ? hit_tag_first(c, start, end, rail, out)
                               : hit_tagged(c, start, end, rail, out);
     return rail ? hit_hooks(c, start, end, rail, out) : hit_hooks_rail0(c, start, end, out);
