@@ -470,7 +470,10 @@ REGCACHE_API int regcache_get_device_stats(const regcache_t *cache, int device,
 
 /*
  * The validation mode the cache actually uses (AUTO resolved), or
- * REGCACHE_ERR_INVALID for NULL.  Thread safe.
+ * REGCACHE_ERR_INVALID for NULL.  A cache whose HOOKS rest on the
+ * in-process interception turns to TAG_CHECK for good when a miss finds
+ * that another patcher rewrote libcuda's patched entries (README).
+ * Thread safe.
  */
 REGCACHE_API int regcache_validation_mode(const regcache_t *cache);
 
@@ -479,7 +482,8 @@ REGCACHE_API int regcache_validation_mode(const regcache_t *cache);
  * preload hook, the in-process interception (with what it patched), or why
  * none of these could be trusted (REGCACHE_HOOKS=off, "in-process
  * interception unavailable: cuMemUnmap prologue not recognised (bytes
- * ...)").  Never empty for a cache; NULL for NULL.  The text lives as long
+ * ...)"), or why a HOOKS cache turned to TAG_CHECK later ("in-process
+ * interception lost: ...").  Never empty for a cache; NULL for NULL.  The text lives as long
  * as the cache.  Thread safe.
  */
 REGCACHE_API const char *regcache_validation_reason(const regcache_t *cache);

@@ -64,7 +64,10 @@ struct regcache {
     /* Read by every hit; written only by create. */
     struct rc_page_index index;
     struct rc_memory mem;
-    bool tag_check;
+    /* Also set once later, by a HOOKS cache that finds the in-process
+     * interception gone (rc_validation_recheck); hits read it with
+     * rc_tag_checking(). */
+    atomic_bool tag_check;
     /* Hits publish their holds without a fence: TAG_CHECK caches, where a
      * hit already costs a driver call and whose detaches and evictions pay
      * a heavy fence instead (asym_fence.h), while that fence works here.
@@ -106,7 +109,11 @@ struct regcache {
     bool builtin;
     bool destroying; /* regcache_destroy() deregisters held entries too */
     int method_used;
-    int validation;
+    int validation; /* as resolved at create */
+    /* HOOKS that trusts the in-process interception: each miss checks that
+     * libcuda still carries the patches (rc_validation_recheck). */
+    bool watch_patches;
+    char lost_reason[256]; /* why it fell back; written before tag_check */
     size_t host_page;
     struct rc_options opts;
 
@@ -137,6 +144,21 @@ struct regcache {
     struct regcache *departing_next;
 };
 
+/* The hit's relaxed load of tag_check, which must cost what the plain load
+ * of a flag set only at create did: on x86-64 one cmpb with memory, where
+ * an atomic load is a movzbl and a test.  A byte load is atomic there, and
+ * the asm is no access the sanitizers track. */
+static inline bool rc_tag_checking(const struct regcache *c)
+{
+#if defined(__x86_64__) && defined(__GCC_ASM_FLAG_OUTPUTS__)
+    bool set;
+    __asm__("cmpb $0,%1" : "=@ccne"(set) : "m"(c->tag_check));
+    return set;
+#else
+    return atomic_load_explicit(&c->tag_check, memory_order_relaxed);
+#endif
+}
+
 static inline bool rc_forked(const struct regcache *c);
 
 /* From now on c's hits and puts fence (asym_fence.h: the heavy fence stopped
@@ -160,6 +182,12 @@ regcache_entry_t *rc_counted_handle(struct regcache_entry *e, unsigned rail);
 regcache_entry_t *rc_slot_hold_locked(struct regcache *c, struct regcache_entry *e, unsigned rail);
 
 /* ---- misses (miss.c, classify.c, register.c) ---------------------------- */
+
+/* A watch_patches cache whose patches another patcher rewrote turns to
+ * TAG_CHECK, with the reason regcache_validation_reason() then gives:
+ * frees since may have gone unseen, and its hits check tags from now on.
+ * Costs a few loads per patched function (lifecycle.c). */
+void rc_validation_recheck(struct regcache *c);
 
 int rc_slow_get(struct regcache *c, uintptr_t start, uintptr_t end, unsigned rail,
                 regcache_entry_t **out);

@@ -428,6 +428,8 @@ static COLD int get_again(struct regcache *c, uintptr_t start, uintptr_t end, un
                           regcache_entry_t **out, _Atomic uintptr_t *slot)
 {
     struct rc_thread *t = rc_thread_self();
+    /* Read once: a look and its serve must agree (rc_validation_recheck). */
+    bool tagged = rc_tag_checking(c);
     for (int looks = 0; t && looks < 4; looks++) {
         if (slot)
             release_held(c, slot);
@@ -438,9 +440,9 @@ static COLD int get_again(struct regcache *c, uintptr_t start, uintptr_t end, un
         uint64_t first = 0;
         struct rc_probe probe;
         struct regcache_entry *e =
-            look(c, t, start, end, rail, &slot, &probe, true, c->tag_check, query_first(c), &first);
+            look(c, t, start, end, rail, &slot, &probe, true, tagged, query_first(c), &first);
         if (e)
-            return serve(c, t, slot, &probe, start, end, rail, out, c->tag_check, first);
+            return serve(c, t, slot, &probe, start, end, rail, out, tagged, first);
         if (!slot)
             break;
     }
@@ -520,7 +522,7 @@ static inline __attribute__((always_inline)) int get(regcache_t *c, unsigned rai
             *out = NULL;
         return bad_get(c, addr, len, rail, out);
     }
-    if (c->tag_check)
+    if (rc_tag_checking(c))
         return query_first(c) ? hit_tag_first(c, start, end, rail, out)
                               : hit_tagged(c, start, end, rail, out);
     return rail ? hit_hooks(c, start, end, rail, out) : hit_hooks_rail0(c, start, end, out);

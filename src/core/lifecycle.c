@@ -16,8 +16,9 @@
 /* Trusting frees is only safe when every one of them is provably seen: by
  * the preload hook, or by the in-process interception once its self-test
  * has reached every patched function. */
-static int resolve_validation(struct rc_options *o, const struct rc_memory *m)
+static int resolve_validation(struct regcache *c)
 {
+    struct rc_options *o = &c->opts;
     char *why = o->validation_reason;
     size_t n = sizeof o->validation_reason;
     if (o->params.validation != REGCACHE_VALIDATE_AUTO) {
@@ -29,7 +30,7 @@ static int resolve_validation(struct rc_options *o, const struct rc_memory *m)
         return REGCACHE_VALIDATE_HOOKS;
     }
     /* Not a failure: no GPU memory can be freed behind the cache's back. */
-    if (rc_memory_host_only(m)) {
+    if (rc_memory_host_only(&c->mem)) {
         snprintf(why, n, "host memory only: no CUDA driver, nothing to validate on the GPU side");
         return REGCACHE_VALIDATE_TAG_CHECK;
     }
@@ -37,10 +38,30 @@ static int resolve_validation(struct rc_options *o, const struct rc_memory *m)
         snprintf(why, n, "REGCACHE_HOOKS=off: no in-process interception");
         return REGCACHE_VALIDATE_TAG_CHECK;
     }
-    if (rc_intercept_ensure(why, n))
+    if (rc_intercept_ensure(why, n)) {
+        c->watch_patches = true;
         return REGCACHE_VALIDATE_HOOKS;
+    }
     rc_set_error("validation TAG_CHECK: %s", why);
     return REGCACHE_VALIDATE_TAG_CHECK;
+}
+
+/* Another patcher may write libcuda's entries back after the self-test
+ * proved them: frees then go unseen.  Misses look (hits stay as they are);
+ * the first that finds a patch gone makes every later hit check tags. */
+void rc_validation_recheck(struct regcache *c)
+{
+    char why[sizeof c->lost_reason];
+    if (atomic_load_explicit(&c->tag_check, memory_order_relaxed) ||
+        rc_intercept_intact(why, sizeof why))
+        return;
+    rc_lock(&c->lock);
+    if (!atomic_load_explicit(&c->tag_check, memory_order_relaxed)) {
+        snprintf(c->lost_reason, sizeof c->lost_reason, "%s", why);
+        /* Release: a reader that sees TAG_CHECK sees the reason. */
+        atomic_store_explicit(&c->tag_check, true, memory_order_release);
+    }
+    rc_unlock(&c->lock);
 }
 
 static int make_backend(struct regcache *c)
@@ -121,11 +142,12 @@ int regcache_create(const struct regcache_params *params, regcache_t **out)
     c->rails = (unsigned)p->rails;
     c->host_page = (size_t)sysconf(_SC_PAGESIZE);
     rc_memory_select(p->backend ? &c->backend.user : NULL, &c->mem);
-    c->validation = resolve_validation(&c->opts, &c->mem);
-    c->tag_check = c->validation == REGCACHE_VALIDATE_TAG_CHECK;
-    atomic_init(&c->fenceless, c->tag_check && atomic_load(&rc_heavy_fence_works));
+    c->validation = resolve_validation(c);
+    bool tag_check = c->validation == REGCACHE_VALIDATE_TAG_CHECK;
+    atomic_init(&c->tag_check, tag_check);
+    atomic_init(&c->fenceless, tag_check && atomic_load(&rc_heavy_fence_works));
     c->put_flags = atomic_load(&rc_heavy_fence_works) ? 0 : RC_PUT_FENCE;
-    c->tag_first = c->tag_check && !c->opts.params.host_memory;
+    c->tag_first = tag_check && !c->opts.params.host_memory;
     /* Behind the driver's query even an L1 miss hides (hit_path.c). */
     if (c->tag_first && c->mem.slow_tag)
         rc_page_index_large_from(&c->index, rc_page_index_l1_slots());
@@ -168,8 +190,10 @@ void regcache_destroy(regcache_t *c)
 
 int regcache_validation_mode(const regcache_t *c)
 {
-    return c ? c->validation
-             : rc_fail(REGCACHE_ERR_INVALID, "regcache_validation_mode: cache is NULL");
+    if (!c)
+        return rc_fail(REGCACHE_ERR_INVALID, "regcache_validation_mode: cache is NULL");
+    return atomic_load_explicit(&c->tag_check, memory_order_acquire) ? REGCACHE_VALIDATE_TAG_CHECK
+                                                                      : c->validation;
 }
 
 int regcache_method_used(const regcache_t *c)
@@ -181,5 +205,8 @@ int regcache_method_used(const regcache_t *c)
 
 const char *regcache_validation_reason(const regcache_t *c)
 {
-    return c ? c->opts.validation_reason : NULL;
+    if (!c)
+        return NULL;
+    bool lost = c->watch_patches && atomic_load_explicit(&c->tag_check, memory_order_acquire);
+    return lost ? c->lost_reason : c->opts.validation_reason;
 }

@@ -458,6 +458,8 @@ int rc_slow_get(struct regcache *c, uintptr_t start, uintptr_t end, unsigned rai
                 regcache_entry_t **out)
 {
     struct rc_want w = { .start = start, .end = end };
+    if (c->watch_patches)
+        rc_validation_recheck(c);
     uint64_t seq = rc_miss_enter(c);
     int rc = rc_classify(c, &w);
     if (rc == REGCACHE_OK) {

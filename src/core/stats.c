@@ -94,7 +94,8 @@ void rc_stats_dump(const struct regcache *c)
             s.invalidations_tag, s.invalidations_notify, s.invalidations_explicit, s.reg_failures,
             s.one_shots, s.entries, s.bytes, s.peak_bytes);
     fprintf(stderr, "regcache %p: validation %s: %s\n", (const void *)c,
-            c->tag_check ? "TAG_CHECK" : "HOOKS", c->opts.validation_reason);
+            regcache_validation_mode(c) == REGCACHE_VALIDATE_HOOKS ? "HOOKS" : "TAG_CHECK",
+            regcache_validation_reason(c));
     if (c->ledger_note[0])
         fprintf(stderr, "regcache %p: %s\n", (const void *)c, c->ledger_note);
     for (int i = 0; i < RC_MAX_DEVICES; i++) {

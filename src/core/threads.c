@@ -7,6 +7,7 @@
 
 #include "asym_fence.h"
 #include "entry.h"
+#include "resident.h"
 
 __thread struct rc_thread *rc_thread_current __attribute__((tls_model("initial-exec")));
 
@@ -146,6 +147,9 @@ static void forget_parent_threads(void)
 
 static void make_exit_key(void)
 {
+    /* The key's destructor runs at every later thread exit, also after the
+     * library was dlclose()d. */
+    rc_stay_resident();
     pthread_key_create(&exit_key, release_record);
     pthread_atfork(NULL, NULL, forget_parent_threads);
 }

@@ -1,10 +1,11 @@
 /* Installing the in-process interception and proving it (see intercept.h).
  *
  * Each function of the list gets, in one page mapped within 2 GiB of
- * libcuda, a thunk (an absolute jump to its wrapper here) and a trampoline
- * (the instructions displaced from its entry, then a jump back past them);
- * its entry gets a jmp rel32 to the thunk.  The wrapper calls the driver
- * through the trampoline. */
+ * libcuda, a thunk (the undo of the entry's leading instructions, then an
+ * absolute jump to its wrapper here) and a trampoline (the leading
+ * instructions, the one at the patch site, then a jump back past it); its
+ * patch site gets a jmp rel32 to the thunk (prologue.h says why there).
+ * The wrapper calls the driver through the trampoline. */
 #include "intercept.h"
 
 #include <dlfcn.h>
@@ -12,11 +13,13 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "cuda_seam.h"
 #include "patch.h"
 #include "proc_maps.h"
 #include "prologue.h"
+#include "resident.h"
 #include "wrap.h"
 
 #define UNAVAILABLE "in-process interception unavailable: "
@@ -63,14 +66,18 @@ static const struct row {
 };
 
 /* Per function in the page: the thunk, then the trampoline. */
-#define SLOT 64
-#define TRAMPOLINE_AT 16
+#define TRAMPOLINE_AT RC_THUNK_MAX
+#define SLOT (RC_THUNK_MAX + RC_TRAMPOLINE_MAX)
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static rc_dlsym_fn sym;
 static void *driver;                /* libcuda.so.1, never closed */
 static void *entries[ICPT_SYMBOLS]; /* libcuda's exports; NULL where it has none */
 static int patched;                 /* how many */
+/* Each entry as patched, up to the end of the jump: what a later patcher
+ * must leave alone for the wrapper to see every call. */
+static uint8_t written[ICPT_SYMBOLS][RC_PROLOGUE_MAX];
+static size_t written_len[ICPT_SYMBOLS];
 static char install_failure[256];   /* empty once installed */
 
 void *rc_wrap_driver_symbol(const char *symbol)
@@ -97,11 +104,6 @@ static int read_entry(int i, uint8_t *code, struct rc_prologue *p, char *why, si
     }
     size_t len = m.end - at < RC_PROLOGUE_MAX ? m.end - at : RC_PROLOGUE_MAX;
     memcpy(code, entries[i], len);
-    if (!rc_patch_fits(at)) {
-        snprintf(why, n, "%s at %#jx: its first %d bytes cross an 8-byte boundary", rows[i].symbol,
-                 (uintmax_t)at, RC_PATCH_LEN);
-        return -1;
-    }
     if (rc_prologue_decode(code, len, at, p) == 0)
         return 0;
     int k = snprintf(why, n, "%s prologue not recognised (bytes", rows[i].symbol);
@@ -152,9 +154,15 @@ static int patch_all(char *why, size_t n)
         }
         if (read_entry(i, code[i], &prologue[i], why, n) != 0)
             return -1;
-        uintptr_t at = (uintptr_t)entries[i];
+        /* The page must reach the entry, and what the relocated site
+         * instruction reads. */
+        uintptr_t at = (uintptr_t)entries[i], far = prologue[i].rip_target;
         lo = at < lo ? at : lo;
         hi = at + RC_PROLOGUE_MAX > hi ? at + RC_PROLOGUE_MAX : hi;
+        if (far) {
+            lo = far < lo ? far : lo;
+            hi = far + 1 > hi ? far + 1 : hi;
+        }
     }
     if (hi == 0) {
         snprintf(why, n, "libcuda.so.1 exports none of the memory functions");
@@ -167,8 +175,15 @@ static int patch_all(char *why, size_t n)
     memset(page, 0xcc, size); /* int3 between the pieces */
     for (int i = 0; i < ICPT_SYMBOLS; i++)
         if (entries[i]) {
-            rc_prologue_jump(page + i * SLOT, (uintptr_t)rows[i].wrapper);
-            rc_prologue_trampoline(page + i * SLOT + TRAMPOLINE_AT, code[i], &prologue[i]);
+            uint8_t *thunk = page + i * SLOT, *trampoline = thunk + TRAMPOLINE_AT;
+            rc_prologue_thunk(thunk, &prologue[i], (uintptr_t)rows[i].wrapper);
+            if (rc_prologue_trampoline(trampoline, (uintptr_t)trampoline, code[i], &prologue[i]) ==
+                0) {
+                snprintf(why, n, "%s: the trampoline cannot reach what its entry reads",
+                         rows[i].symbol);
+                munmap(page, size);
+                return -1;
+            }
         }
     if (rc_patch_seal(page, size, why, n) != 0)
         return -1;
@@ -177,15 +192,22 @@ static int patch_all(char *why, size_t n)
         if (entries[i])
             atomic_store_explicit(&originals[i], page + i * SLOT + TRAMPOLINE_AT,
                                   memory_order_release);
+    /* From the first jump on, libcuda leads into this library's wrappers
+     * for the rest of the process. */
+    rc_stay_resident();
     for (int i = 0; i < ICPT_SYMBOLS; i++) {
         if (!entries[i])
             continue;
-        uintptr_t at = (uintptr_t)entries[i];
-        int32_t rel = (int32_t)((intptr_t)(page + i * SLOT) - (intptr_t)(at + RC_PATCH_LEN));
-        uint8_t jmp[RC_PATCH_LEN] = { 0xe9 };
+        uintptr_t site = (uintptr_t)entries[i] + prologue[i].site;
+        uintptr_t thunk = (uintptr_t)(page + i * SLOT);
+        int32_t rel = (int32_t)((intptr_t)thunk - (intptr_t)(site + RC_PATCH_LEN));
+        memcpy(written[i], code[i], prologue[i].site);
+        uint8_t *jmp = written[i] + prologue[i].site;
+        jmp[0] = 0xe9;
         memcpy(jmp + 1, &rel, sizeof rel);
+        written_len[i] = prologue[i].site + RC_PATCH_LEN;
         char detail[160];
-        if (rc_patch_entry(at, jmp, detail, sizeof detail) != 0) {
+        if (rc_patch_site(site, jmp, thunk, detail, sizeof detail) != 0) {
             /* The entries patched so far stay: each reaches its wrapper,
              * which reports and calls the driver as before. */
             snprintf(why, n, "%s: %s", rows[i].symbol, detail);
@@ -193,7 +215,6 @@ static int patch_all(char *why, size_t n)
         }
         patched++;
     }
-    rc_patch_sync_cores();
     return 0;
 }
 
@@ -291,6 +312,19 @@ static int probe_proc_addresses(char *why, size_t n)
             }
         }
     }
+    return 1;
+}
+
+int rc_intercept_intact(char *why, size_t n)
+{
+    for (int i = 0; i < ICPT_SYMBOLS; i++)
+        if (entries[i] && !rc_patch_holds((uintptr_t)entries[i], written[i], written_len[i])) {
+            snprintf(why, n,
+                     "in-process interception lost: another patcher rewrote %s's entry "
+                     "after the cache was created",
+                     rows[i].symbol);
+            return 0;
+        }
     return 1;
 }
 

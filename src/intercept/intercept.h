@@ -21,6 +21,14 @@
 int rc_intercept_ensure(char *why, size_t n);
 
 /*
+ * Whether every entry patched still holds the bytes written there: 1, or 0
+ * with the reason ("in-process interception lost: ...") in why[n].  A few
+ * loads per patched function; call it only once rc_intercept_ensure()
+ * returned 1.  Thread safe.
+ */
+int rc_intercept_intact(char *why, size_t n);
+
+/*
  * The library's own calls of a patched function free no memory of the
  * application (the dmabuf export releases a primary context it retained a
  * moment before).  While `on`, the calling thread's calls reach the driver

@@ -17,19 +17,24 @@ void *rc_patch_page_near(uintptr_t lo, uintptr_t hi, size_t size, char *why, siz
 /* Make the page executable and no longer writable.  0, or -1 and why. */
 int rc_patch_seal(void *page, size_t size, char *why, size_t n);
 
-/* Whether the RC_PATCH_LEN bytes at `entry` lie in one aligned 8-byte
- * word, which rc_patch_entry() needs. */
-bool rc_patch_fits(uintptr_t entry);
+/*
+ * Write `bytes` (RC_PATCH_LEN, an instruction) over the instruction that
+ * starts at `site`, so that a thread arriving at `site` runs either the old
+ * instruction or the new one, never a mix, then give the code back the
+ * protection /proc/self/maps lists for it.  When the bytes lie in one
+ * aligned 8-byte word, one store does it.  Otherwise: an int3 at `site`,
+ * every core serialised, the other bytes, serialised, the first byte,
+ * serialised; a thread that meets the int3 meanwhile continues at `detour`,
+ * which must do what the new instruction does (a SIGTRAP handler, installed
+ * for good at the first such write, sends it there and passes every other
+ * trap to the handler it replaced).  0, or -1 and why (the code cannot be
+ * made writable, its protection cannot be restored, or - for the int3 way -
+ * the kernel cannot serialise other cores).
+ */
+int rc_patch_site(uintptr_t site, const uint8_t *bytes, uintptr_t detour, char *why, size_t n);
 
-/* Write `bytes` (RC_PATCH_LEN) at `entry` (rc_patch_fits) with one aligned
- * 8-byte store, so that a thread running the function meets either the old
- * bytes or the new ones, then give the page back the protection
- * /proc/self/maps lists for it.  0, or -1 and why (the page cannot be made
- * writable, or its protection cannot be restored). */
-int rc_patch_entry(uintptr_t entry, const uint8_t *bytes, char *why, size_t n);
-
-/* After patching: make every thread of the process drop instructions it
- * fetched before the stores (best effort; see patch.c). */
-void rc_patch_sync_cores(void);
+/* Whether the n bytes at `at` are still `bytes` (read without a lock:
+ * another patcher may be writing them). */
+bool rc_patch_holds(uintptr_t at, const uint8_t *bytes, size_t n);
 
 #endif

@@ -4,69 +4,157 @@
 #include <string.h>
 
 #define JMP_REL32 0xe9
+#define PUSH_RBP 0x55
 
-/* One accepted form: its leading bytes under a mask, and its length. */
-static const struct form {
+/* One accepted form: its leading bytes under a mask, its length, and for a
+ * leading instruction how it is undone. */
+struct form {
     uint8_t match[4], mask[4];
     size_t matched, len;
-} forms[] = {
+};
+
+/* Leading instructions, each shorter than the patch, that the thunk can
+ * undo. */
+enum lead { ENDBR64, PUSH, PUSH_REX, MOV_RBP, MOV_RBP_ALT, SUB_RSP8, LEADS };
+static const struct form leads[LEADS] = {
     /* endbr64: a no-op marker for indirect-branch tracking. */
-    { { 0xf3, 0x0f, 0x1e, 0xfa }, { 0xff, 0xff, 0xff, 0xff }, 4, 4 },
-    /* push %rax..%rdi */
-    { { 0x50 }, { 0xf8 }, 1, 1 },
-    /* push %r8..%r15 (REX.B) */
-    { { 0x41, 0x50 }, { 0xff, 0xf8 }, 2, 2 },
+    [ENDBR64] = { { 0xf3, 0x0f, 0x1e, 0xfa }, { 0xff, 0xff, 0xff, 0xff }, 4, 4 },
+    /* push %rax..%rdi, and %r8..%r15 (REX.B) */
+    [PUSH] = { { 0x50 }, { 0xf8 }, 1, 1 },
+    [PUSH_REX] = { { 0x41, 0x50 }, { 0xff, 0xf8 }, 2, 2 },
     /* mov %rsp,%rbp, in both encodings */
-    { { 0x48, 0x89, 0xe5 }, { 0xff, 0xff, 0xff }, 3, 3 },
-    { { 0x48, 0x8b, 0xec }, { 0xff, 0xff, 0xff }, 3, 3 },
-    /* sub $imm8,%rsp and sub $imm32,%rsp */
-    { { 0x48, 0x83, 0xec }, { 0xff, 0xff, 0xff }, 3, 4 },
+    [MOV_RBP] = { { 0x48, 0x89, 0xe5 }, { 0xff, 0xff, 0xff }, 3, 3 },
+    [MOV_RBP_ALT] = { { 0x48, 0x8b, 0xec }, { 0xff, 0xff, 0xff }, 3, 3 },
+    /* sub $imm8,%rsp */
+    [SUB_RSP8] = { { 0x48, 0x83, 0xec }, { 0xff, 0xff, 0xff }, 3, 4 },
+};
+
+/* Patch sites that run unchanged anywhere: sub $imm32,%rsp, and movabs
+ * $imm64,%reg (REX.W, optionally REX.B), how UCX's bistro starts its far
+ * patch (mov %rax or %r11, then jmp through it). */
+static const struct form sites[] = {
     { { 0x48, 0x81, 0xec }, { 0xff, 0xff, 0xff }, 3, 7 },
-    /* movabs $imm64,%reg (REX.W, optionally REX.B): how UCX's bistro
-     * starts its far patch (mov %rax or %r11, then jmp through it). */
     { { 0x48, 0xb8 }, { 0xfe, 0xf8 }, 2, 10 },
 };
 
-/* The length of the instruction at code (n bytes readable) if it is one of
- * the accepted forms, else 0. */
-static size_t form_length(const uint8_t *code, size_t n)
+/* Whether code (n bytes readable) starts with form f, whole. */
+static bool matches(const struct form *f, const uint8_t *code, size_t n)
 {
-    for (size_t f = 0; f < sizeof forms / sizeof forms[0]; f++) {
-        const struct form *x = &forms[f];
-        size_t i = 0;
-        while (i < x->matched && i < n && (code[i] & x->mask[i]) == x->match[i])
-            i++;
-        if (i == x->matched)
-            return x->len <= n ? x->len : 0;
+    if (f->len > n)
+        return false;
+    for (size_t i = 0; i < f->matched; i++)
+        if ((code[i] & f->mask[i]) != f->match[i])
+            return false;
+    return true;
+}
+
+/* cmp $imm8 or $imm32 with x(%rip) (opcode 80, 81 or 83, ModRM /7 with
+ * RIP-relative addressing), optionally REX.W: how libcuda's entries test
+ * a flag of their own.  Its length and the offset of its disp32, or 0. */
+static size_t rip_cmp_length(const uint8_t *code, size_t n, size_t *disp)
+{
+    size_t rex = n > 0 && code[0] == 0x48;
+    if (n < rex + 2 || code[rex + 1] != 0x3d)
+        return 0;
+    size_t imm = code[rex] == 0x81 ? 4 : code[rex] == 0x80 || code[rex] == 0x83 ? 1 : 0;
+    size_t len = rex + 2 + 4 + imm;
+    if (imm == 0 || len > n)
+        return 0;
+    *disp = rex + 2;
+    return len;
+}
+
+/* The site at code[i]: fills *p and returns 0, or -1 when none is there. */
+static int site_at(const uint8_t *code, size_t n, size_t i, uintptr_t at, struct rc_prologue *p)
+{
+    p->site = i;
+    p->site_jumps = false;
+    p->rip_disp = 0;
+    p->rip_target = 0;
+    size_t len = 0;
+    if (code[i] == JMP_REL32 && n - i >= 5) {
+        /* Another patcher (UCX, or another copy of this library) left it:
+         * nothing after it runs, and the trampoline jumps to its target. */
+        int32_t rel;
+        memcpy(&rel, code + i + 1, sizeof rel);
+        p->len = i + 5;
+        p->site_jumps = true;
+        p->resume = at + p->len + (uintptr_t)(intptr_t)rel;
+        return 0;
     }
+    for (size_t f = 0; len == 0 && f < sizeof sites / sizeof sites[0]; f++)
+        if (matches(&sites[f], code + i, n - i))
+            len = sites[f].len;
+    size_t disp = 0;
+    if (len == 0 && (len = rip_cmp_length(code + i, n - i, &disp)) != 0) {
+        int32_t d;
+        memcpy(&d, code + i + disp, sizeof d);
+        p->rip_disp = disp;
+        p->rip_target = at + i + len + (uintptr_t)(intptr_t)d;
+    }
+    if (len == 0)
+        return -1;
+    p->len = i + len;
+    p->resume = at + p->len;
     return 0;
+}
+
+/* The leading instruction at code (n bytes readable), or LEADS. */
+static enum lead lead_at(const uint8_t *code, size_t n)
+{
+    for (int f = 0; f < LEADS; f++)
+        if (matches(&leads[f], code, n))
+            return (enum lead)f;
+    return LEADS;
+}
+
+/* Write the undo of the leading instruction at code, of kind k, to dst;
+ * returns its length. */
+static size_t undo_of(enum lead k, const uint8_t *code, uint8_t *dst)
+{
+    switch (k) {
+    case PUSH: /* pop of the same register */
+        dst[0] = (uint8_t)(0x58 | (code[0] & 7));
+        return 1;
+    case PUSH_REX:
+        dst[0] = 0x41;
+        dst[1] = (uint8_t)(0x58 | (code[1] & 7));
+        return 2;
+    case SUB_RSP8: /* add $imm8,%rsp */
+        dst[0] = 0x48, dst[1] = 0x83, dst[2] = 0xc4, dst[3] = code[3];
+        return 4;
+    default: /* endbr64 changes nothing; the pop of %rbp restores it */
+        return 0;
+    }
 }
 
 int rc_prologue_decode(const uint8_t *code, size_t n, uintptr_t at, struct rc_prologue *p)
 {
-    size_t i = 0;
-    while (i < RC_PATCH_LEN) {
-        if (i >= n)
-            return -1;
-        /* A jmp rel32, as another patcher (UCX, or another copy of this
-         * library) leaves at an entry: nothing after it runs, and the
-         * trampoline jumps to its target instead. */
-        if (code[i] == JMP_REL32 && n - i >= 5) {
-            int32_t rel;
-            memcpy(&rel, code + i + 1, sizeof rel);
-            p->len = i + 5;
-            p->copied = i;
-            p->resume = at + p->len + (uintptr_t)(intptr_t)rel;
+    /* Undos in the order of their instructions, reversed at the end. */
+    uint8_t undo[RC_PROLOGUE_MAX][4];
+    size_t undo_lens[RC_PROLOGUE_MAX], leading = 0, i = 0;
+    bool rbp_saved = false;
+    n = n < RC_PROLOGUE_MAX ? n : RC_PROLOGUE_MAX;
+    while (i < n) {
+        if (site_at(code, n, i, at, p) == 0) {
+            p->undo_len = 0;
+            while (leading > 0) {
+                leading--;
+                memcpy(p->undo + p->undo_len, undo[leading], undo_lens[leading]);
+                p->undo_len += undo_lens[leading];
+            }
             return 0;
         }
-        size_t len = form_length(code + i, n - i);
-        if (len == 0)
+        enum lead k = lead_at(code + i, n - i);
+        /* %rbp overwritten can only be restored from where it was saved. */
+        if (k == LEADS || ((k == MOV_RBP || k == MOV_RBP_ALT) && !rbp_saved))
             return -1;
-        i += len;
+        rbp_saved |= k == PUSH && code[i] == PUSH_RBP;
+        undo_lens[leading] = undo_of(k, code + i, undo[leading]);
+        leading++;
+        i += leads[k].len;
     }
-    p->len = p->copied = i;
-    p->resume = at + i;
-    return 0;
+    return -1;
 }
 
 size_t rc_prologue_jump(uint8_t *dst, uintptr_t to)
@@ -78,8 +166,23 @@ size_t rc_prologue_jump(uint8_t *dst, uintptr_t to)
     return sizeof jmp_rip + sizeof target;
 }
 
-size_t rc_prologue_trampoline(uint8_t *dst, const uint8_t *code, const struct rc_prologue *p)
+size_t rc_prologue_thunk(uint8_t *dst, const struct rc_prologue *p, uintptr_t to)
 {
-    memcpy(dst, code, p->copied);
-    return p->copied + rc_prologue_jump(dst + p->copied, p->resume);
+    memcpy(dst, p->undo, p->undo_len);
+    return p->undo_len + rc_prologue_jump(dst + p->undo_len, to);
+}
+
+size_t rc_prologue_trampoline(uint8_t *dst, uintptr_t dst_at, const uint8_t *code,
+                              const struct rc_prologue *p)
+{
+    size_t copied = p->site_jumps ? p->site : p->len;
+    memcpy(dst, code, copied);
+    if (p->rip_disp) {
+        intptr_t d = (intptr_t)(p->rip_target - (dst_at + p->len));
+        if (d != (int32_t)d)
+            return 0;
+        int32_t disp = (int32_t)d;
+        memcpy(dst + p->site + p->rip_disp, &disp, sizeof disp);
+    }
+    return copied + rc_prologue_jump(dst + copied, p->resume);
 }

@@ -27,6 +27,9 @@
     X(cuMemFreeAsync, "cuMemFreeAsync", 11020, 0, free_async)                                   \
     X(cuMemFreeAsync_ptsz, "cuMemFreeAsync", 11020, RC_WRAP_PTDS, free_async)                   \
     X(cuMemFreeHost, "cuMemFreeHost", 2000, 0, free_host)                                       \
+    /* Host memory registered with cuMemHostRegister has a buffer id, which                     \
+     * its unregistration takes away. */                                                        \
+    X(cuMemHostUnregister, "cuMemHostUnregister", 4000, 0, free_host)                           \
     X(cuMemUnmap, "cuMemUnmap", 10020, 0, free_range)                                           \
     /* The reservation must be unmapped first; notifying again costs a                          \
      * lookup and covers a driver that unmaps on the way. */                                    \

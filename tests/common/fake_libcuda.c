@@ -210,6 +210,11 @@ PATCHED(cuMemFreeHost, (void *ptr))
     return free_logged("cuMemFreeHost", (uintptr_t)ptr);
 }
 
+PATCHED(cuMemHostUnregister, (void *ptr))
+{
+    return free_logged("cuMemHostUnregister", (uintptr_t)ptr);
+}
+
 API CUresult cuMemAllocHost_v2(void **ptr, size_t size)
 {
     *ptr = (void *)fakecuda_alloc_unhooked(size, 1);
@@ -343,18 +348,24 @@ int fakecuda_other_patcher_calls(void)
 /* The bytes measured at every memory function of libcuda 580 (16-byte
  * aligned; device-facts.md): push %rbp; mov %rsp,%rbp; push %r12;
  * sub $8,%rsp; cmpl $imm32,x(%rip).  Then the C body, which finds its
- * arguments untouched and the stack aligned. */
-#define MEASURED(name)                                                             \
-    __asm__(ENTRY_START(name) "push %rbp\nmov %rsp,%rbp\npush %r12\nsub $8,%rsp\n" \
-                              "cmpl $0x321cba00,tools_flag(%rip)\n"                \
-                              "call " #name "_body\n"                              \
-                              "add $8,%rsp\npop %r12\npop %rbp\nret\n" ENTRY_END(name));
+ * arguments untouched and the stack aligned.  FAKECUDA_CMP_AFTER_PUSHES
+ * moves the cmp before the sub, to +6: the jump written over it then
+ * crosses an 8-byte boundary. */
+#ifdef FAKECUDA_CMP_AFTER_PUSHES
+#define FRAME "push %rbp\nmov %rsp,%rbp\npush %r12\ncmpl $0x321cba00,tools_flag(%rip)\nsub $8,%rsp\n"
+#else
+#define FRAME "push %rbp\nmov %rsp,%rbp\npush %r12\nsub $8,%rsp\ncmpl $0x321cba00,tools_flag(%rip)\n"
+#endif
+#define MEASURED(name)                                          \
+    __asm__(ENTRY_START(name) FRAME "call " #name "_body\n"     \
+                                    "add $8,%rsp\npop %r12\npop %rbp\nret\n" ENTRY_END(name));
 
 MEASURED(cuMemFree_v2)
 MEASURED(cuIpcCloseMemHandle)
 MEASURED(cuMemFreeAsync)
 MEASURED(cuMemFreeAsync_ptsz)
 MEASURED(cuMemAddressFree)
+MEASURED(cuMemHostUnregister)
 MEASURED(cuMemMap)
 MEASURED(cuCtxDestroy)
 MEASURED(cuCtxDestroy_v2)
@@ -407,6 +418,7 @@ static const struct proc {
     { "cuMemFreeAsync", 11020, 0, (void *)cuMemFreeAsync },
     { "cuMemFreeAsync", 11020, 1, (void *)cuMemFreeAsync_ptsz },
     { "cuMemFreeHost", 2000, 0, (void *)cuMemFreeHost },
+    { "cuMemHostUnregister", 4000, 0, (void *)cuMemHostUnregister },
     { "cuMemUnmap", 10020, 0, (void *)cuMemUnmap },
     { "cuMemAddressFree", 10020, 0, (void *)cuMemAddressFree },
     { "cuCtxDestroy", 2000, 0, (void *)cuCtxDestroy },

@@ -8,7 +8,8 @@
  * in-process interception patches start with the bytes measured at
  * libcuda's entries, except cuMemFreeHost, which starts with another
  * patcher's jmp; FAKECUDA_UNRECOGNISED_UNMAP gives cuMemUnmap an entry the
- * interception must refuse. */
+ * interception must refuse; FAKECUDA_CMP_AFTER_PUSHES puts the instruction
+ * the interception patches at +6 instead of +10 (fake_libcuda.c). */
 #ifndef FAKE_LIBCUDA_H
 #define FAKE_LIBCUDA_H
 

@@ -2,21 +2,14 @@
  * bind to the preload hook's exports, or to libcuda's, which the in-process
  * interception patches): cuMemAlloc, stream-ordered allocations (also the
  * per-thread-stream variants fetched through cuGetProcAddress), VMM
- * mappings, pinned host memory, and a primary context reset.  Run by
- * gpu-test.sh in each way. */
+ * mappings, pinned and registered host memory, and a primary context
+ * reset.  Run by gpu-test.sh in each way. */
 #include <cuda.h>
 #include <stdio.h>
+#include <stdlib.h>
 
+#include "cu_check.h"
 #include "gpu_backend.h"
-
-#define CU(call)                                                             \
-    do {                                                                     \
-        CUresult r_ = (call);                                                \
-        if (r_ != CUDA_SUCCESS) {                                            \
-            printf("%s:%d: %s failed: %d\n", __FILE__, __LINE__, #call, r_); \
-            return 1;                                                        \
-        }                                                                    \
-    } while (0)
 
 static CUdevice device;
 static CUstream stream;
@@ -119,6 +112,33 @@ static int host_free(uintptr_t ptr, size_t size, void *ctx)
     return 0;
 }
 
+/* malloc()ed memory made known to CUDA: it has a buffer id until
+ * cuMemHostUnregister, which must let the caches go of it first. */
+static int registered_alloc(uintptr_t *ptr, size_t size, void *ctx)
+{
+    (void)ctx;
+    void *p;
+    if (posix_memalign(&p, 1 << 16, size) != 0)
+        return 1;
+    CUresult r = cuMemHostRegister(p, size, 0);
+    if (r != CUDA_SUCCESS) {
+        printf("cuMemHostRegister failed: %d\n", r);
+        free(p);
+        return 1;
+    }
+    *ptr = (uintptr_t)p;
+    return 0;
+}
+
+static int registered_free(uintptr_t ptr, size_t size, void *ctx)
+{
+    (void)size, (void)ctx;
+    CUresult r = cuMemHostUnregister((void *)ptr);
+    free((void *)ptr);
+    CU(r);
+    return 0;
+}
+
 /* The primary context goes with two cached allocations in it. */
 static int context_reset(void)
 {
@@ -162,6 +182,8 @@ int main(void)
         { "driver per-thread-stream async via cuGetProcAddress", 0, ptsz_alloc, ptsz_free, NULL },
         { "driver VMM cuMemMap/cuMemUnmap", 0, vmm_alloc, vmm_free, NULL },
         { "driver cuMemAllocHost/cuMemFreeHost", 1, host_alloc, host_free, NULL },
+        { "driver cuMemHostRegister/cuMemHostUnregister", 1, registered_alloc, registered_free,
+          NULL },
     };
     int failed = 0;
     for (size_t i = 0; i < sizeof memories / sizeof memories[0]; i++)

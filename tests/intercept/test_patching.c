@@ -20,6 +20,7 @@
 #include "hook_fixture.h"
 #include "intercept.h"
 #include "patch.h"
+#include "prologue.h"
 
 /* push %rbp; mov %rsp,%rbp; push %r12; sub $8,%rsp; cmpl $imm32,x(%rip) */
 static const uint8_t measured[] = { 0x55, 0x48, 0x89, 0xe5, 0x41, 0x54,
@@ -35,26 +36,42 @@ static int patched(const struct fixture_export *e)
 /* Room for every fixture_exports and fixture_procs row. */
 #define ROWS 64
 
-/* Each export's first 16 bytes before any cache existed. */
-static uint8_t original[ROWS][16];
+/* Each export's first bytes before any cache existed. */
+static uint8_t original[ROWS][RC_PROLOGUE_MAX];
 
 /* Pointers fetched before any cache existed, through dlsym and through
  * cuGetProcAddress, as a program that initialised CUDA first holds them. */
 static void *early_dlsym[ROWS];
 static void *early_gpa[ROWS];
 
-static void snapshot(uint8_t (*bytes)[16])
+static void snapshot(uint8_t (*bytes)[RC_PROLOGUE_MAX])
 {
     for (size_t i = 0; i < fixture_n_exports; i++)
-        memcpy(bytes[i], fixture_own(fixture_exports[i].name), 16);
+        memcpy(bytes[i], fixture_own(fixture_exports[i].name), RC_PROLOGUE_MAX);
 }
 
 static void assert_unpatched(void)
 {
-    uint8_t now[ROWS][16];
+    uint8_t now[ROWS][RC_PROLOGUE_MAX];
     snapshot(now);
     for (size_t i = 0; i < fixture_n_exports; i++)
-        assert_memory_equal(now[i], original[i], 16);
+        assert_memory_equal(now[i], original[i], RC_PROLOGUE_MAX);
+}
+
+/* Export i's entry as decoded before it was patched. */
+static struct rc_prologue prologue_of(size_t i)
+{
+    struct rc_prologue p;
+    assert_int_equal(rc_prologue_decode(original[i], RC_PROLOGUE_MAX,
+                                        (uintptr_t)fixture_own(fixture_exports[i].name), &p),
+                     0);
+    return p;
+}
+
+/* Where export i was patched. */
+static const uint8_t *site_of(size_t i)
+{
+    return (const uint8_t *)fixture_own(fixture_exports[i].name) + prologue_of(i).site;
 }
 
 static regcache_t *create(void)
@@ -66,10 +83,10 @@ static regcache_t *create(void)
     return c;
 }
 
-/* Where the jmp rel32 at an entry goes. */
-static const uint8_t *jump_target(const void *entry)
+/* Where the jmp rel32 at a site goes. */
+static const uint8_t *jump_target(const void *site)
 {
-    const uint8_t *at = entry;
+    const uint8_t *at = site;
     assert_int_equal(at[0], 0xe9);
     int32_t rel;
     memcpy(&rel, at + 1, sizeof rel);
@@ -121,9 +138,11 @@ static void *create_at_once(void *arg)
     return NULL;
 }
 
-/* Eight caches created at once patch each entry once: with the jump to this
- * program's wrapper, which a second patch by the same code would replace
- * by a jump to a trampoline back into the first. */
+/* Eight caches created at once patch each entry once: with the jump to a
+ * thunk to this program's wrapper, which a second patch by the same code
+ * would replace by a jump to a thunk to a trampoline back into the first.
+ * The jump goes over the cmp at +10, the first instruction of the measured
+ * entries as long as the jump; the bytes before and after it stay. */
 static void concurrent_creation_installs_once(void **state)
 {
     (void)state;
@@ -147,14 +166,18 @@ static void concurrent_creation_installs_once(void **state)
     for (size_t i = 0; i < fixture_n_exports; i++) {
         if (!patched(&fixture_exports[i]))
             continue;
-        const uint8_t *thunk = jump_target(fixture_own(fixture_exports[i].name));
-        assert_memory_equal(thunk, jmp_rip, sizeof jmp_rip);
+        struct rc_prologue p = prologue_of(i);
+        if (strcmp(fixture_exports[i].name, "cuMemFreeHost") != 0)
+            assert_int_equal(p.site, 10);
+        const uint8_t *thunk = jump_target(site_of(i));
+        assert_memory_equal(thunk + p.undo_len, jmp_rip, sizeof jmp_rip);
         uint64_t to;
-        memcpy(&to, thunk + sizeof jmp_rip, sizeof to);
+        memcpy(&to, thunk + p.undo_len + sizeof jmp_rip, sizeof to);
         assert_true(dladdr((void *)(uintptr_t)to, &wrapper));
         assert_ptr_equal(wrapper.dli_fbase, self.dli_fbase);
-        /* The bytes after the jump are the entry's own. */
-        assert_memory_equal(fixture_own(fixture_exports[i].name) + 5, original[i] + 5, 3);
+        const uint8_t *entry = fixture_own(fixture_exports[i].name);
+        assert_memory_equal(entry, original[i], p.site);
+        assert_memory_equal(entry + p.site + 5, original[i] + p.site + 5, 3);
     }
 }
 
@@ -222,7 +245,7 @@ static void code_protections_are_restored(void **state)
         char perms[5];
         permissions_of(entry, perms);
         assert_string_equal(perms, "r-xp");
-        permissions_of(jump_target(entry), perms);
+        permissions_of(jump_target(site_of(i)), perms);
         assert_string_equal(perms, "r-xp");
     }
 }
@@ -235,7 +258,7 @@ static void reason_error_and_stats(void **state)
     unsetenv("REGCACHE_STATS");
     assert_string_equal(regcache_last_error(), "");
     assert_non_null(strstr(regcache_validation_reason(c),
-                           "in-process interception: 19 libcuda functions patched"));
+                           "in-process interception: 20 libcuda functions patched"));
     char buf[1024];
     destroy_capturing_stderr(c, buf, sizeof buf);
     assert_non_null(strstr(buf, "validation HOOKS: in-process interception: "));
@@ -259,18 +282,59 @@ static void quiet_calls_are_not_reported(void **state)
     regcache_destroy(c);
 }
 
-/* Another patcher puts cuMemUnmap's own bytes back: the self-test of the
- * next cache finds the path unreported and falls back to TAG_CHECK. */
+/* Another patcher puts cuMemUnmap's own bytes back. */
+static void restore_unmap(void)
+{
+    for (size_t i = 0; i < fixture_n_exports; i++)
+        if (strcmp(fixture_exports[i].name, "cuMemUnmap") == 0) {
+            size_t site = prologue_of(i).site;
+            char why[160];
+            /* The site lies in one 8-byte word: no detour needed. */
+            assert_int_equal(rc_patch_site((uintptr_t)site_of(i), original[i] + site, 0, why,
+                                           sizeof why),
+                             0);
+        }
+}
+
+/* A patch lost after the cache trusted it: the next miss sees it and turns
+ * the cache to TAG_CHECK, whose hits then catch the memory whose free went
+ * unseen. */
+static void miss_sees_a_lost_patch(void **state)
+{
+    (void)state;
+    setenv("REGCACHE_STATS", "1", 1);
+    regcache_t *c = fixture_cache();
+    unsetenv("REGCACHE_STATS");
+    uintptr_t stale = fixture_cached_alloc(c, 0);
+    assert_int_equal(regcache_validation_mode(c), REGCACHE_VALIDATE_HOOKS);
+    restore_unmap();
+    /* Hits are not slowed down to look: still HOOKS until a miss. */
+    fixture_cache_range(c, stale, FIXTURE_SIZE);
+    assert_int_equal(regcache_validation_mode(c), REGCACHE_VALIDATE_HOOKS);
+    fixture_cached_alloc(c, 0);
+    assert_int_equal(regcache_validation_mode(c), REGCACHE_VALIDATE_TAG_CHECK);
+    assert_string_equal(regcache_validation_reason(c),
+                        "in-process interception lost: another patcher rewrote cuMemUnmap's "
+                        "entry after the cache was created");
+    /* Freed and allocated again unseen: the same address, a new buffer id. */
+    fakecuda_free_unhooked(stale);
+    assert_int_equal(fakecuda_alloc_unhooked(FIXTURE_SIZE, 0), stale);
+    struct regcache_stats before, after;
+    assert_int_equal(regcache_get_stats(c, &before), REGCACHE_OK);
+    fixture_cache_range(c, stale, FIXTURE_SIZE);
+    assert_int_equal(regcache_get_stats(c, &after), REGCACHE_OK);
+    assert_int_equal(after.invalidations_tag, before.invalidations_tag + 1);
+    char buf[1024];
+    destroy_capturing_stderr(c, buf, sizeof buf);
+    assert_non_null(strstr(buf, "validation TAG_CHECK: in-process interception lost: "));
+}
+
+/* The self-test of the next cache finds the path unreported and falls
+ * back to TAG_CHECK. */
 static void self_test_sees_a_lost_patch(void **state)
 {
     (void)state;
-    for (size_t i = 0; i < fixture_n_exports; i++)
-        if (strcmp(fixture_exports[i].name, "cuMemUnmap") == 0) {
-            char why[160];
-            assert_int_equal(
-                rc_patch_entry((uintptr_t)fixture_own("cuMemUnmap"), original[i], why, sizeof why),
-                0);
-        }
+    restore_unmap();
     regcache_t *c = create();
     assert_int_equal(regcache_validation_mode(c), REGCACHE_VALIDATE_TAG_CHECK);
     const char *why = "in-process interception unavailable: cuMemUnmap called through "
@@ -341,6 +405,7 @@ int main(void)
         cmocka_unit_test(code_protections_are_restored),
         cmocka_unit_test(reason_error_and_stats),
         cmocka_unit_test(quiet_calls_are_not_reported),
+        cmocka_unit_test(miss_sees_a_lost_patch),
         cmocka_unit_test(self_test_sees_a_lost_patch),
     };
     return cmocka_run_group_tests_name("patched", tests, NULL, NULL);

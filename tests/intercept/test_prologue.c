@@ -1,6 +1,6 @@
 /* The prologue decoder on byte patterns: the entries measured on libcuda,
  * the jumps other patchers leave, compiler prologues with endbr64, and
- * everything it must refuse. */
+ * everything it must refuse; the thunks and trampolines built from them. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -11,6 +11,8 @@
 #include "prologue.h"
 
 #define AT ((uintptr_t)0x7f0012345670ull)
+/* Where a trampoline is placed: within 2 GiB of AT. */
+#define NEAR (AT + 0x40000000u)
 
 static struct rc_prologue decoded(const uint8_t *code, size_t n)
 {
@@ -25,37 +27,108 @@ static void assert_refused(const uint8_t *code, size_t n)
     assert_int_equal(rc_prologue_decode(code, n, AT, &p), -1);
 }
 
-/* The trampoline: `copied` bytes of code, then jmp *0(%rip) to `resume`. */
-static void assert_trampoline(const uint8_t *code, const struct rc_prologue *p)
+static const uint8_t jmp_rip[6] = { 0xff, 0x25, 0, 0, 0, 0 };
+
+/* At t: jmp *0(%rip) to `to`. */
+static void assert_jump(const uint8_t *t, uintptr_t to)
+{
+    assert_memory_equal(t, jmp_rip, sizeof jmp_rip);
+    uint64_t got;
+    memcpy(&got, t + sizeof jmp_rip, sizeof got);
+    assert_int_equal(got, to);
+}
+
+/* The thunk: the undo `undo[n]`, then a jump to the wrapper. */
+static void assert_thunk(const struct rc_prologue *p, const uint8_t *undo, size_t n)
+{
+    uint8_t t[RC_THUNK_MAX];
+    size_t len = rc_prologue_thunk(t, p, 0x1234);
+    assert_int_equal(len, n + 14);
+    assert_memory_equal(t, undo, n);
+    assert_jump(t + n, 0x1234);
+}
+
+/* The trampoline placed at NEAR: `copied` bytes of code, then a jump to
+ * p->resume. */
+static void assert_trampoline(const uint8_t *code, const struct rc_prologue *p, size_t copied)
 {
     uint8_t t[RC_TRAMPOLINE_MAX];
-    size_t len = rc_prologue_trampoline(t, code, p);
-    assert_int_equal(len, p->copied + 14);
-    assert_memory_equal(t, code, p->copied);
-    static const uint8_t jmp_rip[6] = { 0xff, 0x25, 0, 0, 0, 0 };
-    assert_memory_equal(t + p->copied, jmp_rip, sizeof jmp_rip);
-    uint64_t to;
-    memcpy(&to, t + p->copied + 6, sizeof to);
-    assert_int_equal(to, p->resume);
+    size_t len = rc_prologue_trampoline(t, NEAR, code, p);
+    assert_int_equal(len, copied + 14);
+    if (!p->rip_disp)
+        assert_memory_equal(t, code, copied);
+    assert_jump(t + copied, p->resume);
 }
 
 /* Every memory function of libcuda 580 (device-facts.md): push %rbp;
- * mov %rsp,%rbp; push %r12 is the first 6 bytes, and the cmp with a
- * RIP-relative operand after them is never displaced. */
+ * mov %rsp,%rbp; push %r12; sub $8,%rsp; cmpl $imm32,x(%rip).  The patch
+ * goes over the cmp, the first instruction as long as the jump; the thunk
+ * undoes the four before it; the trampoline runs all five, the cmp reading
+ * the same address from where it is placed. */
 static void measured_libcuda_entry(void **state)
 {
     (void)state;
-    static const uint8_t code[] = { 0x55, 0x48, 0x89, 0xe5, 0x41, 0x54, 0x48, 0x83,
-                                    0xec, 0x08, 0x81, 0x3d, 0x11, 0x22, 0x33, 0x44 };
+    static const uint8_t code[] = { 0x55, 0x48, 0x89, 0xe5, 0x41, 0x54, 0x48, 0x83, 0xec, 0x08,
+                                    0x81, 0x3d, 0x00, 0x10, 0x00, 0x00, 0x00, 0xba, 0x1c, 0x32 };
     struct rc_prologue p = decoded(code, sizeof code);
-    assert_int_equal(p.len, 6);
-    assert_int_equal(p.copied, 6);
-    assert_int_equal(p.resume, AT + 6);
-    assert_trampoline(code, &p);
+    assert_int_equal(p.site, 10);
+    assert_int_equal(p.len, 20);
+    assert_false(p.site_jumps);
+    assert_int_equal(p.resume, AT + 20);
+    assert_int_equal(p.rip_disp, 2);
+    assert_int_equal(p.rip_target, AT + 20 + 0x1000);
+    static const uint8_t undo[] = { 0x48, 0x83, 0xc4, 0x08, 0x41, 0x5c, 0x5d };
+    assert_thunk(&p, undo, sizeof undo);
+
+    uint8_t t[RC_TRAMPOLINE_MAX];
+    assert_int_equal(rc_prologue_trampoline(t, NEAR, code, &p), 20 + 14);
+    assert_memory_equal(t, code, 12);
+    int32_t disp;
+    memcpy(&disp, t + 12, sizeof disp);
+    assert_int_equal(NEAR + 20 + (uintptr_t)(intptr_t)disp, p.rip_target);
+    assert_memory_equal(t + 16, code + 16, 4);
+    assert_jump(t + 20, AT + 20);
 }
 
-/* UCX's bistro patch within 2 GiB: jmp rel32 to its hook.  The trampoline
- * goes where that jump went, forwards or backwards. */
+/* The same entry without the sub, and the cmp's shorter forms: the site is
+ * the cmp at +6, whose jump crosses an 8-byte boundary. */
+static void cmp_right_after_the_pushes(void **state)
+{
+    (void)state;
+    /* cmpl $imm8,x(%rip); cmpq (REX.W); cmpb $imm8 */
+    static const uint8_t forms[][16] = {
+        { 0x55, 0x48, 0x89, 0xe5, 0x41, 0x54, 0x83, 0x3d, 1, 2, 3, 4, 0 },
+        { 0x55, 0x48, 0x89, 0xe5, 0x41, 0x54, 0x48, 0x83, 0x3d, 1, 2, 3, 4, 0 },
+        { 0x55, 0x48, 0x89, 0xe5, 0x41, 0x54, 0x80, 0x3d, 1, 2, 3, 4, 0 },
+    };
+    static const size_t len[] = { 13, 14, 13 }, disp[] = { 2, 3, 2 };
+    static const uint8_t undo[] = { 0x41, 0x5c, 0x5d };
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+        struct rc_prologue p = decoded(forms[i], len[i]);
+        assert_int_equal(p.site, 6);
+        assert_int_equal(p.len, len[i]);
+        assert_int_equal(p.rip_disp, disp[i]);
+        assert_int_equal(p.rip_target, AT + len[i] + 0x04030201);
+        assert_thunk(&p, undo, sizeof undo);
+        assert_trampoline(forms[i], &p, len[i]);
+    }
+}
+
+/* A trampoline placed where the cmp's disp32 cannot reach its operand is
+ * refused. */
+static void trampoline_out_of_reach(void **state)
+{
+    (void)state;
+    static const uint8_t code[] = { 0x55, 0x83, 0x3d, 0, 0, 0, 0, 0 };
+    struct rc_prologue p = decoded(code, sizeof code);
+    uint8_t t[RC_TRAMPOLINE_MAX];
+    assert_int_equal(rc_prologue_trampoline(t, AT + ((uintptr_t)1 << 32), code, &p), 0);
+    assert_int_equal(rc_prologue_trampoline(t, AT - ((uintptr_t)1 << 32), code, &p), 0);
+}
+
+/* UCX's bistro patch within 2 GiB: jmp rel32 to its hook, at the entry.
+ * It is the site; the trampoline goes where it went, forwards or
+ * backwards. */
 static void other_patchers_near_jump(void **state)
 {
     (void)state;
@@ -63,10 +136,12 @@ static void other_patchers_near_jump(void **state)
     for (int32_t rel = -0x7000000; rel <= 0x7000000; rel += 0x7000000) {
         memcpy(code + 1, &rel, sizeof rel);
         struct rc_prologue p = decoded(code, sizeof code);
+        assert_int_equal(p.site, 0);
         assert_int_equal(p.len, 5);
-        assert_int_equal(p.copied, 0);
+        assert_true(p.site_jumps);
         assert_int_equal(p.resume, AT + 5 + (uintptr_t)(intptr_t)rel);
-        assert_trampoline(code, &p);
+        assert_thunk(&p, NULL, 0);
+        assert_trampoline(code, &p, 0);
     }
 }
 
@@ -78,62 +153,70 @@ static void other_patchers_far_jump(void **state)
     static const uint8_t rax[] = { 0x48, 0xb8, 1, 2, 3, 4, 5, 6, 7, 8, 0xff, 0xe0 };
     static const uint8_t r11[] = { 0x49, 0xbb, 1, 2, 3, 4, 5, 6, 7, 8, 0x41, 0xff, 0xe3 };
     struct rc_prologue p = decoded(rax, sizeof rax);
+    assert_int_equal(p.site, 0);
     assert_int_equal(p.len, 10);
-    assert_int_equal(p.copied, 10);
     assert_int_equal(p.resume, AT + 10);
-    assert_trampoline(rax, &p);
+    assert_trampoline(rax, &p, 10);
     p = decoded(r11, sizeof r11);
     assert_int_equal(p.len, 10);
-    assert_trampoline(r11, &p);
+    assert_trampoline(r11, &p, 10);
 }
 
-/* Compilers with -fcf-protection start functions with endbr64. */
+/* Compilers with -fcf-protection start functions with endbr64, which
+ * needs no undo. */
 static void endbr64_prologues(void **state)
 {
     (void)state;
-    static const uint8_t push[] = { 0xf3, 0x0f, 0x1e, 0xfa, 0x55, 0x48, 0x89, 0xe5 };
-    struct rc_prologue p = decoded(push, sizeof push);
-    assert_int_equal(p.len, 5);
-    assert_int_equal(p.copied, 5);
-    assert_trampoline(push, &p);
-
-    static const uint8_t sub[] = { 0xf3, 0x0f, 0x1e, 0xfa, 0x48, 0x81,
-                                   0xec, 0x00, 0x01, 0x00, 0x00, 0xc3 };
-    p = decoded(sub, sizeof sub);
-    assert_int_equal(p.len, 11);
-    assert_int_equal(p.resume, AT + 11);
+    static const uint8_t sub[] = { 0xf3, 0x0f, 0x1e, 0xfa, 0x55, 0x48, 0x89, 0xe5,
+                                   0x48, 0x81, 0xec, 0x00, 0x01, 0x00, 0x00, 0xc3 };
+    struct rc_prologue p = decoded(sub, sizeof sub);
+    assert_int_equal(p.site, 8);
+    assert_int_equal(p.len, 15);
+    assert_int_equal(p.resume, AT + 15);
+    static const uint8_t pop_rbp[] = { 0x5d };
+    assert_thunk(&p, pop_rbp, 1);
+    assert_trampoline(sub, &p, 15);
 
     /* A patcher that jumped after the marker. */
     static const uint8_t jmp[] = { 0xf3, 0x0f, 0x1e, 0xfa, 0xe9, 0x10, 0, 0, 0 };
     p = decoded(jmp, sizeof jmp);
+    assert_int_equal(p.site, 4);
     assert_int_equal(p.len, 9);
-    assert_int_equal(p.copied, 4);
     assert_int_equal(p.resume, AT + 9 + 0x10);
-    assert_trampoline(jmp, &p);
+    assert_thunk(&p, NULL, 0);
+    assert_trampoline(jmp, &p, 4);
 }
 
+/* Each leading instruction is undone, the last first. */
 static void other_frame_setups(void **state)
 {
     (void)state;
-    /* push %r15; push %r14; push %r13 */
-    static const uint8_t pushes[] = { 0x41, 0x57, 0x41, 0x56, 0x41, 0x55 };
-    assert_int_equal(decoded(pushes, sizeof pushes).len, 6);
-    /* push %rbp; mov %rsp,%rbp in its other encoding; push %rbx */
-    static const uint8_t mov[] = { 0x55, 0x48, 0x8b, 0xec, 0x53 };
-    assert_int_equal(decoded(mov, sizeof mov).len, 5);
-    /* sub $0x28,%rsp; push %rbx */
-    static const uint8_t sub8[] = { 0x48, 0x83, 0xec, 0x28, 0x53 };
-    assert_int_equal(decoded(sub8, sizeof sub8).len, 5);
+    /* push %r15; push %r14; push %r13; sub $0x28,%rsp; jmp */
+    static const uint8_t pushes[] = { 0x41, 0x57, 0x41, 0x56, 0x41, 0x55, 0x48,
+                                      0x83, 0xec, 0x28, 0xe9, 0,    0,    0, 0 };
+    struct rc_prologue p = decoded(pushes, sizeof pushes);
+    assert_int_equal(p.site, 10);
+    static const uint8_t undo[] = { 0x48, 0x83, 0xc4, 0x28, 0x41, 0x5d, 0x41, 0x5e, 0x41, 0x5f };
+    assert_thunk(&p, undo, sizeof undo);
+    /* push %rbp; mov %rsp,%rbp in its other encoding; push %rbx; movabs */
+    static const uint8_t mov[] = { 0x55, 0x48, 0x8b, 0xec, 0x53, 0x48, 0xb8, 1, 2, 3, 4, 5, 6, 7, 8 };
+    p = decoded(mov, sizeof mov);
+    assert_int_equal(p.site, 5);
+    static const uint8_t pops[] = { 0x5b, 0x5d };
+    assert_thunk(&p, pops, sizeof pops);
     /* push %rbp, then another patcher's jump */
     static const uint8_t push_jmp[] = { 0x55, 0xe9, 0xf0, 0xff, 0xff, 0xff };
-    struct rc_prologue p = decoded(push_jmp, sizeof push_jmp);
+    p = decoded(push_jmp, sizeof push_jmp);
+    assert_int_equal(p.site, 1);
     assert_int_equal(p.len, 6);
-    assert_int_equal(p.copied, 1);
     assert_int_equal(p.resume, AT + 6 - 0x10);
+    assert_thunk(&p, pops + 1, 1);
+    assert_trampoline(push_jmp, &p, 1);
 }
 
-/* What the decoder cannot move without changing its meaning, or does not
- * know, is refused - within the first 5 bytes; past them nothing is read. */
+/* What the decoder cannot undo, move without changing its meaning, or does
+ * not know, is refused - before the first instruction as long as the
+ * jump. */
 static void everything_else_is_refused(void **state)
 {
     (void)state;
@@ -151,31 +234,41 @@ static void everything_else_is_refused(void **state)
         { 0x48, 0x89, 0xe6, 0x55, 0x55 },       /* mov %rsp,%rsi */
         { 0x41, 0x54, 0x74, 0x05, 0x55 },       /* push %r12; je */
         { 0x55, 0x48, 0x8d, 0x05, 1, 2, 3, 4 }, /* push; lea x(%rip),%rax */
+        { 0x83, 0x7d, 0x08, 0x00, 0x55 },       /* cmpl $0,8(%rbp): not RIP */
+        { 0x83, 0x38, 0x00, 0x55 },             /* cmpl $0,(%rax) */
+        /* mov %rsp,%rbp without %rbp saved: the thunk could not restore it */
+        { 0x48, 0x89, 0xe5, 0xe9, 1, 2, 3, 4 },
+        { 0x53, 0x48, 0x89, 0xe5, 0xe9, 1, 2, 3 },
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
         assert_refused(refused[i], sizeof refused[i]);
+    /* Only leading instructions, as far as the decoder looks. */
+    uint8_t pushes[RC_PROLOGUE_MAX + 8];
+    memset(pushes, 0x53, sizeof pushes);
+    assert_refused(pushes, sizeof pushes);
 }
 
 /* Bytes past the readable end are never assumed. */
 static void truncated_code_is_refused(void **state)
 {
     (void)state;
-    static const uint8_t measured[] = { 0x55, 0x48, 0x89, 0xe5, 0x41, 0x54 };
-    assert_refused(measured, 3);
-    assert_refused(measured, 5);
+    static const uint8_t measured[] = { 0x55, 0x48, 0x89, 0xe5, 0x41, 0x54, 0x48, 0x83, 0xec, 0x08,
+                                        0x81, 0x3d, 1,    2,    3,    4,    5,    6,    7,    8 };
+    for (size_t n = 0; n < sizeof measured; n++)
+        assert_refused(measured, n);
     static const uint8_t jmp[] = { 0xe9, 1, 2, 3, 4 };
     assert_refused(jmp, 4);
     static const uint8_t movabs[] = { 0x48, 0xb8, 1, 2, 3, 4, 5, 6, 7, 8 };
     assert_refused(movabs, 9);
-    assert_refused(measured, 0);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(measured_libcuda_entry),    cmocka_unit_test(other_patchers_near_jump),
-        cmocka_unit_test(other_patchers_far_jump),   cmocka_unit_test(endbr64_prologues),
-        cmocka_unit_test(other_frame_setups),        cmocka_unit_test(everything_else_is_refused),
+        cmocka_unit_test(measured_libcuda_entry),   cmocka_unit_test(cmp_right_after_the_pushes),
+        cmocka_unit_test(trampoline_out_of_reach),  cmocka_unit_test(other_patchers_near_jump),
+        cmocka_unit_test(other_patchers_far_jump),  cmocka_unit_test(endbr64_prologues),
+        cmocka_unit_test(other_frame_setups),       cmocka_unit_test(everything_else_is_refused),
         cmocka_unit_test(truncated_code_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
