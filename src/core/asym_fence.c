@@ -27,8 +27,15 @@ long (*rc_membarrier)(int cmd) = system_membarrier;
  * fence: the kernel documents ENOMEM, which passes. */
 #define TRIES 8
 
+/* A parent thread may have held the lock at the fork. */
+static void atfork_child(void)
+{
+    pthread_mutex_init(&demote_lock, NULL);
+}
+
 static void setup(void)
 {
+    pthread_atfork(NULL, NULL, atfork_child);
     long cmds = rc_membarrier(MEMBARRIER_CMD_QUERY);
     bool ok = cmds > 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
               rc_membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0;
