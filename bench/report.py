@@ -180,6 +180,12 @@ class Report:
             self.pair("%s miss overhead with the ledger on <= off + 100 ns" % source,
                       *(self.overhead(workload="misses", source=source, ledger=s)
                         for s in ("on", "off")), "diff", 100, source=source)
+        two_mib = dict(workload="host_ranges", size_bytes=2 << 20)
+        for what, unit, limit in (("entries", "registrations", 4), ("pinned_peak", "MiB", 36)):
+            v = m(what=what, **two_mib)
+            self.goal("host sub-ranges of 2 x 16 MiB (2M alignment): %s <= %d" % (unit, limit),
+                      "-" if v is None else "%g %s" % (v, unit),
+                      None if v is None else v <= limit, self.why_missing("null"))
 
     def print_all(self):
         m, s = self.machine, self.settings

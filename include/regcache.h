@@ -237,7 +237,10 @@ struct regcache_params {
     enum regcache_method method;            /* default AUTO */
     enum regcache_validation validation;    /* default AUTO */
     size_t alignment;                       /* registrations are rounded to this power of
-                                               two; default 65536 (the GPU BAR page) */
+                                               two; default 65536 (the GPU BAR page);
+                                               pageable host memory is clipped to its
+                                               mappings, and overlapping host entries
+                                               merge (README) */
     size_t max_bytes;                       /* per device budget for cached bytes; 0 =
                                                free BAR1 less a reserve for GPUs (see
                                                README), unlimited for host memory */

@@ -13,10 +13,11 @@ import json
 import subprocess
 import sys
 
-WORKLOADS = {"hits", "threads", "churn", "invalidation", "misses", "ucx", "linked", "pins"}
+WORKLOADS = {"hits", "threads", "churn", "invalidation", "misses", "ucx", "linked", "pins",
+             "host_ranges"}
 CPU_WORKLOADS = WORKLOADS - {"ucx", "linked", "pins"}
 THREADS = [1, 2, 4, 8, 16, 24, 32]
-GOALS = 24
+GOALS = 26
 
 
 def fail(msg):
