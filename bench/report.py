@@ -222,7 +222,9 @@ class Report:
         series = {}
         for r in rows:
             series.setdefault(series_name(r), {})[x(r)] = r
-        print("\n== %s, %s ==" % (workload, "Mops/s by threads" if threaded else "ns"))
+        units = {r.get("unit", "ns") for r in rows} - {"ns", "Mops/s"}
+        print("\n== %s, %s ==" % (workload, "Mops/s by threads" if threaded else
+                                  " and ".join(sorted(units)) + " by alignment" if units else "ns"))
         print("  %-38s" % "" + "".join("%13s" % label(c) for c in cols))
         for name, cells in series.items():
             print("  %-38s" % name + "".join("%13s" % cell(cells.get(c)) for c in cols))
