@@ -161,6 +161,7 @@ struct bench_row {
     const char *ledger;   /* the REGCACHE_LEDGER setting: "on", "off" */
     uint64_t entries, size;
     unsigned threads; /* 0: one thread, timed in samples */
+    const char *unit; /* NULL: "ns", or "Mops/s" with threads; else a count's */
     double median, p99;
     char note[192];
     /* Every sample, in the order taken, each with its slot: its place in
@@ -274,6 +275,9 @@ void bench_invalidation(const struct bench_src *s);
 void bench_misses(const struct bench_src *s);
 void bench_pins(const struct bench_src *s, const struct bench_pinner *p);
 void bench_linked(const struct bench_src *s);
+/* host_ranges.c: registrations and pinned bytes of random sub-range gets
+ * over host mappings (counts, not times). */
+void bench_host_ranges(void);
 /* ucx.c: UCX's ucs_rcache beside regcache in the hits and threads rows.
  * bench_ucx_load: m's UCX version, or a skip when there is no UCX. */
 struct bench_ucx;

@@ -61,7 +61,7 @@ void bench_emit(const struct bench_row *r)
     count("size_bytes", r->size);
     count("threads", r->threads);
     if (!r->note[0]) {
-        str("unit", r->threads ? "Mops/s" : "ns");
+        str("unit", r->unit ? r->unit : r->threads ? "Mops/s" : "ns");
         num("median", r->median);
         num("p99", r->p99);
         count("group", r->group);
@@ -79,6 +79,7 @@ void bench_emit(const struct bench_row *r)
             r->workload, r->source, r->impl, r->what, mode, r->ledger ? r->ledger : "",
             (unsigned long long)(r->entries ? r->entries : r->size), r->threads, r->median, r->p99,
             r->note[0]   ? r->note
+            : r->unit    ? r->unit
             : r->threads ? "Mops/s"
                          : "ns");
 }

@@ -56,6 +56,7 @@ int main(int argc, char **argv)
     bench_churn(&cpu);
     bench_invalidation(&cpu);
     bench_misses(&cpu);
+    bench_host_ranges();
     if (bench_cuda_open(&gpu, &m) == 0) {
         bench_hits(&gpu);
         bench_threads(&gpu);

@@ -213,6 +213,12 @@ class Report:
             self.pair("%s miss overhead with the ledger on <= off + 100 ns" % source,
                       *(self.overhead(workload="misses", source=source, ledger=s)
                         for s in ("on", "off")), "diff", 100, source=source)
+        two_mib = dict(workload="host_ranges", size_bytes=2 << 20)
+        for what, unit, limit in (("entries", "registrations", 4), ("pinned_peak", "MiB", 36)):
+            v = m(what=what, **two_mib)
+            self.goal("host sub-ranges of 2 x 16 MiB (2M alignment): %s <= %d" % (unit, limit),
+                      "-" if v is None else "%g %s" % (v, unit),
+                      None if v is None else v <= limit, self.why_missing("null"))
 
     def print_all(self, plot_files=None):
         m, s = self.machine, self.settings
@@ -256,7 +262,9 @@ class Report:
         for r in rows:
             series.setdefault(series_name(r), {})[x(r)] = r
         over = [c for c in cols if threaded and self.oversubscribed(c)]
-        print("\n== %s, %s ==" % (workload, "Mops/s by threads" if threaded else "ns"))
+        units = {r.get("unit", "ns") for r in rows} - {"ns", "Mops/s"}
+        print("\n== %s, %s ==" % (workload, "Mops/s by threads" if threaded else
+                                  " and ".join(sorted(units)) + " by alignment" if units else "ns"))
         print("  %-38s" % "" + "".join("%13s" % (label(c) + "*" * (c in over)) for c in cols))
         for name, cells in series.items():
             print("  %-38s" % name + "".join("%13s" % cell(cells.get(c)) for c in cols))

@@ -25,7 +25,7 @@
 
 #define ROUNDS 200
 #define SLOTS 4       /* message buffers per side, used in turn */
-#define MSG_LEN 4096  /* one page per slot: one registration per slot */
+#define MSG_LEN 4096  /* one page per slot; a side's slots share one registration */
 
 /* Send MSG_LEN bytes from src on QP `from` into dst on the other QP.
  * Returns 0, or -1 after printing what failed. */

@@ -82,6 +82,10 @@ struct ibv_mr;
  *   ERR_NOT_RDMA_CAPABLE  VMM memory created without
  *                      CUmemAllocationProp.allocFlags.gpuDirectRDMACapable:
  *                      refused before the NIC is asked.
+ *   ERR_BAD_ADDRESS    host memory the backend refused with EFAULT, EINVAL
+ *                      or EPERM: not mapped, PROT_NONE, or a protection
+ *                      that does not allow params.access (read-only memory
+ *                      with LOCAL_WRITE asked for).  Nothing is evicted.
  */
 #define REGCACHE_STATUS_TABLE(X)                                                            \
     X(OK, 0, "success")                                                                     \
@@ -97,7 +101,8 @@ struct ibv_mr;
     X(ERR_RANGE, -10, "range is not one contiguous piece of mapped memory")                 \
     X(ERR_HOLD_LIMIT, -11, "entry has too many holders (gets without put)")                 \
     X(ERR_REENTRANT, -12, "a backend callback asked for the range it is registering")       \
-    X(ERR_NOT_RDMA_CAPABLE, -13, "VMM memory was created without the GPUDirect RDMA flag")
+    X(ERR_NOT_RDMA_CAPABLE, -13, "VMM memory was created without the GPUDirect RDMA flag") \
+    X(ERR_BAD_ADDRESS, -14, "host memory is not mapped or does not allow the access asked for")
 
 #define REGCACHE_STATUS_ENUM(name, value, message) REGCACHE_##name = value,
 enum regcache_status { REGCACHE_STATUS_TABLE(REGCACHE_STATUS_ENUM) };
@@ -166,7 +171,10 @@ struct regcache_mem_info {
  *        entries of that device and retries.  EFAULT counts as exhaustion
  *        only while the memory is still what the cache registered (the cache
  *        asks again; nvidia-peermem reports a full BAR1 so), else the get
- *        fails with NOT_GPU.  Any other non-zero value fails the get with
+ *        fails with NOT_GPU.  For host memory (REGCACHE_DEVICE_HOST)
+ *        EFAULT, EINVAL and EPERM mean a bad address or an access the
+ *        memory does not allow: the get fails with BAD_ADDRESS and nothing
+ *        is evicted.  Any other non-zero value fails the get with
  *        REGCACHE_ERR_BACKEND.
  * dereg: release a handle that reg returned.
  * arg:   passed to both.
@@ -236,7 +244,10 @@ struct regcache_params {
     enum regcache_method method;            /* default AUTO */
     enum regcache_validation validation;    /* default AUTO */
     size_t alignment;                       /* registrations are rounded to this power of
-                                               two; default 65536 (the GPU BAR page) */
+                                               two; default 65536 (the GPU BAR page);
+                                               pageable host memory is clipped to its
+                                               mappings, and overlapping host entries
+                                               merge (README) */
     size_t max_bytes;                       /* per device budget for cached bytes; 0 =
                                                free BAR1 (where NVML reports none, the
                                                GPU's memory) less a reserve for GPUs
@@ -329,8 +340,9 @@ REGCACHE_API void regcache_destroy(regcache_t *cache);
  * never enters the cache and is deregistered at its put.
  * Errors: INVALID (NULL cache/addr/entry, len 0, addr+len wraps), NOT_GPU,
  * MANAGED, RANGE, NOT_RDMA_CAPABLE, NO_SPACE, BACKEND, CUDA, NO_MEMORY,
- * FORKED, HOLD_LIMIT, REENTRANT.  On error *entry is set to NULL, nothing
- * is left registered and regcache_last_error() says why.
+ * FORKED, HOLD_LIMIT, REENTRANT, BAD_ADDRESS (host memory).  On error
+ * *entry is set to NULL, nothing is left registered and
+ * regcache_last_error() says why.
  * Thread safe.
  */
 REGCACHE_API int regcache_get(regcache_t *cache, const void *addr, size_t len,

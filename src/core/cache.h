@@ -211,12 +211,27 @@ struct rc_want {
     struct rc_mapping *more; /* malloc()ed; passes to the entry */
     uint32_t nmore;
     int device, slot;
+    /* Pageable host memory: the mappings that hold the request, which its
+     * registration and any merge with other entries stay inside; 0, 0
+     * when unknown (host_merge.c). */
+    uintptr_t span_start, span_end;
 };
 
 /* Describe [start, end) with the memory query and decide what to register.
  * On success w->more may need freeing by the caller (rc_want_fini). */
 int rc_classify(struct regcache *c, struct rc_want *w);
 void rc_want_fini(struct rc_want *w);
+
+/* Under the lock, on a miss of pageable host memory that no entry serves:
+ * w's registration grows to the union of it and the ready pageable entries
+ * it overlaps inside its mappings (host_merge.c). */
+void rc_host_merge_locked(struct regcache *c, struct rc_want *w);
+
+/* Under the lock, after e was published: other ready pageable entries that
+ * lie inside e's range leave the cache (unused ones to *victims, held ones
+ * at their last put), so that merged entries converge to one. */
+void rc_host_retire_covered_locked(struct regcache *c, struct regcache_entry *e,
+                                   struct regcache_entry **victims);
 
 /* Does the memory at the entry's range still carry its buffer ids? */
 bool rc_entry_memory_current(struct regcache *c, const struct regcache_entry *e);

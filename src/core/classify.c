@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "cache.h"
+#include "host_mapping.h"
 #include "last_error.h"
 #include "status.h"
 
@@ -94,6 +95,26 @@ static int choose_range(struct regcache *c, struct rc_want *w, uintptr_t base, u
     return REGCACHE_OK;
 }
 
+/* Pageable memory: the request rounded to the alignment, inside the
+ * mappings that hold it, so that nothing beyond them is pinned; rounded to
+ * host pages only where those mappings cannot be learnt (the backend then
+ * judges the address). */
+static int choose_pageable_range(struct regcache *c, struct rc_want *w)
+{
+    uintptr_t lo, hi;
+    (void)rc_device(c, w->slot); /* fixes the budget, as choose_range() does */
+    if (!rc_host_mapping_span(w->start, w->end, &lo, &hi))
+        return choose_range(c, w, w->start, w->end, c->host_page, false);
+    int rc = round_out(w->start, w->end, c->opts.params.alignment, &w->reg_start, &w->reg_end);
+    if (rc != REGCACHE_OK)
+        return rc;
+    w->reg_start = w->match_start = w->reg_start < lo ? lo : w->reg_start;
+    w->reg_end = w->match_end = w->reg_end > hi ? hi : w->reg_end;
+    w->span_start = lo;
+    w->span_end = hi;
+    return REGCACHE_OK;
+}
+
 static int classify_host(struct regcache *c, struct rc_want *w,
                          const struct regcache_mem_info *info)
 {
@@ -107,9 +128,9 @@ static int classify_host(struct regcache *c, struct rc_want *w,
     w->slot = RC_HOST_SLOT;
     /* Pinned memory (cuMemAllocHost) is an allocation with a buffer id, and
      * the driver packs small ones into one page: clip to it as for GPU
-     * memory.  Pageable memory is known only as the request itself. */
+     * memory.  Pageable memory is known by its mappings. */
     if (!info->buffer_id)
-        return choose_range(c, w, w->start, w->end, c->host_page, false);
+        return choose_pageable_range(c, w);
     if (w->start < info->base || w->end > info->base + info->size)
         return rc_fail(REGCACHE_ERR_RANGE,
                        "[%p, %p) is not inside the pinned allocation [%#jx, %#jx)",

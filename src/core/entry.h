@@ -102,6 +102,12 @@ struct regcache_entry {
     struct regcache_entry *link_next, *link_prev;
 } __attribute__((aligned(64)));
 
+/* The entry whose tree node n is. */
+static inline struct regcache_entry *rc_entry_of_node(struct rc_itree_node *n)
+{
+    return (struct regcache_entry *)((char *)n - offsetof(struct regcache_entry, node));
+}
+
 /* Take a counted hold unless the entry has left the cache.  Returns
  * REGCACHE_OK, or ERR_HOLD_LIMIT when the count is full, or 1 when the
  * entry is detached. */

@@ -260,11 +260,14 @@ static void raise_peak(atomic_uint_fast64_t *peak, uint64_t now)
         atomic_store_explicit(peak, now, memory_order_relaxed);
 }
 
-/* Under the lock: a registered entry joins the cache.  Fails only when the
- * LRU heap cannot grow. */
-static int publish_locked(struct regcache *c, struct regcache_entry *e, uintptr_t start)
+/* Under the lock: a registered entry joins the cache, and the host entries
+ * it covers leave it first (their bytes never count twice).  Fails only
+ * when the LRU heap cannot grow. */
+static int publish_locked(struct regcache *c, struct regcache_entry *e, uintptr_t start,
+                          struct regcache_entry **victims)
 {
     struct rc_device *d = &c->dev[e->device_slot];
+    rc_host_retire_covered_locked(c, e, victims);
     /* The registration opens an epoch, and the entry is stamped as used in
      * it: its caller holds it and puts it next, and that put then finds the
      * stamp current and writes nothing, nor does the evictor have a stale
@@ -323,7 +326,7 @@ static int register_new(struct regcache *c, struct rc_want *w, uint64_t seq, uns
     }
     if (rc == REGCACHE_OK && !detached &&
         !rc_invalidated_since_locked(c, seq, e->match_start, e->match_end) &&
-        publish_locked(c, e, w->start) == REGCACHE_OK) {
+        publish_locked(c, e, w->start, victims) == REGCACHE_OK) {
         /* Its count was this thread's alone; in the cache now, the entry
          * may be held by a slot instead (a count of 0 is never full). */
         atomic_store_explicit(&e->refs, 0, memory_order_relaxed);
@@ -435,6 +438,7 @@ static int serve(struct regcache *c, struct rc_want *w, uint64_t seq, unsigned r
         wait_for_registration(c);
     }
     if (!e) {
+        rc_host_merge_locked(c, w);
         rc = register_new(c, w, seq, rail, out, &victims);
     } else if (!(atomic_load_explicit(&e->rails_ready, memory_order_relaxed) >> rail & 1)) {
         rc = register_rail(c, e, rail, out);

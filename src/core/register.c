@@ -2,6 +2,7 @@
  * reports exhausted resources the device's least-recently-used unused
  * entries make room and the registration is tried again. */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "cache.h"
@@ -16,6 +17,41 @@
 static bool exhausted(int err)
 {
     return err == ENOMEM || err == ENOSPC || err == EAGAIN || err == EFAULT;
+}
+
+/* Host memory that the kernel will not pin as asked: unmapped (EFAULT),
+ * PROT_NONE or without the protection the access needs (EFAULT, EPERM,
+ * EINVAL from ib_umem_get).  No eviction frees such an address, so it is
+ * not exhaustion.  GPU memory keeps nvidia-peermem's EFAULT rule. */
+static bool bad_host_address(const struct regcache_entry *e, int err)
+{
+    return e->device == REGCACHE_DEVICE_HOST && (err == EFAULT || err == EINVAL || err == EPERM);
+}
+
+/* The IBV_ACCESS_* bits of params.access, in words, for the message. */
+static void access_words(int access, char *buf, size_t n)
+{
+    static const char *const names[] = { "local write", "remote write", "remote read",
+                                         "remote atomic" };
+    size_t used = 0;
+    buf[0] = 0;
+    for (unsigned i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (access & 1 << i && used < n)
+            used += (size_t)snprintf(buf + used, n - used, "%s%s", used ? ", " : "", names[i]);
+    if (!buf[0])
+        snprintf(buf, n, "local read only");
+}
+
+static __attribute__((cold)) int bad_address(struct regcache *c, const struct regcache_entry *e,
+                                             unsigned rail, int err)
+{
+    char access[80];
+    access_words(c->opts.params.access, access, sizeof(access));
+    return rc_fail(REGCACHE_ERR_BAD_ADDRESS,
+                   "registering host memory [%#jx, %#jx) on rail %u failed: %s: it is not mapped, "
+                   "or its protection does not allow the access asked for (%s); nothing was "
+                   "evicted",
+                   (uintmax_t)e->node.start, (uintmax_t)e->node.end, rail, strerror(err), access);
 }
 
 /* One call of the backend's reg for e on `rail`: its status (an errno),
@@ -52,6 +88,8 @@ register_after_failure(struct regcache *c, struct regcache_entry *e, unsigned ra
     size_t evicted = 0;
     for (unsigned round = 0;; round++) {
         rc_count(&d->n.reg_failures);
+        if (bad_host_address(e, err))
+            return bad_address(c, e, rail, err);
         if (!exhausted(err)) {
             /* Keep what the backend itself said (a CUDA export error). */
             rc_prefix_error("registering %zu bytes at %#jx on rail %u failed: reg returned %d (%s)",

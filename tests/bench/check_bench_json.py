@@ -23,10 +23,11 @@ import subprocess
 import sys
 import xml.dom.minidom
 
-WORKLOADS = {"hits", "threads", "churn", "invalidation", "misses", "ucx", "linked", "pins"}
+WORKLOADS = {"hits", "threads", "churn", "invalidation", "misses", "ucx", "linked", "pins",
+             "host_ranges"}
 CPU_WORKLOADS = WORKLOADS - {"ucx", "linked", "pins"}
 THREADS = [1, 2, 4, 8, 16, 24, 32]
-GOALS = 25
+GOALS = 27
 
 
 def fail(msg):

@@ -27,7 +27,8 @@ static uintptr_t page_up(uintptr_t a)
     return page_down(a + page - 1);
 }
 
-/* The entry's MR covers the request rounded out to host pages, exactly,
+/* The entry's MR covers the request rounded out to host pages (the
+ * alignment these caches ask for), exactly,
  * and belongs to the cache's PD. */
 static void check_mr_covers(const regcache_entry_t *e, const void *addr, size_t len)
 {
@@ -50,7 +51,7 @@ static void check_mr_covers(const regcache_entry_t *e, const void *addr, size_t 
 static void miss_registers_hit_returns_same_mr(void **state)
 {
     (void)state;
-    regcache_t *c = vm_cache(dev.pd, VM_ACCESS_ALL, 0);
+    regcache_t *c = vm_cache(dev.pd, VM_ACCESS_ALL, page);
     size_t len = 16 * page;
     char *buf = vm_pages(len);
     int before = vm_provider_mrs();
@@ -98,7 +99,7 @@ static void miss_registers_hit_returns_same_mr(void **state)
 static void malloc_memory_registers(void **state)
 {
     (void)state;
-    regcache_t *c = vm_cache(dev.pd, VM_ACCESS_ALL, 0);
+    regcache_t *c = vm_cache(dev.pd, VM_ACCESS_ALL, page);
     size_t len = 100000;
     char *buf = malloc(len);
     int before = vm_provider_mrs();
@@ -118,7 +119,7 @@ static void malloc_memory_registers(void **state)
 static void flush_keeps_held_destroy_takes_all(void **state)
 {
     (void)state;
-    regcache_t *c = vm_cache(dev.pd, VM_ACCESS_ALL, 0);
+    regcache_t *c = vm_cache(dev.pd, VM_ACCESS_ALL, page);
     size_t len = 12 * page;
     char *buf = vm_pages(len);
     int before = vm_provider_mrs();
@@ -171,7 +172,7 @@ static void *get_put_random_ranges(void *arg)
 static void concurrent_misses_register_once(void **state)
 {
     (void)state;
-    regcache_t *c = vm_cache(dev.pd, VM_ACCESS_ALL, 0);
+    regcache_t *c = vm_cache(dev.pd, VM_ACCESS_ALL, page);
     size_t len = 2 * RANGES * page; /* a gap after each range */
     char *buf = vm_pages(len);
     int before = vm_provider_mrs();
@@ -201,8 +202,8 @@ static void concurrent_misses_register_once(void **state)
 static void remote_write_needs_remote_write_access(void **state)
 {
     (void)state;
-    regcache_t *rw = vm_cache(dev.pd, VM_ACCESS_ALL, 0);
-    regcache_t *ro = vm_cache(dev.pd, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ, 0);
+    regcache_t *rw = vm_cache(dev.pd, VM_ACCESS_ALL, page);
+    regcache_t *ro = vm_cache(dev.pd, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ, page);
     struct loopback lb;
     size_t len = 4 * page;
     char *local = vm_pages(len);

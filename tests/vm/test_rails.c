@@ -48,7 +48,8 @@ static int setup(void **state)
     struct fixture *f = calloc(1, sizeof(*f));
     assert_non_null(f);
     struct regcache_params p;
-    vm_params_init(&p, VM_ACCESS_ALL, 0);
+    /* Page alignment: each buffer is an entry of its own pages. */
+    vm_params_init(&p, VM_ACCESS_ALL, (size_t)sysconf(_SC_PAGESIZE));
     for (int r = 0; r < RAILS; r++) {
         f->pds[r] = dev[r].pd;
         assert_int_equal(loopback_create(dev[r].pd, &f->lb[r]), 0);

@@ -1,0 +1,83 @@
+/* Pageable host entries merge: a miss that overlaps cached entries of the
+ * same mappings registers their union once, and the entries it covers
+ * leave the cache.  Gets over random sub-ranges of one mapping so
+ * converge to one registration instead of pinning the same pages under
+ * many, each rounded on its own.  Pinned memory (cuMemAllocHost, with a
+ * buffer id) and GPU memory never merge: their entries are clipped to an
+ * allocation. */
+#include "cache.h"
+
+static bool mergeable(const struct regcache_entry *e)
+{
+    return e->state == RC_READY && e->device_slot == RC_HOST_SLOT && !e->buffer_id && !e->nmore;
+}
+
+struct grow {
+    struct rc_want *w;
+    bool grew;
+};
+
+static int grow_visit(struct rc_itree_node *n, void *arg)
+{
+    struct grow *g = arg;
+    struct regcache_entry *e = rc_entry_of_node(n);
+    struct rc_want *w = g->w;
+    /* Entries that reach beyond the request's mappings stay apart: their
+     * other part may be memory this miss knows nothing of.  Entries that
+     * only touch stay apart too: each may be a buffer of its own, pinned
+     * under a limit sized for it (RLIMIT_MEMLOCK). */
+    if (!mergeable(e) || n->start < w->span_start || n->end > w->span_end)
+        return 0;
+    if (n->start < w->reg_start) {
+        w->reg_start = n->start;
+        g->grew = true;
+    }
+    if (n->end > w->reg_end) {
+        w->reg_end = n->end;
+        g->grew = true;
+    }
+    return 0;
+}
+
+void rc_host_merge_locked(struct regcache *c, struct rc_want *w)
+{
+    if (w->slot != RC_HOST_SLOT || w->buffer_id || !w->span_end)
+        return;
+    struct grow g = { .w = w };
+    /* A grown range may overlap more entries, until it meets no new one. */
+    do {
+        g.grew = false;
+        rc_itree_visit_overlaps(&c->tree, w->reg_start, w->reg_end, grow_visit, &g);
+    } while (g.grew);
+    w->match_start = w->reg_start;
+    w->match_end = w->reg_end;
+}
+
+struct covered {
+    const struct regcache_entry *by;
+    struct regcache_entry *list;
+};
+
+static int covered_visit(struct rc_itree_node *n, void *arg)
+{
+    struct covered *cv = arg;
+    struct regcache_entry *e = rc_entry_of_node(n);
+    if (e != cv->by && mergeable(e) && n->start >= cv->by->node.start &&
+        n->end <= cv->by->node.end)
+        rc_list_push(&cv->list, e);
+    return 0;
+}
+
+void rc_host_retire_covered_locked(struct regcache *c, struct regcache_entry *e,
+                                   struct regcache_entry **victims)
+{
+    if (e->device_slot != RC_HOST_SLOT || e->buffer_id)
+        return;
+    struct covered cv = { .by = e };
+    rc_itree_visit_overlaps(&c->tree, e->node.start, e->node.end, covered_visit, &cv);
+    while (cv.list) {
+        struct regcache_entry *old = cv.list;
+        cv.list = old->link_next;
+        rc_detach_locked(c, old, victims);
+    }
+}

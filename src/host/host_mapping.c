@@ -1,0 +1,73 @@
+/* The mappings that hold a range, asked of the kernel one at a time with
+ * the PROCMAP_QUERY ioctl of /proc/self/maps (Linux 6.11).  Parsing the
+ * text of /proc/self/maps instead costs time in the number of mappings
+ * (the kernel prints every one before the one asked for), and probing with
+ * mincore() sees holes but not where one mapping ends and the next begins. */
+#include "host_mapping.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <linux/fs.h>
+
+#ifndef PROCMAP_QUERY
+/* The ABI of <linux/fs.h> from Linux 6.11, for older headers. */
+struct procmap_query {
+    uint64_t size;
+    uint64_t query_flags;
+    uint64_t query_addr;
+    uint64_t vma_start;
+    uint64_t vma_end;
+    uint64_t vma_flags;
+    uint64_t vma_page_size;
+    uint64_t vma_offset;
+    uint64_t inode;
+    uint32_t dev_major;
+    uint32_t dev_minor;
+    uint32_t vma_name_size;
+    uint32_t build_id_size;
+    uint64_t vma_name_addr;
+    uint64_t build_id_addr;
+};
+#define PROCMAP_QUERY _IOWR(0x66, 17, struct procmap_query)
+#endif
+
+/* Set once the kernel said it has no PROCMAP_QUERY: later misses skip the
+ * open. */
+static atomic_bool unsupported;
+
+/* The mapping that holds addr, or false. */
+static bool mapping_at(int fd, uintptr_t addr, uintptr_t *lo, uintptr_t *hi)
+{
+    struct procmap_query q = { .size = sizeof(q), .query_addr = addr };
+    if (ioctl(fd, PROCMAP_QUERY, &q) != 0) {
+        if (errno == ENOTTY || errno == EINVAL)
+            atomic_store_explicit(&unsupported, true, memory_order_relaxed);
+        return false;
+    }
+    *lo = (uintptr_t)q.vma_start;
+    *hi = (uintptr_t)q.vma_end;
+    return true;
+}
+
+bool rc_host_mapping_span(uintptr_t start, uintptr_t end, uintptr_t *lo, uintptr_t *hi)
+{
+    if (atomic_load_explicit(&unsupported, memory_order_relaxed))
+        return false;
+    /* Opened per call: a descriptor kept open would describe the parent
+     * in a fork child. */
+    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    /* A query answers with the mapping that covers the address, so one
+     * found at the end of the last starts there: no hole between them. */
+    uintptr_t next;
+    bool mapped = mapping_at(fd, start, lo, hi);
+    while (mapped && *hi < end)
+        mapped = mapping_at(fd, *hi, &next, hi);
+    close(fd);
+    return mapped;
+}

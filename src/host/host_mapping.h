@@ -1,0 +1,17 @@
+/* Which mappings of this process hold a range of host memory: what a miss
+ * of pageable memory rounds its registration to, so that it never pins
+ * beyond the memory the application mapped. */
+#ifndef RC_HOST_MAPPING_H
+#define RC_HOST_MAPPING_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* [*lo, *hi): the mappings that hold [start, end), one after the other
+ * without a hole.  False when part of the range is not mapped, or when the
+ * kernel cannot be asked cheaply (no PROCMAP_QUERY: before Linux 6.11, or
+ * /proc not readable); the caller then registers the request's pages only.
+ * Three system calls and no allocation.  Thread safe. */
+bool rc_host_mapping_span(uintptr_t start, uintptr_t end, uintptr_t *lo, uintptr_t *hi);
+
+#endif
