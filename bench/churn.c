@@ -54,6 +54,7 @@ static int open_cycle(struct cycle *c, struct bench_row *r, const struct bench_s
 
 struct idlers {
     struct cycle *cycle; /* whose cache they used */
+    uintptr_t addr;      /* what they got: the cycle's newest entry */
     pthread_t t[IDLE_THREADS];
     unsigned started, used;
     int leave;
@@ -64,10 +65,7 @@ struct idlers {
 static void *idle(void *arg)
 {
     struct idlers *d = arg;
-    pthread_mutex_lock(&d->lock);
-    size_t region = d->started % (2 * BUDGET);
-    pthread_mutex_unlock(&d->lock);
-    bench_get_put(&d->cycle->use, d->cycle->base + region * BENCH_REGION, BENCH_GET);
+    bench_get_put(&d->cycle->use, d->addr, BENCH_GET);
     pthread_mutex_lock(&d->lock);
     d->used++;
     pthread_cond_broadcast(&d->cond);
@@ -77,12 +75,15 @@ static void *idle(void *arg)
     return NULL;
 }
 
-/* Their gets may miss: the miss count expected moves with them. */
+/* Their gets hit the entry the cycle used last, which neither moves the
+ * count of misses nor the order of the cycle's evictions. */
 static void idlers_start(void *ctx)
 {
     struct idlers *d = ctx;
+    struct cycle *c = d->cycle;
     if (d->started)
         return;
+    d->addr = c->base + (c->next + 2 * BUDGET - 1) % (2 * BUDGET) * BENCH_REGION;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, 1 << 16);
@@ -98,7 +99,6 @@ static void idlers_start(void *ctx)
     while (d->used < IDLE_THREADS)
         pthread_cond_wait(&d->cond, &d->lock);
     pthread_mutex_unlock(&d->lock);
-    d->cycle->use.expect = bench_counter(&d->cycle->use);
 }
 
 static void idlers_stop(void *ctx)
@@ -131,9 +131,11 @@ static void idle_arm_reset(void *ctx)
 }
 
 /* The evicting get+put with none and with IDLE_THREADS idle threads,
- * interleaved (report.py judges their ratio).  Each block starts after a
- * sample thrown away of a whole cycle's gets: as a process that runs on
- * after its threads went to sleep, where the cache has seen them idle. */
+ * interleaved (report.py judges their ratio), in samples of as many gets
+ * as the misses' (the sanitizer builds run this too).  Each block starts
+ * after a sample thrown away of a whole cycle's gets: as a process that
+ * runs on after its threads went to sleep, where the cache has seen them
+ * idle. */
 static void churn_beside_idle_threads(const struct bench_src *s)
 {
     static const char *const what[2] = { "beside 0 idle", "beside 512 idle" };
@@ -158,7 +160,7 @@ static void churn_beside_idle_threads(const struct bench_src *s)
         a[i].idlers = &d;
         a[i].want = i;
         op[i] = (struct bench_op){ cycle_run, idle_arm_reset, bench_use_check, &a[i] };
-        arms[i] = (struct bench_arm){ &r[i], &op[i], bench.batch, 2 * BUDGET };
+        arms[i] = (struct bench_arm){ &r[i], &op[i], BENCH_MISS_BATCH, 2 * BUDGET };
     }
     if (open == 2) {
         bench_interleave(arms, 2);
