@@ -139,7 +139,7 @@ static unsigned sweep(struct rc_ledger_segment *s, uint64_t pidns)
             continue;
         /* The CAS fails when the owner word moved since it was judged (a
          * claim settled, or another sweep took it back). */
-        if (rc_ledger_owner_state(r, pidns) == RC_LEDGER_GONE &&
+        if (rc_ledger_owner_state(r, owner, pidns) == RC_LEDGER_GONE &&
             atomic_compare_exchange_strong(&r->owner, &owner, 0))
             continue;
         live++;

@@ -70,22 +70,35 @@ bool rc_ledger_prefix(char *out, size_t n, char *why, size_t why_len)
 }
 
 /* /proc/<pid>/<what>, `pid` "self" or a number as readdir() names it. */
-#define PROC_PATH_MAX (sizeof "/proc//status" + sizeof ((struct dirent *)0)->d_name)
+#define PROC_PATH_MAX (sizeof "/proc//ns/pid" + sizeof ((struct dirent *)0)->d_name)
 
-/* Field 22 (start time) and field 3 (state) of /proc/<pid>/stat.  false
- * when it cannot be read. */
-static bool proc_stat(const char *pid, unsigned long long *start, char *state)
+/* /proc/<pid>/<what> into buf, NUL-terminated.  false with errno set when
+ * it cannot be read (ENOENT: no such process).  errno is EINVAL when it
+ * was read, so that a caller that cannot parse it fails with that. */
+static bool read_proc(const char *pid, const char *what, char *buf, size_t len)
 {
-    char path[PROC_PATH_MAX], buf[512];
-    snprintf(path, sizeof path, "/proc/%s/stat", pid);
+    char path[PROC_PATH_MAX];
+    snprintf(path, sizeof path, "/proc/%s/%s", pid, what);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return false;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
+    ssize_t n = read(fd, buf, len - 1);
+    int err = n < 0 ? errno : EINVAL;
     close(fd);
+    errno = err;
     if (n <= 0)
         return false;
     buf[n] = '\0';
+    return true;
+}
+
+/* Field 22 (start time) and field 3 (state) of /proc/<pid>/stat.  false
+ * with errno set when it cannot be read. */
+static bool proc_stat(const char *pid, unsigned long long *start, char *state)
+{
+    char buf[512];
+    if (!read_proc(pid, "stat", buf, sizeof buf))
+        return false;
     /* The name (field 2) may hold spaces and parentheses: count fields from
      * the last ')'. */
     char *p = strrchr(buf, ')');
@@ -178,16 +191,9 @@ static enum rc_ledger_owner_state judge_start(const struct who *w, unsigned long
  * which anyone may read. */
 static bool proc_status(const char *pid, unsigned *euid, long *nspid, int *depth)
 {
-    char path[PROC_PATH_MAX], buf[4096];
-    snprintf(path, sizeof path, "/proc/%s/status", pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    char buf[4096];
+    if (!read_proc(pid, "status", buf, sizeof buf))
         return false;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return false;
-    buf[n] = '\0';
     const char *uid = strstr(buf, "\nUid:"), *ns = strstr(buf, "\nNSpid:");
     if (!uid || !ns || sscanf(uid, "\nUid: %*u %u", euid) != 1) {
         errno = EINVAL; /* a kernel without NSpid (before 4.1) */
@@ -298,10 +304,9 @@ static enum rc_ledger_owner_state judge_by_scan(const struct who *w, uint32_t pi
     return seen || proc_shows_all(pidns, mine) ? RC_LEDGER_GONE : RC_LEDGER_UNKNOWN;
 }
 
-enum rc_ledger_owner_state rc_ledger_owner_state(const struct rc_ledger_record *r,
+enum rc_ledger_owner_state rc_ledger_owner_state(const struct rc_ledger_record *r, uint64_t owner,
                                                  uint64_t pidns)
 {
-    uint64_t owner = atomic_load_explicit((_Atomic uint64_t *)&r->owner, memory_order_acquire);
     struct who w = { .pid = rc_ledger_owner_pid(owner) };
     if (!owner || !w.pid)
         return RC_LEDGER_UNKNOWN;

@@ -80,7 +80,7 @@ static bool read_row(const struct rc_ledger_record *r, uint64_t pidns, struct ro
     for (size_t c = 0; c < NCOLUMNS; c++)
         out->value[c] =
             rc_ledger_read((const _Atomic uint64_t *)((const char *)r + columns[c].offset));
-    out->state = states[rc_ledger_owner_state(r, pidns)];
+    out->state = states[rc_ledger_owner_state(r, owner, pidns)];
     /* Freed or taken over while read: the values may be anyone's. */
     return owner_of(r) == owner;
 }
