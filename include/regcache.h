@@ -423,6 +423,12 @@ struct regcache_stats {
                            invalidated while it was registered) */
     uint64_t budget;    /* byte budget now (per device; summed over
                            devices that have one); 0 = none */
+    /* Fields below were added after 0.2. */
+    uint64_t fds; /* file descriptors the cache holds now: one per
+                     dmabuf registration in flight, none per cached
+                     entry (the whole cache's, in device stats too) */
+    uint64_t mrs; /* registrations (MRs, one per rail) held now,
+                     cached or handed out once */
 };
 
 /*

@@ -88,7 +88,6 @@ struct regcache_entry {
     unsigned rails_pending;  /* rails being registered now */
     const void *registrant;  /* the thread registering (for REENTRANT) */
     int device;              /* the backend's device argument */
-    struct rc_shared shared; /* what the rails share (backend.h) */
     /* Its place in the LRU (lru.h): a heap index, RC_LRU_QUEUED or
      * RC_LRU_NONE; in the queue, its neighbours and its key. */
     size_t heap_idx;

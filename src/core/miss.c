@@ -220,7 +220,6 @@ static struct regcache_entry *new_pending_locked(struct regcache *c, struct rc_w
     e->state = RC_PENDING;
     e->rails_pending = 0;
     e->registrant = self_token();
-    e->shared = RC_SHARED_NONE;
     e->heap_idx = RC_LRU_NONE;
     e->pages = e->pages_inline;
     e->npages = 0;

@@ -12,6 +12,11 @@ static uint64_t load(const atomic_uint_fast64_t *n)
     return atomic_load_explicit((atomic_uint_fast64_t *)n, memory_order_relaxed);
 }
 
+static uint64_t fds_held(const struct regcache *c)
+{
+    return c->backend.fds_held ? c->backend.fds_held(c->backend.arg) : 0;
+}
+
 /* Add slot's counters to *s. */
 static void add_device(const struct regcache *c, int slot, struct regcache_stats *s)
 {
@@ -29,6 +34,7 @@ static void add_device(const struct regcache *c, int slot, struct regcache_stats
     s->invalidations_explicit += load(&n->invalidations[RC_BY_EXPLICIT]);
     s->reg_failures += load(&n->reg_failures);
     s->one_shots += load(&n->one_shots);
+    s->mrs += load(&n->registrations) - load(&n->deregistrations);
     s->entries += atomic_load_explicit(&d->entries, memory_order_relaxed);
     s->bytes += atomic_load_explicit(&d->bytes, memory_order_relaxed);
     size_t budget = atomic_load_explicit(&d->max_bytes, memory_order_relaxed);
@@ -45,6 +51,7 @@ int regcache_get_stats(const regcache_t *c, struct regcache_stats *s)
     for (int i = 0; i < RC_DEVICE_SLOTS; i++)
         add_device(c, i, s);
     s->peak_bytes = load(&c->peak_bytes);
+    s->fds = fds_held(c);
     return REGCACHE_OK;
 }
 
@@ -62,6 +69,7 @@ int regcache_get_device_stats(const regcache_t *c, int device, struct regcache_s
     int slot = device == REGCACHE_DEVICE_HOST ? RC_HOST_SLOT : device;
     add_device(c, slot, s);
     s->peak_bytes = load(&c->dev[slot].n.peak_bytes);
+    s->fds = fds_held(c);
     return REGCACHE_OK;
 }
 
@@ -73,10 +81,11 @@ void rc_stats_dump(const struct regcache *c)
             "regcache %p: hits %" PRIu64 " misses %" PRIu64 " registrations %" PRIu64
             " deregistrations %" PRIu64 " evictions %" PRIu64 " invalidations tag %" PRIu64
             " notify %" PRIu64 " explicit %" PRIu64 " reg_failures %" PRIu64 " one_shots %" PRIu64
-            " entries %" PRIu64 " bytes %" PRIu64 " peak_bytes %" PRIu64 "\n",
+            " entries %" PRIu64 " bytes %" PRIu64 " peak_bytes %" PRIu64 " fds %" PRIu64
+            " mrs %" PRIu64 "\n",
             (const void *)c, s.hits, s.misses, s.registrations, s.deregistrations, s.evictions,
             s.invalidations_tag, s.invalidations_notify, s.invalidations_explicit, s.reg_failures,
-            s.one_shots, s.entries, s.bytes, s.peak_bytes);
+            s.one_shots, s.entries, s.bytes, s.peak_bytes, s.fds, s.mrs);
     fprintf(stderr, "regcache %p: validation %s: %s\n", (const void *)c,
             c->tag_check ? "TAG_CHECK" : "HOOKS", c->opts.validation_reason);
     if (c->ledger_note[0])

@@ -1,6 +1,9 @@
 /* dmabuf export of GPU memory (see dmabuf_export.h). */
 #include "dmabuf_export.h"
 
+#include <errno.h>
+#include <string.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "cuda_seam.h"
@@ -80,6 +83,19 @@ static int give_back(const struct rc_cuda_api *api, const struct borrowed *b)
     return r == CUDA_SUCCESS ? REGCACHE_OK : rc_cuda_error(api, "cuCtxPopCurrent", r);
 }
 
+/* EMFILE or ENFILE when no file descriptor can be opened now, else 0.  The
+ * driver reports a dmabuf it could not open as an error of its own, so
+ * after a failed export the cache asks the fd table itself. */
+static int fds_exhausted(void)
+{
+    int fd = eventfd(0, EFD_CLOEXEC);
+    if (fd >= 0) {
+        close(fd);
+        return 0;
+    }
+    return errno == EMFILE || errno == ENFILE ? errno : 0;
+}
+
 int rc_dmabuf_export(uintptr_t addr, size_t len, int *fd, uint64_t *offset)
 {
     const struct rc_cuda_api *api = rc_cuda_api();
@@ -105,7 +121,15 @@ int rc_dmabuf_export(uintptr_t addr, size_t len, int *fd, uint64_t *offset)
                          (uintmax_t)start, (size_t)(end - start));
             return REGCACHE_ERR_UNSUPPORTED;
         }
-        return rc_cuda_error(api, "cuMemGetHandleForAddressRange(DMA_BUF_FD)", r);
+        int full = fds_exhausted();
+        rc = rc_cuda_error(api, "cuMemGetHandleForAddressRange(DMA_BUF_FD)", r);
+        if (!full)
+            return rc;
+        char buf[64];
+        rc_prefix_error("no file descriptor left for the dmabuf (%s)",
+                        strerror_r(full, buf, sizeof buf));
+        errno = full;
+        return REGCACHE_ERR_NO_SPACE;
     }
     if (rc != REGCACHE_OK) {
         close(out);

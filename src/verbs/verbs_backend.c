@@ -6,6 +6,7 @@
 #include "verbs_seam.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@ struct verbs_backend {
     unsigned rails;
     int access;
     int method; /* REGCACHE_METHOD_DMABUF, _PEERMEM, or 0: host memory only */
+    atomic_uint_fast64_t fds; /* dmabufs exported and not yet closed */
 };
 
 #define PEERMEM_HINT "load nvidia_peermem (modprobe nvidia-peermem)"
@@ -27,11 +29,13 @@ static int failed_errno(void)
     return errno ? errno : EIO;
 }
 
-/* Neither export failure means "resources exhausted", so the cache reports
- * a backend error instead of evicting; the export's rc_set_error() message
- * says what went wrong.  UNSUPPORTED -> EOPNOTSUPP, anything else -> EIO. */
+/* What an export failure tells the cache: no file descriptor left is
+ * exhaustion (evict and retry); UNSUPPORTED and CUDA errors are not, and
+ * the export's rc_set_error() message says what went wrong. */
 static int export_errno(int status)
 {
+    if (status == REGCACHE_ERR_NO_SPACE)
+        return errno; /* EMFILE or ENFILE */
     return status == REGCACHE_ERR_UNSUPPORTED ? EOPNOTSUPP : EIO;
 }
 
@@ -43,53 +47,52 @@ static int reg_va(const struct verbs_backend *b, unsigned rail, void *addr, size
     return *mr ? 0 : failed_errno();
 }
 
-static void close_shared(void *arg, struct rc_shared *shared)
+/* Each rail's registration exports the range and closes the dmabuf once
+ * registered (the MR holds its own reference on it): a cache keeps no file
+ * descriptor per entry, whichever rails its entries are used on, only one
+ * per registration in flight.  The iova is the virtual address, so that
+ * the MR's keys work with the addresses peers already use, exactly as for
+ * ibv_reg_mr. */
+static int reg_dmabuf(struct verbs_backend *b, unsigned rail, void *addr, size_t len,
+                      struct ibv_mr **mr)
 {
-    (void)arg;
-    if (shared->fd >= 0)
-        close(shared->fd);
-    shared->fd = -1;
-}
-
-/* One export serves every rail of the entry: the first rail's registration
- * makes it.  The iova is the virtual address, so that the MR's keys work
- * with the addresses peers already use, exactly as for ibv_reg_mr.  A
- * registered MR holds its own reference on the dmabuf, so with one rail the
- * fd is closed at once; with several it stays open until the cache has
- * every rail registered or drops the entry. */
-static int reg_dmabuf(const struct verbs_backend *b, unsigned rail, void *addr, size_t len,
-                      struct rc_shared *shared, struct ibv_mr **mr)
-{
-    if (shared->fd < 0) {
-        int status = rc_dmabuf_export((uintptr_t)addr, len, &shared->fd, &shared->offset);
-        if (status != REGCACHE_OK)
-            return export_errno(status);
-    }
+    int fd;
+    uint64_t offset;
+    int status = rc_dmabuf_export((uintptr_t)addr, len, &fd, &offset);
+    if (status != REGCACHE_OK)
+        return export_errno(status);
+    atomic_fetch_add_explicit(&b->fds, 1, memory_order_relaxed);
     errno = 0;
-    *mr = rc_verbs_seam()->reg_dmabuf_mr(b->pds[rail], shared->offset, len, (uintptr_t)addr,
-                                         shared->fd, b->access);
+    *mr = rc_verbs_seam()->reg_dmabuf_mr(b->pds[rail], offset, len, (uintptr_t)addr, fd,
+                                         b->access);
     int err = *mr ? 0 : failed_errno();
-    if (b->rails == 1)
-        close_shared(NULL, shared);
+    close(fd);
+    atomic_fetch_sub_explicit(&b->fds, 1, memory_order_relaxed);
     return err;
 }
 
 static int verbs_reg(void *arg, uintptr_t addr, size_t len, int device, unsigned rail,
-                     struct rc_shared *shared, void **handle)
+                     void **handle)
 {
-    const struct verbs_backend *b = arg;
-    struct ibv_mr *mr;
+    struct verbs_backend *b = arg;
+    struct ibv_mr *mr = NULL;
     int err;
 
     if (device == REGCACHE_DEVICE_HOST || b->method == REGCACHE_METHOD_PEERMEM)
         err = reg_va(b, rail, (void *)addr, len, &mr);
     else if (b->method == REGCACHE_METHOD_DMABUF)
-        err = reg_dmabuf(b, rail, (void *)addr, len, shared, &mr);
+        err = reg_dmabuf(b, rail, (void *)addr, len, &mr);
     else
         return EOPNOTSUPP; /* host-only backend asked to pin GPU memory */
     if (err == 0)
         *handle = mr;
     return err;
+}
+
+static uint64_t verbs_fds_held(const void *arg)
+{
+    const struct verbs_backend *b = arg;
+    return atomic_load_explicit(&((struct verbs_backend *)b)->fds, memory_order_relaxed);
 }
 
 static void verbs_dereg(void *arg, void *handle)
@@ -233,7 +236,7 @@ int rc_verbs_backend_create(const struct regcache_params *params, struct rc_back
         return status;
     }
     *backend = (struct rc_backend){
-        .reg = verbs_reg, .dereg = verbs_dereg, .release_shared = close_shared, .arg = b
+        .reg = verbs_reg, .dereg = verbs_dereg, .fds_held = verbs_fds_held, .arg = b
     };
     *method_used = b->method;
     return REGCACHE_OK;

@@ -21,15 +21,26 @@
 
 struct fake_verbs fake_verbs;
 
-static struct ibv_mr *new_mr(struct ibv_pd *pd, uint64_t addr, size_t len)
+/* The fd an MR keeps (mr_keeps_fd) lives in its handle field, which the
+ * library never reads. */
+static struct ibv_mr *new_mr(struct ibv_pd *pd, uint64_t addr, size_t len, int fd)
 {
     static uint32_t next_key = 1;
     struct ibv_mr *mr = calloc(1, sizeof(*mr));
+    int kept = -1;
 
     if (!mr) {
         errno = ENOMEM;
         return NULL;
     }
+    if (fd >= 0 && fake_verbs.mr_keeps_fd) {
+        kept = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+        if (kept < 0) {
+            free(mr);
+            return NULL; /* errno EMFILE, as the kernel would say */
+        }
+    }
+    mr->handle = (uint32_t)kept;
     mr->pd = pd;
     mr->addr = (void *)(uintptr_t)addr;
     mr->length = len;
@@ -57,7 +68,7 @@ static struct ibv_mr *fake_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int
     fake_verbs.last_reg_mr.access = access;
     if (take_failure(&fake_verbs.reg_mr_failures, fake_verbs.reg_mr_errno))
         return NULL;
-    return new_mr(pd, (uintptr_t)addr, len);
+    return new_mr(pd, (uintptr_t)addr, len, -1);
 }
 
 static struct ibv_mr *fake_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len,
@@ -79,17 +90,21 @@ static struct ibv_mr *fake_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, siz
     rec->access = access;
     if (probe) {
         errno = fake_verbs.probe_errno;
-        return fake_verbs.probe_errno ? NULL : new_mr(pd, iova, len);
+        return fake_verbs.probe_errno ? NULL : new_mr(pd, iova, len, -1);
     }
+    if (fake_verbs.during_dmabuf)
+        fake_verbs.during_dmabuf(fake_verbs.during_dmabuf_arg);
     if (take_failure(&fake_verbs.dmabuf_failures, fake_verbs.dmabuf_errno))
         return NULL;
-    return new_mr(pd, iova, len);
+    return new_mr(pd, iova, len, fd);
 }
 
 static int fake_dereg_mr(struct ibv_mr *mr)
 {
     fake_verbs.dereg_calls++;
     fake_verbs.live_mrs--;
+    if ((int)mr->handle >= 0)
+        close((int)mr->handle);
     free(mr);
     return 0;
 }

@@ -25,6 +25,12 @@ struct fake_verbs {
     int reg_mr_errno;    /* ... with this errno (0: errno left at 0) */
     int dmabuf_failures; /* same for reg_dmabuf_mr with a real fd */
     int dmabuf_errno;
+    /* Each dmabuf MR keeps a duplicate of the fd until deregistered: the
+     * dmabuf file that a real MR pins, counted against RLIMIT_NOFILE. */
+    int mr_keeps_fd;
+    /* Called inside every reg_dmabuf_mr with a real fd, before it answers. */
+    void (*during_dmabuf)(void *arg);
+    void *during_dmabuf_arg;
 
     /* What it saw. */
     int reg_mr_calls, dmabuf_calls, probe_calls, dereg_calls, live_mrs;

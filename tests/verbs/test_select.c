@@ -35,7 +35,7 @@ static int create(enum regcache_method method, int host_memory, int *method_used
         assert_non_null(be.reg);
         assert_non_null(be.dereg);
         assert_non_null(be.arg);
-        assert_non_null(be.release_shared);
+        assert_non_null(be.fds_held);
         rc_verbs_backend_destroy(&be);
     }
     assert_int_equal(fake_verbs.live_mrs, 0);
