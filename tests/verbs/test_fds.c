@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -80,6 +81,15 @@ static regcache_t *page_cache(size_t rails)
     return c;
 }
 
+static regcache_entry_t *get_ok(regcache_t *c, const void *addr)
+{
+    regcache_entry_t *e = NULL;
+    int rc = regcache_get(c, addr, 100, &e);
+    if (rc != REGCACHE_OK)
+        fail_msg("get %p: %s (%s)", addr, regcache_err_name(rc), regcache_last_error());
+    return e;
+}
+
 /* The most fds the cache said it held while the provider registered. */
 struct fds_seen {
     regcache_t *c;
@@ -112,8 +122,7 @@ static void test_entries_on_one_rail_hold_no_fds(void **state)
         regcache_entry_t *e = NULL;
         int rc = regcache_get_rail(c, 0, fake_gpu(i * PAGE), 100, &e);
         if (rc != REGCACHE_OK)
-            fail_msg("get %zu: %s (%s); %d fds open", i, regcache_err_name(rc),
-                     regcache_last_error(), drv_open_fds());
+            fail_msg("get %zu: %s (%s)", i, regcache_err_name(rc), regcache_last_error());
         regcache_put(c, e);
     }
     unlimit_fds();
@@ -126,22 +135,18 @@ static void test_entries_on_one_rail_hold_no_fds(void **state)
 }
 
 /* Each MR keeps a dmabuf file open (mr_keeps_fd), so the entries fill the
- * fd table: the export that finds no fd left evicts the least recently
- * used unused entry, whose MR lets its file go, and the retry registers. */
-static void test_export_without_fds_evicts_and_retries(void **state)
+ * fd table: the registration that finds no fd left evicts the least
+ * recently used unused entry, whose MR lets its file go, and the retry
+ * registers. */
+static void test_entries_filling_the_fd_table_are_evicted(void **state)
 {
     (void)state;
     regcache_t *c = page_cache(1);
     fake_verbs.mr_keeps_fd = 1;
     limit_fds(open_now() + 40);
 
-    for (size_t i = 0; i < 200; i++) {
-        regcache_entry_t *e = NULL;
-        int rc = regcache_get(c, fake_gpu(i * PAGE), 100, &e);
-        if (rc != REGCACHE_OK)
-            fail_msg("get %zu: %s (%s)", i, regcache_err_name(rc), regcache_last_error());
-        regcache_put(c, e);
-    }
+    for (size_t i = 0; i < 200; i++)
+        regcache_put(c, get_ok(c, fake_gpu(i * PAGE)));
     unlimit_fds();
     struct regcache_stats s;
     assert_int_equal(regcache_get_stats(c, &s), REGCACHE_OK);
@@ -155,38 +160,86 @@ static void test_export_without_fds_evicts_and_retries(void **state)
     regcache_destroy(c);
 }
 
-/* With every entry held, nothing can be evicted: NO_SPACE, saying that file
- * descriptors ran out, and nothing left registered or open. */
+/* Descriptors the test opened to fill the table. */
+struct filler {
+    int fd[64];
+    int n;
+};
+
+/* Open descriptors until none is left (under a limit a few above now). */
+static void fill_fd_table(struct filler *f)
+{
+    limit_fds(open_now() + 8);
+    for (f->n = 0; f->n < 64; f->n++) {
+        f->fd[f->n] = eventfd(0, EFD_CLOEXEC);
+        if (f->fd[f->n] < 0) {
+            assert_int_equal(errno, EMFILE);
+            return;
+        }
+    }
+    fail_msg("the fd table did not fill");
+}
+
+static void empty_fd_table(struct filler *f)
+{
+    while (f->n)
+        close(f->fd[--f->n]);
+    unlimit_fds();
+}
+
+/* The export itself finds no fd: the cache evicts, and once the evicted
+ * MRs' files are gone the export and the registration succeed.  Two
+ * unused entries keep a file each; the export fails (no fd), the first
+ * eviction frees one, which the export takes and the MR's own file then
+ * lacks (a failure of the provider), the second frees another. */
+static void test_export_without_fds_evicts_and_retries(void **state)
+{
+    (void)state;
+    regcache_t *c = page_cache(1);
+    struct filler f;
+    fake_verbs.mr_keeps_fd = 1;
+    for (size_t i = 0; i < 2; i++)
+        regcache_put(c, get_ok(c, fake_gpu(i * PAGE)));
+    unsigned exports = drv.calls[FC_GET_HANDLE];
+    int regs = fake_verbs.dmabuf_calls;
+
+    fill_fd_table(&f);
+    regcache_entry_t *e = NULL;
+    int rc = regcache_get(c, fake_gpu(2 * PAGE), 100, &e);
+    empty_fd_table(&f);
+    if (rc != REGCACHE_OK)
+        fail_msg("get: %s (%s)", regcache_err_name(rc), regcache_last_error());
+    /* Three exports, the first without an fd; two registrations. */
+    assert_int_equal(drv.calls[FC_GET_HANDLE] - exports, 3);
+    assert_int_equal(fake_verbs.dmabuf_calls - regs, 2);
+    assert_cache_stats(c, FX_STAT(entries, 1), FX_STAT(evictions, 2), FX_STAT(reg_failures, 2),
+                       FX_STAT(mrs, 1), FX_STAT(fds, 0), NULL);
+    regcache_put(c, e);
+    regcache_destroy(c);
+}
+
+/* With nothing to evict, an export without an fd is NO_SPACE, saying that
+ * file descriptors ran out, with nothing registered or left open. */
 static void test_export_without_fds_and_nothing_to_evict(void **state)
 {
     (void)state;
     regcache_t *c = page_cache(1);
-    regcache_entry_t *held[64];
-    size_t n = 0;
-    int rc = REGCACHE_OK;
-    fake_verbs.mr_keeps_fd = 1;
-    limit_fds(open_now() + 20);
+    struct filler f;
+    int fds = drv_open_fds();
 
-    while (n < 64) {
-        regcache_entry_t *e = (regcache_entry_t *)(uintptr_t)1;
-        rc = regcache_get(c, fake_gpu(n * PAGE), 100, &e);
-        if (rc != REGCACHE_OK) {
-            assert_null(e);
-            break;
-        }
-        held[n++] = e;
-    }
+    fill_fd_table(&f);
+    regcache_entry_t *e = (regcache_entry_t *)(uintptr_t)1;
+    int rc = regcache_get(c, fake_gpu(0), 100, &e);
+    empty_fd_table(&f);
     const char *why = regcache_last_error();
     assert_int_equal(rc, REGCACHE_ERR_NO_SPACE);
+    assert_null(e);
     if (!strstr(why, strerror(EMFILE)) || !strstr(why, "no unused entry"))
         fail_msg("message: %s", why);
-    int live = fake_verbs.live_mrs;
-    unlimit_fds();
-    assert_int_equal(live, (int)n);
-    assert_cache_stats(c, FX_STAT(entries, n), FX_STAT(mrs, n), FX_STAT(fds, 0),
-                       FX_STAT(evictions, 0), NULL);
-    while (n)
-        regcache_put(c, held[--n]);
+    assert_int_equal(fake_verbs.dmabuf_calls, 0);
+    assert_int_equal(drv_open_fds(), fds);
+    assert_cache_stats(c, FX_STAT(entries, 0), FX_STAT(mrs, 0), FX_STAT(fds, 0),
+                       FX_STAT(reg_failures, 1), NULL);
     regcache_destroy(c);
 }
 
@@ -195,6 +248,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
 #define T(f) cmocka_unit_test_setup_teardown(f, fake_world_setup, teardown)
         T(test_entries_on_one_rail_hold_no_fds),
+        T(test_entries_filling_the_fd_table_are_evicted),
         T(test_export_without_fds_evicts_and_retries),
         T(test_export_without_fds_and_nothing_to_evict),
 #undef T
