@@ -82,6 +82,11 @@ struct ibv_mr;
  *   ERR_NOT_RDMA_CAPABLE  VMM memory created without
  *                      CUmemAllocationProp.allocFlags.gpuDirectRDMACapable:
  *                      refused before the NIC is asked.
+ *   ERR_TOO_LARGE      the range, rounded to params.alignment, is longer
+ *                      than the largest memory region a rail's NIC takes
+ *                      (its max_mr_size, or REGCACHE_MAX_MR_SIZE);
+ *                      regcache_last_error() names the limit: split the
+ *                      transfer.  Nothing is registered.
  */
 #define REGCACHE_STATUS_TABLE(X)                                                            \
     X(OK, 0, "success")                                                                     \
@@ -97,7 +102,8 @@ struct ibv_mr;
     X(ERR_RANGE, -10, "range is not one contiguous piece of mapped memory")                 \
     X(ERR_HOLD_LIMIT, -11, "entry has too many holders (gets without put)")                 \
     X(ERR_REENTRANT, -12, "a backend callback asked for the range it is registering")       \
-    X(ERR_NOT_RDMA_CAPABLE, -13, "VMM memory was created without the GPUDirect RDMA flag")
+    X(ERR_NOT_RDMA_CAPABLE, -13, "VMM memory was created without the GPUDirect RDMA flag")   \
+    X(ERR_TOO_LARGE, -14, "range is larger than the NIC's largest memory region")
 
 #define REGCACHE_STATUS_ENUM(name, value, message) REGCACHE_##name = value,
 enum regcache_status { REGCACHE_STATUS_TABLE(REGCACHE_STATUS_ENUM) };
@@ -317,8 +323,8 @@ REGCACHE_API void regcache_destroy(regcache_t *cache);
  * while the get registered it) is served a registration of its own that
  * never enters the cache and is deregistered at its put.
  * Errors: INVALID (NULL cache/addr/entry, len 0, addr+len wraps), NOT_GPU,
- * MANAGED, RANGE, NOT_RDMA_CAPABLE, NO_SPACE, BACKEND, CUDA, NO_MEMORY,
- * FORKED, HOLD_LIMIT, REENTRANT.  On error *entry is set to NULL, nothing
+ * MANAGED, RANGE, NOT_RDMA_CAPABLE, TOO_LARGE, NO_SPACE, BACKEND, CUDA,
+ * NO_MEMORY, FORKED, HOLD_LIMIT, REENTRANT.  On error *entry is set to NULL, nothing
  * is left registered and regcache_last_error() says why.
  * Thread safe.
  */

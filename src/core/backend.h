@@ -20,6 +20,9 @@ struct rc_backend {
     /* Optional: file descriptors the backend holds now (statistics). */
     uint64_t (*fds_held)(const void *arg);
     void *arg;
+    /* The longest registration every rail takes (the NICs' max_mr_size);
+     * 0: no limit known. */
+    size_t max_len;
     /* The user's backend (a copy), when this adapts one. */
     struct regcache_backend user;
 };

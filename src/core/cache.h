@@ -105,6 +105,7 @@ struct regcache {
     int method_used;
     int validation;
     size_t host_page;
+    size_t max_reg; /* the longest registration the NICs take (SIZE_MAX: any) */
     struct rc_options opts;
 
     struct rc_lock lock;           /* tree, LRU, budgets, zombies, pool, log */

@@ -104,6 +104,9 @@ int regcache_create(const struct regcache_params *params, regcache_t **out)
     }
     const struct regcache_params *p = &c->opts.params;
     c->rails = (unsigned)p->rails;
+    c->max_reg = c->opts.max_mr_size ? c->opts.max_mr_size
+                 : c->backend.max_len ? c->backend.max_len
+                                      : SIZE_MAX;
     c->host_page = (size_t)sysconf(_SC_PAGESIZE);
     c->validation = resolve_validation(&c->opts);
     c->tag_check = c->validation == REGCACHE_VALIDATE_TAG_CHECK;

@@ -113,6 +113,7 @@ static const struct env_option {
     { "REGCACHE_HOST_MEMORY", BOOL, FIELD(params.host_memory), bool_words, "0 or 1" },
     { "REGCACHE_STATS", BOOL, FIELD(stats_dump), bool_words, "0 or 1" },
     { "REGCACHE_HOOKS", BOOL, FIELD(intercept), bool_words, "on or off" },
+    { "REGCACHE_MAX_MR_SIZE", SIZE, FIELD(max_mr_size), NULL, "a size such as 4G" },
     { "REGCACHE_LEDGER", BOOL, PROCESS_WIDE, bool_words, "on or off" },
     { "REGCACHE_LEDGER_NAMESPACE", NAME, PROCESS_WIDE, NULL, "1-32 of [A-Za-z0-9_]" },
     { "REGCACHE_BAR1_BYTES", SIZE, PROCESS_WIDE, NULL, "a size such as 256M" },
@@ -200,6 +201,7 @@ int rc_options_resolve(const struct regcache_params *in, struct rc_options *out)
     out->params.size = sizeof(out->params);
     out->stats_dump = false;
     out->intercept = true;
+    out->max_mr_size = 0;
 
     unsigned from_env = 0;
     for (size_t i = 0; i < N_ENV; i++) {

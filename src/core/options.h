@@ -11,6 +11,8 @@ struct rc_options {
     bool stats_dump;               /* REGCACHE_STATS: print stats at destroy */
     bool intercept;                /* REGCACHE_HOOKS: validation AUTO may
                                       patch libcuda in-process (default on) */
+    size_t max_mr_size;            /* REGCACHE_MAX_MR_SIZE: the longest
+                                      registration; 0 = as the NICs say */
     char validation_reason[256];   /* why validation is what it is; set by
                                       regcache_create */
 };

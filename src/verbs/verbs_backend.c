@@ -213,6 +213,21 @@ static int select_method(const struct regcache_params *params, const struct verb
     return REGCACHE_ERR_INVALID;
 }
 
+/* The longest registration every rail's device takes (max_mr_size; EFA
+ * takes 4 GB, some devices less under an IOMMU), so that the cache never
+ * asks for one a NIC must refuse.  A device that does not answer sets no
+ * limit: its registrations then fail or not on their own. */
+static size_t longest_registration(const struct verbs_backend *b)
+{
+    uint64_t most = UINT64_MAX;
+    for (unsigned r = 0; r < b->rails; r++) {
+        uint64_t size;
+        if (rc_verbs_seam()->max_mr_size(b->pds[r], &size) == 0 && size && size < most)
+            most = size;
+    }
+    return most >= SIZE_MAX ? 0 : (size_t)most;
+}
+
 int rc_verbs_backend_create(const struct regcache_params *params, struct rc_backend *backend,
                             int *method_used)
 {
@@ -236,7 +251,11 @@ int rc_verbs_backend_create(const struct regcache_params *params, struct rc_back
         return status;
     }
     *backend = (struct rc_backend){
-        .reg = verbs_reg, .dereg = verbs_dereg, .fds_held = verbs_fds_held, .arg = b
+        .reg = verbs_reg,
+        .dereg = verbs_dereg,
+        .fds_held = verbs_fds_held,
+        .arg = b,
+        .max_len = longest_registration(b),
     };
     *method_used = b->method;
     return REGCACHE_OK;

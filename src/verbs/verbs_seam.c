@@ -13,10 +13,20 @@ static struct ibv_mr *real_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int
     return ibv_reg_mr(pd, addr, len, access);
 }
 
+static int real_max_mr_size(struct ibv_pd *pd, uint64_t *size)
+{
+    struct ibv_device_attr attr;
+    int err = ibv_query_device(pd->context, &attr);
+    if (!err)
+        *size = attr.max_mr_size;
+    return err;
+}
+
 static const struct rc_verbs_seam real_seam = {
     .reg_mr = real_reg_mr,
     .reg_dmabuf_mr = ibv_reg_dmabuf_mr,
     .dereg_mr = ibv_dereg_mr,
+    .max_mr_size = real_max_mr_size,
 };
 
 /* Atomic only so that a test swapping tables is not a data race; the

@@ -17,6 +17,9 @@ struct rc_verbs_seam {
     struct ibv_mr *(*reg_dmabuf_mr)(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova,
                                     int fd, int access);
     int (*dereg_mr)(struct ibv_mr *mr);
+    /* ibv_query_device on the pd's context: its max_mr_size in *size;
+     * 0 or an errno value. */
+    int (*max_mr_size)(struct ibv_pd *pd, uint64_t *size);
 };
 
 /* The table in use: libibverbs unless a test replaced it.  Thread safe. */

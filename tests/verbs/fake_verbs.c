@@ -109,16 +109,25 @@ static int fake_dereg_mr(struct ibv_mr *mr)
     return 0;
 }
 
+static int fake_max_mr_size(struct ibv_pd *pd, uint64_t *size)
+{
+    *size = !fake_verbs.max_mr_pd || pd == fake_verbs.max_mr_pd ? fake_verbs.max_mr_size
+                                                                : UINT64_MAX;
+    return 0;
+}
+
 static const struct rc_verbs_seam fake_seam = {
     .reg_mr = fake_reg_mr,
     .reg_dmabuf_mr = fake_reg_dmabuf_mr,
     .dereg_mr = fake_dereg_mr,
+    .max_mr_size = fake_max_mr_size,
 };
 
 void fake_verbs_install(void)
 {
     memset(&fake_verbs, 0, sizeof(fake_verbs));
     fake_verbs.probe_errno = EBADF;
+    fake_verbs.max_mr_size = UINT64_MAX;
     rc_verbs_seam_override(&fake_seam);
 }
 

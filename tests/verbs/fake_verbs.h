@@ -28,6 +28,10 @@ struct fake_verbs {
     /* Each dmabuf MR keeps a duplicate of the fd until deregistered: the
      * dmabuf file that a real MR pins, counted against RLIMIT_NOFILE. */
     int mr_keeps_fd;
+    /* The device's max_mr_size (ibv_query_device): for max_mr_pd, or for
+     * every pd when that is NULL; the others take anything. */
+    uint64_t max_mr_size;
+    struct ibv_pd *max_mr_pd;
     /* Called inside every reg_dmabuf_mr with a real fd, before it answers. */
     void (*during_dmabuf)(void *arg);
     void *during_dmabuf_arg;

@@ -201,6 +201,49 @@ static void test_dmabuf_rails_export_each_and_keep_no_fd(void **state)
     assert_int_equal(drv_open_fds(), fds);
 }
 
+/* The smallest max_mr_size of the rails' devices bounds every entry (an
+ * entry's range is registered on each rail that asks): the whole 8 MiB
+ * allocation is not registered when one rail takes 128 KiB at most, the
+ * request is, on the rail without a limit too; a request that does not fit
+ * fails with TOO_LARGE before anything is exported or registered. */
+static void test_max_mr_size_of_the_smallest_rail(void **state)
+{
+    static struct ibv_pd pd1;
+    struct ibv_pd *pds[2] = { fake_pd(), &pd1 };
+    struct regcache_params p;
+    regcache_t *c = NULL;
+    regcache_entry_t *e;
+    uintptr_t start;
+    size_t len;
+    (void)state;
+
+    fake_verbs.max_mr_pd = &pd1;
+    fake_verbs.max_mr_size = 2 * BLOCK;
+    assert_int_equal(regcache_params_init(&p), REGCACHE_OK);
+    p.rails = 2;
+    p.pds = pds;
+    assert_int_equal(regcache_create(&p, &c), REGCACHE_OK);
+    assert_int_equal(regcache_get_rail(c, 0, fake_gpu(BLOCK + 10), 100, &e), REGCACHE_OK);
+    regcache_entry_range(e, &start, &len);
+    assert_int_equal(start, (uintptr_t)fake_gpu(BLOCK));
+    assert_int_equal(len, BLOCK);
+    assert_int_equal(fake_verbs.last_dmabuf.len, BLOCK);
+    regcache_put(c, e);
+
+    unsigned exports = drv.calls[FC_GET_HANDLE];
+    e = (regcache_entry_t *)(uintptr_t)1;
+    assert_int_equal(regcache_get_rail(c, 0, fake_gpu(4 * BLOCK), 3 * BLOCK, &e),
+                     REGCACHE_ERR_TOO_LARGE);
+    assert_null(e);
+    const char *why = regcache_last_error();
+    if (!strstr(why, "131072 bytes") || !strstr(why, "max_mr_size"))
+        fail_msg("message: %s", why);
+    assert_int_equal(drv.calls[FC_GET_HANDLE], exports);
+    assert_int_equal(fake_verbs.dmabuf_calls, 1);
+    assert_cache_stats(c, FX_STAT(entries, 1), FX_STAT(mrs, 1), NULL);
+    regcache_destroy(c);
+}
+
 /* A cache that found only the host method refuses GPU memory up front,
  * saying what is missing, and never reaches verbs. */
 static void test_host_only_cache_refuses_gpu_memory(void **state)
@@ -239,6 +282,7 @@ int main(void)
         T(test_reg_mr_failures_that_cannot_be_retried),
         T(test_gpu_memory_through_dmabuf),
         T(test_dmabuf_rails_export_each_and_keep_no_fd),
+        T(test_max_mr_size_of_the_smallest_rail),
         T(test_create_says_what_to_load),
         T(test_host_only_cache_refuses_gpu_memory),
 #undef T
