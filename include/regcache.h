@@ -168,8 +168,8 @@ struct regcache_mem_info {
  * reg:   register [addr, addr+len) of `device` (REGCACHE_DEVICE_HOST for host
  *        memory) with NIC `rail` (0 .. params.rails-1); store an opaque
  *        handle in *handle and return 0, or return an errno value.  ENOMEM,
- *        ENOSPC and EAGAIN mean "resources exhausted": the cache evicts unused
- *        entries of that device and retries.  EFAULT counts as exhaustion
+ *        ENOSPC, EAGAIN, EMFILE and ENFILE mean "resources exhausted": the
+ *        cache evicts unused entries of that device and retries.  EFAULT counts as exhaustion
  *        only while the memory is still what the cache registered (the cache
  *        asks again; nvidia-peermem reports a full BAR1 so), else the get
  *        fails with NOT_GPU.
@@ -333,10 +333,11 @@ REGCACHE_API int regcache_get(regcache_t *cache, const void *addr, size_t len,
 
 /*
  * regcache_get() on NIC `rail` (0 .. params.rails-1).  One entry serves all
- * rails of an allocation: one memory query, one dmabuf export, one share of
- * the BAR1 budget; its registration on a rail is made when a get first asks
- * for that rail.  Errors: those of regcache_get(), and INVALID for a rail out
- * of range.  Thread safe.
+ * rails of an allocation: one memory query, one share of the BAR1 budget;
+ * its registration on a rail is made when a get first asks for that rail,
+ * without waiting for registrations in flight on other rails.  Errors:
+ * those of regcache_get(), and INVALID for a rail out of range.  Thread
+ * safe.
  */
 REGCACHE_API int regcache_get_rail(regcache_t *cache, unsigned rail, const void *addr, size_t len,
                                    regcache_entry_t **entry);
