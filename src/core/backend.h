@@ -19,6 +19,8 @@ struct rc_backend {
     void (*dereg)(void *arg, void *handle);
     /* Optional: file descriptors the backend holds now (statistics). */
     uint64_t (*fds_held)(const void *arg);
+    /* Optional: how it registers, for the stats dump. */
+    void (*describe)(const void *arg, char *buf, size_t n);
     void *arg;
     /* The longest registration every rail takes (the NICs' max_mr_size);
      * 0: no limit known. */

@@ -46,7 +46,8 @@ static int make_backend(struct regcache *c)
         return REGCACHE_OK;
     }
     c->builtin = true;
-    return rc_verbs_backend_create(p, &c->backend, &c->method_used);
+    return rc_verbs_backend_create(p, c->opts.dmabuf_mapping, c->opts.data_direct, &c->backend,
+                                   &c->method_used);
 }
 
 /* `consistent`: nobody held the cache lock, so the tree, the LRU, the

@@ -1,6 +1,7 @@
 /* Statistics: the public snapshots and the REGCACHE_STATS dump. */
 #include <inttypes.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "cache.h"
 #include "last_error.h"
@@ -88,6 +89,16 @@ void rc_stats_dump(const struct regcache *c)
             s.one_shots, s.entries, s.bytes, s.peak_bytes, s.fds, s.mrs);
     fprintf(stderr, "regcache %p: validation %s: %s\n", (const void *)c,
             c->tag_check ? "TAG_CHECK" : "HOOKS", c->opts.validation_reason);
+    if (c->backend.describe) {
+        char how[2048];
+        c->backend.describe(c->backend.arg, how, sizeof how);
+        for (char *line = how, *next; line; line = next) {
+            next = strchr(line, '\n');
+            if (next)
+                *next++ = '\0';
+            fprintf(stderr, "regcache %p: %s\n", (const void *)c, line);
+        }
+    }
     if (c->ledger_note[0])
         fprintf(stderr, "regcache %p: %s\n", (const void *)c, c->ledger_note);
     for (int i = 0; i < RC_MAX_DEVICES; i++) {

@@ -98,6 +98,12 @@ static int fds_exhausted(void)
 
 int rc_dmabuf_export(uintptr_t addr, size_t len, int *fd, uint64_t *offset)
 {
+    return rc_dmabuf_export_mapped(addr, len, 0, fd, offset);
+}
+
+int rc_dmabuf_export_mapped(uintptr_t addr, size_t len, unsigned long long flags, int *fd,
+                            uint64_t *offset)
+{
     const struct rc_cuda_api *api = rc_cuda_api();
     if (!api)
         return REGCACHE_ERR_UNSUPPORTED;
@@ -112,9 +118,17 @@ int rc_dmabuf_export(uintptr_t addr, size_t len, int *fd, uint64_t *offset)
         return rc;
     int out = -1;
     CUresult r = api->MemGetHandleForAddressRange(&out, (CUdeviceptr)start, end - start,
-                                                  CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+                                                  CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, flags);
     rc = give_back(api, &b);
     if (r != CUDA_SUCCESS) {
+        /* Drivers without the PCIe mapping type answer either (H200:
+         * NOT_SUPPORTED). */
+        if (flags && (r == CUDA_ERROR_NOT_SUPPORTED || r == CUDA_ERROR_INVALID_VALUE)) {
+            rc_cuda_error(api, "cuMemGetHandleForAddressRange(DMA_BUF_FD)", r);
+            rc_prefix_error("the driver refuses the PCIe mapping type "
+                            "(CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE)");
+            return REGCACHE_ERR_UNSUPPORTED;
+        }
         if (r == CUDA_ERROR_NOT_SUPPORTED) {
             rc_set_error("cuMemGetHandleForAddressRange: the driver cannot export "
                          "%#jx+%zu as a dmabuf (CUDA_ERROR_NOT_SUPPORTED)",

@@ -2,11 +2,11 @@
 
 #include "cuda_seam.h"
 #include "dmabuf_export.h"
+#include "dmabuf_reg.h"
 #include "last_error.h"
 #include "verbs_seam.h"
 
 #include <errno.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +17,7 @@ struct verbs_backend {
     unsigned rails;
     int access;
     int method; /* REGCACHE_METHOD_DMABUF, _PEERMEM, or 0: host memory only */
-    atomic_uint_fast64_t fds; /* dmabufs exported and not yet closed */
+    struct rc_dmabuf_reg dmabuf;
 };
 
 #define PEERMEM_HINT "load nvidia_peermem (modprobe nvidia-peermem)"
@@ -29,46 +29,12 @@ static int failed_errno(void)
     return errno ? errno : EIO;
 }
 
-/* What an export failure tells the cache: no file descriptor left is
- * exhaustion (evict and retry); UNSUPPORTED and CUDA errors are not, and
- * the export's rc_set_error() message says what went wrong. */
-static int export_errno(int status)
-{
-    if (status == REGCACHE_ERR_NO_SPACE)
-        return errno; /* EMFILE or ENFILE */
-    return status == REGCACHE_ERR_UNSUPPORTED ? EOPNOTSUPP : EIO;
-}
-
 static int reg_va(const struct verbs_backend *b, unsigned rail, void *addr, size_t len,
                   struct ibv_mr **mr)
 {
     errno = 0;
     *mr = rc_verbs_seam()->reg_mr(b->pds[rail], addr, len, b->access);
     return *mr ? 0 : failed_errno();
-}
-
-/* Each rail's registration exports the range and closes the dmabuf once
- * registered (the MR holds its own reference on it): a cache keeps no file
- * descriptor per entry, whichever rails its entries are used on, only one
- * per registration in flight.  The iova is the virtual address, so that
- * the MR's keys work with the addresses peers already use, exactly as for
- * ibv_reg_mr. */
-static int reg_dmabuf(struct verbs_backend *b, unsigned rail, void *addr, size_t len,
-                      struct ibv_mr **mr)
-{
-    int fd;
-    uint64_t offset;
-    int status = rc_dmabuf_export((uintptr_t)addr, len, &fd, &offset);
-    if (status != REGCACHE_OK)
-        return export_errno(status);
-    atomic_fetch_add_explicit(&b->fds, 1, memory_order_relaxed);
-    errno = 0;
-    *mr = rc_verbs_seam()->reg_dmabuf_mr(b->pds[rail], offset, len, (uintptr_t)addr, fd,
-                                         b->access);
-    int err = *mr ? 0 : failed_errno();
-    close(fd);
-    atomic_fetch_sub_explicit(&b->fds, 1, memory_order_relaxed);
-    return err;
 }
 
 static int verbs_reg(void *arg, uintptr_t addr, size_t len, int device, unsigned rail,
@@ -81,7 +47,8 @@ static int verbs_reg(void *arg, uintptr_t addr, size_t len, int device, unsigned
     if (device == REGCACHE_DEVICE_HOST || b->method == REGCACHE_METHOD_PEERMEM)
         err = reg_va(b, rail, (void *)addr, len, &mr);
     else if (b->method == REGCACHE_METHOD_DMABUF)
-        err = reg_dmabuf(b, rail, (void *)addr, len, &mr);
+        err = rc_dmabuf_reg(&b->dmabuf, b->pds[rail], rail, device, b->access, (void *)addr, len,
+                            &mr);
     else
         return EOPNOTSUPP; /* host-only backend asked to pin GPU memory */
     if (err == 0)
@@ -92,7 +59,16 @@ static int verbs_reg(void *arg, uintptr_t addr, size_t len, int device, unsigned
 static uint64_t verbs_fds_held(const void *arg)
 {
     const struct verbs_backend *b = arg;
-    return atomic_load_explicit(&((struct verbs_backend *)b)->fds, memory_order_relaxed);
+    return atomic_load_explicit(&((struct verbs_backend *)b)->dmabuf.fds, memory_order_relaxed);
+}
+
+static void verbs_describe(const void *arg, char *buf, size_t n)
+{
+    const struct verbs_backend *b = arg;
+    if (b->method == REGCACHE_METHOD_DMABUF)
+        rc_dmabuf_reg_describe(&b->dmabuf, b->rails, buf, n);
+    else
+        snprintf(buf, n, "%s", b->method == REGCACHE_METHOD_PEERMEM ? "peermem" : "host memory");
 }
 
 static void verbs_dereg(void *arg, void *handle)
@@ -228,8 +204,8 @@ static size_t longest_registration(const struct verbs_backend *b)
     return most >= SIZE_MAX ? 0 : (size_t)most;
 }
 
-int rc_verbs_backend_create(const struct regcache_params *params, struct rc_backend *backend,
-                            int *method_used)
+int rc_verbs_backend_create(const struct regcache_params *params, int mapping, int data_direct,
+                            struct rc_backend *backend, int *method_used)
 {
     struct verbs_backend *b = calloc(1, sizeof(*b));
     if (!b)
@@ -246,6 +222,8 @@ int rc_verbs_backend_create(const struct regcache_params *params, struct rc_back
         }
     }
     int status = select_method(params, b, &b->method);
+    if (status == REGCACHE_OK && b->method == REGCACHE_METHOD_DMABUF)
+        status = rc_dmabuf_reg_init(&b->dmabuf, b->pds, b->rails, mapping, data_direct);
     if (status != REGCACHE_OK) {
         free(b);
         return status;
@@ -254,6 +232,7 @@ int rc_verbs_backend_create(const struct regcache_params *params, struct rc_back
         .reg = verbs_reg,
         .dereg = verbs_dereg,
         .fds_held = verbs_fds_held,
+        .describe = verbs_describe,
         .arg = b,
         .max_len = longest_registration(b),
     };

@@ -163,8 +163,15 @@ static CUresult drv_mem_get_handle(void *handle, CUdeviceptr p, size_t size,
     drv.export_ptr = p;
     drv.export_size = size;
     drv.export_fd = -1;
+    drv.export_flags = flags;
     if (r != CUDA_SUCCESS)
         return r;
+    if (flags == CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE) {
+        drv.pcie_exports++;
+        if (drv.pcie_answer != CUDA_SUCCESS)
+            return drv.pcie_answer;
+        flags = 0;
+    }
     if (!drv.current)
         return CUDA_ERROR_INVALID_CONTEXT;
     struct drv_alloc *a = drv_alloc_at(p);

@@ -71,8 +71,8 @@ static struct ibv_mr *fake_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int
     return new_mr(pd, (uintptr_t)addr, len, -1);
 }
 
-static struct ibv_mr *fake_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len,
-                                         uint64_t iova, int fd, int access)
+static struct ibv_mr *dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova,
+                                int fd, int access, int data_direct)
 {
     int probe = fd == -1;
     struct fake_dmabuf_call *rec = probe ? &fake_verbs.last_probe : &fake_verbs.last_dmabuf;
@@ -88,6 +88,7 @@ static struct ibv_mr *fake_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, siz
     rec->fd = fd;
     rec->fd_was_open = fd >= 0 && fcntl(fd, F_GETFD) != -1;
     rec->access = access;
+    rec->data_direct = data_direct;
     if (probe) {
         errno = fake_verbs.probe_errno;
         return fake_verbs.probe_errno ? NULL : new_mr(pd, iova, len, -1);
@@ -97,6 +98,35 @@ static struct ibv_mr *fake_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, siz
     if (take_failure(&fake_verbs.dmabuf_failures, fake_verbs.dmabuf_errno))
         return NULL;
     return new_mr(pd, iova, len, fd);
+}
+
+static struct ibv_mr *fake_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len,
+                                         uint64_t iova, int fd, int access)
+{
+    return dmabuf_mr(pd, offset, len, iova, fd, access, 0);
+}
+
+static struct ibv_mr *fake_reg_dmabuf_mr_data_direct(struct ibv_pd *pd, uint64_t offset,
+                                                     size_t len, uint64_t iova, int fd, int access)
+{
+    if (!fake_verbs.mlx5) {
+        errno = EOPNOTSUPP;
+        return NULL;
+    }
+    return dmabuf_mr(pd, offset, len, iova, fd, access, 1);
+}
+
+static int fake_data_direct(struct ibv_pd *pd, char *why, size_t n)
+{
+    if (!fake_verbs.mlx5) {
+        snprintf(why, n, "libmlx5.so.1 cannot be loaded");
+        return -1;
+    }
+    if (pd != fake_verbs.data_direct_pd) {
+        snprintf(why, n, "not a data-direct device");
+        return 0;
+    }
+    return 1;
 }
 
 static int fake_dereg_mr(struct ibv_mr *mr)
@@ -121,6 +151,8 @@ static const struct rc_verbs_seam fake_seam = {
     .reg_dmabuf_mr = fake_reg_dmabuf_mr,
     .dereg_mr = fake_dereg_mr,
     .max_mr_size = fake_max_mr_size,
+    .data_direct = fake_data_direct,
+    .reg_dmabuf_mr_data_direct = fake_reg_dmabuf_mr_data_direct,
 };
 
 void fake_verbs_install(void)
