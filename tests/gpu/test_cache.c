@@ -21,6 +21,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -647,6 +649,48 @@ static void pcie_mapping_refused_and_the_export_falls_back(void **state)
     assert_int_equal(cu.cuMemFree(p), CUDA_SUCCESS);
 }
 
+/* Measured: what the driver answers an export when the process has no
+ * file descriptor left, and that the cache's export calls that exhaustion
+ * (NO_SPACE, errno EMFILE: evict and retry), not a CUDA error. */
+static void export_without_fds_is_exhaustion(void **state)
+{
+    (void)state;
+    CUdeviceptr p;
+    assert_int_equal(cu.cuMemAlloc(&p, 2 * MIB), CUDA_SUCCESS);
+    struct rlimit saved, lim;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &saved), 0);
+    lim = saved;
+    lim.rlim_cur = (rlim_t)open_fds() + 16;
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &lim), 0);
+    int fillers[64], n = 0;
+    while (n < 64 && (fillers[n] = eventfd(0, EFD_CLOEXEC)) >= 0)
+        n++;
+    int fd = -1;
+    CUresult r = rc_cuda_api()->MemGetHandleForAddressRange(
+        &fd, p, 2 * MIB, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+    uint64_t offset;
+    int dmabuf = -1;
+    int rc = rc_dmabuf_export((uintptr_t)p, 2 * MIB, &dmabuf, &offset);
+    int err = errno;
+    char why[256];
+    snprintf(why, sizeof why, "%s", regcache_last_error());
+    while (n)
+        close(fillers[--n]);
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &saved), 0);
+    const char *name = "?";
+    cu.cuGetErrorName(r, &name);
+    printf("export with no fd left: %s (%d); the cache's export: %s, errno %d (%s)\n", name,
+           (int)r, regcache_err_name(rc), err, why);
+    if (r == CUDA_SUCCESS)
+        close(fd);
+    if (rc == REGCACHE_OK)
+        close(dmabuf);
+    assert_int_not_equal(r, CUDA_SUCCESS);
+    assert_int_equal(rc, REGCACHE_ERR_NO_SPACE);
+    assert_int_equal(err, EMFILE);
+    assert_int_equal(cu.cuMemFree(p), CUDA_SUCCESS);
+}
+
 static void dmabuf_export_of_every_kind(void **state)
 {
     (void)state;
@@ -893,6 +937,7 @@ int main(void)
         T(dmabuf_export_of_every_kind),         T(budget_evicts_lru_and_never_a_held_entry),
         T(threads_never_see_a_stale_handle),    T(bar1_budget_of_device_0_is_read),
         T(pcie_mapping_refused_and_the_export_falls_back),
+        T(export_without_fds_is_exhaustion),
 #undef T
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
