@@ -86,6 +86,11 @@ struct ibv_mr;
  *                      or EPERM: not mapped, PROT_NONE, or a protection
  *                      that does not allow params.access (read-only memory
  *                      with LOCAL_WRITE asked for).  Nothing is evicted.
+ *   ERR_TOO_LARGE      the range, rounded to params.alignment, is longer
+ *                      than the largest memory region a rail's NIC takes
+ *                      (its max_mr_size, or REGCACHE_MAX_MR_SIZE);
+ *                      regcache_last_error() names the limit: split the
+ *                      transfer.  Nothing is registered.
  */
 #define REGCACHE_STATUS_TABLE(X)                                                            \
     X(OK, 0, "success")                                                                     \
@@ -101,8 +106,9 @@ struct ibv_mr;
     X(ERR_RANGE, -10, "range is not one contiguous piece of mapped memory")                 \
     X(ERR_HOLD_LIMIT, -11, "entry has too many holders (gets without put)")                 \
     X(ERR_REENTRANT, -12, "a backend callback asked for the range it is registering")       \
-    X(ERR_NOT_RDMA_CAPABLE, -13, "VMM memory was created without the GPUDirect RDMA flag") \
-    X(ERR_BAD_ADDRESS, -14, "host memory is not mapped or does not allow the access asked for")
+    X(ERR_NOT_RDMA_CAPABLE, -13, "VMM memory was created without the GPUDirect RDMA flag")   \
+    X(ERR_BAD_ADDRESS, -14, "host memory is not mapped or does not allow the access asked for") \
+    X(ERR_TOO_LARGE, -15, "range is larger than the NIC's largest memory region")
 
 #define REGCACHE_STATUS_ENUM(name, value, message) REGCACHE_##name = value,
 enum regcache_status { REGCACHE_STATUS_TABLE(REGCACHE_STATUS_ENUM) };
@@ -167,8 +173,8 @@ struct regcache_mem_info {
  * reg:   register [addr, addr+len) of `device` (REGCACHE_DEVICE_HOST for host
  *        memory) with NIC `rail` (0 .. params.rails-1); store an opaque
  *        handle in *handle and return 0, or return an errno value.  ENOMEM,
- *        ENOSPC and EAGAIN mean "resources exhausted": the cache evicts unused
- *        entries of that device and retries.  EFAULT counts as exhaustion
+ *        ENOSPC, EAGAIN, EMFILE and ENFILE mean "resources exhausted": the
+ *        cache evicts unused entries of that device and retries.  EFAULT counts as exhaustion
  *        only while the memory is still what the cache registered (the cache
  *        asks again; nvidia-peermem reports a full BAR1 so), else the get
  *        fails with NOT_GPU.  For host memory (REGCACHE_DEVICE_HOST)
@@ -339,9 +345,9 @@ REGCACHE_API void regcache_destroy(regcache_t *cache);
  * while the get registered it) is served a registration of its own that
  * never enters the cache and is deregistered at its put.
  * Errors: INVALID (NULL cache/addr/entry, len 0, addr+len wraps), NOT_GPU,
- * MANAGED, RANGE, NOT_RDMA_CAPABLE, NO_SPACE, BACKEND, CUDA, NO_MEMORY,
- * FORKED, HOLD_LIMIT, REENTRANT, BAD_ADDRESS (host memory).  On error
- * *entry is set to NULL, nothing is left registered and
+ * MANAGED, RANGE, NOT_RDMA_CAPABLE, TOO_LARGE, NO_SPACE, BACKEND, CUDA,
+ * NO_MEMORY, FORKED, HOLD_LIMIT, REENTRANT, BAD_ADDRESS (host memory).  On
+ * error *entry is set to NULL, nothing is left registered and
  * regcache_last_error() says why.
  * Thread safe.
  */
@@ -350,10 +356,11 @@ REGCACHE_API int regcache_get(regcache_t *cache, const void *addr, size_t len,
 
 /*
  * regcache_get() on NIC `rail` (0 .. params.rails-1).  One entry serves all
- * rails of an allocation: one memory query, one dmabuf export, one share of
- * the BAR1 budget; its registration on a rail is made when a get first asks
- * for that rail.  Errors: those of regcache_get(), and INVALID for a rail out
- * of range.  Thread safe.
+ * rails of an allocation: one memory query, one share of the BAR1 budget;
+ * its registration on a rail is made when a get first asks for that rail,
+ * without waiting for registrations in flight on other rails.  Errors:
+ * those of regcache_get(), and INVALID for a rail out of range.  Thread
+ * safe.
  */
 REGCACHE_API int regcache_get_rail(regcache_t *cache, unsigned rail, const void *addr, size_t len,
                                    regcache_entry_t **entry);
@@ -463,6 +470,12 @@ struct regcache_stats {
                            invalidated while it was registered) */
     uint64_t budget;    /* byte budget now (per device; summed over
                            devices that have one); 0 = none */
+    /* Fields below were added after 0.2. */
+    uint64_t fds; /* file descriptors the cache holds now: one per
+                     dmabuf registration in flight, none per cached
+                     entry (the whole cache's, in device stats too) */
+    uint64_t mrs; /* registrations (MRs, one per rail) held now,
+                     cached or handed out once */
 };
 
 /*

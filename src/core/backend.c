@@ -1,10 +1,9 @@
 #include "backend.h"
 
 static int user_reg(void *arg, uintptr_t addr, size_t len, int device, unsigned rail,
-                    struct rc_shared *shared, void **handle)
+                    void **handle)
 {
     const struct rc_backend *b = arg;
-    (void)shared;
     return b->user.reg(b->user.arg, (void *)addr, len, device, (int)rail, handle);
 }
 

@@ -1,10 +1,10 @@
 /* The registration backend as the core calls it: the built-in verbs
  * backend, or a user's struct regcache_backend behind an adapter.
  *
- * An entry may be registered on several rails (NICs).  What its rails share
- * - the dmabuf that CUDA exported for it - lives in the entry as a
- * struct rc_shared, made by the first reg that needs it and released with
- * the entry (or once every rail is registered). */
+ * An entry may be registered on several rails (NICs); each rail's reg is a
+ * call of its own, which keeps nothing open once it returns (a dmabuf is
+ * exported for it and closed after it), so that what the library holds
+ * does not grow with the entries cached. */
 #ifndef RC_BACKEND_H
 #define RC_BACKEND_H
 
@@ -13,21 +13,18 @@
 
 #include "regcache.h"
 
-struct rc_shared {
-    int fd;          /* dmabuf of the entry's range; -1: none yet */
-    uint64_t offset; /* of the range's start within the dmabuf */
-};
-
-#define RC_SHARED_NONE ((struct rc_shared){ .fd = -1, .offset = 0 })
-
 struct rc_backend {
     /* 0 or an errno value, as regcache_backend.reg. */
-    int (*reg)(void *arg, uintptr_t addr, size_t len, int device, unsigned rail,
-               struct rc_shared *shared, void **handle);
+    int (*reg)(void *arg, uintptr_t addr, size_t len, int device, unsigned rail, void **handle);
     void (*dereg)(void *arg, void *handle);
-    /* Optional: release what reg put into *shared. */
-    void (*release_shared)(void *arg, struct rc_shared *shared);
+    /* Optional: file descriptors the backend holds now (statistics). */
+    uint64_t (*fds_held)(const void *arg);
+    /* Optional: how it registers, for the stats dump. */
+    void (*describe)(const void *arg, char *buf, size_t n);
     void *arg;
+    /* The longest registration every rail takes (the NICs' max_mr_size);
+     * 0: no limit known. */
+    size_t max_len;
     /* The user's backend (a copy), when this adapts one. */
     struct regcache_backend user;
 };

@@ -115,6 +115,7 @@ struct regcache {
     bool watch_patches;
     char lost_reason[256]; /* why it fell back; written before tag_check */
     size_t host_page;
+    size_t max_reg; /* the longest registration the NICs take (SIZE_MAX: any) */
     struct rc_options opts;
 
     struct rc_lock lock;           /* tree, LRU, budgets, zombies, pool, log */
@@ -197,8 +198,8 @@ int rc_slow_get(struct regcache *c, uintptr_t start, uintptr_t end, unsigned rai
 #define RC_NOT_HIT 1
 
 /* e, held by the caller, lacks `rail`: register it there (or wait for a
- * registration of e in flight) and hand out a hold of it; RC_NOT_HIT when
- * e left the cache meanwhile. */
+ * registration of that rail of e in flight) and hand out a hold of it;
+ * RC_NOT_HIT when e left the cache meanwhile. */
 int rc_add_rail(struct regcache *c, struct regcache_entry *e, unsigned rail,
                 regcache_entry_t **out);
 

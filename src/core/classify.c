@@ -78,18 +78,34 @@ static int span_mappings(struct regcache *c, struct rc_want *w,
     return REGCACHE_OK;
 }
 
+/* A request the NICs cannot register in one memory region: the transport
+ * must split it, so nothing is registered. */
+static int too_large(const struct regcache *c, const struct rc_want *w)
+{
+    return rc_fail(REGCACHE_ERR_TOO_LARGE,
+                   "[%p, %p) needs a registration of %zu bytes, more than the largest memory "
+                   "region the cache's NICs take (%zu bytes%s): split the transfer",
+                   (void *)w->start, (void *)w->end, (size_t)(w->reg_end - w->reg_start),
+                   c->max_reg,
+                   c->opts.max_mr_size ? ", REGCACHE_MAX_MR_SIZE" : ": their max_mr_size");
+}
+
 /* Register the whole allocation [base, end) when asked to and it is not
- * too large for the budget, else the request; rounded to `align`.  The
- * entry serves requests inside both the registration and the allocation. */
+ * too large for the budget nor for the NICs, else the request; rounded to
+ * `align`.  The entry serves requests inside both the registration and the
+ * allocation. */
 static int choose_range(struct regcache *c, struct rc_want *w, uintptr_t base, uintptr_t end,
                         size_t align, bool clip)
 {
     struct rc_device *d = rc_device(c, w->slot);
     bool whole = c->opts.params.whole_allocation && end - base <= d->whole_max;
-    int rc = whole ? round_out(base, end, align, &w->reg_start, &w->reg_end)
-                   : round_out(w->start, w->end, align, &w->reg_start, &w->reg_end);
+    int rc = whole ? round_out(base, end, align, &w->reg_start, &w->reg_end) : REGCACHE_OK;
+    if (rc == REGCACHE_OK && (!whole || w->reg_end - w->reg_start > c->max_reg))
+        rc = round_out(w->start, w->end, align, &w->reg_start, &w->reg_end);
     if (rc != REGCACHE_OK)
         return rc;
+    if (w->reg_end - w->reg_start > c->max_reg)
+        return too_large(c, w);
     w->match_start = clip && w->reg_start < base ? base : w->reg_start;
     w->match_end = clip && w->reg_end > end ? end : w->reg_end;
     return REGCACHE_OK;

@@ -85,10 +85,10 @@ struct regcache_entry {
     struct rc_itree_node node; /* registered range, in cache->tree */
     enum rc_entry_state state;
     bool heavy_scan;         /* its cache's hits do not fence (cache.h) */
-    unsigned rails_pending;  /* rails being registered now */
-    const void *registrant;  /* the thread registering (for REENTRANT) */
+    unsigned rails_pending; /* rails being registered now, each by one thread */
+    /* The thread registering each pending rail (for REENTRANT). */
+    const void *registrants[RC_MAX_RAILS];
     int device;              /* the backend's device argument */
-    struct rc_shared shared; /* what the rails share (backend.h) */
     /* Its place in the LRU (lru.h): a heap index, RC_LRU_QUEUED or
      * RC_LRU_NONE; in the queue, its neighbours and its key. */
     size_t heap_idx;

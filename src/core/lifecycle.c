@@ -72,7 +72,8 @@ static int make_backend(struct regcache *c)
         return REGCACHE_OK;
     }
     c->builtin = true;
-    return rc_verbs_backend_create(p, &c->backend, &c->method_used);
+    return rc_verbs_backend_create(p, c->opts.dmabuf_mapping, c->opts.data_direct, &c->backend,
+                                   &c->method_used);
 }
 
 static bool pool_owns(const void *pool, const void *e)
@@ -140,6 +141,9 @@ int regcache_create(const struct regcache_params *params, regcache_t **out)
     }
     const struct regcache_params *p = &c->opts.params;
     c->rails = (unsigned)p->rails;
+    c->max_reg = c->opts.max_mr_size ? c->opts.max_mr_size
+                 : c->backend.max_len ? c->backend.max_len
+                                      : SIZE_MAX;
     c->host_page = (size_t)sysconf(_SC_PAGESIZE);
     rc_memory_select(p->backend ? &c->backend.user : NULL, &c->mem);
     c->validation = resolve_validation(c);

@@ -2,10 +2,12 @@
  * under its lock, and what is missing is registered without it - a new
  * entry, or an existing entry's registration on another rail.
  *
- * One registration is in flight per entry at a time (its first, or one more
- * rail): concurrent gets that need the same entry wait for it instead of
- * registering the memory again, except the registering thread itself (a
- * backend callback asking for its own range), which is told so. */
+ * One registration is in flight per rail of an entry at a time (its first,
+ * or one more rail): concurrent gets that need the same rail of the same
+ * entry wait for it instead of registering the memory again, except the
+ * registering thread itself (a backend callback asking for its own range),
+ * which is told so.  A get on another rail never waits: it registers its
+ * rail beside the one in flight, on a pending entry too, holding it. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -119,6 +121,7 @@ static bool serves(const struct regcache_entry *e, const struct rc_want *w)
 
 struct lookup {
     const struct rc_want *want;
+    unsigned rail;
     struct regcache_entry *found, *busy, *stale;
 };
 
@@ -137,7 +140,7 @@ static int lookup_visit(struct rc_itree_node *n, void *arg)
     }
     if (!serves(e, l->want))
         return 0;
-    if (e->state == RC_PENDING || e->rails_pending) {
+    if (e->rails_pending >> l->rail & 1) {
         l->busy = e;
         return 0;
     }
@@ -145,14 +148,15 @@ static int lookup_visit(struct rc_itree_node *n, void *arg)
     return 1;
 }
 
-/* Under the lock: a ready entry serving w, or NULL with *busy set to an
- * entry whose registration in flight will serve it.  Stale entries met on
- * the way leave the cache. */
+/* Under the lock: an entry serving w on whose `rail` no registration is in
+ * flight (ready, or pending with another rail in flight), or NULL with
+ * *busy set to an entry whose registration of that rail will serve it.
+ * Stale entries met on the way leave the cache. */
 static struct regcache_entry *lookup_locked(struct regcache *c, const struct rc_want *w,
-                                            struct regcache_entry **busy,
+                                            unsigned rail, struct regcache_entry **busy,
                                             struct regcache_entry **victims)
 {
-    struct lookup l = { .want = w };
+    struct lookup l = { .want = w, .rail = rail };
     rc_itree_visit_overlaps(&c->tree, w->start, w->end, lookup_visit, &l);
     while (l.stale) {
         struct regcache_entry *e = l.stale;
@@ -193,8 +197,9 @@ static COLD int reentrant(const struct rc_want *w)
 }
 
 /* Under the lock: a new pending entry for w, held by this thread, in the
- * tree so that concurrent misses wait for it. */
-static struct regcache_entry *new_pending_locked(struct regcache *c, struct rc_want *w)
+ * tree so that concurrent misses of `rail` wait for it. */
+static struct regcache_entry *new_pending_locked(struct regcache *c, struct rc_want *w,
+                                                 unsigned rail)
 {
     struct regcache_entry *e = rc_entry_new_locked(c);
     if (!e)
@@ -218,9 +223,8 @@ static struct regcache_entry *new_pending_locked(struct regcache *c, struct rc_w
     e->node.start = w->reg_start;
     e->node.end = w->reg_end;
     e->state = RC_PENDING;
-    e->rails_pending = 0;
-    e->registrant = self_token();
-    e->shared = RC_SHARED_NONE;
+    e->rails_pending = 1u << rail;
+    e->registrants[rail] = self_token();
     e->heap_idx = RC_LRU_NONE;
     e->pages = e->pages_inline;
     e->npages = 0;
@@ -293,13 +297,34 @@ static int publish_locked(struct regcache *c, struct regcache_entry *e, uintptr_
     return REGCACHE_OK;
 }
 
+/* Under the lock: `rail` of e is registered. */
+static void rail_ready_locked(struct regcache_entry *e, unsigned rail)
+{
+    unsigned ready = atomic_load_explicit(&e->rails_ready, memory_order_relaxed) | 1u << rail;
+    atomic_store_explicit(&e->rails_ready, ready, memory_order_release);
+}
+
+/* Under the lock: e's first registration failed and e is out of the tree.
+ * Gets registering other rails of it hold it still: the last of them
+ * releases it, with what they registered. */
+static void drop_failed_locked(struct regcache *c, struct regcache_entry *e,
+                               struct regcache_entry **victims)
+{
+    atomic_fetch_or_explicit(&e->refs, RC_DETACHED, memory_order_seq_cst);
+    unsigned old = atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel);
+    if ((old & RC_COUNT_MASK) == 1)
+        rc_victim_push(c, victims, e);
+    else
+        rc_zombie_locked(c, e);
+}
+
 /* Register a new entry for w and decide its fate: it joins the cache, or -
  * when an invalidation overlapped it after this miss's query - it is handed
  * out once. */
 static int register_new(struct regcache *c, struct rc_want *w, uint64_t seq, unsigned rail,
                         regcache_entry_t **out, struct regcache_entry **victims)
 {
-    struct regcache_entry *e = new_pending_locked(c, w);
+    struct regcache_entry *e = new_pending_locked(c, w, rail);
     if (!e) {
         unlock_leaving(c);
         return rc_fail(REGCACHE_ERR_NO_MEMORY, "out of memory allocating a cache entry");
@@ -319,17 +344,19 @@ static int register_new(struct regcache *c, struct rc_want *w, uint64_t seq, uns
     rc_pool_return_locked(c, *victims);
     *victims = NULL;
     d->pending -= rc_entry_len(e);
+    e->rails_pending &= ~(1u << rail);
     bool detached = rc_entry_is_detached(e);
     if (rc == REGCACHE_OK) {
-        atomic_store_explicit(&e->rails_ready, 1u << rail, memory_order_release);
+        rail_ready_locked(e, rail);
         rc_count_locked(&d->n.registrations);
     }
     if (rc == REGCACHE_OK && !detached &&
         !rc_invalidated_since_locked(c, seq, e->match_start, e->match_end) &&
         publish_locked(c, e, w->start, victims) == REGCACHE_OK) {
-        /* Its count was this thread's alone; in the cache now, the entry
-         * may be held by a slot instead (a count of 0 is never full). */
-        atomic_store_explicit(&e->refs, 0, memory_order_relaxed);
+        /* Its count was this thread's and those of gets registering other
+         * rails meanwhile; in the cache now, the entry may be held by a
+         * slot instead (a count below the full one never fills). */
+        atomic_fetch_sub_explicit(&e->refs, 1, memory_order_relaxed);
         (void)hold_locked(c, e, rail, out);
     } else {
         if (!detached)
@@ -342,8 +369,7 @@ static int register_new(struct regcache *c, struct rc_want *w, uint64_t seq, uns
             rc_count_locked(&d->n.one_shots);
             *out = rc_counted_handle(e, rail);
         } else {
-            atomic_store_explicit(&e->refs, RC_DETACHED, memory_order_relaxed);
-            rc_victim_push(c, victims, e);
+            drop_failed_locked(c, e, victims);
         }
         /* The ledger counted this registration while it was in flight. */
         rc_ledger_note_locked(c, d);
@@ -354,7 +380,10 @@ static int register_new(struct regcache *c, struct rc_want *w, uint64_t seq, uns
     return rc;
 }
 
-/* A ready entry lacks `rail`: register it there, holding the entry. */
+/* An entry, ready or pending, lacks `rail` and no registration of it is in
+ * flight: register it there, holding the entry.  If the entry's first
+ * registration fails or is handed out once meanwhile, this one goes with
+ * the entry at its last put. */
 static int register_rail(struct regcache *c, struct regcache_entry *e, unsigned rail,
                          regcache_entry_t **out)
 {
@@ -363,18 +392,19 @@ static int register_rail(struct regcache *c, struct regcache_entry *e, unsigned 
         unlock_leaving(c);
         return hold_limit(e);
     }
-    e->rails_pending = 1u << rail;
-    e->registrant = self_token();
+    e->rails_pending |= 1u << rail;
+    e->registrants[rail] = self_token();
     rc_unlock(&c->lock);
 
     rc = rc_register_rail(c, e, rail);
 
     rc_lock(&c->lock);
-    e->rails_pending = 0;
+    e->rails_pending &= ~(1u << rail);
     if (rc == REGCACHE_OK) {
-        unsigned ready = atomic_load_explicit(&e->rails_ready, memory_order_relaxed) | 1u << rail;
-        atomic_store_explicit(&e->rails_ready, ready, memory_order_release);
-        rc_page_index_refresh(&c->index, e);
+        rail_ready_locked(e, rail);
+        /* A pending entry enters the index with every rail ready then. */
+        if (e->state == RC_READY)
+            rc_page_index_refresh(&c->index, e);
         rc_count_locked(&c->dev[e->device_slot].n.misses);
         rc_count_locked(&c->dev[e->device_slot].n.registrations);
         *out = rc_counted_handle(e, rail);
@@ -397,9 +427,9 @@ int rc_add_rail(struct regcache *c, struct regcache_entry *e, unsigned rail, reg
             unlock_leaving(c);
             return RC_NOT_HIT;
         }
-        if (!e->rails_pending)
+        if (!(e->rails_pending >> rail & 1))
             break;
-        if (e->registrant == self_token()) {
+        if (e->registrants[rail] == self_token()) {
             unlock_leaving(c);
             return rc_fail(REGCACHE_ERR_REENTRANT,
                            "get on rail %u of [%#jx, %#jx) from the backend callback that is "
@@ -427,10 +457,10 @@ static int serve(struct regcache *c, struct rc_want *w, uint64_t seq, unsigned r
     rc_lock(&c->lock);
     rc_sweep_locked(c, &victims);
     for (;;) {
-        e = lookup_locked(c, w, &busy, &victims);
+        e = lookup_locked(c, w, rail, &busy, &victims);
         if (e || !busy)
             break;
-        if (busy->registrant == self_token()) {
+        if (busy->registrants[rail] == self_token()) {
             unlock_leaving(c);
             rc_release_victims(c, victims);
             return reentrant(w);
@@ -442,6 +472,18 @@ static int serve(struct regcache *c, struct rc_want *w, uint64_t seq, unsigned r
         rc = register_new(c, w, seq, rail, out, &victims);
     } else if (!(atomic_load_explicit(&e->rails_ready, memory_order_relaxed) >> rail & 1)) {
         rc = register_rail(c, e, rail, out);
+    } else if (e->state == RC_PENDING) {
+        /* Registered on this rail beside the entry's first registration,
+         * still in flight: a counted hold, as that of the thread that
+         * registered it, is good whatever the entry's fate. */
+        rc = rc_entry_try_hold(e);
+        if (rc == REGCACHE_OK) {
+            *out = rc_counted_handle(e, rail);
+            rc_count_locked(&c->dev[e->device_slot].n.slow_hits);
+        }
+        unlock_leaving(c);
+        if (rc != REGCACHE_OK)
+            rc = hold_limit(e);
     } else {
         /* Registered by a thread this one waited for, or not yet indexed
          * under this request's page. */

@@ -83,6 +83,9 @@ bool rc_parse_bool(const char *s, int *out)
 }
 static const char *const method_words[] = { "auto", "dmabuf", "peermem", NULL };
 static const char *const validation_words[] = { "auto", "tag_check", "hooks", NULL };
+/* In the order of enum rc_dmabuf_mapping and enum rc_data_direct. */
+static const char *const mapping_words[] = { "auto", "pcie", "default", NULL };
+static const char *const data_direct_words[] = { "auto", "on", "off", NULL };
 
 /* NAME is a ledger namespace.  Variables without a field (width 0) are
  * process-wide and read where they act (the BAR1 reading, the ledger); they
@@ -113,6 +116,10 @@ static const struct env_option {
     { "REGCACHE_HOST_MEMORY", BOOL, FIELD(params.host_memory), bool_words, "0 or 1" },
     { "REGCACHE_STATS", BOOL, FIELD(stats_dump), bool_words, "0 or 1" },
     { "REGCACHE_HOOKS", BOOL, FIELD(intercept), bool_words, "on or off" },
+    { "REGCACHE_MAX_MR_SIZE", SIZE, FIELD(max_mr_size), NULL, "a size such as 4G" },
+    { "REGCACHE_DMABUF_MAPPING", WORD, FIELD(dmabuf_mapping), mapping_words,
+      "auto, pcie or default" },
+    { "REGCACHE_DATA_DIRECT", WORD, FIELD(data_direct), data_direct_words, "auto, on or off" },
     { "REGCACHE_LEDGER", BOOL, PROCESS_WIDE, bool_words, "on or off" },
     { "REGCACHE_LEDGER_NAMESPACE", NAME, PROCESS_WIDE, NULL, "1-32 of [A-Za-z0-9_]" },
     { "REGCACHE_BAR1_BYTES", SIZE, PROCESS_WIDE, NULL, "a size such as 256M" },
@@ -200,6 +207,9 @@ int rc_options_resolve(const struct regcache_params *in, struct rc_options *out)
     out->params.size = sizeof(out->params);
     out->stats_dump = false;
     out->intercept = true;
+    out->max_mr_size = 0;
+    out->dmabuf_mapping = 0;
+    out->data_direct = 0;
 
     unsigned from_env = 0;
     for (size_t i = 0; i < N_ENV; i++) {

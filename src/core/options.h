@@ -11,6 +11,12 @@ struct rc_options {
     bool stats_dump;               /* REGCACHE_STATS: print stats at destroy */
     bool intercept;                /* REGCACHE_HOOKS: validation AUTO may
                                       patch libcuda in-process (default on) */
+    size_t max_mr_size;            /* REGCACHE_MAX_MR_SIZE: the longest
+                                      registration; 0 = as the NICs say */
+    int dmabuf_mapping;            /* REGCACHE_DMABUF_MAPPING: 0 auto, 1 pcie,
+                                      2 default (enum rc_dmabuf_mapping) */
+    int data_direct;               /* REGCACHE_DATA_DIRECT: 0 auto, 1 on, 2 off
+                                      (enum rc_data_direct) */
     char validation_reason[256];   /* why validation is what it is; set by
                                       regcache_create */
 };

@@ -13,10 +13,13 @@
 
 /* The errno values with which nvidia-peermem, dmabuf and the verbs core
  * report that pinning space ran out.  EFAULT is one only while the memory
- * is still there: see rc_register_rail(). */
+ * is still there: see rc_register_rail().  EMFILE and ENFILE: no file
+ * descriptor for the dmabuf export; the dmabufs of the MRs evicted are
+ * files the system counts, and the application's own may close meanwhile. */
 static bool exhausted(int err)
 {
-    return err == ENOMEM || err == ENOSPC || err == EAGAIN || err == EFAULT;
+    return err == ENOMEM || err == ENOSPC || err == EAGAIN || err == EFAULT || err == EMFILE ||
+           err == ENFILE;
 }
 
 /* Host memory that the kernel will not pin as asked: unmapped (EFAULT),
@@ -60,20 +63,11 @@ static inline int reg_once(struct regcache *c, struct regcache_entry *e, unsigne
 {
     void *handle = NULL;
     rc_clear_error();
-    int err = c->backend.reg(c->backend.arg, e->node.start, rc_entry_len(e), e->device, rail,
-                             &e->shared, &handle);
+    int err =
+        c->backend.reg(c->backend.arg, e->node.start, rc_entry_len(e), e->device, rail, &handle);
     if (err)
         return err;
     e->handles[rail] = handle; /* counted by the caller, under the lock */
-    /* With every rail registered nothing needs what the rails share (each
-     * registration keeps what it uses: an MR holds its own reference on the
-     * dmabuf), so it goes now rather than when the entry leaves: a cache of
-     * many entries must not hold a file descriptor for each.  Only this
-     * thread touches e->shared: one registration of an entry is in flight
-     * at a time, and the entry is held, so deregistration waits for it. */
-    unsigned ready = atomic_load_explicit(&e->rails_ready, memory_order_relaxed);
-    if (c->backend.release_shared && (ready | 1u << rail) == (1u << c->rails) - 1)
-        c->backend.release_shared(c->backend.arg, &e->shared);
     return 0;
 }
 

@@ -118,9 +118,6 @@ static void deregister(struct regcache *c, struct regcache_entry *e)
         e->handles[r] = NULL;
     }
     atomic_store_explicit(&e->rails_ready, 0, memory_order_relaxed);
-    if (c->backend.release_shared && !child)
-        c->backend.release_shared(c->backend.arg, &e->shared);
-    e->shared = RC_SHARED_NONE;
     free((void *)e->more);
     e->more = NULL;
     e->nmore = 0;

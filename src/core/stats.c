@@ -1,6 +1,7 @@
 /* Statistics: the public snapshots and the REGCACHE_STATS dump. */
 #include <inttypes.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "budget_source.h"
 #include "cache.h"
@@ -11,6 +12,11 @@
 static uint64_t load(const atomic_uint_fast64_t *n)
 {
     return atomic_load_explicit((atomic_uint_fast64_t *)n, memory_order_relaxed);
+}
+
+static uint64_t fds_held(const struct regcache *c)
+{
+    return c->backend.fds_held ? c->backend.fds_held(c->backend.arg) : 0;
 }
 
 /* Add slot's counters to *s. */
@@ -30,6 +36,7 @@ static void add_device(const struct regcache *c, int slot, struct regcache_stats
     s->invalidations_explicit += load(&n->invalidations[RC_BY_EXPLICIT]);
     s->reg_failures += load(&n->reg_failures);
     s->one_shots += load(&n->one_shots);
+    s->mrs += load(&n->registrations) - load(&n->deregistrations);
     s->entries += atomic_load_explicit(&d->entries, memory_order_relaxed);
     s->bytes += atomic_load_explicit(&d->bytes, memory_order_relaxed);
     size_t budget = atomic_load_explicit(&d->max_bytes, memory_order_relaxed);
@@ -46,6 +53,7 @@ int regcache_get_stats(const regcache_t *c, struct regcache_stats *s)
     for (int i = 0; i < RC_DEVICE_SLOTS; i++)
         add_device(c, i, s);
     s->peak_bytes = load(&c->peak_bytes);
+    s->fds = fds_held(c);
     return REGCACHE_OK;
 }
 
@@ -63,6 +71,7 @@ int regcache_get_device_stats(const regcache_t *c, int device, struct regcache_s
     int slot = device == REGCACHE_DEVICE_HOST ? RC_HOST_SLOT : device;
     add_device(c, slot, s);
     s->peak_bytes = load(&c->dev[slot].n.peak_bytes);
+    s->fds = fds_held(c);
     return REGCACHE_OK;
 }
 
@@ -89,13 +98,24 @@ void rc_stats_dump(const struct regcache *c)
             "regcache %p: hits %" PRIu64 " misses %" PRIu64 " registrations %" PRIu64
             " deregistrations %" PRIu64 " evictions %" PRIu64 " invalidations tag %" PRIu64
             " notify %" PRIu64 " explicit %" PRIu64 " reg_failures %" PRIu64 " one_shots %" PRIu64
-            " entries %" PRIu64 " bytes %" PRIu64 " peak_bytes %" PRIu64 "\n",
+            " entries %" PRIu64 " bytes %" PRIu64 " peak_bytes %" PRIu64 " fds %" PRIu64
+            " mrs %" PRIu64 "\n",
             (const void *)c, s.hits, s.misses, s.registrations, s.deregistrations, s.evictions,
             s.invalidations_tag, s.invalidations_notify, s.invalidations_explicit, s.reg_failures,
-            s.one_shots, s.entries, s.bytes, s.peak_bytes);
+            s.one_shots, s.entries, s.bytes, s.peak_bytes, s.fds, s.mrs);
     fprintf(stderr, "regcache %p: validation %s: %s\n", (const void *)c,
             regcache_validation_mode(c) == REGCACHE_VALIDATE_HOOKS ? "HOOKS" : "TAG_CHECK",
             regcache_validation_reason(c));
+    if (c->backend.describe) {
+        char how[2048];
+        c->backend.describe(c->backend.arg, how, sizeof how);
+        for (char *line = how, *next; line; line = next) {
+            next = strchr(line, '\n');
+            if (next)
+                *next++ = '\0';
+            fprintf(stderr, "regcache %p: %s\n", (const void *)c, line);
+        }
+    }
     if (c->ledger_note[0])
         fprintf(stderr, "regcache %p: %s\n", (const void *)c, c->ledger_note);
     for (int i = 0; i < RC_MAX_DEVICES; i++) {

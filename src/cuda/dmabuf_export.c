@@ -1,6 +1,9 @@
 /* dmabuf export of GPU memory (see dmabuf_export.h). */
 #include "dmabuf_export.h"
 
+#include <errno.h>
+#include <string.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "cuda_seam.h"
@@ -80,7 +83,26 @@ static int give_back(const struct rc_cuda_api *api, const struct borrowed *b)
     return r == CUDA_SUCCESS ? REGCACHE_OK : rc_cuda_error(api, "cuCtxPopCurrent", r);
 }
 
+/* EMFILE or ENFILE when no file descriptor can be opened now, else 0.  The
+ * driver reports a dmabuf it could not open as an error of its own, so
+ * after a failed export the cache asks the fd table itself. */
+static int fds_exhausted(void)
+{
+    int fd = eventfd(0, EFD_CLOEXEC);
+    if (fd >= 0) {
+        close(fd);
+        return 0;
+    }
+    return errno == EMFILE || errno == ENFILE ? errno : 0;
+}
+
 int rc_dmabuf_export(uintptr_t addr, size_t len, int *fd, uint64_t *offset)
+{
+    return rc_dmabuf_export_mapped(addr, len, 0, fd, offset);
+}
+
+int rc_dmabuf_export_mapped(uintptr_t addr, size_t len, unsigned long long flags, int *fd,
+                            uint64_t *offset)
 {
     const struct rc_cuda_api *api = rc_cuda_api();
     if (!api)
@@ -96,16 +118,32 @@ int rc_dmabuf_export(uintptr_t addr, size_t len, int *fd, uint64_t *offset)
         return rc;
     int out = -1;
     CUresult r = api->MemGetHandleForAddressRange(&out, (CUdeviceptr)start, end - start,
-                                                  CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+                                                  CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, flags);
     rc = give_back(api, &b);
     if (r != CUDA_SUCCESS) {
+        /* Drivers without the PCIe mapping type answer either (H200:
+         * NOT_SUPPORTED). */
+        if (flags && (r == CUDA_ERROR_NOT_SUPPORTED || r == CUDA_ERROR_INVALID_VALUE)) {
+            rc_cuda_error(api, "cuMemGetHandleForAddressRange(DMA_BUF_FD)", r);
+            rc_prefix_error("the driver refuses the PCIe mapping type "
+                            "(CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE)");
+            return REGCACHE_ERR_UNSUPPORTED;
+        }
         if (r == CUDA_ERROR_NOT_SUPPORTED) {
             rc_set_error("cuMemGetHandleForAddressRange: the driver cannot export "
                          "%#jx+%zu as a dmabuf (CUDA_ERROR_NOT_SUPPORTED)",
                          (uintmax_t)start, (size_t)(end - start));
             return REGCACHE_ERR_UNSUPPORTED;
         }
-        return rc_cuda_error(api, "cuMemGetHandleForAddressRange(DMA_BUF_FD)", r);
+        int full = fds_exhausted();
+        rc = rc_cuda_error(api, "cuMemGetHandleForAddressRange(DMA_BUF_FD)", r);
+        if (!full)
+            return rc;
+        char buf[64];
+        rc_prefix_error("no file descriptor left for the dmabuf (%s)",
+                        strerror_r(full, buf, sizeof buf));
+        errno = full;
+        return REGCACHE_ERR_NO_SPACE;
     }
     if (rc != REGCACHE_OK) {
         close(out);

@@ -2,6 +2,7 @@
 
 #include "cuda_seam.h"
 #include "dmabuf_export.h"
+#include "dmabuf_reg.h"
 #include "last_error.h"
 #include "verbs_seam.h"
 
@@ -16,6 +17,7 @@ struct verbs_backend {
     unsigned rails;
     int access;
     int method; /* REGCACHE_METHOD_DMABUF, _PEERMEM, or 0: host memory only */
+    struct rc_dmabuf_reg dmabuf;
 };
 
 #define PEERMEM_HINT "load nvidia_peermem (modprobe nvidia-peermem)"
@@ -27,14 +29,6 @@ static int failed_errno(void)
     return errno ? errno : EIO;
 }
 
-/* Neither export failure means "resources exhausted", so the cache reports
- * a backend error instead of evicting; the export's rc_set_error() message
- * says what went wrong.  UNSUPPORTED -> EOPNOTSUPP, anything else -> EIO. */
-static int export_errno(int status)
-{
-    return status == REGCACHE_ERR_UNSUPPORTED ? EOPNOTSUPP : EIO;
-}
-
 static int reg_va(const struct verbs_backend *b, unsigned rail, void *addr, size_t len,
                   struct ibv_mr **mr)
 {
@@ -43,53 +37,38 @@ static int reg_va(const struct verbs_backend *b, unsigned rail, void *addr, size
     return *mr ? 0 : failed_errno();
 }
 
-static void close_shared(void *arg, struct rc_shared *shared)
-{
-    (void)arg;
-    if (shared->fd >= 0)
-        close(shared->fd);
-    shared->fd = -1;
-}
-
-/* One export serves every rail of the entry: the first rail's registration
- * makes it.  The iova is the virtual address, so that the MR's keys work
- * with the addresses peers already use, exactly as for ibv_reg_mr.  A
- * registered MR holds its own reference on the dmabuf, so with one rail the
- * fd is closed at once; with several it stays open until the cache has
- * every rail registered or drops the entry. */
-static int reg_dmabuf(const struct verbs_backend *b, unsigned rail, void *addr, size_t len,
-                      struct rc_shared *shared, struct ibv_mr **mr)
-{
-    if (shared->fd < 0) {
-        int status = rc_dmabuf_export((uintptr_t)addr, len, &shared->fd, &shared->offset);
-        if (status != REGCACHE_OK)
-            return export_errno(status);
-    }
-    errno = 0;
-    *mr = rc_verbs_seam()->reg_dmabuf_mr(b->pds[rail], shared->offset, len, (uintptr_t)addr,
-                                         shared->fd, b->access);
-    int err = *mr ? 0 : failed_errno();
-    if (b->rails == 1)
-        close_shared(NULL, shared);
-    return err;
-}
-
 static int verbs_reg(void *arg, uintptr_t addr, size_t len, int device, unsigned rail,
-                     struct rc_shared *shared, void **handle)
+                     void **handle)
 {
-    const struct verbs_backend *b = arg;
-    struct ibv_mr *mr;
+    struct verbs_backend *b = arg;
+    struct ibv_mr *mr = NULL;
     int err;
 
     if (device == REGCACHE_DEVICE_HOST || b->method == REGCACHE_METHOD_PEERMEM)
         err = reg_va(b, rail, (void *)addr, len, &mr);
     else if (b->method == REGCACHE_METHOD_DMABUF)
-        err = reg_dmabuf(b, rail, (void *)addr, len, shared, &mr);
+        err = rc_dmabuf_reg(&b->dmabuf, b->pds[rail], rail, device, b->access, (void *)addr, len,
+                            &mr);
     else
         return EOPNOTSUPP; /* host-only backend asked to pin GPU memory */
     if (err == 0)
         *handle = mr;
     return err;
+}
+
+static uint64_t verbs_fds_held(const void *arg)
+{
+    const struct verbs_backend *b = arg;
+    return atomic_load_explicit(&((struct verbs_backend *)b)->dmabuf.fds, memory_order_relaxed);
+}
+
+static void verbs_describe(const void *arg, char *buf, size_t n)
+{
+    const struct verbs_backend *b = arg;
+    if (b->method == REGCACHE_METHOD_DMABUF)
+        rc_dmabuf_reg_describe(&b->dmabuf, b->rails, buf, n);
+    else
+        snprintf(buf, n, "%s", b->method == REGCACHE_METHOD_PEERMEM ? "peermem" : "host memory");
 }
 
 static void verbs_dereg(void *arg, void *handle)
@@ -210,8 +189,23 @@ static int select_method(const struct regcache_params *params, const struct verb
     return REGCACHE_ERR_INVALID;
 }
 
-int rc_verbs_backend_create(const struct regcache_params *params, struct rc_backend *backend,
-                            int *method_used)
+/* The longest registration every rail's device takes (max_mr_size; EFA
+ * takes 4 GB, some devices less under an IOMMU), so that the cache never
+ * asks for one a NIC must refuse.  A device that does not answer sets no
+ * limit: its registrations then fail or not on their own. */
+static size_t longest_registration(const struct verbs_backend *b)
+{
+    uint64_t most = UINT64_MAX;
+    for (unsigned r = 0; r < b->rails; r++) {
+        uint64_t size;
+        if (rc_verbs_seam()->max_mr_size(b->pds[r], &size) == 0 && size && size < most)
+            most = size;
+    }
+    return most >= SIZE_MAX ? 0 : (size_t)most;
+}
+
+int rc_verbs_backend_create(const struct regcache_params *params, int mapping, int data_direct,
+                            struct rc_backend *backend, int *method_used)
 {
     struct verbs_backend *b = calloc(1, sizeof(*b));
     if (!b)
@@ -228,12 +222,19 @@ int rc_verbs_backend_create(const struct regcache_params *params, struct rc_back
         }
     }
     int status = select_method(params, b, &b->method);
+    if (status == REGCACHE_OK && b->method == REGCACHE_METHOD_DMABUF)
+        status = rc_dmabuf_reg_init(&b->dmabuf, b->pds, b->rails, mapping, data_direct);
     if (status != REGCACHE_OK) {
         free(b);
         return status;
     }
     *backend = (struct rc_backend){
-        .reg = verbs_reg, .dereg = verbs_dereg, .release_shared = close_shared, .arg = b
+        .reg = verbs_reg,
+        .dereg = verbs_dereg,
+        .fds_held = verbs_fds_held,
+        .describe = verbs_describe,
+        .arg = b,
+        .max_len = longest_registration(b),
     };
     *method_used = b->method;
     return REGCACHE_OK;

@@ -1,6 +1,8 @@
-/* The verbs seam: every libibverbs call of the library, and the sysfs root
- * where kernel modules are looked up, so that tests can stand in for an RDMA
- * provider and for the nvidia_peermem module on machines that have neither. */
+/* The verbs seam: every libibverbs and mlx5dv call of the library, and the
+ * sysfs root where kernel modules are looked up, so that tests can stand in
+ * for an RDMA provider and for the nvidia_peermem module on machines that
+ * have neither.  mlx5dv comes from libmlx5.so.1, loaded at run time: the
+ * library builds and runs without it. */
 #ifndef RC_VERBS_SEAM_H
 #define RC_VERBS_SEAM_H
 
@@ -17,6 +19,16 @@ struct rc_verbs_seam {
     struct ibv_mr *(*reg_dmabuf_mr)(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova,
                                     int fd, int access);
     int (*dereg_mr)(struct ibv_mr *mr);
+    /* ibv_query_device on the pd's context: its max_mr_size in *size;
+     * 0 or an errno value. */
+    int (*max_mr_size)(struct ibv_pd *pd, uint64_t *size);
+    /* Whether pd's device is a data-direct one: 1 if so, 0 if not (why
+     * says so), -1 when libmlx5 lacks the calls (why says which). */
+    int (*data_direct)(struct ibv_pd *pd, char *why, size_t n);
+    /* mlx5dv_reg_dmabuf_mr(..., MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT), as
+     * reg_dmabuf_mr; NULL with errno EOPNOTSUPP without libmlx5. */
+    struct ibv_mr *(*reg_dmabuf_mr_data_direct)(struct ibv_pd *pd, uint64_t offset, size_t len,
+                                                uint64_t iova, int fd, int access);
 };
 
 /* The table in use: libibverbs unless a test replaced it.  Thread safe. */

@@ -58,6 +58,7 @@ static CUresult drv_get_error_name(CUresult error, const char **name)
         { CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE" },
         { CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY" },
         { CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN" },
+        { CUDA_ERROR_OPERATING_SYSTEM, "CUDA_ERROR_OPERATING_SYSTEM" },
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         if (names[i].code == error) {
@@ -162,17 +163,26 @@ static CUresult drv_mem_get_handle(void *handle, CUdeviceptr p, size_t size,
     drv.export_ptr = p;
     drv.export_size = size;
     drv.export_fd = -1;
+    drv.export_flags = flags;
     if (r != CUDA_SUCCESS)
         return r;
+    if (flags == CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE) {
+        drv.pcie_exports++;
+        if (drv.pcie_answer != CUDA_SUCCESS)
+            return drv.pcie_answer;
+        flags = 0;
+    }
     if (!drv.current)
         return CUDA_ERROR_INVALID_CONTEXT;
     struct drv_alloc *a = drv_alloc_at(p);
     if (type != CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD || flags != 0 || !a || p % 4096 != 0 ||
         size % 4096 != 0 || size > a->base + a->size - p)
         return CUDA_ERROR_INVALID_VALUE;
+    /* A process out of file descriptors gets no dmabuf: the driver's
+     * answer is its own error code, not errno. */
     int fd = eventfd(0, EFD_CLOEXEC);
     if (fd < 0)
-        abort();
+        return CUDA_ERROR_OPERATING_SYSTEM;
     drv.export_fd = fd;
     *(int *)handle = fd;
     return CUDA_SUCCESS;

@@ -75,6 +75,11 @@ struct drv_state {
     CUdeviceptr export_ptr; /* what the last export was asked for */
     size_t export_size;
     int export_fd; /* and the fd it handed out (-1: none) */
+    unsigned long long export_flags;
+    /* The answer to an export with the PCIe mapping type (H200:
+     * CUDA_ERROR_NOT_SUPPORTED); CUDA_SUCCESS, the default, takes it. */
+    CUresult pcie_answer;
+    unsigned int pcie_exports; /* exports asked for the PCIe mapping */
 };
 
 extern struct drv_state drv;

@@ -32,6 +32,8 @@ static inline bool stats_field(const struct regcache_stats *s, const char *name,
         FIELD(peak_bytes),
         FIELD(one_shots),
         FIELD(budget),
+        FIELD(fds),
+        FIELD(mrs),
 #undef FIELD
     };
     for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)

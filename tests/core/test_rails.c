@@ -1,19 +1,22 @@
-/* Issue 13 item 2: one cache for several NICs (params.rails = 2).  One
- * entry per allocation serves every rail: one memory query, one share of
- * the budget; its registration on a rail is made when a get first asks for
- * that rail, and every rail's registration goes with the entry.  Exhaustion
- * on one rail evicts and retries like any other, and giving up there leaves
- * the entry's other rails serving. */
+/* One cache for several NICs (params.rails = 2).  One entry per
+ * allocation serves every rail: one memory query, one share of the budget;
+ * its registration on a rail is made when a get first asks for that rail,
+ * and every rail's registration goes with the entry.  Exhaustion on one
+ * rail evicts and retries like any other, and giving up there leaves the
+ * entry's other rails serving.  A get on one rail never waits for a
+ * registration in flight on another. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
 #include "cache_fixture.h"
+#include "test_sync.h"
 
 #define A FX_ALLOC(0)
 #define B FX_ALLOC(1)
@@ -189,7 +192,147 @@ static void rail_out_of_range_is_invalid(void **state)
     assert_int_equal(atomic_load(&f->fb.queries), 0);
 }
 
+/* Holds the first registration of the cache in the backend until opened;
+ * the others pass. */
+struct first_reg_blocker {
+    struct gate gate;
+    atomic_int calls;
+};
+
+static void block_first_reg(void *arg)
+{
+    struct first_reg_blocker *b = arg;
+    if (atomic_fetch_add(&b->calls, 1) == 0)
+        gate_pass(&b->gate);
+}
+
+struct rail_get {
+    struct fx *f;
+    unsigned rail;
+    uintptr_t addr;
+    int rc;
+    regcache_entry_t *e;
+};
+
+static void run_rail_get(void *arg)
+{
+    struct rail_get *g = arg;
+    g->rc = regcache_get_rail(g->f->c, g->rail, (const void *)g->addr, 10, &g->e);
+}
+
+/* A thread's get on `rail` of A whose registration is held in the backend;
+ * the test's own get on `other` must complete meanwhile (alarm() turns a
+ * wait for the held one into a failure).  Returns the other get's result;
+ * the held one's is left in *held, its gate open and its thread joined. */
+static int get_beside_held_registration(struct fx *f, unsigned rail, unsigned other,
+                                        uintptr_t other_addr, struct rail_get *held,
+                                        regcache_entry_t **e)
+{
+    struct first_reg_blocker b = { 0 };
+    struct dthread t;
+    gate_init(&b.gate);
+    f->fb.during_reg = block_first_reg;
+    f->fb.during_reg_arg = &b;
+    *held = (struct rail_get){ .f = f, .rail = rail, .addr = A };
+    dthread_start(&t, run_rail_get, held);
+    assert_true(gate_await(&b.gate, 1, HANG_SECONDS));
+
+    alarm(60);
+    int rc = regcache_get_rail(f->c, other, (const void *)other_addr, 10, e);
+    alarm(0);
+
+    gate_open(&b.gate);
+    assert_true(dthread_join(&t, HANG_SECONDS));
+    f->fb.during_reg = NULL;
+    return rc;
+}
+
+/* The entry's first registration, on rail 0, is in flight: a get on rail 1
+ * registers rail 1 beside it, and both end up in the one entry. */
+static void other_rail_of_pending_entry_does_not_wait(void **state)
+{
+    struct fx *f = *state;
+    struct rail_get held;
+    regcache_entry_t *e1;
+    two_rails(f, REGCACHE_VALIDATE_HOOKS);
+    assert_int_equal(get_beside_held_registration(f, 0, 1, A + 20, &held, &e1), REGCACHE_OK);
+    assert_int_equal(held.rc, REGCACHE_OK);
+    assert_int_equal(fx_handle(e1)->rail, 1);
+    assert_int_equal(fx_handle(held.e)->rail, 0);
+    assert_int_equal(fx_handle(e1)->start, fx_handle(held.e)->start);
+    regcache_put(f->c, e1);
+    regcache_put(f->c, held.e);
+    fx_assert_stats(f, FX_STAT(entries, 1), FX_STAT(registrations, 2), FX_STAT(mrs, 2),
+                    FX_STAT(one_shots, 0), NULL);
+    /* Both rails' registrations serve hits now. */
+    regcache_entry_t *r0 = fx_get_rail(f, 0, A + 30, 10);
+    regcache_entry_t *r1 = fx_get_rail(f, 1, A + 30, 10);
+    assert_int_equal(fx_handle(r0)->rail, 0);
+    assert_int_equal(fx_handle(r1)->rail, 1);
+    regcache_put(f->c, r0);
+    regcache_put(f->c, r1);
+    fx_assert_stats(f, FX_STAT(hits, 2), FX_STAT(registrations, 2), NULL);
+}
+
+/* The same while rail 0 is being added to an entry ready on rail 2: a get
+ * on rail 1, by the hit path or by a miss elsewhere in the allocation,
+ * registers rail 1 at once. */
+static void other_rail_of_ready_entry_does_not_wait(uintptr_t other_addr, struct fx *f)
+{
+    struct rail_get held;
+    regcache_entry_t *e1;
+    fx_device_allocs(f, 1);
+    f->p.rails = 3;
+    f->p.validation = REGCACHE_VALIDATE_HOOKS;
+    fx_create(f);
+    regcache_put(f->c, fx_get_rail(f, 2, A, 10));
+    assert_int_equal(get_beside_held_registration(f, 0, 1, other_addr, &held, &e1), REGCACHE_OK);
+    assert_int_equal(held.rc, REGCACHE_OK);
+    assert_int_equal(fx_handle(e1)->rail, 1);
+    assert_int_equal(fx_handle(held.e)->rail, 0);
+    regcache_put(f->c, e1);
+    regcache_put(f->c, held.e);
+    fx_assert_stats(f, FX_STAT(entries, 1), FX_STAT(registrations, 3), FX_STAT(mrs, 3), NULL);
+}
+
+static void other_rail_by_hit_does_not_wait(void **state)
+{
+    other_rail_of_ready_entry_does_not_wait(A, *state);
+}
+
+static void other_rail_by_miss_does_not_wait(void **state)
+{
+    other_rail_of_ready_entry_does_not_wait(A + 512 * KiB, *state);
+}
+
+/* The entry's first registration fails while another rail's registration
+ * of it went through: that get is served, the entry never enters the cache,
+ * and the registration goes at its put. */
+static void first_registration_fails_beside_another_rail(void **state)
+{
+    struct fx *f = *state;
+    struct rail_get held;
+    regcache_entry_t *e1;
+    two_rails(f, REGCACHE_VALIDATE_HOOKS);
+    f->fb.fail_rail = 0;
+    f->fb.fail_errno = EINVAL;
+    f->fb.fail_count = 1;
+    assert_int_equal(get_beside_held_registration(f, 0, 1, A + 20, &held, &e1), REGCACHE_OK);
+    assert_int_equal(held.rc, REGCACHE_ERR_BACKEND);
+    assert_null(held.e);
+    assert_int_equal(fx_handle(e1)->rail, 1);
+    fx_assert_stats(f, FX_STAT(entries, 0), FX_STAT(mrs, 1), NULL);
+    regcache_put(f->c, e1);
+    fx_assert_stats(f, FX_STAT(entries, 0), FX_STAT(mrs, 0), NULL);
+    assert_int_equal(atomic_load(&f->fb.live), 0);
+    /* The memory registers again, on either rail. */
+    regcache_put(f->c, fx_get_rail(f, 1, A, 10));
+    fx_assert_stats(f, FX_STAT(entries, 1), NULL);
+}
+
 FX_MAIN(one_entry_a_registration_per_rail, second_rail_costs_one_query_hooks,
         second_rail_costs_one_query_tag_check, every_rail_goes_with_the_entry,
         exhaustion_on_one_rail_evicts_and_retries, rail_out_of_space_leaves_the_others_serving,
-        rail_out_of_range_is_invalid)
+        rail_out_of_range_is_invalid, other_rail_of_pending_entry_does_not_wait,
+        other_rail_by_hit_does_not_wait, other_rail_by_miss_does_not_wait,
+        first_registration_fails_beside_another_rail)

@@ -21,6 +21,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -28,8 +30,11 @@
 
 #include "bar1_budget.h"
 #include "cache.h"
+#include "cuda_seam.h"
 #include "dmabuf_export.h"
+#include "dmabuf_reg.h"
 #include "regcache.h"
+#include "verbs_seam.h"
 
 #define MIB ((size_t)1 << 20)
 
@@ -576,6 +581,116 @@ static void *export_without_context(void *arg)
     return NULL;
 }
 
+/* A stand-in NIC for the registration after the export (no NIC here): it
+ * records whether it was handed a dmabuf, and an MR it never dereferences. */
+static int dmabuf_handed;
+
+static struct ibv_mr *record_dmabuf(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova,
+                                    int fd, int access)
+{
+    static char mr[64];
+    char path[64], target[128] = "";
+    (void)pd, (void)offset, (void)len, (void)iova, (void)access;
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(path, target, sizeof target - 1);
+    dmabuf_handed = n > 0 && strstr(target, "dmabuf") != NULL;
+    return (struct ibv_mr *)mr;
+}
+
+static int no_data_direct(struct ibv_pd *pd, char *why, size_t n)
+{
+    (void)pd;
+    snprintf(why, n, "no NIC");
+    return 0;
+}
+
+/* Measured: this GPU's driver refuses the PCIe mapping type (H200:
+ * NOT_SUPPORTED; GB200 takes it, and there this check does not apply),
+ * and the cache's export with mapping AUTO falls back to the default
+ * mapping, remembers the refusal, and hands the NIC a dmabuf. */
+static void pcie_mapping_refused_and_the_export_falls_back(void **state)
+{
+    (void)state;
+    CUdeviceptr p;
+    assert_int_equal(cu.cuMemAlloc(&p, 2 * MIB), CUDA_SUCCESS);
+    int fd = -1;
+    CUresult r = rc_cuda_api()->MemGetHandleForAddressRange(
+        &fd, p, 2 * MIB, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
+        CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE);
+    const char *name = "?";
+    cu.cuGetErrorName(r, &name);
+    printf("cuMemGetHandleForAddressRange(DMA_BUF_FD, MAPPING_TYPE_PCIE): %s (%d)\n", name,
+           (int)r);
+    if (r == CUDA_SUCCESS)
+        close(fd);
+    assert_true(r == CUDA_ERROR_NOT_SUPPORTED || r == CUDA_ERROR_INVALID_VALUE);
+
+    static const struct rc_verbs_seam nic = { .reg_dmabuf_mr = record_dmabuf,
+                                              .data_direct = no_data_direct };
+    static struct rc_dmabuf_reg d;
+    struct ibv_pd *pd = (struct ibv_pd *)&d;
+    struct ibv_mr *mr = NULL;
+    rc_verbs_seam_override(&nic);
+    assert_int_equal(rc_dmabuf_reg_init(&d, &pd, 1, RC_MAPPING_AUTO, RC_DATA_DIRECT_AUTO),
+                     REGCACHE_OK);
+    for (int i = 0; i < 2; i++) {
+        dmabuf_handed = 0;
+        int err = rc_dmabuf_reg(&d, pd, 0, 0, 0, (void *)(uintptr_t)p, 2 * MIB, &mr);
+        if (err)
+            fail_msg("registration %d: %s (%s)", i, strerror(err), regcache_last_error());
+        assert_true(dmabuf_handed);
+        assert_true(atomic_load(&d.pcie_refused[0]));
+        assert_int_equal(atomic_load(&d.fds), 0);
+    }
+    rc_verbs_seam_override(NULL);
+    char how[512];
+    rc_dmabuf_reg_describe(&d, 1, how, sizeof how);
+    printf("%s\n", how);
+    assert_int_equal(cu.cuMemFree(p), CUDA_SUCCESS);
+}
+
+/* Measured: what the driver answers an export when the process has no
+ * file descriptor left, and that the cache's export calls that exhaustion
+ * (NO_SPACE, errno EMFILE: evict and retry), not a CUDA error. */
+static void export_without_fds_is_exhaustion(void **state)
+{
+    (void)state;
+    CUdeviceptr p;
+    assert_int_equal(cu.cuMemAlloc(&p, 2 * MIB), CUDA_SUCCESS);
+    struct rlimit saved, lim;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &saved), 0);
+    lim = saved;
+    lim.rlim_cur = (rlim_t)open_fds() + 16;
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &lim), 0);
+    int fillers[64], n = 0;
+    while (n < 64 && (fillers[n] = eventfd(0, EFD_CLOEXEC)) >= 0)
+        n++;
+    int fd = -1;
+    CUresult r = rc_cuda_api()->MemGetHandleForAddressRange(
+        &fd, p, 2 * MIB, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+    uint64_t offset;
+    int dmabuf = -1;
+    int rc = rc_dmabuf_export((uintptr_t)p, 2 * MIB, &dmabuf, &offset);
+    int err = errno;
+    char why[256];
+    snprintf(why, sizeof why, "%s", regcache_last_error());
+    while (n)
+        close(fillers[--n]);
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &saved), 0);
+    const char *name = "?";
+    cu.cuGetErrorName(r, &name);
+    printf("export with no fd left: %s (%d); the cache's export: %s, errno %d (%s)\n", name,
+           (int)r, regcache_err_name(rc), err, why);
+    if (r == CUDA_SUCCESS)
+        close(fd);
+    if (rc == REGCACHE_OK)
+        close(dmabuf);
+    assert_int_not_equal(r, CUDA_SUCCESS);
+    assert_int_equal(rc, REGCACHE_ERR_NO_SPACE);
+    assert_int_equal(err, EMFILE);
+    assert_int_equal(cu.cuMemFree(p), CUDA_SUCCESS);
+}
+
 static void dmabuf_export_of_every_kind(void **state)
 {
     (void)state;
@@ -821,6 +936,8 @@ int main(void)
         T(managed_and_host_memory_are_refused), T(sync_memops_is_set_before_the_first_registration),
         T(dmabuf_export_of_every_kind),         T(budget_evicts_lru_and_never_a_held_entry),
         T(threads_never_see_a_stale_handle),    T(bar1_budget_of_device_0_is_read),
+        T(pcie_mapping_refused_and_the_export_falls_back),
+        T(export_without_fds_is_exhaustion),
 #undef T
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

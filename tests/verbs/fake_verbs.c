@@ -21,15 +21,26 @@
 
 struct fake_verbs fake_verbs;
 
-static struct ibv_mr *new_mr(struct ibv_pd *pd, uint64_t addr, size_t len)
+/* The fd an MR keeps (mr_keeps_fd) lives in its handle field, which the
+ * library never reads. */
+static struct ibv_mr *new_mr(struct ibv_pd *pd, uint64_t addr, size_t len, int fd)
 {
     static uint32_t next_key = 1;
     struct ibv_mr *mr = calloc(1, sizeof(*mr));
+    int kept = -1;
 
     if (!mr) {
         errno = ENOMEM;
         return NULL;
     }
+    if (fd >= 0 && fake_verbs.mr_keeps_fd) {
+        kept = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+        if (kept < 0) {
+            free(mr);
+            return NULL; /* errno EMFILE, as the kernel would say */
+        }
+    }
+    mr->handle = (uint32_t)kept;
     mr->pd = pd;
     mr->addr = (void *)(uintptr_t)addr;
     mr->length = len;
@@ -57,11 +68,11 @@ static struct ibv_mr *fake_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int
     fake_verbs.last_reg_mr.access = access;
     if (take_failure(&fake_verbs.reg_mr_failures, fake_verbs.reg_mr_errno))
         return NULL;
-    return new_mr(pd, (uintptr_t)addr, len);
+    return new_mr(pd, (uintptr_t)addr, len, -1);
 }
 
-static struct ibv_mr *fake_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len,
-                                         uint64_t iova, int fd, int access)
+static struct ibv_mr *dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova,
+                                int fd, int access, int data_direct)
 {
     int probe = fd == -1;
     struct fake_dmabuf_call *rec = probe ? &fake_verbs.last_probe : &fake_verbs.last_dmabuf;
@@ -77,20 +88,61 @@ static struct ibv_mr *fake_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, siz
     rec->fd = fd;
     rec->fd_was_open = fd >= 0 && fcntl(fd, F_GETFD) != -1;
     rec->access = access;
+    rec->data_direct = data_direct;
     if (probe) {
         errno = fake_verbs.probe_errno;
-        return fake_verbs.probe_errno ? NULL : new_mr(pd, iova, len);
+        return fake_verbs.probe_errno ? NULL : new_mr(pd, iova, len, -1);
     }
+    if (fake_verbs.during_dmabuf)
+        fake_verbs.during_dmabuf(fake_verbs.during_dmabuf_arg);
     if (take_failure(&fake_verbs.dmabuf_failures, fake_verbs.dmabuf_errno))
         return NULL;
-    return new_mr(pd, iova, len);
+    return new_mr(pd, iova, len, fd);
+}
+
+static struct ibv_mr *fake_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len,
+                                         uint64_t iova, int fd, int access)
+{
+    return dmabuf_mr(pd, offset, len, iova, fd, access, 0);
+}
+
+static struct ibv_mr *fake_reg_dmabuf_mr_data_direct(struct ibv_pd *pd, uint64_t offset,
+                                                     size_t len, uint64_t iova, int fd, int access)
+{
+    if (!fake_verbs.mlx5) {
+        errno = EOPNOTSUPP;
+        return NULL;
+    }
+    return dmabuf_mr(pd, offset, len, iova, fd, access, 1);
+}
+
+static int fake_data_direct(struct ibv_pd *pd, char *why, size_t n)
+{
+    if (!fake_verbs.mlx5) {
+        snprintf(why, n, "libmlx5.so.1 cannot be loaded");
+        return -1;
+    }
+    if (pd != fake_verbs.data_direct_pd) {
+        snprintf(why, n, "not a data-direct device");
+        return 0;
+    }
+    return 1;
 }
 
 static int fake_dereg_mr(struct ibv_mr *mr)
 {
     fake_verbs.dereg_calls++;
     fake_verbs.live_mrs--;
+    if ((int)mr->handle >= 0)
+        close((int)mr->handle);
     free(mr);
+    return 0;
+}
+
+static int fake_max_mr_size(struct ibv_pd *pd, uint64_t *size)
+{
+    *size = !fake_verbs.max_mr_pd || pd == fake_verbs.max_mr_pd ? fake_verbs.max_mr_size
+                                                                : UINT64_MAX;
     return 0;
 }
 
@@ -98,12 +150,16 @@ static const struct rc_verbs_seam fake_seam = {
     .reg_mr = fake_reg_mr,
     .reg_dmabuf_mr = fake_reg_dmabuf_mr,
     .dereg_mr = fake_dereg_mr,
+    .max_mr_size = fake_max_mr_size,
+    .data_direct = fake_data_direct,
+    .reg_dmabuf_mr_data_direct = fake_reg_dmabuf_mr_data_direct,
 };
 
 void fake_verbs_install(void)
 {
     memset(&fake_verbs, 0, sizeof(fake_verbs));
     fake_verbs.probe_errno = EBADF;
+    fake_verbs.max_mr_size = UINT64_MAX;
     rc_verbs_seam_override(&fake_seam);
 }
 

@@ -15,6 +15,7 @@ struct fake_dmabuf_call {
     uint64_t offset, iova;
     size_t len;
     int fd, fd_was_open, access;
+    int data_direct; /* through mlx5dv_reg_dmabuf_mr, DATA_DIRECT */
 };
 
 struct fake_verbs {
@@ -25,6 +26,20 @@ struct fake_verbs {
     int reg_mr_errno;    /* ... with this errno (0: errno left at 0) */
     int dmabuf_failures; /* same for reg_dmabuf_mr with a real fd */
     int dmabuf_errno;
+    /* Each dmabuf MR keeps a duplicate of the fd until deregistered: the
+     * dmabuf file that a real MR pins, counted against RLIMIT_NOFILE. */
+    int mr_keeps_fd;
+    /* The device's max_mr_size (ibv_query_device): for max_mr_pd, or for
+     * every pd when that is NULL; the others take anything. */
+    uint64_t max_mr_size;
+    struct ibv_pd *max_mr_pd;
+    /* libmlx5 with mlx5dv_reg_dmabuf_mr and the data-direct query (else
+     * both are missing), and the pd whose device is a data-direct one. */
+    int mlx5;
+    struct ibv_pd *data_direct_pd;
+    /* Called inside every reg_dmabuf_mr with a real fd, before it answers. */
+    void (*during_dmabuf)(void *arg);
+    void *during_dmabuf_arg;
 
     /* What it saw. */
     int reg_mr_calls, dmabuf_calls, probe_calls, dereg_calls, live_mrs;

@@ -153,12 +153,12 @@ static void test_gpu_memory_through_dmabuf(void **state)
     regcache_destroy(c);
 }
 
-/* Two rails on GPU memory through dmabuf: one export serves both PDs, at
- * the same offset; its fd stays open only while a rail may still need it,
- * and closes once every rail is registered (each MR holds its own reference
- * on the dmabuf), not when the entry leaves the cache: a cache of many
- * entries must not hold a file descriptor for each. */
-static void test_dmabuf_rails_share_one_export(void **state)
+/* Two rails on GPU memory through dmabuf: each rail's registration exports
+ * the entry's range and closes the dmabuf once registered (each MR holds
+ * its own reference on it), at the same offset; no fd stays open between
+ * them, so a cache whose entries are used on one rail of several holds no
+ * file descriptor per entry. */
+static void test_dmabuf_rails_export_each_and_keep_no_fd(void **state)
 {
     static struct ibv_pd pd1;
     struct ibv_pd *pds[2] = { fake_pd(), &pd1 };
@@ -181,10 +181,11 @@ static void test_dmabuf_rails_share_one_export(void **state)
     assert_int_equal(fake_verbs.dmabuf_calls, 1);
     assert_ptr_equal(fake_verbs.last_dmabuf.pd, pds[0]);
     uint64_t offset = fake_verbs.last_dmabuf.offset;
-    assert_int_equal(drv_open_fds(), fds + 1); /* for rail 1 */
+    assert_int_equal(drv_open_fds(), fds);
+    assert_cache_stats(c, FX_STAT(fds, 0), FX_STAT(mrs, 1), FX_STAT(entries, 1), NULL);
 
     assert_int_equal(regcache_get_rail(c, 1, gpu, 100, &e[1]), REGCACHE_OK);
-    assert_int_equal(drv.calls[FC_GET_HANDLE], 1);
+    assert_int_equal(drv.calls[FC_GET_HANDLE], 2);
     assert_int_equal(fake_verbs.dmabuf_calls, 2);
     assert_ptr_equal(fake_verbs.last_dmabuf.pd, pds[1]);
     assert_int_equal(fake_verbs.last_dmabuf.fd, drv.export_fd);
@@ -192,12 +193,56 @@ static void test_dmabuf_rails_share_one_export(void **state)
     assert_int_equal(fake_verbs.last_dmabuf.offset, offset);
     assert_ptr_equal(regcache_entry_mr(e[0])->pd, pds[0]);
     assert_ptr_equal(regcache_entry_mr(e[1])->pd, pds[1]);
-    assert_int_equal(drv_open_fds(), fds); /* every rail has its MR */
+    assert_int_equal(drv_open_fds(), fds);
+    assert_cache_stats(c, FX_STAT(fds, 0), FX_STAT(mrs, 2), FX_STAT(entries, 1), NULL);
 
     regcache_put(c, e[0]);
     regcache_put(c, e[1]);
     regcache_destroy(c);
     assert_int_equal(drv_open_fds(), fds);
+}
+
+/* The smallest max_mr_size of the rails' devices bounds every entry (an
+ * entry's range is registered on each rail that asks): the whole 8 MiB
+ * allocation is not registered when one rail takes 128 KiB at most, the
+ * request is, on the rail without a limit too; a request that does not fit
+ * fails with TOO_LARGE before anything is exported or registered. */
+static void test_max_mr_size_of_the_smallest_rail(void **state)
+{
+    static struct ibv_pd pd1;
+    struct ibv_pd *pds[2] = { fake_pd(), &pd1 };
+    struct regcache_params p;
+    regcache_t *c = NULL;
+    regcache_entry_t *e;
+    uintptr_t start;
+    size_t len;
+    (void)state;
+
+    fake_verbs.max_mr_pd = &pd1;
+    fake_verbs.max_mr_size = 2 * BLOCK;
+    assert_int_equal(regcache_params_init(&p), REGCACHE_OK);
+    p.rails = 2;
+    p.pds = pds;
+    assert_int_equal(regcache_create(&p, &c), REGCACHE_OK);
+    assert_int_equal(regcache_get_rail(c, 0, fake_gpu(BLOCK + 10), 100, &e), REGCACHE_OK);
+    regcache_entry_range(e, &start, &len);
+    assert_int_equal(start, (uintptr_t)fake_gpu(BLOCK));
+    assert_int_equal(len, BLOCK);
+    assert_int_equal(fake_verbs.last_dmabuf.len, BLOCK);
+    regcache_put(c, e);
+
+    unsigned exports = drv.calls[FC_GET_HANDLE];
+    e = (regcache_entry_t *)(uintptr_t)1;
+    assert_int_equal(regcache_get_rail(c, 0, fake_gpu(4 * BLOCK), 3 * BLOCK, &e),
+                     REGCACHE_ERR_TOO_LARGE);
+    assert_null(e);
+    const char *why = regcache_last_error();
+    if (!strstr(why, "131072 bytes") || !strstr(why, "max_mr_size"))
+        fail_msg("message: %s", why);
+    assert_int_equal(drv.calls[FC_GET_HANDLE], exports);
+    assert_int_equal(fake_verbs.dmabuf_calls, 1);
+    assert_cache_stats(c, FX_STAT(entries, 1), FX_STAT(mrs, 1), NULL);
+    regcache_destroy(c);
 }
 
 /* A cache that found only the host method refuses GPU memory up front,
@@ -237,7 +282,8 @@ int main(void)
         T(test_exhausted_reg_mr_evicts_and_retries),
         T(test_reg_mr_failures_that_cannot_be_retried),
         T(test_gpu_memory_through_dmabuf),
-        T(test_dmabuf_rails_share_one_export),
+        T(test_dmabuf_rails_export_each_and_keep_no_fd),
+        T(test_max_mr_size_of_the_smallest_rail),
         T(test_create_says_what_to_load),
         T(test_host_only_cache_refuses_gpu_memory),
 #undef T

@@ -45,7 +45,9 @@ static void make_backend(enum regcache_method method, int expect_method)
 
     if (method == REGCACHE_METHOD_PEERMEM)
         fake_sysfs_module("nvidia_peermem");
-    assert_int_equal(rc_verbs_backend_create(&p, &be, &used), REGCACHE_OK);
+    assert_int_equal(
+        rc_verbs_backend_create(&p, RC_MAPPING_AUTO, RC_DATA_DIRECT_AUTO, &be, &used),
+        REGCACHE_OK);
     assert_int_equal(used, expect_method);
 }
 
@@ -57,11 +59,10 @@ static void *gpu_addr(size_t offset)
 static int reg(void *addr, size_t len, int device, struct ibv_mr **mr)
 {
     void *handle = NULL;
-    struct rc_shared shared = RC_SHARED_NONE;
-    int err = be.reg(be.arg, (uintptr_t)addr, len, device, 0, &shared, &handle);
+    int err = be.reg(be.arg, (uintptr_t)addr, len, device, 0, &handle);
     *mr = handle;
-    /* One rail: nothing stays shared after the registration. */
-    assert_int_equal(shared.fd, -1);
+    /* Nothing stays open after a registration, failed or not. */
+    assert_int_equal(be.fds_held(be.arg), 0);
     return err;
 }
 

@@ -30,12 +30,12 @@ static int create(enum regcache_method method, int host_memory, int *method_used
     p.host_memory = host_memory;
 
     *method_used = -1;
-    status = rc_verbs_backend_create(&p, &be, method_used);
+    status = rc_verbs_backend_create(&p, RC_MAPPING_AUTO, RC_DATA_DIRECT_AUTO, &be, method_used);
     if (status == REGCACHE_OK) {
         assert_non_null(be.reg);
         assert_non_null(be.dereg);
         assert_non_null(be.arg);
-        assert_non_null(be.release_shared);
+        assert_non_null(be.fds_held);
         rc_verbs_backend_destroy(&be);
     }
     assert_int_equal(fake_verbs.live_mrs, 0);
@@ -57,7 +57,9 @@ static void test_null_pd_is_invalid(void **state)
     (void)state;
     regcache_params_init(&p);
     p.access = ACCESS;
-    assert_int_equal(rc_verbs_backend_create(&p, &be, &used), REGCACHE_ERR_INVALID);
+    assert_int_equal(
+        rc_verbs_backend_create(&p, RC_MAPPING_AUTO, RC_DATA_DIRECT_AUTO, &be, &used),
+        REGCACHE_ERR_INVALID);
     assert_error_mentions("pd");
     assert_int_equal(fake_verbs.probe_calls, 0);
 }

@@ -2,8 +2,9 @@
 # run_vm_tests.sh BUILD_DIR RESULTS NAME:root|user:PROGRAM...
 #
 # Boot the soft-RoCE VM once (rxevm.sh, beside this script) and run every
-# PROGRAM inside it.  The VM has two devices, rxe0 and rxe1, each on its own
-# netdev: single-device tests use the first (rxe0), multi-rail tests both.
+# PROGRAM inside it.  The VM has eight devices, rxe0 to rxe7, each on its own
+# netdev: single-device tests use the first (rxe0), multi-rail tests two or
+# all eight.
 # Each program's output and exit status land in RESULTS/NAME.log and
 # RESULTS/NAME.rc, which the vm_NAME ctest entries report
 # (show_vm_result.sh).  `user` programs run as nobody under a 2 MiB
@@ -15,7 +16,7 @@ set -uo pipefail
 rxevm=$(dirname "$0")/rxevm.sh
 build=$1 results=$2
 shift 2
-export RXE_DEVICES=2
+export RXE_DEVICES=8
 
 rm -rf "$results"
 mkdir -p "$results"
