@@ -41,7 +41,8 @@ static int open_fds(void)
 static regcache_t *eight_rails(struct ibv_pd **pds)
 {
     struct regcache_params p;
-    vm_params_init(&p, VM_ACCESS_ALL, 0);
+    /* Page alignment: rounded to more, neighbours would merge into one. */
+    vm_params_init(&p, VM_ACCESS_ALL, page);
     for (int r = 0; r < RAILS; r++)
         pds[r] = dev[r].pd;
     p.rails = RAILS;
