@@ -61,13 +61,11 @@ static void made_segment(struct stat_gpu *g)
     helper_stop(&h);
 }
 
-static void corrupt_ledger_is_survived(void **state)
+/* Two caches sharing the GPU's ledger, 100 MiB each registered, their
+ * REGCACHE_STATS dumps going to err[i]. */
+static void start_two(struct helper h[2], struct cache_view v[2], char err[2][32],
+                      struct stat_gpu *g)
 {
-    (void)state;
-    struct helper h[2];
-    struct cache_view v[2];
-    char err[2][32], text[160];
-    struct stat_gpu g;
     setenv("REGCACHE_STATS", "1", 1);
     for (int i = 0; i < 2; i++) {
         stderr_file(err[i]);
@@ -75,8 +73,18 @@ static void corrupt_ledger_is_survived(void **state)
         cache_ask(&h[i], "reg 100", &v[i]);
     }
     unsetenv("REGCACHE_STATS");
-    stat_json(&g);
-    assert_int_equal(g.in_use, 202 * M);
+    stat_json(g);
+    assert_int_equal(g->in_use, 202 * M);
+}
+
+static void corrupt_ledger_is_survived(void **state)
+{
+    (void)state;
+    struct helper h[2];
+    struct cache_view v[2];
+    char err[2][32], text[160];
+    struct stat_gpu g;
+    start_two(h, v, err, &g);
 
     struct rc_ledger_segment *s = segment_open(g.key), copy;
     assert_non_null(s);
@@ -112,15 +120,7 @@ static void truncated_ledger_is_survived(void **state)
     struct cache_view v[2];
     char err[2][32], path[256], text[256];
     struct stat_gpu g;
-    setenv("REGCACHE_STATS", "1", 1);
-    for (int i = 0; i < 2; i++) {
-        stderr_file(err[i]);
-        cache_start(&h[i], err[i]);
-        cache_ask(&h[i], "reg 100", &v[i]);
-    }
-    unsetenv("REGCACHE_STATS");
-    stat_json(&g);
-    assert_int_equal(g.in_use, 202 * M);
+    start_two(h, v, err, &g);
     segment_path(g.key, path, sizeof path);
     assert_int_equal(truncate(path, 0), 0);
     for (int i = 0; i < 2; i++) {
