@@ -23,6 +23,13 @@ static void notify_range(CUdeviceptr ptr, size_t size)
     regcache_notify_free((const void *)(uintptr_t)ptr, size);
 }
 
+/* The notice after an allocation, which closes what notify-before-free
+ * alone leaves open (regcache.h). */
+static void notify_allocated(CUdeviceptr ptr, size_t size)
+{
+    regcache_notify_alloc((const void *)(uintptr_t)ptr, size);
+}
+
 /* A context takes all of its memory with it; the caches do not know which
  * context a range belongs to, so every range goes.  regcache_notify_free()
  * returns at once when there is no cache. */
@@ -95,7 +102,7 @@ CUresult rc_wrap_alloc(void *real, CUdeviceptr *ptr, size_t size)
 {
     CUresult r = ((CUresult(*)(CUdeviceptr *, size_t))real)(ptr, size);
     if (r == CUDA_SUCCESS)
-        notify_range(*ptr, size);
+        notify_allocated(*ptr, size);
     return r;
 }
 
@@ -103,7 +110,7 @@ CUresult rc_wrap_alloc_async(void *real, CUdeviceptr *ptr, size_t size, CUstream
 {
     CUresult r = ((CUresult(*)(CUdeviceptr *, size_t, CUstream))real)(ptr, size, stream);
     if (r == CUDA_SUCCESS)
-        notify_range(*ptr, size);
+        notify_allocated(*ptr, size);
     return r;
 }
 
@@ -113,7 +120,7 @@ CUresult rc_wrap_alloc_pool(void *real, CUdeviceptr *ptr, size_t size, CUmemoryP
     CUresult r =
         ((CUresult(*)(CUdeviceptr *, size_t, CUmemoryPool, CUstream))real)(ptr, size, pool, stream);
     if (r == CUDA_SUCCESS)
-        notify_range(*ptr, size);
+        notify_allocated(*ptr, size);
     return r;
 }
 
@@ -123,6 +130,6 @@ CUresult rc_wrap_map(void *real, CUdeviceptr ptr, size_t size, size_t offset,
     CUresult r = ((CUresult(*)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
                                unsigned long long))real)(ptr, size, offset, handle, flags);
     if (r == CUDA_SUCCESS)
-        notify_range(ptr, size);
+        notify_allocated(ptr, size);
     return r;
 }
