@@ -35,7 +35,7 @@ extern "C" {
 #endif
 
 #define REGCACHE_VERSION_MAJOR 0
-#define REGCACHE_VERSION_MINOR 2
+#define REGCACHE_VERSION_MINOR 3
 #define REGCACHE_VERSION_PATCH 0
 
 struct ibv_pd;
