@@ -35,7 +35,7 @@ extern "C" {
 #endif
 
 #define REGCACHE_VERSION_MAJOR 0
-#define REGCACHE_VERSION_MINOR 2
+#define REGCACHE_VERSION_MINOR 3
 #define REGCACHE_VERSION_PATCH 0
 
 struct ibv_pd;
@@ -470,7 +470,7 @@ struct regcache_stats {
                            invalidated while it was registered) */
     uint64_t budget;    /* byte budget now (per device; summed over
                            devices that have one); 0 = none */
-    /* Fields below were added after 0.2. */
+    /* Fields below were added in 0.3. */
     uint64_t fds; /* file descriptors the cache holds now: one per
                      dmabuf registration in flight, none per cached
                      entry (the whole cache's, in device stats too) */
@@ -481,6 +481,8 @@ struct regcache_stats {
 /*
  * Copy the cache's counters into *stats.  Counters are read without
  * stopping other threads: each is exact, the set is not a snapshot.
+ * Programs built against 0.2 keep getting the 0.2 struct (up to budget):
+ * the library's symbol versions give them entry points that write no more.
  * Errors: INVALID (NULL).  Thread safe.
  */
 REGCACHE_API int regcache_get_stats(const regcache_t *cache, struct regcache_stats *stats);

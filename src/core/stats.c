@@ -1,5 +1,6 @@
 /* Statistics: the public snapshots and the REGCACHE_STATS dump. */
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -7,6 +8,7 @@
 #include "cache.h"
 #include "last_error.h"
 #include "ledger.h"
+#include "symver.h"
 #include "threads.h"
 
 static uint64_t load(const atomic_uint_fast64_t *n)
@@ -44,22 +46,28 @@ static void add_device(const struct regcache *c, int slot, struct regcache_stats
         s->budget += budget;
 }
 
-int regcache_get_stats(const regcache_t *c, struct regcache_stats *s)
+/* A program built against 0.2 passes the struct as it ended then, at
+ * budget: its entry points copy that much, the current ones all of it. */
+#define STATS_0_2 offsetof(struct regcache_stats, fds)
+
+static int get_stats(const regcache_t *c, struct regcache_stats *out, size_t size)
 {
-    if (!c || !s)
+    if (!c || !out)
         return rc_fail(REGCACHE_ERR_INVALID, "regcache_get_stats: %s is NULL",
                        !c ? "cache" : "stats");
-    *s = (struct regcache_stats){ 0 };
+    struct regcache_stats s = { 0 };
     for (int i = 0; i < RC_DEVICE_SLOTS; i++)
-        add_device(c, i, s);
-    s->peak_bytes = load(&c->peak_bytes);
-    s->fds = fds_held(c);
+        add_device(c, i, &s);
+    s.peak_bytes = load(&c->peak_bytes);
+    s.fds = fds_held(c);
+    memcpy(out, &s, size);
     return REGCACHE_OK;
 }
 
-int regcache_get_device_stats(const regcache_t *c, int device, struct regcache_stats *s)
+static int get_device_stats(const regcache_t *c, int device, struct regcache_stats *out,
+                            size_t size)
 {
-    if (!c || !s)
+    if (!c || !out)
         return rc_fail(REGCACHE_ERR_INVALID, "regcache_get_device_stats: %s is NULL",
                        !c ? "cache" : "stats");
     if (device != REGCACHE_DEVICE_HOST && (device < 0 || device >= RC_MAX_DEVICES))
@@ -67,12 +75,37 @@ int regcache_get_device_stats(const regcache_t *c, int device, struct regcache_s
                        "regcache_get_device_stats: device %d is neither 0..%d nor "
                        "REGCACHE_DEVICE_HOST",
                        device, RC_MAX_DEVICES - 1);
-    *s = (struct regcache_stats){ 0 };
+    struct regcache_stats s = { 0 };
     int slot = device == REGCACHE_DEVICE_HOST ? RC_HOST_SLOT : device;
-    add_device(c, slot, s);
-    s->peak_bytes = load(&c->dev[slot].n.peak_bytes);
-    s->fds = fds_held(c);
+    add_device(c, slot, &s);
+    s.peak_bytes = load(&c->dev[slot].n.peak_bytes);
+    s.fds = fds_held(c);
+    memcpy(out, &s, size);
     return REGCACHE_OK;
+}
+
+RC_SYMVER(rc_get_stats, regcache_get_stats, "@@REGCACHE_0.3");
+int rc_get_stats(const regcache_t *c, struct regcache_stats *s)
+{
+    return get_stats(c, s, sizeof(*s));
+}
+
+RC_SYMVER(rc_get_stats_0_2, regcache_get_stats, "@REGCACHE_0.2");
+int rc_get_stats_0_2(const regcache_t *c, struct regcache_stats *s)
+{
+    return get_stats(c, s, STATS_0_2);
+}
+
+RC_SYMVER(rc_get_device_stats, regcache_get_device_stats, "@@REGCACHE_0.3");
+int rc_get_device_stats(const regcache_t *c, int device, struct regcache_stats *s)
+{
+    return get_device_stats(c, device, s, sizeof(*s));
+}
+
+RC_SYMVER(rc_get_device_stats_0_2, regcache_get_device_stats, "@REGCACHE_0.2");
+int rc_get_device_stats_0_2(const regcache_t *c, int device, struct regcache_stats *s)
+{
+    return get_device_stats(c, device, s, STATS_0_2);
 }
 
 /* The budget the device got, and from where: never unlimited unsaid. */

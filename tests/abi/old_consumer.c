@@ -1,0 +1,147 @@
+/* A program built against 0.2, before the stats struct grew fds and mrs:
+ * linked against the unversioned library (old_library.c), run against the
+ * real one.  The stats functions it reaches, by its unversioned references
+ * and by dlvsym(REGCACHE_0.2), fill the 0.2 struct and not a byte past it;
+ * dlvsym(REGCACHE_0.3) reaches the functions that fill the whole struct. */
+#include <dlfcn.h>
+#include <regcache.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+/* struct regcache_stats as the 0.2 header declared it. */
+struct stats_0_2 {
+    uint64_t hits, misses, registrations, deregistrations, evictions, invalidations_tag,
+        invalidations_notify, invalidations_explicit, reg_failures, entries, bytes, peak_bytes,
+        one_shots, budget;
+};
+_Static_assert(sizeof(struct stats_0_2) == offsetof(struct regcache_stats, fds),
+               "the 0.2 fields of struct regcache_stats moved");
+
+#define CANARY 0xa5a5a5a5a5a5a5a5u
+
+/* What a caller's stack holds: the struct it passes, then its own data. */
+struct old_frame {
+    struct stats_0_2 s;
+    uint64_t after[2];
+};
+struct new_frame {
+    struct regcache_stats s;
+    uint64_t after[2];
+};
+
+typedef int get_stats_fn(const regcache_t *, struct regcache_stats *);
+typedef int get_device_stats_fn(const regcache_t *, int, struct regcache_stats *);
+
+static _Alignas(65536) char buffer[65536];
+static int failures;
+
+static int reg(void *arg, void *addr, size_t len, int device, int rail, void **handle)
+{
+    (void)arg, (void)len, (void)device, (void)rail;
+    *handle = addr;
+    return 0;
+}
+
+static void dereg(void *arg, void *handle)
+{
+    (void)arg, (void)handle;
+}
+
+static int query(void *arg, const void *addr, size_t len, struct regcache_mem_info *info)
+{
+    (void)arg, (void)addr, (void)len;
+    info->base = (uintptr_t)buffer;
+    info->size = sizeof(buffer);
+    info->device = REGCACHE_DEVICE_HOST;
+    info->type = REGCACHE_MEM_HOST;
+    return REGCACHE_OK;
+}
+
+static void expect(int ok, const char *what, const char *how)
+{
+    if (!ok) {
+        printf("%s: %s\n", what, how);
+        failures++;
+    }
+}
+
+/* One miss and one hit: every figure checked below is 1. */
+static void expect_figures(const char *what, const struct stats_0_2 *s)
+{
+    expect(s->hits == 1 && s->misses == 1 && s->registrations == 1 && s->entries == 1, what,
+           "figures are not those of one miss and one hit");
+}
+
+static void old_struct(const char *what, regcache_t *c, get_stats_fn *all,
+                       get_device_stats_fn *device)
+{
+    struct old_frame f;
+    memset(&f, 0xa5, sizeof(f));
+    int rc = all ? all(c, (struct regcache_stats *)&f.s)
+                 : device(c, REGCACHE_DEVICE_HOST, (struct regcache_stats *)&f.s);
+    expect(rc == REGCACHE_OK, what, "failed");
+    expect(f.after[0] == CANARY && f.after[1] == CANARY, what,
+           "wrote past the 0.2 struct (the caller's canary is overwritten)");
+    expect_figures(what, &f.s);
+}
+
+static void *versioned(void *lib, const char *name, const char *version)
+{
+    void *fn = dlvsym(lib, name, version);
+    if (!fn)
+        printf("no %s@%s: %s\n", name, version, dlerror());
+    return fn;
+}
+
+int main(void)
+{
+    struct regcache_backend backend = { .reg = reg, .dereg = dereg, .query = query };
+    struct regcache_params p;
+    regcache_t *c;
+    regcache_entry_t *e;
+    regcache_params_init(&p);
+    p.backend = &backend;
+    p.host_memory = 1;
+    p.validation = REGCACHE_VALIDATE_TAG_CHECK;
+    if (regcache_create(&p, &c) != REGCACHE_OK) {
+        printf("create failed\n");
+        return 1;
+    }
+    for (int i = 0; i < 2; i++) {
+        if (regcache_get(c, buffer, 4096, &e) != REGCACHE_OK) {
+            printf("get failed\n");
+            return 1;
+        }
+        regcache_put(c, e);
+    }
+
+    old_struct("regcache_get_stats", c, regcache_get_stats, NULL);
+    old_struct("regcache_get_device_stats", c, NULL, regcache_get_device_stats);
+
+    void *lib = dlopen("libregcache.so.0", RTLD_NOW | RTLD_NOLOAD);
+    if (!lib) {
+        printf("libregcache.so.0 is not loaded: %s\n", dlerror());
+        return 1;
+    }
+    get_stats_fn *all = versioned(lib, "regcache_get_stats", "REGCACHE_0.2");
+    get_device_stats_fn *device = versioned(lib, "regcache_get_device_stats", "REGCACHE_0.2");
+    get_stats_fn *all_0_3 = versioned(lib, "regcache_get_stats", "REGCACHE_0.3");
+    if (!all || !device || !all_0_3)
+        return 1;
+    old_struct("regcache_get_stats@REGCACHE_0.2", c, all, NULL);
+    old_struct("regcache_get_device_stats@REGCACHE_0.2", c, NULL, device);
+
+    struct new_frame f;
+    memset(&f, 0xa5, sizeof(f));
+    expect(all_0_3(c, &f.s) == REGCACHE_OK, "regcache_get_stats@REGCACHE_0.3", "failed");
+    expect(f.s.mrs == 1 && f.s.fds == 0 && f.after[0] == CANARY && f.after[1] == CANARY,
+           "regcache_get_stats@REGCACHE_0.3", "did not fill the whole struct, and only it");
+    dlclose(lib);
+    regcache_destroy(c);
+    if (failures)
+        return 1;
+    printf("0.2 callers get the 0.2 struct, 0.3 callers the whole one\n");
+    return 0;
+}
