@@ -3,6 +3,7 @@
 #include "stats_field.h"
 #include "threads.h"
 
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -67,6 +68,31 @@ regcache_entry_t *fx_get_rail(struct fx *f, unsigned rail, uintptr_t addr, size_
 regcache_entry_t *fx_get(struct fx *f, uintptr_t addr, size_t len)
 {
     return fx_get_rail(f, 0, addr, len);
+}
+
+struct get_request {
+    struct fx *f;
+    uintptr_t addr;
+    size_t len;
+    regcache_entry_t *e;
+};
+
+static void *get_in_thread(void *arg)
+{
+    struct get_request *r = arg;
+    if (regcache_get(r->f->c, (const void *)r->addr, r->len, &r->e) != REGCACHE_OK)
+        r->e = NULL;
+    return NULL;
+}
+
+regcache_entry_t *fx_get_and_exit(struct fx *f, uintptr_t addr, size_t len)
+{
+    struct get_request r = { f, addr, len, NULL };
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, get_in_thread, &r), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_non_null(r.e);
+    return r.e;
 }
 
 regcache_entry_t *get_counted_hold(regcache_t *c, uintptr_t addr, size_t len)

@@ -47,6 +47,8 @@ regcache_entry_t *fx_get_rail(struct fx *f, unsigned rail, uintptr_t addr, size_
  * get fails: the calling thread's free hold slots are filled first, so
  * that the get after them is counted, and emptied again. */
 regcache_entry_t *get_counted_hold(regcache_t *c, uintptr_t addr, size_t len);
+/* A get (that must succeed) by a thread that then exits holding it. */
+regcache_entry_t *fx_get_and_exit(struct fx *f, uintptr_t addr, size_t len);
 /* A get that must succeed, and its put: the entry is then cached unused. */
 void fx_use(struct fx *f, uintptr_t addr, size_t len);
 /* A get that must fail with `status`, leaving *entry NULL. */

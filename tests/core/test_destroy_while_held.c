@@ -5,7 +5,6 @@
  * survive regcache_flush() and stay registered after their memory is
  * freed.  And a record whose thread exited holding such a hold leaves the
  * scan of holds. */
-#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -57,15 +56,6 @@ static void holds_die_with_their_cache(void **state)
     assert_int_equal(atomic_load(&f->fb.deregs), deregs + 2);
 }
 
-static void *get_and_leave(void *arg)
-{
-    struct fx *f = arg;
-    regcache_entry_t *e = NULL;
-    if (regcache_get(f->c, (const void *)HELD, 4096, &e) != REGCACHE_OK)
-        return NULL;
-    return e;
-}
-
 static void exited_holders_record_leaves_the_scan(void **state)
 {
     struct fx *f = *state;
@@ -73,11 +63,7 @@ static void exited_holders_record_leaves_the_scan(void **state)
     fx_create(f);
     fx_use(f, HELD, 4096);
     size_t before = rc_thread_live_span();
-    pthread_t t;
-    void *handle = NULL;
-    assert_int_equal(pthread_create(&t, NULL, get_and_leave, f), 0);
-    assert_int_equal(pthread_join(t, &handle), 0);
-    assert_non_null(handle);
+    (void)fx_get_and_exit(f, HELD, 4096);
     assert_true(rc_thread_live_span() > before);
     regcache_destroy(f->c);
     f->c = NULL;

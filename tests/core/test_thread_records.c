@@ -70,15 +70,6 @@ static void scan_shrinks_when_a_thread_pool_exits(void **state)
     fx_assert_stats(f, FX_STAT(hits, POOL), FX_STAT(misses, 1), NULL);
 }
 
-static void *get_and_leave(void *arg)
-{
-    struct fx *f = arg;
-    regcache_entry_t *e = NULL;
-    if (regcache_get(f->c, (const void *)X, 4096, &e) != REGCACHE_OK)
-        return NULL;
-    return e;
-}
-
 /* A thread that exits holding an entry keeps its record scanned: the
  * entry, invalidated meanwhile, stays registered until its put, and the
  * threads that come and go after it do not shrink the scan past it. */
@@ -86,11 +77,7 @@ static void hold_outliving_its_thread_stays_scanned(void **state)
 {
     struct fx *f = *state;
     size_t before = cache_in_use(f);
-    pthread_t t;
-    void *handle = NULL;
-    assert_int_equal(pthread_create(&t, NULL, get_and_leave, f), 0);
-    assert_int_equal(pthread_join(t, &handle), 0);
-    assert_non_null(handle);
+    regcache_entry_t *handle = fx_get_and_exit(f, X, 4096);
     assert_true(rc_thread_live_span() > before);
     size_t with_holder = rc_thread_live_span();
 
