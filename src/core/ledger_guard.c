@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 
 #include "ledger_segment.h"
+#include "resident.h"
 
 /* Slots of guarded mappings: the handler reads them without a lock (it
  * may run in any thread, at any time), so each is a pair of atomics, the
@@ -66,6 +67,8 @@ static void on_sigbus(int sig, siginfo_t *info, void *context)
 
 static void install(void)
 {
+    /* The handler stays the process's after any dlclose() of the library. */
+    rc_stay_resident();
     struct sigaction sa = { .sa_sigaction = on_sigbus, .sa_flags = SA_SIGINFO | SA_ONSTACK };
     sigemptyset(&sa.sa_mask);
     installed = sigaction(SIGBUS, &sa, &previous) == 0;
