@@ -29,6 +29,19 @@ static void two_rails(struct fx *f, int validation)
     fx_create(f);
 }
 
+/* Hits on rails 0 and 1 of the entry at A, each served by its own rail's
+ * registration, with nothing registered again. */
+static void both_rails_hit(struct fx *f)
+{
+    regcache_entry_t *r0 = fx_get_rail(f, 0, A + 30, 10);
+    regcache_entry_t *r1 = fx_get_rail(f, 1, A + 30, 10);
+    assert_int_equal(fx_handle(r0)->rail, 0);
+    assert_int_equal(fx_handle(r1)->rail, 1);
+    regcache_put(f->c, r0);
+    regcache_put(f->c, r1);
+    fx_assert_stats(f, FX_STAT(hits, 2), FX_STAT(registrations, 2), NULL);
+}
+
 static void one_entry_a_registration_per_rail(void **state)
 {
     struct fx *f = *state;
@@ -43,14 +56,7 @@ static void one_entry_a_registration_per_rail(void **state)
     regcache_put(f->c, r0);
     regcache_put(f->c, r1);
     fx_assert_stats(f, FX_STAT(entries, 1), FX_STAT(bytes, MiB), FX_STAT(registrations, 2), NULL);
-    /* Both rails hit now, each with its own registration. */
-    r0 = fx_get_rail(f, 0, A + 30, 10);
-    r1 = fx_get_rail(f, 1, A + 30, 10);
-    assert_int_equal(fx_handle(r0)->rail, 0);
-    assert_int_equal(fx_handle(r1)->rail, 1);
-    regcache_put(f->c, r0);
-    regcache_put(f->c, r1);
-    fx_assert_stats(f, FX_STAT(hits, 2), FX_STAT(registrations, 2), NULL);
+    both_rails_hit(f);
 }
 
 /* A second rail's registration of an entry the hit path finds costs no
@@ -264,14 +270,7 @@ static void other_rail_of_pending_entry_does_not_wait(void **state)
     regcache_put(f->c, held.e);
     fx_assert_stats(f, FX_STAT(entries, 1), FX_STAT(registrations, 2), FX_STAT(mrs, 2),
                     FX_STAT(one_shots, 0), NULL);
-    /* Both rails' registrations serve hits now. */
-    regcache_entry_t *r0 = fx_get_rail(f, 0, A + 30, 10);
-    regcache_entry_t *r1 = fx_get_rail(f, 1, A + 30, 10);
-    assert_int_equal(fx_handle(r0)->rail, 0);
-    assert_int_equal(fx_handle(r1)->rail, 1);
-    regcache_put(f->c, r0);
-    regcache_put(f->c, r1);
-    fx_assert_stats(f, FX_STAT(hits, 2), FX_STAT(registrations, 2), NULL);
+    both_rails_hit(f);
 }
 
 /* The same while rail 0 is being added to an entry ready on rail 2: a get
