@@ -18,6 +18,7 @@
 #include "mem_query.h"
 #include "options.h"
 #include "page_index.h"
+#include "prefetch.h"
 #include "range_filter.h"
 
 enum rc_cause { RC_BY_TAG, RC_BY_NOTIFY, RC_BY_EXPLICIT };
@@ -139,6 +140,9 @@ struct regcache {
     atomic_size_t total_bytes;
     atomic_uint_fast64_t peak_bytes;
 
+    /* Background registrations (prefetch.h). */
+    struct rc_prefetch pf;
+
     _Atomic(struct regcache *) registry_next;
     /* Unlinked, its destroy waiting for walkers (registry.c): the next
      * such cache, under the registry's lock. */
@@ -190,8 +194,15 @@ regcache_entry_t *rc_slot_hold_locked(struct regcache *c, struct regcache_entry 
  * Costs a few loads per patched function (lifecycle.c). */
 void rc_validation_recheck(struct regcache *c);
 
+/* out == NULL: a background registration, which hands nothing out and
+ * leaves its entry speculative (prefetch.h); REGCACHE_OK also when
+ * another registration of the range is in flight, RC_NO_ROOM when the
+ * budget has none without evicting used entries. */
 int rc_slow_get(struct regcache *c, uintptr_t start, uintptr_t end, unsigned rail,
                 regcache_entry_t **out);
+
+/* Not a status: a background registration found no room (see above). */
+#define RC_NO_ROOM 2
 
 /* Not a status: the hit path could not serve and the slow path must (no
  * entry, no free slot, tag changed, the entry left meanwhile). */
@@ -238,8 +249,10 @@ void rc_host_retire_covered_locked(struct regcache *c, struct regcache_entry *e,
 bool rc_entry_memory_current(struct regcache *c, const struct regcache_entry *e);
 
 /* Without the lock: register e on `rail`, evicting the device's unused
- * entries and retrying while the backend reports exhaustion. */
-int rc_register_rail(struct regcache *c, struct regcache_entry *e, unsigned rail);
+ * entries (only speculative ones for a speculative registration) and
+ * retrying while the backend reports exhaustion. */
+int rc_register_rail(struct regcache *c, struct regcache_entry *e, unsigned rail,
+                     bool speculative);
 
 /* ---- eviction and budgets (evict.c, budget.c) --------------------------- */
 
@@ -257,13 +270,17 @@ static inline struct rc_device *rc_device(struct regcache *c, int slot)
 }
 
 /* Under the lock: evict LRU unused entries of d until it holds at most
- * max_bytes and max_entries; count them in `counter` (NULL for a flush). */
+ * max_bytes and max_entries; count them in `counter` (NULL for a flush).
+ * speculative_only: no entry that a get used goes. */
 size_t rc_evict_locked(struct regcache *c, struct rc_device *d, size_t max_bytes,
-                       size_t max_entries, atomic_uint_fast64_t *counter,
+                       size_t max_entries, bool speculative_only, atomic_uint_fast64_t *counter,
                        struct regcache_entry **victims);
 
-/* Under the lock: make room for one more entry of len bytes. */
-void rc_make_room_locked(struct regcache *c, struct rc_device *d, size_t len,
+/* Under the lock: make room for one more entry of len bytes; a speculative
+ * one evicts only speculative entries, and false says there was not
+ * enough room so (a registration that is no speculation goes on over the
+ * budget, which puts trim). */
+bool rc_make_room_locked(struct regcache *c, struct rc_device *d, size_t len, bool speculative,
                          struct regcache_entry **victims);
 
 /* After a put that saw d over its budget or the shared ledger's pressure

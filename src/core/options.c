@@ -35,6 +35,9 @@ int regcache_params_init(struct regcache_params *p)
     p->alignment = 65536;
     p->whole_allocation = 1;
     p->rails = 1;
+    p->eager_rails = 1;
+    p->workers = 4;
+    p->prefetch_queue = 1024;
     return REGCACHE_OK;
 }
 
@@ -120,6 +123,13 @@ static const struct env_option {
     { "REGCACHE_DMABUF_MAPPING", WORD, FIELD(dmabuf_mapping), mapping_words,
       "auto, pcie or default" },
     { "REGCACHE_DATA_DIRECT", WORD, FIELD(data_direct), data_direct_words, "auto, on or off" },
+    { "REGCACHE_EAGER_MIN_BYTES", SIZE, FIELD(params.eager_min_bytes), NULL,
+      "a size such as 1M (0: off)" },
+    { "REGCACHE_EAGER_RAILS", SIZE, FIELD(params.eager_rails), NULL,
+      "a bit mask of rails such as 3" },
+    { "REGCACHE_WORKERS", SIZE, FIELD(params.workers), NULL, "a count from 1 to 256" },
+    { "REGCACHE_PREFETCH_QUEUE", SIZE, FIELD(params.prefetch_queue), NULL,
+      "a count from 1 to 1M" },
     { "REGCACHE_LEDGER", BOOL, PROCESS_WIDE, bool_words, "on or off" },
     { "REGCACHE_LEDGER_NAMESPACE", NAME, PROCESS_WIDE, NULL, "1-32 of [A-Za-z0-9_]" },
     { "REGCACHE_BAR1_BYTES", SIZE, PROCESS_WIDE, NULL, "a size such as 256M" },
@@ -186,6 +196,17 @@ static int check(const struct rc_options *o, unsigned from_env)
                        RC_MAX_RAILS);
     if (p->backend && (!p->backend->reg || !p->backend->dereg))
         return rc_fail(REGCACHE_ERR_INVALID, "the custom backend needs both reg and dereg");
+    if (p->eager_rails >> p->rails)
+        return rc_fail(REGCACHE_ERR_INVALID, "%s=%#x names a rail beyond the cache's %zu",
+                       source(from_env, "REGCACHE_EAGER_RAILS", "params.eager_rails"),
+                       p->eager_rails, p->rails);
+    if (p->workers < 1 || p->workers > 256)
+        return rc_fail(REGCACHE_ERR_INVALID, "%s=%u: expected 1 to 256",
+                       source(from_env, "REGCACHE_WORKERS", "params.workers"), p->workers);
+    if (p->prefetch_queue < 1 || p->prefetch_queue > ((size_t)1 << 20))
+        return rc_fail(REGCACHE_ERR_INVALID, "%s=%zu: expected 1 to 1M",
+                       source(from_env, "REGCACHE_PREFETCH_QUEUE", "params.prefetch_queue"),
+                       p->prefetch_queue);
     if (!p->backend && !p->pd && !p->pds)
         return rc_fail(REGCACHE_ERR_INVALID, "the built-in verbs backend needs params.pd");
     return REGCACHE_OK;
@@ -194,10 +215,13 @@ static int check(const struct rc_options *o, unsigned from_env)
 /* The size of the params layout of 0.1, before the fields added in 0.2: a
  * program built against it keeps working, with those fields' defaults. */
 #define PARAMS_0_1 (offsetof(struct regcache_params, backend) + sizeof(void *))
+/* And of 0.2, before the fields added in 0.3. */
+#define PARAMS_0_2 offsetof(struct regcache_params, eager_min_bytes)
 
 int rc_options_resolve(const struct regcache_params *in, struct rc_options *out)
 {
-    if (in->size != PARAMS_0_1 && in->size != sizeof(struct regcache_params))
+    if (in->size != PARAMS_0_1 && in->size != PARAMS_0_2 &&
+        in->size != sizeof(struct regcache_params))
         return rc_fail(REGCACHE_ERR_INVALID,
                        "params.size %zu is not sizeof(struct regcache_params) = %zu: "
                        "call regcache_params_init()",

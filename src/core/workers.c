@@ -1,0 +1,65 @@
+/* The threads that run background registrations: started at a cache's
+ * first queued range, named regcache-reg, joined at its destroy.  Several
+ * of them take jobs at once, so a range queued on several rails registers
+ * them side by side (the miss path lets each rail's registration of an
+ * entry go on beside the others). */
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+
+#include "cache.h"
+#include "prefetch.h"
+
+static void *worker(void *arg)
+{
+    struct regcache *c = arg;
+    struct rc_prefetch *p = &c->pf;
+    rc_lock(&p->lock);
+    for (;;) {
+        struct rc_job *j = NULL;
+        while (!p->stopping && !(j = rc_prefetch_next_locked(p))) {
+            p->sleeping++;
+            rc_cond_wait(&p->work, &p->lock);
+            p->sleeping--;
+        }
+        if (!j)
+            break;
+        rc_unlock(&p->lock);
+        /* No entry to hand out: a speculative registration (miss.c). */
+        int rc = rc_slow_get(c, j->start, j->end, j->rail, NULL);
+        if (rc == RC_NO_ROOM)
+            rc_count(&p->dropped);
+        rc_prefetch_done(c, j, rc);
+        rc_lock(&p->lock);
+    }
+    rc_unlock(&p->lock);
+    return NULL;
+}
+
+int rc_workers_start_locked(struct regcache *c)
+{
+    struct rc_prefetch *p = &c->pf;
+    if (!p->threads) {
+        p->nthreads = c->opts.params.workers;
+        p->threads = calloc(p->nthreads, sizeof(*p->threads));
+        if (!p->threads)
+            return REGCACHE_ERR_NO_MEMORY;
+    }
+    /* Signals are the application's threads' business: the workers block
+     * them all (a new thread inherits the creator's mask). */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    while (p->started < p->nthreads && pthread_create(&p->threads[p->started], NULL, worker, c) == 0)
+        pthread_setname_np(p->threads[p->started++], "regcache-reg");
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return p->started ? REGCACHE_OK : REGCACHE_ERR_NO_MEMORY;
+}
+
+void rc_workers_join(struct regcache *c)
+{
+    struct rc_prefetch *p = &c->pf;
+    for (unsigned i = 0; i < p->started; i++)
+        pthread_join(p->threads[i], NULL);
+    p->started = 0;
+}
