@@ -443,6 +443,14 @@ REGCACHE_API int regcache_get_flags(regcache_t *cache, unsigned rail, const void
  */
 REGCACHE_API int regcache_prefetch(regcache_t *cache, unsigned rail, const void *addr, size_t len);
 
+/*
+ * Wait until every range queued for a background registration (by any
+ * thread) is registered, failed or dropped.  Errors: INVALID (NULL),
+ * FORKED, REENTRANT (from a backend callback of a background
+ * registration, which would wait for itself).  Thread safe.
+ */
+REGCACHE_API int regcache_prefetch_wait(regcache_t *cache);
+
 /* A range to register (regcache_prefetch_batch()). */
 struct regcache_range {
     const void *addr;

@@ -10,6 +10,7 @@
 #include "last_error.h"
 
 __thread bool rc_get_nonblocking __attribute__((tls_model("initial-exec")));
+__thread bool rc_in_worker __attribute__((tls_model("initial-exec")));
 
 static size_t bucket_of(const struct rc_prefetch *p, uintptr_t start, unsigned rail)
 {
@@ -86,10 +87,15 @@ int rc_prefetch_queue(struct regcache *c, uintptr_t start, uintptr_t end, unsign
     else
         p->head = j;
     p->tail = j;
+    p->listed++;
+    rc_add_locked(&p->waiting, 1);
     rc_count(&p->queued);
-    /* A busy worker takes it next without a wake (a system call). */
-    if (p->sleeping)
-        rc_cond_broadcast(&p->work);
+    /* Workers awake (busy, or watching the queue) take it without a wake,
+     * which is a system call: one sleeper more only when the queue is
+     * longer than they are many. */
+    if (p->sleeping && atomic_load_explicit(&p->waiting, memory_order_relaxed) >
+                           p->started - p->sleeping)
+        rc_cond_signal(&p->work);
     rc_unlock(&p->lock);
     return REGCACHE_OK;
 }
@@ -98,6 +104,7 @@ struct rc_job *rc_prefetch_next_locked(struct rc_prefetch *p)
 {
     struct rc_job *j = p->head;
     if (j) {
+        rc_add_locked(&p->waiting, (size_t)-1);
         p->head = j->next;
         if (!p->head)
             p->tail = NULL;
@@ -132,6 +139,8 @@ void rc_prefetch_done(struct regcache *c, struct rc_job *job, int status)
     }
     job->next = p->free;
     p->free = job;
+    if (--p->listed == 0 && p->idle_waiters)
+        rc_cond_broadcast(&p->idle);
     rc_unlock(&p->lock);
 }
 
@@ -213,6 +222,7 @@ void rc_prefetch_stop(struct regcache *c)
         while (*at != j)
             at = &(*at)->hash_next;
         *at = j->hash_next;
+        p->listed--;
         rc_count(&p->dropped);
     }
     rc_cond_broadcast(&p->work);
@@ -267,6 +277,27 @@ int regcache_prefetch_batch(regcache_t *c, const struct regcache_range *ranges, 
     if (queued)
         *queued = done;
     return rc;
+}
+
+int regcache_prefetch_wait(regcache_t *c)
+{
+    if (!c)
+        return rc_fail(REGCACHE_ERR_INVALID, "regcache_prefetch_wait: cache is NULL");
+    if (rc_forked(c))
+        return rc_fail(REGCACHE_ERR_FORKED,
+                       "regcache_prefetch_wait: the cache was created before fork()");
+    if (rc_in_worker)
+        return rc_fail(REGCACHE_ERR_REENTRANT, "regcache_prefetch_wait from a backend callback "
+                                               "of a background registration");
+    struct rc_prefetch *p = &c->pf;
+    rc_lock(&p->lock);
+    while (p->listed) {
+        p->idle_waiters++;
+        rc_cond_wait(&p->idle, &p->lock);
+        p->idle_waiters--;
+    }
+    rc_unlock(&p->lock);
+    return REGCACHE_OK;
 }
 
 int regcache_get_flags(regcache_t *c, unsigned rail, const void *addr, size_t len,

@@ -49,11 +49,18 @@ struct rc_failure {
 struct rc_prefetch {
     struct rc_lock lock; /* everything below but the counters */
     struct rc_cond work; /* a job was queued, or the workers must stop */
+    struct rc_cond idle; /* the last listed job ended */
+    size_t listed;       /* jobs queued or being registered */
+    unsigned idle_waiters;
     struct rc_job *jobs, *free, *head, *tail;
+    /* Jobs in the queue (changed under the lock): what idle workers watch
+     * without it before they sleep (workers.c). */
+    atomic_size_t waiting;
     struct rc_job **buckets;
     size_t capacity, nbuckets;
     pthread_t *threads;
     unsigned nthreads, started, sleeping;
+    bool watching; /* an idle worker watches the queue before it sleeps */
     bool stopping;
     /* Read without the lock by every miss, to skip the search. */
     atomic_uint nfailed;
@@ -61,6 +68,10 @@ struct rc_prefetch {
     struct rc_failure failed[RC_PREFETCH_FAILURES];
     atomic_uint_fast64_t queued, failures, dropped;
 };
+
+/* Set in the workers: a backend callback there must not wait for the
+ * queue it is part of. */
+extern __thread bool rc_in_worker __attribute__((tls_model("initial-exec")));
 
 /* Set by regcache_get_flags() around a non-blocking get: its miss queues
  * the range and returns REGCACHE_ERR_AGAIN (rc_nonblock_miss). */

@@ -8,20 +8,56 @@
 #include <stdlib.h>
 
 #include "cache.h"
+#include "cpu_relax.h"
 #include "prefetch.h"
+
+/* Looks at the queue by an idle worker before it sleeps, about 50 us: in a
+ * burst of queued ranges (a non-blocking get per transfer, a model's
+ * tensors allocated one after the other) the queueing threads then find
+ * a worker awake and need not wake one with a system call.  One worker
+ * watches at a time: more would only take CPUs from the application. */
+#define IDLE_LOOKS 2048
+
+static bool job_soon(struct rc_prefetch *p)
+{
+    for (unsigned i = 0; i < IDLE_LOOKS; i++) {
+        if (atomic_load_explicit(&p->waiting, memory_order_relaxed))
+            return true;
+        rc_cpu_relax();
+    }
+    return false;
+}
+
+/* Under p's lock: the next job, or NULL when the workers must stop. */
+static struct rc_job *next_job(struct rc_prefetch *p)
+{
+    struct rc_job *j = NULL;
+    bool looked = false;
+    while (!p->stopping && !(j = rc_prefetch_next_locked(p))) {
+        if (!looked && !p->watching) {
+            p->watching = true;
+            rc_unlock(&p->lock);
+            looked = !job_soon(p);
+            rc_lock(&p->lock);
+            p->watching = false;
+            continue;
+        }
+        p->sleeping++;
+        rc_cond_wait(&p->work, &p->lock);
+        p->sleeping--;
+        looked = false;
+    }
+    return j;
+}
 
 static void *worker(void *arg)
 {
     struct regcache *c = arg;
     struct rc_prefetch *p = &c->pf;
+    rc_in_worker = true;
     rc_lock(&p->lock);
     for (;;) {
-        struct rc_job *j = NULL;
-        while (!p->stopping && !(j = rc_prefetch_next_locked(p))) {
-            p->sleeping++;
-            rc_cond_wait(&p->work, &p->lock);
-            p->sleeping--;
-        }
+        struct rc_job *j = next_job(p);
         if (!j)
             break;
         rc_unlock(&p->lock);

@@ -39,22 +39,9 @@ static void hold_regs(struct fx *f)
     f->fb.during_reg = hold_reg;
 }
 
-/* No range queued or being registered. */
-static bool queue_idle(const void *arg)
-{
-    struct regcache *c = (struct regcache *)arg;
-    rc_lock(&c->pf.lock);
-    size_t free = 0;
-    for (struct rc_job *j = c->pf.free; j; j = j->next)
-        free++;
-    bool idle = free == c->pf.capacity;
-    rc_unlock(&c->pf.lock);
-    return idle;
-}
-
 static void await_idle(struct fx *f)
 {
-    assert_true(wait_until(queue_idle, f->c, HANG_SECONDS));
+    assert_int_equal(regcache_prefetch_wait(f->c), REGCACHE_OK);
 }
 
 static bool one_waiter(const void *arg)
@@ -411,6 +398,20 @@ static void workers_named(void **state)
     assert_int_equal(named, 3);
 }
 
+/* TSan's runtime cannot start threads in the child of a threaded process
+ * (its thread registry keeps the parent's): there the child makes no cache
+ * of its own. */
+#if defined(__SANITIZE_THREAD__)
+#define CHILD_THREADS 0
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define CHILD_THREADS 0
+#endif
+#endif
+#ifndef CHILD_THREADS
+#define CHILD_THREADS 1
+#endif
+
 /* fork() with registrations in flight and queued: the child has no
  * workers, refuses to prefetch with the inherited cache, never registers
  * the parent's queue, and a cache of its own gets workers of its own. */
@@ -420,6 +421,9 @@ static int child_after_fork(struct fx *f)
     if (regcache_prefetch(f->c, 0, (void *)B, 4096) != REGCACHE_ERR_FORKED)
         return 1;
     regcache_destroy(f->c);
+    usleep(10000); /* a parent's job, were it run here, would register */
+    if (!CHILD_THREADS)
+        return f->fb.regs == regs ? 0 : 4;
     struct fake_backend fb;
     fake_init(&fb);
     fake_alloc(&fb, C, MiB, 0, REGCACHE_MEM_DEVICE);
@@ -429,8 +433,8 @@ static int child_after_fork(struct fx *f)
     if (regcache_create(&p, &c) != REGCACHE_OK ||
         regcache_prefetch(c, 0, (void *)C, 4096) != REGCACHE_OK)
         return 2;
-    for (int i = 0; i < 10000 && fb.regs == 0; i++)
-        usleep(1000);
+    if (regcache_prefetch_wait(c) != REGCACHE_OK)
+        return 2;
     regcache_destroy(c);
     if (fb.regs != 1 || fb.live != 0)
         return 3;
@@ -452,10 +456,11 @@ static void fork_with_prefetches_in_flight(void **state)
     if (pid == 0)
         _exit(child_after_fork(f));
     int status;
-    assert_true(child_wait(pid, 4 * HANG_SECONDS, &status));
+    bool ended = child_wait(pid, 4 * HANG_SECONDS, &status);
+    gate_open(&reg_gate);
+    assert_true(ended);
     assert_true(WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 0);
-    gate_open(&reg_gate);
     await_idle(f);
     assert_int_equal(f->fb.regs, 8);
 }
