@@ -297,7 +297,9 @@ struct regcache_params {
     unsigned eager_rails;   /* bit r: eager registration on rail r;
                                default 1 (rail 0) */
     unsigned workers;       /* background registration threads, started
-                               at the first queued range; default 4 */
+                               at the first queued range; 0 (default):
+                               one per rail (registrations through the
+                               CUDA driver gain nothing from more) */
     size_t prefetch_queue;  /* ranges queued or being registered in the
                                background at most; default 1024 */
 };

@@ -36,7 +36,6 @@ int regcache_params_init(struct regcache_params *p)
     p->whole_allocation = 1;
     p->rails = 1;
     p->eager_rails = 1;
-    p->workers = 4;
     p->prefetch_queue = 1024;
     return REGCACHE_OK;
 }
@@ -127,7 +126,7 @@ static const struct env_option {
       "a size such as 1M (0: off)" },
     { "REGCACHE_EAGER_RAILS", SIZE, FIELD(params.eager_rails), NULL,
       "a bit mask of rails such as 3" },
-    { "REGCACHE_WORKERS", SIZE, FIELD(params.workers), NULL, "a count from 1 to 256" },
+    { "REGCACHE_WORKERS", SIZE, FIELD(params.workers), NULL, "a count up to 256 (0: one a rail)" },
     { "REGCACHE_PREFETCH_QUEUE", SIZE, FIELD(params.prefetch_queue), NULL,
       "a count from 1 to 1M" },
     { "REGCACHE_LEDGER", BOOL, PROCESS_WIDE, bool_words, "on or off" },
@@ -200,8 +199,8 @@ static int check(const struct rc_options *o, unsigned from_env)
         return rc_fail(REGCACHE_ERR_INVALID, "%s=%#x names a rail beyond the cache's %zu",
                        source(from_env, "REGCACHE_EAGER_RAILS", "params.eager_rails"),
                        p->eager_rails, p->rails);
-    if (p->workers < 1 || p->workers > 256)
-        return rc_fail(REGCACHE_ERR_INVALID, "%s=%u: expected 1 to 256",
+    if (p->workers > 256)
+        return rc_fail(REGCACHE_ERR_INVALID, "%s=%u: expected 0 to 256",
                        source(from_env, "REGCACHE_WORKERS", "params.workers"), p->workers);
     if (p->prefetch_queue < 1 || p->prefetch_queue > ((size_t)1 << 20))
         return rc_fail(REGCACHE_ERR_INVALID, "%s=%zu: expected 1 to 1M",

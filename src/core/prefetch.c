@@ -48,7 +48,8 @@ static bool listed_locked(const struct rc_prefetch *p, uintptr_t start, uintptr_
     return false;
 }
 
-int rc_prefetch_queue(struct regcache *c, uintptr_t start, uintptr_t end, unsigned rail)
+int rc_prefetch_queue(struct regcache *c, uintptr_t start, uintptr_t end, unsigned rail,
+                      bool eager)
 {
     struct rc_prefetch *p = &c->pf;
     int rc = REGCACHE_OK;
@@ -78,7 +79,7 @@ int rc_prefetch_queue(struct regcache *c, uintptr_t start, uintptr_t end, unsign
                        p->capacity);
     }
     p->free = j->next;
-    *j = (struct rc_job){ .start = start, .end = end, .rail = rail };
+    *j = (struct rc_job){ .start = start, .end = end, .rail = rail, .eager = eager };
     size_t b = bucket_of(p, start, rail);
     j->hash_next = p->buckets[b];
     p->buckets[b] = j;
@@ -189,7 +190,7 @@ int rc_nonblock_miss(struct regcache *c, uintptr_t start, uintptr_t end, unsigne
     rc_get_nonblocking = false;
     int rc = rc_prefetch_take_failure(c, start, end, rail);
     if (rc == REGCACHE_OK)
-        rc = rc_prefetch_queue(c, start, end, rail);
+        rc = rc_prefetch_queue(c, start, end, rail, false);
     if (rc == REGCACHE_OK)
         rc = rc_fail(REGCACHE_ERR_AGAIN, "[%#jx, %#jx) on rail %u is being registered in the "
                                          "background",
@@ -203,7 +204,8 @@ void rc_eager_notify(struct regcache *c, uintptr_t start, uintptr_t end)
     if (!p->eager_min_bytes || end - start < p->eager_min_bytes)
         return;
     for (unsigned rail = 0; rail < c->rails; rail++)
-        if (p->eager_rails >> rail & 1 && rc_prefetch_queue(c, start, end, rail) != REGCACHE_OK)
+        if (p->eager_rails >> rail & 1 &&
+            rc_prefetch_queue(c, start, end, rail, true) != REGCACHE_OK)
             rc_count(&c->pf.dropped);
 }
 
@@ -254,7 +256,7 @@ int regcache_prefetch(regcache_t *c, unsigned rail, const void *addr, size_t len
 {
     int rc = check_range(c, "regcache_prefetch", rail, addr, len);
     if (rc == REGCACHE_OK)
-        rc = rc_prefetch_queue(c, (uintptr_t)addr, (uintptr_t)addr + len, rail);
+        rc = rc_prefetch_queue(c, (uintptr_t)addr, (uintptr_t)addr + len, rail, false);
     return rc;
 }
 
@@ -270,7 +272,8 @@ int regcache_prefetch_batch(regcache_t *c, const struct regcache_range *ranges, 
         const struct regcache_range *r = &ranges[done];
         rc = check_range(c, "regcache_prefetch_batch", r->rail, r->addr, r->len);
         if (rc == REGCACHE_OK)
-            rc = rc_prefetch_queue(c, (uintptr_t)r->addr, (uintptr_t)r->addr + r->len, r->rail);
+            rc = rc_prefetch_queue(c, (uintptr_t)r->addr, (uintptr_t)r->addr + r->len, r->rail,
+                                   false);
         if (rc != REGCACHE_OK)
             break;
     }

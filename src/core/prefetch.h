@@ -35,6 +35,7 @@ struct regcache;
 struct rc_job {
     uintptr_t start, end;
     unsigned rail;
+    bool eager; /* an allocation the hooks reported (workers.c)*/
     struct rc_job *next;      /* the queue, or the free list */
     struct rc_job *hash_next; /* its bucket: queued or being registered */
 };
@@ -81,7 +82,8 @@ extern __thread bool rc_get_nonblocking __attribute__((tls_model("initial-exec")
  * already queued or in flight, ERR_QUEUE_FULL, ERR_NO_MEMORY (the queue or
  * the first worker could not be made), ERR_INVALID after the cache began
  * to stop. */
-int rc_prefetch_queue(struct regcache *c, uintptr_t start, uintptr_t end, unsigned rail);
+int rc_prefetch_queue(struct regcache *c, uintptr_t start, uintptr_t end, unsigned rail,
+                      bool eager);
 
 /* A miss of a non-blocking get: a failure kept for the range, or the range
  * queued and REGCACHE_ERR_AGAIN (or why it could not be). */

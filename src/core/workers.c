@@ -50,6 +50,23 @@ static struct rc_job *next_job(struct rc_prefetch *p)
     return j;
 }
 
+/* An allocation the hooks reported may be one mapping of a larger VMM
+ * reservation: PyTorch's expandable segments map one chunk at a time, and
+ * tensors then straddle a chunk and the one mapped before it, which a
+ * registration of the chunk alone does not serve.  So the request starts
+ * one byte early: across adjacent mappings the cache registers them
+ * together; across two allocations, or from unmapped memory, it refuses,
+ * and the allocation alone is registered. */
+static int register_job(struct regcache *c, const struct rc_job *j)
+{
+    if (j->eager && j->start > 1) {
+        int rc = rc_slow_get(c, j->start - 1, j->end, j->rail, NULL);
+        if (rc == REGCACHE_OK || rc == RC_NO_ROOM)
+            return rc;
+    }
+    return rc_slow_get(c, j->start, j->end, j->rail, NULL);
+}
+
 static void *worker(void *arg)
 {
     struct regcache *c = arg;
@@ -61,8 +78,7 @@ static void *worker(void *arg)
         if (!j)
             break;
         rc_unlock(&p->lock);
-        /* No entry to hand out: a speculative registration (miss.c). */
-        int rc = rc_slow_get(c, j->start, j->end, j->rail, NULL);
+        int rc = register_job(c, j);
         if (rc == RC_NO_ROOM)
             rc_count(&p->dropped);
         rc_prefetch_done(c, j, rc);
@@ -76,7 +92,7 @@ int rc_workers_start_locked(struct regcache *c)
 {
     struct rc_prefetch *p = &c->pf;
     if (!p->threads) {
-        p->nthreads = c->opts.params.workers;
+        p->nthreads = c->opts.params.workers ? c->opts.params.workers : c->rails;
         p->threads = calloc(p->nthreads, sizeof(*p->threads));
         if (!p->threads)
             return REGCACHE_ERR_NO_MEMORY;

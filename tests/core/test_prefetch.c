@@ -287,6 +287,30 @@ static void eager_from_notify_alloc(void **state)
     fx_assert_stats(f, FX_STAT(hits, 2), FX_STAT(misses, 0), NULL);
 }
 
+/* Memory mapped one chunk at a time (VMM, as PyTorch's expandable
+ * segments grow): a tensor across the boundary of two chunks is served by
+ * the eager registration of the second, which takes in the first. */
+static void eager_across_mappings(void **state)
+{
+    struct fx *f = *state;
+    struct fake_alloc chunk = { .base = A, .size = MiB, .device = 0,
+                                .type = REGCACHE_MEM_DEVICE, .flags = REGCACHE_MEM_MAPPING };
+    fake_alloc_as(&f->fb, &chunk);
+    f->p.eager_min_bytes = MiB;
+    fx_create(f);
+    regcache_notify_alloc((const void *)A, MiB);
+    await_idle(f);
+    chunk.base = A + MiB;
+    fake_alloc_as(&f->fb, &chunk);
+    regcache_notify_alloc((const void *)(A + MiB), MiB);
+    await_idle(f);
+    regcache_entry_t *e = fx_get(f, A + MiB - 4096, 8192);
+    regcache_put(f->c, e);
+    e = fx_get(f, A + 4096, 4096);
+    regcache_put(f->c, e);
+    fx_assert_stats(f, FX_STAT(hits, 2), FX_STAT(misses, 0), FX_STAT(prefetch_failures, 0), NULL);
+}
+
 /* Off by default: the same notice registers nothing. */
 static void eager_off_by_default(void **state)
 {
@@ -467,6 +491,6 @@ static void fork_with_prefetches_in_flight(void **state)
 
 FX_MAIN(prefetch_then_hit, get_waits_for_prefetch, prefetch_racing_free, prefetch_racing_invalidate,
         queue_full, failure_reported_to_next_get, failure_forgotten_by_invalidation,
-        nonblocking_get, eager_from_notify_alloc, eager_off_by_default, speculative_evicted_first,
+        nonblocking_get, eager_from_notify_alloc, eager_across_mappings, eager_off_by_default, speculative_evicted_first,
         speculative_never_evicts_used, destroy_with_prefetches_in_flight, workers_named,
         fork_with_prefetches_in_flight)
