@@ -209,8 +209,11 @@ static void batch_rows(const struct bench_src *s)
         snprintf(count, sizeof(count), "%u", worker_counts[i]);
         snprintf(whats[n], sizeof(whats[n]), "register %u, %u workers", ALLOCS, worker_counts[i]);
         setenv("REGCACHE_WORKERS", count, 1);
-        rows[n] = (struct bench_row){ .workload = "prefetch", .source = s->name, .what = whats[n],
-                                      .entries = ALLOCS, .threads = 0 };
+        rows[n] = (struct bench_row){ .workload = "prefetch",
+                                      .source = s->name,
+                                      .what = whats[n],
+                                      .entries = ALLOCS,
+                                      .threads = 0 };
         b[n] = (struct batch){ .ranges = ranges };
         b[n].use.cache = bench_cache(s, p, REGCACHE_VALIDATE_HOOKS, 0, 0, why, sizeof(why));
         b[n].use.counter = offsetof(struct regcache_stats, registrations);

@@ -251,8 +251,7 @@ bool rc_entry_memory_current(struct regcache *c, const struct regcache_entry *e)
 /* Without the lock: register e on `rail`, evicting the device's unused
  * entries (only speculative ones for a speculative registration) and
  * retrying while the backend reports exhaustion. */
-int rc_register_rail(struct regcache *c, struct regcache_entry *e, unsigned rail,
-                     bool speculative);
+int rc_register_rail(struct regcache *c, struct regcache_entry *e, unsigned rail, bool speculative);
 
 /* ---- eviction and budgets (evict.c, budget.c) --------------------------- */
 

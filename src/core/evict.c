@@ -69,8 +69,7 @@ void rc_trim(struct regcache *c, struct rc_device *d)
         follow_ledger_locked(d, 0);
     rc_evict_locked(c, d, atomic_load_explicit(&d->max_bytes, memory_order_relaxed),
                     atomic_load_explicit(&d->max_entries, memory_order_relaxed), false,
-                    &d->n.evictions,
-                    &victims);
+                    &d->n.evictions, &victims);
     rc_check_locked(c);
     rc_unlock(&c->lock);
     rc_release_victims(c, victims);

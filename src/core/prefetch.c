@@ -48,8 +48,7 @@ static bool listed_locked(const struct rc_prefetch *p, uintptr_t start, uintptr_
     return false;
 }
 
-int rc_prefetch_queue(struct regcache *c, uintptr_t start, uintptr_t end, unsigned rail,
-                      bool eager)
+int rc_prefetch_queue(struct regcache *c, uintptr_t start, uintptr_t end, unsigned rail, bool eager)
 {
     struct rc_prefetch *p = &c->pf;
     int rc = REGCACHE_OK;
@@ -94,8 +93,8 @@ int rc_prefetch_queue(struct regcache *c, uintptr_t start, uintptr_t end, unsign
     /* Workers awake (busy, or watching the queue) take it without a wake,
      * which is a system call: one sleeper more only when the queue is
      * longer than they are many. */
-    if (p->sleeping && atomic_load_explicit(&p->waiting, memory_order_relaxed) >
-                           p->started - p->sleeping)
+    if (p->sleeping &&
+        atomic_load_explicit(&p->waiting, memory_order_relaxed) > p->started - p->sleeping)
         rc_cond_signal(&p->work);
     rc_unlock(&p->lock);
     return REGCACHE_OK;
@@ -164,8 +163,9 @@ int rc_prefetch_take_failure(struct regcache *c, uintptr_t start, uintptr_t end,
             struct rc_failure seen = *f;
             forget_locked(p, f);
             rc_unlock(&p->lock);
-            return rc_fail(seen.status, "a background registration of [%#jx, %#jx) on rail %u "
-                                        "failed: %s",
+            return rc_fail(seen.status,
+                           "a background registration of [%#jx, %#jx) on rail %u "
+                           "failed: %s",
                            (uintmax_t)seen.start, (uintmax_t)seen.end, seen.rail, seen.message);
         }
     }
@@ -192,8 +192,9 @@ int rc_nonblock_miss(struct regcache *c, uintptr_t start, uintptr_t end, unsigne
     if (rc == REGCACHE_OK)
         rc = rc_prefetch_queue(c, start, end, rail, false);
     if (rc == REGCACHE_OK)
-        rc = rc_fail(REGCACHE_ERR_AGAIN, "[%#jx, %#jx) on rail %u is being registered in the "
-                                         "background",
+        rc = rc_fail(REGCACHE_ERR_AGAIN,
+                     "[%#jx, %#jx) on rail %u is being registered in the "
+                     "background",
                      (uintmax_t)start, (uintmax_t)end, rail);
     return rc;
 }
@@ -303,8 +304,8 @@ int regcache_prefetch_wait(regcache_t *c)
     return REGCACHE_OK;
 }
 
-int regcache_get_flags(regcache_t *c, unsigned rail, const void *addr, size_t len,
-                       unsigned flags, regcache_entry_t **out)
+int regcache_get_flags(regcache_t *c, unsigned rail, const void *addr, size_t len, unsigned flags,
+                       regcache_entry_t **out)
 {
     if (flags & ~(unsigned)REGCACHE_GET_NONBLOCK) {
         if (out)

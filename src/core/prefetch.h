@@ -35,7 +35,7 @@ struct regcache;
 struct rc_job {
     uintptr_t start, end;
     unsigned rail;
-    bool eager; /* an allocation the hooks reported (workers.c)*/
+    bool eager;               /* an allocation the hooks reported (workers.c)*/
     struct rc_job *next;      /* the queue, or the free list */
     struct rc_job *hash_next; /* its bucket: queued or being registered */
 };

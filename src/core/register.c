@@ -74,9 +74,10 @@ static inline int reg_once(struct regcache *c, struct regcache_entry *e, unsigne
 /* The registration failed with err: evict and try again while that may
  * help.  Out of line, so that a registration that succeeds at once saves
  * no registers for the loop. */
-static __attribute__((noinline, cold)) int
-register_after_failure(struct regcache *c, struct regcache_entry *e, unsigned rail, bool speculative,
-                       int err)
+static __attribute__((noinline, cold)) int register_after_failure(struct regcache *c,
+                                                                  struct regcache_entry *e,
+                                                                  unsigned rail, bool speculative,
+                                                                  int err)
 {
     struct rc_device *d = &c->dev[e->device_slot];
     size_t len = rc_entry_len(e);
@@ -111,9 +112,8 @@ register_after_failure(struct regcache *c, struct regcache_entry *e, unsigned ra
         struct regcache_entry *victims = NULL;
         rc_lock(&c->lock);
         size_t have = atomic_load_explicit(&d->bytes, memory_order_relaxed);
-        size_t now =
-            rc_evict_locked(c, d, have > len ? have - len : 0, SIZE_MAX, speculative,
-                            &d->n.evictions, &victims);
+        size_t now = rc_evict_locked(c, d, have > len ? have - len : 0, SIZE_MAX, speculative,
+                                     &d->n.evictions, &victims);
         size_t left = d->lru.count;
         rc_unlock(&c->lock);
         rc_release_victims(c, victims);

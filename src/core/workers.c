@@ -102,7 +102,8 @@ int rc_workers_start_locked(struct regcache *c)
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
-    while (p->started < p->nthreads && pthread_create(&p->threads[p->started], NULL, worker, c) == 0)
+    while (p->started < p->nthreads &&
+           pthread_create(&p->threads[p->started], NULL, worker, c) == 0)
         pthread_setname_np(p->threads[p->started++], "regcache-reg");
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     return p->started ? REGCACHE_OK : REGCACHE_ERR_NO_MEMORY;

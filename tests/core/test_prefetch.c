@@ -293,8 +293,11 @@ static void eager_from_notify_alloc(void **state)
 static void eager_across_mappings(void **state)
 {
     struct fx *f = *state;
-    struct fake_alloc chunk = { .base = A, .size = MiB, .device = 0,
-                                .type = REGCACHE_MEM_DEVICE, .flags = REGCACHE_MEM_MAPPING };
+    struct fake_alloc chunk = { .base = A,
+                                .size = MiB,
+                                .device = 0,
+                                .type = REGCACHE_MEM_DEVICE,
+                                .flags = REGCACHE_MEM_MAPPING };
     fake_alloc_as(&f->fb, &chunk);
     f->p.eager_min_bytes = MiB;
     fx_create(f);
@@ -491,6 +494,6 @@ static void fork_with_prefetches_in_flight(void **state)
 
 FX_MAIN(prefetch_then_hit, get_waits_for_prefetch, prefetch_racing_free, prefetch_racing_invalidate,
         queue_full, failure_reported_to_next_get, failure_forgotten_by_invalidation,
-        nonblocking_get, eager_from_notify_alloc, eager_across_mappings, eager_off_by_default, speculative_evicted_first,
-        speculative_never_evicts_used, destroy_with_prefetches_in_flight, workers_named,
-        fork_with_prefetches_in_flight)
+        nonblocking_get, eager_from_notify_alloc, eager_across_mappings, eager_off_by_default,
+        speculative_evicted_first, speculative_never_evicts_used, destroy_with_prefetches_in_flight,
+        workers_named, fork_with_prefetches_in_flight)
