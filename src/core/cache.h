@@ -100,6 +100,10 @@ struct regcache {
      * of (invalidate.c). */
     atomic_uint misses_begun __attribute__((aligned(64)));
     atomic_uint misses_ended;
+    /* Failures of background registrations kept for the next gets
+     * (prefetch.h): changed under its lock, read by every miss and by
+     * notices, which read this line anyway. */
+    atomic_uint prefetch_failures_kept;
     atomic_uint_fast64_t inval_seq;
     struct {
         uintptr_t start, end;
@@ -387,6 +391,13 @@ void rc_sweep_locked(struct regcache *c, struct regcache_entry **victims);
 
 /* Under the lock: every zombie goes to *victims (destroy). */
 void rc_drain_entries_locked(struct regcache *c, struct regcache_entry **victims);
+
+/* ---- background registration (prefetch.h) -------------------------------- */
+
+static inline bool rc_prefetch_failures_kept(struct regcache *c)
+{
+    return atomic_load_explicit(&c->prefetch_failures_kept, memory_order_relaxed) != 0;
+}
 
 /* ---- statistics, checks ------------------------------------------------- */
 

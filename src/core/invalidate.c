@@ -105,7 +105,7 @@ void rc_cache_invalidate(struct regcache *c, uintptr_t start, uintptr_t end, enu
 void rc_cache_notify(struct regcache *c, uintptr_t start, uintptr_t end)
 {
     if (!misses_in_flight(c) && !rc_filter_may_overlap(&c->filter, start, end) &&
-        !rc_prefetch_failures_kept(&c->pf))
+        !rc_prefetch_failures_kept(c))
         return;
     rc_cache_invalidate(c, start, end, RC_BY_NOTIFY);
 }

@@ -531,7 +531,7 @@ int rc_slow_get(struct regcache *c, uintptr_t start, uintptr_t end, unsigned rai
         *out = NULL;
         return rc_nonblock_miss(c, start, end, rail);
     }
-    if (out && __builtin_expect(rc_prefetch_failures_kept(&c->pf), 0)) {
+    if (out && __builtin_expect(rc_prefetch_failures_kept(c), 0)) {
         int failed = rc_prefetch_take_failure(c, start, end, rail);
         if (failed != REGCACHE_OK) {
             *out = NULL;

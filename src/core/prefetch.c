@@ -12,6 +12,13 @@
 __thread bool rc_get_nonblocking __attribute__((tls_model("initial-exec")));
 __thread bool rc_in_worker __attribute__((tls_model("initial-exec")));
 
+/* prefetch_failures_kept changes under p's lock: a plain load and store. */
+static void add_locked_uint(atomic_uint *n, unsigned delta)
+{
+    atomic_store_explicit(n, atomic_load_explicit(n, memory_order_relaxed) + delta,
+                          memory_order_relaxed);
+}
+
 static size_t bucket_of(const struct rc_prefetch *p, uintptr_t start, unsigned rail)
 {
     uint64_t h = ((uint64_t)start >> 12) * 0x9e3779b97f4a7c15ull + rail;
@@ -23,11 +30,14 @@ static int make_queue_locked(struct rc_prefetch *p, size_t capacity)
 {
     p->jobs = calloc(capacity, sizeof(*p->jobs));
     p->buckets = calloc(2 * capacity, sizeof(*p->buckets));
-    if (!p->jobs || !p->buckets) {
+    p->failed = calloc(RC_PREFETCH_FAILURES, sizeof(*p->failed));
+    if (!p->jobs || !p->buckets || !p->failed) {
         free(p->jobs);
         free(p->buckets);
+        free(p->failed);
         p->jobs = NULL;
         p->buckets = NULL;
+        p->failed = NULL;
         return REGCACHE_ERR_NO_MEMORY;
     }
     p->capacity = capacity;
@@ -132,7 +142,7 @@ void rc_prefetch_done(struct regcache *c, struct rc_job *job, int status)
         if (worth_keeping(status)) {
             struct rc_failure *f = &p->failed[p->failed_next++ % RC_PREFETCH_FAILURES];
             if (!f->end)
-                atomic_fetch_add_explicit(&p->nfailed, 1, memory_order_relaxed);
+                add_locked_uint(&c->prefetch_failures_kept, 1);
             *f = (struct rc_failure){ job->start, job->end, job->rail, status, "" };
             snprintf(f->message, sizeof f->message, "%s", regcache_last_error());
         }
@@ -145,23 +155,23 @@ void rc_prefetch_done(struct regcache *c, struct rc_job *job, int status)
 }
 
 /* Under the lock: drop a kept failure. */
-static void forget_locked(struct rc_prefetch *p, struct rc_failure *f)
+static void forget_locked(struct regcache *c, struct rc_failure *f)
 {
     f->end = 0;
-    atomic_fetch_sub_explicit(&p->nfailed, 1, memory_order_relaxed);
+    add_locked_uint(&c->prefetch_failures_kept, (unsigned)-1);
 }
 
 int rc_prefetch_take_failure(struct regcache *c, uintptr_t start, uintptr_t end, unsigned rail)
 {
     struct rc_prefetch *p = &c->pf;
-    if (!rc_prefetch_failures_kept(p))
+    if (!rc_prefetch_failures_kept(c))
         return REGCACHE_OK;
     rc_lock(&p->lock);
     for (unsigned i = 0; i < RC_PREFETCH_FAILURES; i++) {
         struct rc_failure *f = &p->failed[i];
         if (f->end && f->rail == rail && f->start < end && start < f->end) {
             struct rc_failure seen = *f;
-            forget_locked(p, f);
+            forget_locked(c, f);
             rc_unlock(&p->lock);
             return rc_fail(seen.status,
                            "a background registration of [%#jx, %#jx) on rail %u "
@@ -176,12 +186,12 @@ int rc_prefetch_take_failure(struct regcache *c, uintptr_t start, uintptr_t end,
 void rc_prefetch_forget(struct regcache *c, uintptr_t start, uintptr_t end)
 {
     struct rc_prefetch *p = &c->pf;
-    if (!rc_prefetch_failures_kept(p))
+    if (!rc_prefetch_failures_kept(c))
         return;
     rc_lock(&p->lock);
     for (unsigned i = 0; i < RC_PREFETCH_FAILURES; i++)
         if (p->failed[i].end && p->failed[i].start < end && start < p->failed[i].end)
-            forget_locked(p, &p->failed[i]);
+            forget_locked(c, &p->failed[i]);
     rc_unlock(&p->lock);
 }
 
@@ -233,6 +243,7 @@ void rc_prefetch_stop(struct regcache *c)
     rc_workers_join(c);
     free(p->jobs);
     free(p->buckets);
+    free(p->failed);
     free(p->threads);
 }
 

@@ -63,10 +63,10 @@ struct rc_prefetch {
     unsigned nthreads, started, sleeping;
     bool watching; /* an idle worker watches the queue before it sleeps */
     bool stopping;
-    /* Read without the lock by every miss, to skip the search. */
-    atomic_uint nfailed;
+    /* RC_PREFETCH_FAILURES of them, made with the queue; how many are
+     * kept is struct regcache's prefetch_failures_kept. */
+    struct rc_failure *failed;
     unsigned failed_next;
-    struct rc_failure failed[RC_PREFETCH_FAILURES];
     atomic_uint_fast64_t queued, failures, dropped;
 };
 
@@ -92,11 +92,6 @@ int rc_nonblock_miss(struct regcache *c, uintptr_t start, uintptr_t end, unsigne
 /* The status of a failed background registration of a range overlapping
  * [start, end) on `rail`, taken (with its message), or REGCACHE_OK. */
 int rc_prefetch_take_failure(struct regcache *c, uintptr_t start, uintptr_t end, unsigned rail);
-
-static inline bool rc_prefetch_failures_kept(struct rc_prefetch *p)
-{
-    return atomic_load_explicit(&p->nfailed, memory_order_relaxed) != 0;
-}
 
 /* The memory of [start, end) went away: its kept failures no longer say
  * anything of what may be allocated there next. */
