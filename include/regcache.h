@@ -367,7 +367,10 @@ REGCACHE_API void regcache_destroy(regcache_t *cache);
  * regcache_entry_handle() or regcache_entry_range() instead).
  * A get that overlaps an invalidation of its memory (the memory was freed
  * while the get registered it) is served a registration of its own that
- * never enters the cache and is deregistered at its put.
+ * never enters the cache and is deregistered at its put.  A get of a range
+ * whose background registration (regcache_prefetch()) is in flight waits
+ * for it; one whose background registration failed returns that failure
+ * once (one of the statuses below).
  * Errors: INVALID (NULL cache/addr/entry, len 0, addr+len wraps), NOT_GPU,
  * MANAGED, RANGE, NOT_RDMA_CAPABLE, TOO_LARGE, NO_SPACE, BACKEND, CUDA,
  * NO_MEMORY, FORKED, HOLD_LIMIT, REENTRANT, BAD_ADDRESS (host memory).  On
