@@ -170,18 +170,6 @@ static inline void rc_cache_fence_always(struct regcache *c)
     atomic_fetch_or_explicit(&c->put_flags, RC_PUT_FENCE, memory_order_relaxed);
 }
 
-/* ---- hit path (hit_path.c) ---------------------------------------------- */
-
-/* The hold handed to the user: a slot address with bit 0 set, or an entry
- * address with the rail in bits 1-5 (entries are 64-byte aligned). */
-regcache_entry_t *rc_counted_handle(struct regcache_entry *e, unsigned rail);
-
-/* Under the lock: a slot hold of the calling thread on e, ready and in the
- * cache, stamped as used now; NULL when the thread has no free slot (or no
- * record).  No evictor or invalidator scans the slots meanwhile: they hold
- * the lock. */
-regcache_entry_t *rc_slot_hold_locked(struct regcache *c, struct regcache_entry *e, unsigned rail);
-
 /* ---- misses (miss.c, classify.c, register.c) ---------------------------- */
 
 /* A watch_patches cache whose patches another patcher rewrote turns to

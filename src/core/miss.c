@@ -12,10 +12,10 @@
 #include <stdlib.h>
 
 #include "cache.h"
+#include "compiler.h"
+#include "hold.h"
 #include "last_error.h"
 #include "threads.h"
-
-#define COLD __attribute__((noinline, cold))
 
 /* The thread a registration belongs to: the address of a thread-local is
  * unique among live threads and needs no record. */
@@ -166,13 +166,6 @@ static struct regcache_entry *lookup_locked(struct regcache *c, const struct rc_
     }
     *busy = l.found ? NULL : l.busy;
     return l.found;
-}
-
-static COLD int hold_limit(const struct regcache_entry *e)
-{
-    return rc_fail(REGCACHE_ERR_HOLD_LIMIT,
-                   "the entry for [%#jx, %#jx) already has %u holders (gets without put)",
-                   (uintmax_t)e->match_start, (uintmax_t)e->match_end, RC_COUNT_MASK);
 }
 
 /* Under the lock: a hold on e, ready and in the cache, for the caller.  A
@@ -390,7 +383,7 @@ static int register_rail(struct regcache *c, struct regcache_entry *e, unsigned 
     int rc = rc_entry_try_hold(e);
     if (rc != REGCACHE_OK) {
         unlock_leaving(c);
-        return hold_limit(e);
+        return rc_hold_limit(e);
     }
     e->rails_pending |= 1u << rail;
     e->registrants[rail] = self_token();
@@ -412,7 +405,7 @@ static int register_rail(struct regcache *c, struct regcache_entry *e, unsigned 
     registration_ended(c);
     unlock_leaving(c);
     if (rc != REGCACHE_OK)
-        regcache_put(c, rc_counted_handle(e, rail));
+        rc_put_counted(c, e, rc_counted_handle(e, rail));
     return rc;
 }
 
@@ -442,7 +435,7 @@ int rc_add_rail(struct regcache *c, struct regcache_entry *e, unsigned rail, reg
         /* Registered by the thread this one waited for. */
         int rc = hold_locked(c, e, rail, out);
         unlock_leaving(c);
-        return rc == REGCACHE_OK ? rc : hold_limit(e);
+        return rc == REGCACHE_OK ? rc : rc_hold_limit(e);
     }
     return register_rail(c, e, rail, out);
 }
@@ -483,7 +476,7 @@ static int serve(struct regcache *c, struct rc_want *w, uint64_t seq, unsigned r
         }
         unlock_leaving(c);
         if (rc != REGCACHE_OK)
-            rc = hold_limit(e);
+            rc = rc_hold_limit(e);
     } else {
         /* Registered by a thread this one waited for, or not yet indexed
          * under this request's page. */
@@ -494,7 +487,7 @@ static int serve(struct regcache *c, struct rc_want *w, uint64_t seq, unsigned r
         }
         unlock_leaving(c);
         if (rc != REGCACHE_OK)
-            rc = hold_limit(e);
+            rc = rc_hold_limit(e);
     }
     rc_release_victims(c, victims);
     return rc;
