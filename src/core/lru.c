@@ -4,11 +4,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "compiler.h"
 #include "entry.h"
 #include "regcache.h"
 #include "threads.h"
-
-#define COLD __attribute__((noinline, cold))
 
 void rc_lru_init(struct rc_lru *lru, struct rc_page_index *index)
 {

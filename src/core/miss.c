@@ -125,15 +125,10 @@ struct lookup {
     struct regcache_entry *found, *busy, *stale;
 };
 
-static struct regcache_entry *entry_of(struct rc_itree_node *n)
-{
-    return (struct regcache_entry *)((char *)n - offsetof(struct regcache_entry, node));
-}
-
 static int lookup_visit(struct rc_itree_node *n, void *arg)
 {
     struct lookup *l = arg;
-    struct regcache_entry *e = entry_of(n);
+    struct regcache_entry *e = rc_entry_of_node(n);
     if (stale(e, l->want)) {
         rc_list_push(&l->stale, e);
         return 0;
@@ -232,7 +227,7 @@ static struct regcache_entry *new_pending_locked(struct regcache *c, struct rc_w
 
 static void refill(struct rc_itree_node *n, void *table)
 {
-    struct regcache_entry *e = entry_of(n);
+    struct regcache_entry *e = rc_entry_of_node(n);
     if (e->state == RC_READY)
         rc_filter_refill(table, e->match_start, e->match_end);
 }
@@ -284,7 +279,7 @@ static int publish_locked(struct regcache *c, struct regcache_entry *e, uintptr_
     raise_peak(&d->n.peak_bytes, atomic_load_explicit(&d->bytes, memory_order_relaxed));
     raise_peak(&c->peak_bytes, atomic_load_explicit(&c->total_bytes, memory_order_relaxed));
     rc_recheck_budget_locked(d);
-    rc_ledger_note_locked(c, d);
+    rc_budget_note_locked(c, d);
     /* The hit path finds it from now on (a failure only costs hits). */
     rc_page_index_add(&c->index, e, start);
     return REGCACHE_OK;
@@ -365,7 +360,7 @@ static int register_new(struct regcache *c, struct rc_want *w, uint64_t seq, uns
             drop_failed_locked(c, e, victims);
         }
         /* The ledger counted this registration while it was in flight. */
-        rc_ledger_note_locked(c, d);
+        rc_budget_note_locked(c, d);
     }
     registration_ended(c);
     rc_check_locked(c);

@@ -3,11 +3,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "compiler.h"
 #include "entry.h"
 #include "page_index.h"
 #include "regcache.h"
-
-#define COLD __attribute__((noinline, cold))
 
 #define INITIAL_SLOTS 16u
 

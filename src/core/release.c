@@ -20,7 +20,7 @@ void rc_unlink_locked(struct regcache *c, struct regcache_entry *e)
     rc_add_locked(&c->total_bytes, -rc_entry_len(e));
     rc_add_locked(&d->entries, (size_t)-1);
     rc_recheck_budget_locked(d);
-    rc_ledger_note_locked(c, d);
+    rc_budget_note_locked(c, d);
 }
 
 /* Under the lock: put_flags' zombie bit set or cleared, its fence bit
