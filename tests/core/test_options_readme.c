@@ -2,6 +2,7 @@
  * same variables with the same defaults: the manual cannot drift from what
  * the library does.  README_PATH is README.md of the source tree. */
 #include <setjmp.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -30,15 +31,19 @@ static void trim(char *s)
     memmove(s, s + i, n - i + 1);
 }
 
-/* The rows of README's table: `| \`REGCACHE_...\` | ... | default |`. */
+/* The rows of README's environment table (its section "## Environment
+ * variables"): `| \`REGCACHE_...\` | ... | default |`. */
 static size_t readme_rows(struct row *rows)
 {
     FILE *f = fopen(README_PATH, "r");
     assert_non_null(f);
     char line[1024];
     size_t n = 0;
+    bool in_section = false;
     while (fgets(line, sizeof line, f)) {
-        if (strncmp(line, "| `REGCACHE_", 12))
+        if (!strncmp(line, "## ", 3))
+            in_section = !strcmp(line, "## Environment variables\n");
+        if (!in_section || strncmp(line, "| `REGCACHE_", 12))
             continue;
         assert_true(n < MAX_ROWS);
         line[strcspn(line, "\n")] = 0;
