@@ -370,7 +370,8 @@ static inline void rc_count(atomic_uint_fast64_t *n)
 
 /* A value that only holders of the cache lock change (readers take no
  * lock): a plain load and store, where an atomic add would spend a locked
- * instruction - about 8 ns - on what the lock already serialises. */
+ * instruction, the dearest of a hit's (asym_fence.h), on what the lock
+ * already serialises. */
 static inline void rc_add_locked(atomic_size_t *n, size_t delta)
 {
     atomic_store_explicit(n, atomic_load_explicit(n, memory_order_relaxed) + delta,

@@ -3,8 +3,8 @@
  * What a hit costs: a hash of the page and a probe of one page-index shard
  * (its line and one 64-byte slot, both only read); one store to a hold
  * slot of the calling thread's own record and - in HOOKS mode - one
- * seq_cst fence, the only expensive instruction (about 8 ns on the 32-core
- * Xeon); then the slot's copies of the entry's rails, device and LRU stamp,
+ * seq_cst fence, the only expensive instruction (the benchmark's "hits"
+ * rows, HOOKS beside TAG_CHECK, show its price); then the slot's copies of the entry's rails, device and LRU stamp,
  * the shard's count again, the record's parked flag (threads.h) and the
  * epoch, a store of the hold's note and a
  * plain increment of the thread's own hit counter.  Its put loads the
@@ -20,9 +20,8 @@
  * a comparison waits for it.  Everything else (misses, a writer in the
  * shard, a thread with all slots in use, an entry's first hit in an LRU
  * epoch, budgets, debug checks, errors) is out of line, reached by tail
- * calls: a HOOKS get+put is about 100 + 40 instructions with no call and
- * no frame in put, a TAG_CHECK one about 20 more (callgrind, x86-64 gcc
- * -O2). */
+ * calls, so that a HOOKS get+put makes no call and put needs no frame
+ * (bench/ab/run.sh hooks and tag compare builds of it). */
 #include "asym_fence.h"
 #include "cache.h"
 #include "compiler.h"
@@ -256,14 +255,12 @@ static inline bool fenceless(const struct regcache *c)
  * - a writer inside).  With query_first (tag_first caches with a large
  * index, get()), the look begins with the tag at start, into *first: the
  * index slot that the probe reads is asked for before the query, so that
- * its line, mostly a cache miss, arrives while the query answers (25 ns
- * less per hit at 100k entries; with few entries the line is at hand, and
- * the order costs 4 ns more).  Behind the driver's query, a call of 30-60
- * ns, even an L1 miss hides, so that with it the index counts as large
- * once its slots outgrow L1 (lifecycle.c): 1.1 ns less per hit at 1000
- * entries and 2.6 at 4000 with a 48 KiB L1, where this order at every
- * size cost 0.4-0.7 ns more at 1 to 300 (H200 machine, driver 580, as
- * bench/ab/run.sh driver-tag measures).  Either order checks the same
+ * its line, mostly a cache miss, arrives while the query answers: faster
+ * with many entries, slower with few, whose line is at hand (the "hits"
+ * rows of TAG_CHECK at 1 and 100k entries).  Behind the driver's query,
+ * a call much longer than a backend's, even an L1 miss hides, so that with
+ * it the index counts as large once its slots outgrow L1 (lifecycle.c; the
+ * driver's side is measured by bench/ab/run.sh driver-tag).  Either order checks the same
  * thing, that at one moment of the get the memory carried the id of an
  * entry the index listed (a free racing the get is the caller's error
  * either way). */
