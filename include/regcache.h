@@ -278,6 +278,31 @@ struct regcache_params {
     struct ibv_pd *const *pds;   /* built-in backend with rails > 1: the
                                     protection domain of each rail
                                     (pds[0 .. rails-1]); pd is then unused */
+    /* Fields below were added in 0.3. */
+    int host_monitor; /* enum regcache_host_monitor: whether host memory
+                         (host_memory=1) is watched for unmapping (default
+                         AUTO; README "Host memory monitor") */
+};
+
+/*
+ * regcache_params.host_monitor.  AUTO (the default): pageable host ranges
+ * are watched by the process's host memory monitor, one for every cache,
+ * which invalidates them in every cache when their pages are unmapped or
+ * replaced (munmap, mremap, mmap(MAP_FIXED) over them, madvise(DONTNEED,
+ * FREE, REMOVE), brk shrinking, free() and realloc() of the chunks that
+ * libc unmaps), before the caller's unmap returns; no regcache_invalidate()
+ * is needed then.  Where the monitor cannot watch a range (no userfaultfd
+ * in this kernel or under this seccomp filter, a mapping the kernel does
+ * not report such as a file or System V shared memory, a range another
+ * userfaultfd watches), its entries keep the explicit contract: call
+ * regcache_invalidate() or regcache_notify_free() before the memory goes;
+ * regcache_validation_reason() says which applies and the statistics count
+ * such entries (host_unmonitored).  OFF: the explicit contract everywhere.
+ * REGCACHE_HOST_MONITOR=auto|off overrides the field.
+ */
+enum regcache_host_monitor {
+    REGCACHE_HOST_MONITOR_AUTO = 0,
+    REGCACHE_HOST_MONITOR_OFF = 1,
 };
 
 /*
@@ -476,6 +501,12 @@ struct regcache_stats {
                      entry (the whole cache's, in device stats too) */
     uint64_t mrs; /* registrations (MRs, one per rail) held now,
                      cached or handed out once */
+    uint64_t invalidations_monitor; /* entries dropped by the host memory
+                                       monitor (their pages were unmapped
+                                       or replaced) */
+    uint64_t host_unmonitored;      /* host entries held or cached now
+                                       that no monitor watches: they keep
+                                       the explicit-notify contract */
 };
 
 /*

@@ -86,6 +86,8 @@ static const char *const validation_words[] = { "auto", "tag_check", "hooks", NU
 /* In the order of enum rc_dmabuf_mapping and enum rc_data_direct. */
 static const char *const mapping_words[] = { "auto", "pcie", "default", NULL };
 static const char *const data_direct_words[] = { "auto", "on", "off", NULL };
+/* In the order of enum regcache_host_monitor. */
+static const char *const host_monitor_words[] = { "auto", "off", NULL };
 
 /* NAME is a ledger namespace.  Variables without a field (width 0) are
  * process-wide and read where they act (the BAR1 reading, the ledger); they
@@ -114,6 +116,8 @@ static const struct env_option {
     { "REGCACHE_WHOLE_ALLOCATION_MAX", SIZE, FIELD(params.whole_allocation_max), NULL,
       "a size such as 256M" },
     { "REGCACHE_HOST_MEMORY", BOOL, FIELD(params.host_memory), bool_words, "0 or 1" },
+    { "REGCACHE_HOST_MONITOR", WORD, FIELD(params.host_monitor), host_monitor_words,
+      "auto or off" },
     { "REGCACHE_STATS", BOOL, FIELD(stats_dump), bool_words, "0 or 1" },
     { "REGCACHE_HOOKS", BOOL, FIELD(intercept), bool_words, "on or off" },
     { "REGCACHE_MAX_MR_SIZE", SIZE, FIELD(max_mr_size), NULL, "a size such as 4G" },
@@ -181,6 +185,9 @@ static int check(const struct rc_options *o, unsigned from_env)
     if ((unsigned)p->validation > REGCACHE_VALIDATE_HOOKS)
         return rc_fail(REGCACHE_ERR_INVALID, "params.validation %d is not a regcache_validation",
                        (int)p->validation);
+    if ((unsigned)p->host_monitor > REGCACHE_HOST_MONITOR_OFF)
+        return rc_fail(REGCACHE_ERR_INVALID,
+                       "params.host_monitor %d is not a regcache_host_monitor", p->host_monitor);
     if (p->rails < 1 || p->rails > RC_MAX_RAILS)
         return rc_fail(REGCACHE_ERR_INVALID, "params.rails %zu is outside 1..%d", p->rails,
                        RC_MAX_RAILS);
@@ -194,10 +201,13 @@ static int check(const struct rc_options *o, unsigned from_env)
 /* The size of the params layout of 0.1, before the fields added in 0.2: a
  * program built against it keeps working, with those fields' defaults. */
 #define PARAMS_0_1 (offsetof(struct regcache_params, backend) + sizeof(void *))
+/* And of 0.2, before host_monitor. */
+#define PARAMS_0_2 offsetof(struct regcache_params, host_monitor)
 
 int rc_options_resolve(const struct regcache_params *in, struct rc_options *out)
 {
-    if (in->size != PARAMS_0_1 && in->size != sizeof(struct regcache_params))
+    if (in->size != PARAMS_0_1 && in->size != PARAMS_0_2 &&
+        in->size != sizeof(struct regcache_params))
         return rc_fail(REGCACHE_ERR_INVALID,
                        "params.size %zu is not sizeof(struct regcache_params) = %zu: "
                        "call regcache_params_init()",

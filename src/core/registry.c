@@ -195,13 +195,13 @@ static void walk_leave(struct rc_thread *t, struct walk *w)
 
 /* Without a record: counted, and every destroy waits while it lasts.  The
  * count's seq_cst increment orders it before the load of the head. */
-static void anonymous_walk(uintptr_t start, uintptr_t end)
+static void anonymous_walk(uintptr_t start, uintptr_t end, enum rc_cause cause)
 {
     atomic_fetch_add_explicit(&anonymous_walkers, 1, memory_order_seq_cst);
     anonymous_depth++;
     for (struct regcache *c = atomic_load_explicit(&registry_head, memory_order_acquire); c;
          c = atomic_load_explicit(&c->registry_next, memory_order_acquire))
-        rc_cache_notify(c, start, end);
+        rc_cache_notify(c, start, end, cause);
     anonymous_depth--;
     atomic_fetch_sub_explicit(&anonymous_walkers, 1, memory_order_release);
 }
@@ -210,15 +210,13 @@ static void anonymous_walk(uintptr_t start, uintptr_t end)
  * so that nothing is served from memory about to go, after an allocation
  * so that nothing a get registered of the memory that was there before
  * (between the first notice and the free itself) survives. */
-static void notify(const void *addr, size_t len)
+void rc_registry_invalidate(uintptr_t start, uintptr_t end, enum rc_cause cause)
 {
-    uintptr_t start = (uintptr_t)addr;
-    if (!atomic_load_explicit(&registry_count, memory_order_acquire) || len == 0 ||
-        len > UINTPTR_MAX - start)
+    if (!atomic_load_explicit(&registry_count, memory_order_acquire))
         return;
     struct rc_thread *t = rc_thread_self();
     if (!t) {
-        anonymous_walk(start, start + len);
+        anonymous_walk(start, end, cause);
         return;
     }
     struct walk w;
@@ -226,10 +224,18 @@ static void notify(const void *addr, size_t len)
     for (struct regcache *c = atomic_load_explicit(&registry_head, memory_order_acquire); c;
          c = atomic_load_explicit(&c->registry_next, memory_order_acquire)) {
         walk_inside(&w, c);
-        rc_cache_notify(c, start, start + len);
+        rc_cache_notify(c, start, end, cause);
         walk_between(&w);
     }
     walk_leave(t, &w);
+}
+
+static void notify(const void *addr, size_t len)
+{
+    uintptr_t start = (uintptr_t)addr;
+    if (len == 0 || len > UINTPTR_MAX - start)
+        return;
+    rc_registry_invalidate(start, start + len, RC_BY_NOTIFY);
 }
 
 void regcache_notify_free(const void *addr, size_t len)
