@@ -102,6 +102,21 @@ static char *madv_remove(char *p, size_t len)
     return p;
 }
 
+/* The sanitizers' allocators replace glibc's: free() keeps the chunk (a
+ * quarantine) and realloc() copies, so those two ways exist only where
+ * glibc allocates. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define GLIBC_MALLOC 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define GLIBC_MALLOC 0
+#endif
+#endif
+#ifndef GLIBC_MALLOC
+#define GLIBC_MALLOC 1
+#endif
+
+#if GLIBC_MALLOC
 /* glibc serves a chunk this large with a mapping of its own, and unmaps
  * it from inside free(); the next one of the same size lands there. */
 static char *make_malloc(size_t len)
@@ -139,6 +154,8 @@ static char *realloc_moving(char *p, size_t len)
     return q;
 }
 
+#endif
+
 static const struct way ways[] = {
     { "munmap_then_mmap", make_anon, munmap_then_mmap, unmap },
     { "mremap", make_anon, mremap_away, unmap },
@@ -146,8 +163,10 @@ static const struct way ways[] = {
     { "madvise_dontneed", make_anon, dontneed, unmap },
     { "madvise_free", make_anon, madv_free, unmap },
     { "madvise_remove", make_shared, madv_remove, unmap },
+#if GLIBC_MALLOC
     { "free_then_malloc", make_malloc, free_then_malloc, free_chunk },
     { "realloc_moving", make_malloc, realloc_moving, free_chunk },
+#endif
 };
 
 /* The entry over the old pages is deregistered by the time a get can be
