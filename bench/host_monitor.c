@@ -103,16 +103,20 @@ void bench_host_monitor(void)
     struct bench_row rows[4];
     struct mon m[2];
     for (int i = 0; i < 4; i++)
-        rows[i] = (struct bench_row){ .workload = "host_monitor", .source = "null",
-                                      .impl = "regcache", .what = what[i], .size = RANGE };
+        rows[i] = (struct bench_row){ .workload = "host_monitor",
+                                      .source = "null",
+                                      .impl = "regcache",
+                                      .what = what[i],
+                                      .size = RANGE };
     for (int k = 0; k < 2; k++) {
         m[k] = (struct mon){ { .cache = host_cache(!k),
                                .counter = offsetof(struct regcache_stats, deregistrations) },
-                             map_ranges(), !k };
+                             map_ranges(),
+                             !k };
         char why[160] = "";
         if (!m[k].use.cache || !m[k].base)
-            snprintf(why, sizeof why, "%s", !m[k].base ? "cannot map the ranges"
-                                                        : regcache_last_error());
+            snprintf(why, sizeof why, "%s",
+                     !m[k].base ? "cannot map the ranges" : regcache_last_error());
         else if (!k && !strstr(regcache_validation_reason(m[k].use.cache), "monitored by"))
             snprintf(why, sizeof why, "%s", regcache_validation_reason(m[k].use.cache));
         if (why[0]) {
@@ -136,9 +140,9 @@ void bench_host_monitor(void)
     };
     recache(&m[0]);
     recache(&m[1]);
-    bench_interleave((struct bench_arm[]){ { &rows[0], &ops[0], RANGES, 0 },
-                                           { &rows[1], &ops[1], RANGES, 0 } },
-                     2);
+    bench_interleave(
+        (struct bench_arm[]){ { &rows[0], &ops[0], RANGES, 0 }, { &rows[1], &ops[1], RANGES, 0 } },
+        2);
     for (int k = 0; k < 2; k++) {
         recache(&m[k]);
         m[k].use.counter = offsetof(struct regcache_stats, misses);

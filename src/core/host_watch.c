@@ -33,8 +33,8 @@ struct rc_host_claim *rc_host_watch(struct regcache *c, const struct rc_want *w,
     return rc_host_monitor_watch(e->node.start, e->node.end);
 }
 
-void rc_host_watch_set_locked(struct regcache *c, struct regcache_entry *e,
-                              const struct rc_want *w, struct rc_host_claim *claim)
+void rc_host_watch_set_locked(struct regcache *c, struct regcache_entry *e, const struct rc_want *w,
+                              struct rc_host_claim *claim)
 {
     e->claim = claim;
     e->unwatched = !claim && pageable_host(w);

@@ -140,8 +140,9 @@ int rc_host_monitor_open(char *why, size_t n)
                  err == EPERM ? "; vm.unprivileged_userfaultfd=0 or a seccomp filter" : "");
         return 0;
     }
-    snprintf(why, n, "monitored by userfaultfd (munmap, mremap, MAP_FIXED, madvise, brk, "
-                     "and libc's own unmapping in free and realloc)");
+    snprintf(why, n,
+             "monitored by userfaultfd (munmap, mremap, MAP_FIXED, madvise, brk, "
+             "and libc's own unmapping in free and realloc)");
     return 1;
 }
 

@@ -66,9 +66,9 @@ static void write_into(struct run *r, char *dst, size_t len, int seed)
     assert_int_equal(regcache_get(r->cache, dst, len, &e), REGCACHE_OK);
     vm_fill(r->src, len, seed);
     memset(dst, 0, len);
-    assert_int_equal(vm_rdma(&r->lb, IBV_WR_RDMA_WRITE, r->src, vm_lkey(r->src_entry), dst,
-                             vm_rkey(e), len),
-                     IBV_WC_SUCCESS);
+    assert_int_equal(
+        vm_rdma(&r->lb, IBV_WR_RDMA_WRITE, r->src, vm_lkey(r->src_entry), dst, vm_rkey(e), len),
+        IBV_WC_SUCCESS);
     regcache_put(r->cache, e);
     if (memcmp(dst, r->src, len))
         fail_msg("the WRITE (seed %d) did not arrive in the pages now at %p", seed, (void *)dst);
