@@ -298,7 +298,11 @@ struct regcache_params {
  * regcache_invalidate() or regcache_notify_free() before the memory goes;
  * regcache_validation_reason() says which applies and the statistics count
  * such entries (host_unmonitored).  OFF: the explicit contract everywhere.
- * REGCACHE_HOST_MONITOR=auto|off overrides the field.
+ * REGCACHE_HOST_MONITOR=auto|off overrides the field.  The monitor runs
+ * backend dereg callbacks on its own thread, regcache-mon; a get of host
+ * memory right after an unmap waits for it, so a dereg callback must not
+ * wait for a lock that a thread getting host memory holds, nor unmap host
+ * memory that a cache holds (its unmap would wait for the monitor itself).
  */
 enum regcache_host_monitor {
     REGCACHE_HOST_MONITOR_AUTO = 0,
