@@ -281,6 +281,9 @@ void bench_prefetch(const struct bench_src *s);
 /* host_ranges.c: registrations and pinned bytes of random sub-range gets
  * over host mappings (counts, not times). */
 void bench_host_ranges(void);
+/* host_monitor.c: munmap+mmap of a watched and of an unwatched cached host
+ * range, and a host hit with the monitor on and off. */
+void bench_host_monitor(void);
 /* ucx.c: UCX's ucs_rcache beside regcache in the hits and threads rows.
  * bench_ucx_load: m's UCX version, or a skip when there is no UCX. */
 struct bench_ucx;

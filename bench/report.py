@@ -218,6 +218,13 @@ class Report:
                   f(workload="prefetch", source="null", what="hit"), "same")
         self.below("non-blocking get that misses <= 1000 ns",
                    m(workload="prefetch", source="null", what="nonblocking miss"), 1000)
+        mon = dict(workload="host_monitor", source="null")
+        self.pair("host munmap+mmap of a watched 2 MiB range <= unwatched + 1000 ns",
+                  f(what="munmap+mmap watched", **mon), f(what="munmap+mmap unwatched", **mon),
+                  "diff", 1000, source="null")
+        self.pair("host hit with the monitor on = off within noise",
+                  f(what="hit watched", **mon), f(what="hit unwatched", **mon), "same",
+                  source="null")
         two_mib = dict(workload="host_ranges", size_bytes=2 << 20)
         for what, unit, limit in (("entries", "registrations", 4), ("pinned_peak", "MiB", 36)):
             v = m(what=what, **two_mib)

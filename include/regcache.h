@@ -307,6 +307,34 @@ struct regcache_params {
                                CUDA driver gain nothing from more) */
     size_t prefetch_queue;  /* ranges queued or being registered in the
                                background at most; default 1024 */
+    int host_monitor; /* enum regcache_host_monitor: whether host memory
+                         (host_memory=1) is watched for unmapping (default
+                         AUTO; README "Host memory monitor") */
+};
+
+/*
+ * regcache_params.host_monitor.  AUTO (the default): pageable host ranges
+ * are watched by the process's host memory monitor, one for every cache,
+ * which invalidates them in every cache when their pages are unmapped or
+ * replaced (munmap, mremap, mmap(MAP_FIXED) over them, madvise(DONTNEED,
+ * FREE, REMOVE), brk shrinking, free() and realloc() of the chunks that
+ * libc unmaps), before the caller's unmap returns; no regcache_invalidate()
+ * is needed then.  Where the monitor cannot watch a range (no userfaultfd
+ * in this kernel or under this seccomp filter, a mapping the kernel does
+ * not report such as a file or System V shared memory, a range another
+ * userfaultfd watches), its entries keep the explicit contract: call
+ * regcache_invalidate() or regcache_notify_free() before the memory goes;
+ * regcache_validation_reason() says which applies and the statistics count
+ * such entries (host_unmonitored).  OFF: the explicit contract everywhere.
+ * REGCACHE_HOST_MONITOR=auto|off overrides the field.  The monitor runs
+ * backend dereg callbacks on its own thread, regcache-mon; a get of host
+ * memory right after an unmap waits for it, so a dereg callback must not
+ * wait for a lock that a thread getting host memory holds, nor unmap host
+ * memory that a cache holds (its unmap would wait for the monitor itself).
+ */
+enum regcache_host_monitor {
+    REGCACHE_HOST_MONITOR_AUTO = 0,
+    REGCACHE_HOST_MONITOR_OFF = 1,
 };
 
 /*
@@ -598,6 +626,12 @@ struct regcache_stats {
     uint64_t prefetch_dropped;  /* queued ranges never registered (destroy,
                                    no room without evicting used entries)
                                    and eager ranges the full queue refused */
+    uint64_t invalidations_monitor; /* entries dropped by the host memory
+                                       monitor (their pages were unmapped
+                                       or replaced) */
+    uint64_t host_unmonitored;      /* host entries held or cached now
+                                       that no monitor watches: they keep
+                                       the explicit-notify contract */
 };
 
 /*

@@ -21,12 +21,15 @@
 #include "prefetch.h"
 #include "range_filter.h"
 
-enum rc_cause { RC_BY_TAG, RC_BY_NOTIFY, RC_BY_EXPLICIT };
+/* Why entries are invalidated, for the counters: a failed tag check,
+ * regcache_notify_free() (the hooks), regcache_invalidate(), the host
+ * memory monitor. */
+enum rc_cause { RC_BY_TAG, RC_BY_NOTIFY, RC_BY_EXPLICIT, RC_BY_MONITOR, RC_CAUSES };
 
 /* Counters of one device; atomics so that stats read them without a lock. */
 struct rc_counters {
     atomic_uint_fast64_t shared_hits, slow_hits, misses, registrations, deregistrations, evictions,
-        invalidations[3], reg_failures, one_shots, peak_bytes;
+        invalidations[RC_CAUSES], reg_failures, one_shots, peak_bytes;
 };
 
 /* One device's share of the cache: its eviction order, budget and
@@ -118,7 +121,7 @@ struct regcache {
     /* HOOKS that trusts the in-process interception: each miss checks that
      * libcuda still carries the patches (rc_validation_recheck). */
     bool watch_patches;
-    char lost_reason[256]; /* why it fell back; written before tag_check */
+    char lost_reason[512]; /* why it fell back; written before tag_check */
     size_t host_page;
     size_t max_reg; /* the longest registration the NICs take (SIZE_MAX: any) */
     struct rc_options opts;
@@ -133,6 +136,14 @@ struct regcache {
     /* Entries deregistered without the lock, waiting to return to the pool
      * at the next locked moment (release.c). */
     _Atomic(struct regcache_entry *) returned;
+
+    /* Pageable host entries are watched by the host memory monitor
+     * (host_watch.c); host_note says whether and how, for the reason and
+     * the dump; host_unwatched counts the entries it does not watch. */
+    bool host_watch;
+    char host_note[192];
+    char host_reason[208]; /* "; host memory: " and the note, or empty */
+    atomic_size_t host_unwatched;
 
     /* Why a GPU has no shared budget, for the REGCACHE_STATS dump. */
     char ledger_note[256];
@@ -245,6 +256,24 @@ bool rc_entry_memory_current(struct regcache *c, const struct regcache_entry *e)
  * retrying while the backend reports exhaustion. */
 int rc_register_rail(struct regcache *c, struct regcache_entry *e, unsigned rail, bool speculative);
 
+/* ---- the host memory monitor (host_watch.c) ------------------------------ */
+
+/* At create: whether the cache's host entries are watched, and why. */
+void rc_host_watch_setup(struct regcache *c);
+
+/* Without the lock, before e's first registration: a watch over e's range
+ * when w is pageable host memory and the cache watches it, else NULL. */
+struct rc_host_claim *rc_host_watch(struct regcache *c, const struct rc_want *w,
+                                    const struct regcache_entry *e);
+
+/* Under the lock: e keeps the watch, or - pageable host memory without
+ * one - counts as unwatched. */
+void rc_host_watch_set_locked(struct regcache *c, struct regcache_entry *e,
+                              const struct rc_want *w, struct rc_host_claim *claim);
+
+/* Without the lock, once e is deregistered: its watch or count ends. */
+void rc_host_unwatch(struct regcache *c, struct regcache_entry *e);
+
 /* ---- eviction and budgets (evict.c, budget.c) --------------------------- */
 
 /* rc_device() the first time: it sets the slot's budget. */
@@ -311,7 +340,11 @@ void rc_cache_invalidate(struct regcache *c, uintptr_t start, uintptr_t end, enu
 
 /* notify_free's per-cache step: nothing at all when no entry can overlap
  * and no miss is in flight. */
-void rc_cache_notify(struct regcache *c, uintptr_t start, uintptr_t end);
+void rc_cache_notify(struct regcache *c, uintptr_t start, uintptr_t end, enum rc_cause cause);
+
+/* rc_cache_notify() on every live cache: regcache_notify_free(), and the
+ * host memory monitor's single way in (registry.c). */
+void rc_registry_invalidate(uintptr_t start, uintptr_t end, enum rc_cause cause);
 
 /* A miss enters before its memory query and leaves in its last locked
  * step, after its entry is published (or not); in between,

@@ -99,6 +99,11 @@ struct regcache_entry {
     uintptr_t *pages;
     uint32_t npages, pages_cap;
     uintptr_t pages_inline[RC_INLINE_PAGES];
+    /* Pageable host memory: the monitor's watch over the registered range
+     * (host_monitor.h), or - unwatched - counted in the cache's
+     * host_unwatched until its deregistration. */
+    struct rc_host_claim *claim;
+    bool unwatched;
     /* Zombie list, or a caller's list of victims to deregister. */
     struct regcache_entry *link_next, *link_prev;
 } __attribute__((aligned(64)));

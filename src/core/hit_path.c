@@ -26,6 +26,7 @@
 #include "cache.h"
 #include "compiler.h"
 #include "hold.h"
+#include "host_monitor.h"
 #include "last_error.h"
 #include "threads.h"
 
@@ -206,6 +207,20 @@ static COLD int several_tags(struct regcache *c, _Atomic uintptr_t *slot, uintpt
     return all_tags_current(c, e) ? REGCACHE_OK : tag_changed_after_all(c, slot, start, end, out);
 }
 
+static void release_held(struct regcache *c, _Atomic uintptr_t *slot);
+
+/* The host memory monitor has read an unmap it has not handled yet: the
+ * entry may be of memory that is gone (host_monitor.h).  Once it is
+ * handled, the slow path serves. */
+static COLD int monitor_behind(struct regcache *c, _Atomic uintptr_t *slot, uintptr_t start,
+                               uintptr_t end, unsigned rail, regcache_entry_t **out)
+{
+    release_held(c, slot);
+    rc_host_monitor_catch_up();
+    *out = NULL;
+    return rc_slow_get(c, start, end, rail, out);
+}
+
 /* Serve the request from the entry that `slot` holds and that the index
  * listed when the hold became visible; p is what its slot in the index
  * said, `first` the tag the look queried or 0.  A hit that needs nothing
@@ -218,6 +233,9 @@ serve(struct regcache *c, struct rc_thread *t, _Atomic uintptr_t *slot, const st
       uintptr_t start, uintptr_t end, unsigned rail, regcache_entry_t **out, bool tagged,
       uint64_t first)
 {
+    /* Host entries only: GPU hits compare a byte they hold already. */
+    if (__builtin_expect(p->device_slot == RC_HOST_SLOT && rc_host_monitor_behind(), 0))
+        return monitor_behind(c, slot, start, end, rail, out);
     uint64_t now = atomic_load_explicit(&c->epoch, memory_order_relaxed);
     if (__builtin_expect(p->stamp != now || !(p->rails >> rail & 1), 0))
         return tagged ? serve_tagged_slowly(c, slot, start, end, rail, out, first)

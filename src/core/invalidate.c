@@ -97,12 +97,12 @@ void rc_cache_invalidate(struct regcache *c, uintptr_t start, uintptr_t end, enu
  * this call to the slow path, where it is logged.  The filter's table is
  * loaded after that: a replacement before the add is seen, and one made
  * later was filled with every entry counted before it, this one included. */
-void rc_cache_notify(struct regcache *c, uintptr_t start, uintptr_t end)
+void rc_cache_notify(struct regcache *c, uintptr_t start, uintptr_t end, enum rc_cause cause)
 {
     if (!misses_in_flight(c) && !rc_filter_may_overlap(&c->filter, start, end) &&
         !rc_prefetch_failures_kept(c))
         return;
-    rc_cache_invalidate(c, start, end, RC_BY_NOTIFY);
+    rc_cache_invalidate(c, start, end, cause);
 }
 
 int regcache_invalidate(regcache_t *c, const void *addr, size_t len)

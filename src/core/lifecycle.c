@@ -7,6 +7,7 @@
 #include "asym_fence.h"
 #include "cache.h"
 #include "hook_detect.h"
+#include "host_monitor.h"
 #include "intercept.h"
 #include "last_error.h"
 #include "cache_registry.h"
@@ -46,6 +47,13 @@ static int resolve_validation(struct regcache *c)
     return REGCACHE_VALIDATE_TAG_CHECK;
 }
 
+/* A validation reason goes on with what the host memory monitor does. */
+static void append_host_reason(const struct regcache *c, char *why, size_t n)
+{
+    size_t used = strnlen(why, n - 1);
+    snprintf(why + used, n - used, "%s", c->host_reason);
+}
+
 /* Another patcher may write libcuda's entries back after the self-test
  * proved them: frees then go unseen.  Misses look (hits stay as they are);
  * the first that finds a patch gone makes every later hit check tags. */
@@ -58,6 +66,7 @@ void rc_validation_recheck(struct regcache *c)
     rc_lock(&c->lock);
     if (!atomic_load_explicit(&c->tag_check, memory_order_relaxed)) {
         snprintf(c->lost_reason, sizeof c->lost_reason, "%s", why);
+        append_host_reason(c, c->lost_reason, sizeof c->lost_reason);
         /* Release: a reader that sees TAG_CHECK sees the reason. */
         atomic_store_explicit(&c->tag_check, true, memory_order_release);
     }
@@ -147,6 +156,10 @@ int regcache_create(const struct regcache_params *params, regcache_t **out)
     c->host_page = (size_t)sysconf(_SC_PAGESIZE);
     rc_memory_select(p->backend ? &c->backend.user : NULL, &c->mem);
     c->validation = resolve_validation(c);
+    rc_host_watch_setup(c);
+    if (p->host_memory)
+        snprintf(c->host_reason, sizeof c->host_reason, "; host memory: %s", c->host_note);
+    append_host_reason(c, c->opts.validation_reason, sizeof c->opts.validation_reason);
     bool tag_check = c->validation == REGCACHE_VALIDATE_TAG_CHECK;
     atomic_init(&c->tag_check, tag_check);
     atomic_init(&c->fenceless, tag_check && atomic_load(&rc_heavy_fence_works));
@@ -192,6 +205,7 @@ void regcache_destroy(regcache_t *c)
         rc_stats_dump(c);
     rc_budget_fini(c);
     free_cache(c, consistent);
+    rc_host_monitor_idle();
 }
 
 int regcache_validation_mode(const regcache_t *c)

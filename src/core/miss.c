@@ -19,6 +19,7 @@
 #include "cache.h"
 #include "compiler.h"
 #include "hold.h"
+#include "host_monitor.h"
 #include "last_error.h"
 #include "prefetch.h"
 #include "threads.h"
@@ -336,10 +337,13 @@ static int register_new(struct regcache *c, struct rc_want *w, uint64_t seq, uns
     bool room = rc_make_room_locked(c, d, rc_entry_len(e), speculative, victims);
     rc_unlock(&c->lock);
     rc_deregister_victims(c, *victims);
+    /* Watched before it is registered: an unmap in between is seen. */
+    struct rc_host_claim *claim = rc_host_watch(c, w, e);
 
     int rc = room || !speculative ? rc_register_rail(c, e, rail, speculative) : RC_NO_ROOM;
 
     rc_lock(&c->lock);
+    rc_host_watch_set_locked(c, e, w, claim);
     rc_pool_return_locked(c, *victims);
     *victims = NULL;
     d->pending -= rc_entry_len(e);
@@ -527,6 +531,10 @@ int rc_slow_get(struct regcache *c, uintptr_t start, uintptr_t end, unsigned rai
         }
     }
     struct rc_want w = { .start = start, .end = end };
+    /* An unmap the monitor read but did not yet handle leaves entries of
+     * its memory in the cache: not to be served, nor merged. */
+    if (rc_host_monitor_behind())
+        rc_host_monitor_catch_up();
     if (c->watch_patches)
         rc_validation_recheck(c);
     uint64_t seq = rc_miss_enter(c);

@@ -36,6 +36,7 @@ static void add_device(const struct regcache *c, int slot, struct regcache_stats
     s->invalidations_tag += load(&n->invalidations[RC_BY_TAG]);
     s->invalidations_notify += load(&n->invalidations[RC_BY_NOTIFY]);
     s->invalidations_explicit += load(&n->invalidations[RC_BY_EXPLICIT]);
+    s->invalidations_monitor += load(&n->invalidations[RC_BY_MONITOR]);
     s->reg_failures += load(&n->reg_failures);
     s->one_shots += load(&n->one_shots);
     s->mrs += load(&n->registrations) - load(&n->deregistrations);
@@ -68,6 +69,7 @@ static int get_stats(const regcache_t *c, struct regcache_stats *out, size_t siz
     s.peak_bytes = load(&c->peak_bytes);
     s.fds = fds_held(c);
     add_prefetches(c, &s);
+    s.host_unmonitored = atomic_load_explicit(&c->host_unwatched, memory_order_relaxed);
     memcpy(out, &s, size);
     return REGCACHE_OK;
 }
@@ -89,6 +91,8 @@ static int get_device_stats(const regcache_t *c, int device, struct regcache_sta
     s.peak_bytes = load(&c->dev[slot].n.peak_bytes);
     s.fds = fds_held(c);
     add_prefetches(c, &s);
+    if (slot == RC_HOST_SLOT)
+        s.host_unmonitored = atomic_load_explicit(&c->host_unwatched, memory_order_relaxed);
     memcpy(out, &s, size);
     return REGCACHE_OK;
 }
@@ -139,12 +143,16 @@ void rc_stats_dump(const struct regcache *c)
     fprintf(stderr,
             "regcache %p: hits %" PRIu64 " misses %" PRIu64 " registrations %" PRIu64
             " deregistrations %" PRIu64 " evictions %" PRIu64 " invalidations tag %" PRIu64
-            " notify %" PRIu64 " explicit %" PRIu64 " reg_failures %" PRIu64 " one_shots %" PRIu64
-            " entries %" PRIu64 " bytes %" PRIu64 " peak_bytes %" PRIu64 " fds %" PRIu64
-            " mrs %" PRIu64 "\n",
+            " notify %" PRIu64 " explicit %" PRIu64 " monitor %" PRIu64 " reg_failures %" PRIu64
+            " one_shots %" PRIu64 " entries %" PRIu64 " bytes %" PRIu64 " peak_bytes %" PRIu64
+            " fds %" PRIu64 " mrs %" PRIu64 "\n",
             (const void *)c, s.hits, s.misses, s.registrations, s.deregistrations, s.evictions,
-            s.invalidations_tag, s.invalidations_notify, s.invalidations_explicit, s.reg_failures,
-            s.one_shots, s.entries, s.bytes, s.peak_bytes, s.fds, s.mrs);
+            s.invalidations_tag, s.invalidations_notify, s.invalidations_explicit,
+            s.invalidations_monitor, s.reg_failures, s.one_shots, s.entries, s.bytes, s.peak_bytes,
+            s.fds, s.mrs);
+    if (c->opts.params.host_memory)
+        fprintf(stderr, "regcache %p: host memory: %s; %" PRIu64 " host entries unmonitored now\n",
+                (const void *)c, c->host_note, s.host_unmonitored);
     fprintf(stderr, "regcache %p: validation %s: %s\n", (const void *)c,
             regcache_validation_mode(c) == REGCACHE_VALIDATE_HOOKS ? "HOOKS" : "TAG_CHECK",
             regcache_validation_reason(c));

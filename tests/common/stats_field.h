@@ -37,6 +37,8 @@ static inline bool stats_field(const struct regcache_stats *s, const char *name,
         FIELD(prefetches),
         FIELD(prefetch_failures),
         FIELD(prefetch_dropped),
+        FIELD(invalidations_monitor),
+        FIELD(host_unmonitored),
 #undef FIELD
     };
     for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)

@@ -65,8 +65,10 @@ static void host_only_cache_says_so(void **state)
     p.host_memory = 1;
     assert_int_equal(regcache_create(&p, &c), REGCACHE_OK);
     assert_int_equal(regcache_validation_mode(c), REGCACHE_VALIDATE_TAG_CHECK);
-    assert_string_equal(regcache_validation_reason(c),
-                        "host memory only: no CUDA driver, nothing to validate on the GPU side");
+    /* Then what the cache does with host memory. */
+    const char *why = "host memory only: no CUDA driver, nothing to validate on the GPU side; "
+                      "host memory: ";
+    assert_int_equal(strncmp(regcache_validation_reason(c), why, strlen(why)), 0);
     static char buf[64];
     regcache_entry_t *e;
     assert_int_equal(regcache_get(c, buf, sizeof buf, &e), REGCACHE_OK);
