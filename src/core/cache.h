@@ -104,6 +104,7 @@ struct regcache {
     atomic_uint_fast64_t inval_seq;
     struct {
         uintptr_t start, end;
+        enum regcache_reason why;
     } inval_log[RC_INVAL_LOG];
     struct rc_range_filter filter;
 
@@ -119,6 +120,10 @@ struct regcache {
     size_t host_page;
     size_t max_reg; /* the longest registration the NICs take (SIZE_MAX: any) */
     struct rc_options opts;
+    unsigned access; /* params.access, the access of regcache_get() */
+    /* Entries whose params.on_leave is due, each with a counted hold that
+     * keeps it registered until the notice is given (release.c). */
+    _Atomic(struct regcache_entry *) notices;
 
     struct rc_lock lock;           /* tree, LRU, budgets, zombies, pool, log */
     struct rc_cond registered;     /* a pending registration finished */
@@ -192,17 +197,21 @@ regcache_entry_t *rc_slot_hold_locked(struct regcache *c, struct regcache_entry 
  * Costs a few loads per patched function (lifecycle.c). */
 void rc_validation_recheck(struct regcache *c);
 
-int rc_slow_get(struct regcache *c, uintptr_t start, uintptr_t end, unsigned rail,
+int rc_slow_get(struct regcache *c, uintptr_t start, uintptr_t end, struct rc_req rq,
                 regcache_entry_t **out);
+
+/* The access an entry for want (an rc_req's) registers: IBV_ACCESS_* bits,
+ * with RC_ACCESS_DEFAULT when they cover params.access. */
+static inline unsigned rc_access_of(const struct regcache *c, unsigned want);
 
 /* Not a status: the hit path could not serve and the slow path must (no
  * entry, no free slot, tag changed, the entry left meanwhile). */
 #define RC_NOT_HIT 1
 
-/* e, held by the caller, lacks `rail`: register it there (or wait for a
- * registration of that rail of e in flight) and hand out a hold of it;
- * RC_NOT_HIT when e left the cache meanwhile. */
-int rc_add_rail(struct regcache *c, struct regcache_entry *e, unsigned rail,
+/* e, held by the caller, lacks rq's rail: register it there (or wait for
+ * a registration of that rail of e in flight) and hand out a hold of it;
+ * RC_NOT_HIT when e left the cache meanwhile or lacks rq's access. */
+int rc_add_rail(struct regcache *c, struct regcache_entry *e, struct rc_req rq,
                 regcache_entry_t **out);
 
 /* What a miss wants registered, derived from the memory query. */
@@ -218,6 +227,9 @@ struct rc_want {
      * registration and any merge with other entries stay inside; 0, 0
      * when unknown (host_merge.c). */
     uintptr_t span_start, span_end;
+    /* The access to register (rc_access_of()): the get's, and that of the
+     * narrower entries of the same memory it replaces. */
+    unsigned access;
 };
 
 /* Describe [start, end) with the memory query and decide what to register.
@@ -230,11 +242,12 @@ void rc_want_fini(struct rc_want *w);
  * it overlaps inside its mappings (host_merge.c). */
 void rc_host_merge_locked(struct regcache *c, struct rc_want *w);
 
-/* Under the lock, after e was published: other ready pageable entries that
- * lie inside e's range leave the cache (unused ones to *victims, held ones
- * at their last put), so that merged entries converge to one. */
-void rc_host_retire_covered_locked(struct regcache *c, struct regcache_entry *e,
-                                   struct regcache_entry **victims);
+/* Under the lock, after e was published: other ready entries of the same
+ * memory that lie inside e's range and whose access e's covers leave the
+ * cache (unused ones to *victims, held ones at their last put), so that
+ * merged pageable entries and access upgrades converge to one. */
+void rc_retire_covered_locked(struct regcache *c, struct regcache_entry *e,
+                              struct regcache_entry **victims);
 
 /* Does the memory at the entry's range still carry its buffer ids? */
 bool rc_entry_memory_current(struct regcache *c, const struct regcache_entry *e);
@@ -316,7 +329,8 @@ void rc_cache_notify(struct regcache *c, uintptr_t start, uintptr_t end);
  * [start, end). */
 uint64_t rc_miss_enter(struct regcache *c);
 void rc_miss_leave_locked(struct regcache *c);
-bool rc_invalidated_since_locked(struct regcache *c, uint64_t seq, uintptr_t start, uintptr_t end);
+bool rc_invalidated_since_locked(struct regcache *c, uint64_t seq, uintptr_t start, uintptr_t end,
+                                 enum regcache_reason *why);
 
 /* Deregister and free every entry, held ones included (destroy). */
 void rc_cache_drain(struct regcache *c);
@@ -381,6 +395,19 @@ void rc_sweep_locked(struct regcache *c, struct regcache_entry **victims);
 
 /* Under the lock: every zombie goes to *victims (destroy). */
 void rc_drain_entries_locked(struct regcache *c, struct regcache_entry **victims);
+
+/* Without the lock: give the notices that detachers left (c->notices). */
+void rc_give_notices(struct regcache *c);
+
+/* Under the lock: e, a registration handed out once and held by the
+ * caller, is due its notice; rc_give_notices() gives it. */
+void rc_notice_due_locked(struct regcache *c, struct regcache_entry *e);
+
+static inline unsigned rc_access_of(const struct regcache *c, unsigned want)
+{
+    unsigned bits = want == RC_ACCESS_DEFAULT ? c->access : want;
+    return rc_access_covers(bits, c->access) ? bits | RC_ACCESS_DEFAULT : bits;
+}
 
 /* ---- statistics, checks ------------------------------------------------- */
 

@@ -40,23 +40,31 @@ static bool misses_in_flight(struct regcache *c)
     return atomic_load_explicit(&c->misses_begun, memory_order_seq_cst) != ended;
 }
 
-bool rc_invalidated_since_locked(struct regcache *c, uint64_t seq, uintptr_t start, uintptr_t end)
+bool rc_invalidated_since_locked(struct regcache *c, uint64_t seq, uintptr_t start, uintptr_t end,
+                                 enum regcache_reason *why)
 {
     uint64_t now = atomic_load_explicit(&c->inval_seq, memory_order_relaxed);
-    if (now - seq > RC_INVAL_LOG)
-        return true; /* the log has wrapped: assume the worst */
+    if (now - seq > RC_INVAL_LOG) {
+        /* The log has wrapped: assume the worst, that the memory was
+         * freed. */
+        *why = REGCACHE_REASON_FREED_HOOK;
+        return true;
+    }
     for (uint64_t s = seq + 1; s <= now; s++)
         if (c->inval_log[s % RC_INVAL_LOG].start < end &&
-            start < c->inval_log[s % RC_INVAL_LOG].end)
+            start < c->inval_log[s % RC_INVAL_LOG].end) {
+            *why = c->inval_log[s % RC_INVAL_LOG].why;
             return true;
+        }
     return false;
 }
 
-static void log_locked(struct regcache *c, uintptr_t start, uintptr_t end)
+static void log_locked(struct regcache *c, uintptr_t start, uintptr_t end, enum regcache_reason why)
 {
     uint64_t seq = atomic_load_explicit(&c->inval_seq, memory_order_relaxed) + 1;
     c->inval_log[seq % RC_INVAL_LOG].start = start;
     c->inval_log[seq % RC_INVAL_LOG].end = end;
+    c->inval_log[seq % RC_INVAL_LOG].why = why;
     atomic_store_explicit(&c->inval_seq, seq, memory_order_seq_cst);
 }
 
@@ -76,7 +84,7 @@ void rc_cache_invalidate(struct regcache *c, uintptr_t start, uintptr_t end,
 {
     struct regcache_entry *victims = NULL, *found = NULL;
     rc_lock(&c->lock);
-    log_locked(c, start, end);
+    log_locked(c, start, end, why);
     rc_itree_visit_overlaps(&c->tree, start, end, collect, &found);
     while (found) {
         struct regcache_entry *e = found;

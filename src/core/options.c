@@ -186,6 +186,9 @@ static int check(const struct rc_options *o, unsigned from_env)
                        RC_MAX_RAILS);
     if (p->backend && (!p->backend->reg || !p->backend->dereg))
         return rc_fail(REGCACHE_ERR_INVALID, "the custom backend needs both reg and dereg");
+    if (p->priv_size > RC_MAX_PRIV)
+        return rc_fail(REGCACHE_ERR_INVALID, "params.priv_size %zu is larger than %d", p->priv_size,
+                       RC_MAX_PRIV);
     if (!p->backend && !p->pd && !p->pds)
         return rc_fail(REGCACHE_ERR_INVALID, "the built-in verbs backend needs params.pd");
     return REGCACHE_OK;
@@ -194,10 +197,13 @@ static int check(const struct rc_options *o, unsigned from_env)
 /* The size of the params layout of 0.1, before the fields added in 0.2: a
  * program built against it keeps working, with those fields' defaults. */
 #define PARAMS_0_1 (offsetof(struct regcache_params, backend) + sizeof(void *))
+/* And of 0.2, before the private data and the callbacks. */
+#define PARAMS_0_2 offsetof(struct regcache_params, priv_size)
 
 int rc_options_resolve(const struct regcache_params *in, struct rc_options *out)
 {
-    if (in->size != PARAMS_0_1 && in->size != sizeof(struct regcache_params))
+    if (in->size != PARAMS_0_1 && in->size != PARAMS_0_2 &&
+        in->size != sizeof(struct regcache_params))
         return rc_fail(REGCACHE_ERR_INVALID,
                        "params.size %zu is not sizeof(struct regcache_params) = %zu: "
                        "call regcache_params_init()",
