@@ -319,10 +319,13 @@ struct regcache_params {
      * valid during the call (priv too) and stays so until the last put,
      * but the memory may be gone, so a transport revokes the keys it gave
      * out now.  A registration handed out once (its memory was
-     * invalidated while it was being registered) is noticed when its get
-     * returns, with the reason of that invalidation.  Called by the thread
-     * that made the entry leave (the one that invalidated, evicted,
-     * flushed or destroyed), after it released the cache lock. */
+     * invalidated while it was being registered) is noticed before its get
+     * returns, with the reason of that invalidation.  Called without the
+     * cache lock by the thread whose call made the entry leave (the one
+     * that invalidated, evicted, flushed or destroyed) before that call
+     * returns, or by another thread releasing entries of the cache at the
+     * same time.  During regcache_destroy() (REGCACHE_REASON_DESTROY) no
+     * callback may call functions of the cache being destroyed. */
     void (*on_leave)(void *arg, const struct regcache_leave *leave);
     void *callback_arg;
 };

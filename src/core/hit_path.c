@@ -505,6 +505,14 @@ static __attribute__((noinline)) int hit_hooks_rail0(struct regcache *c, uintptr
     return hit(c, start, end, (struct rc_req){ 0, RC_ACCESS_DEFAULT }, out, false, false);
 }
 
+/* Rail 0 with an access given (a transport's gets): the rail folds. */
+static __attribute__((noinline)) int hit_hooks_rail0_access(struct regcache *c, uintptr_t start,
+                                                            uintptr_t end, unsigned want,
+                                                            regcache_entry_t **out)
+{
+    return hit(c, start, end, (struct rc_req){ 0, want }, out, false, false);
+}
+
 /* Inlined into every entry point, so that the rail and - for gets with
  * the cache's access - the access are constants and their checks fold. */
 static inline __attribute__((always_inline)) int get(regcache_t *c, struct rc_req rq,
@@ -523,8 +531,10 @@ static inline __attribute__((always_inline)) int get(regcache_t *c, struct rc_re
     if (rc_tag_checking(c))
         return query_first(c) ? hit_tag_first(c, start, end, rq, out)
                               : hit_tagged(c, start, end, rq, out);
-    return rq.rail || rq.want != RC_ACCESS_DEFAULT ? hit_hooks(c, start, end, rq, out)
-                                                   : hit_hooks_rail0(c, start, end, out);
+    if (rq.rail)
+        return hit_hooks(c, start, end, rq, out);
+    return rq.want == RC_ACCESS_DEFAULT ? hit_hooks_rail0(c, start, end, out)
+                                        : hit_hooks_rail0_access(c, start, end, rq.want, out);
 }
 
 int regcache_get(regcache_t *c, const void *addr, size_t len, regcache_entry_t **out)
