@@ -14,7 +14,6 @@
 
 #define A FX_ALLOC(0)
 #define B FX_ALLOC(1)
-#define PRIV 100
 
 /* What a transport keeps per registration: the key of each rail. */
 struct keys {
@@ -24,6 +23,7 @@ struct keys {
 };
 
 #define MAGIC 0x5eedf00dull
+#define PRIV sizeof(struct keys)
 
 struct deco {
     int registers, deregisters, refuse;
@@ -39,9 +39,10 @@ static int on_register(void *arg, regcache_entry_t *entry, unsigned rail, void *
     assert_int_equal((uintptr_t)priv % 64, 0);
     assert_ptr_equal(regcache_entry_priv(entry), priv);
     assert_ptr_equal(regcache_entry_handle(entry), handle);
-    /* Zeroed before the entry's first registration; later rails find
+    /* Zeroed before the entry's first registration (on_deregister
+     * scribbles over what a deregistered entry leaves); later rails find
      * what the first one wrote. */
-    if (!k->magic)
+    if (k->magic != MAGIC)
         for (size_t i = 0; i < sizeof(*k); i++)
             assert_int_equal(((unsigned char *)k)[i], 0);
     d->registers++;
@@ -65,6 +66,11 @@ static void on_deregister(void *arg, regcache_entry_t *entry, unsigned rail, voi
     /* The backend's handle is still live here. */
     assert_int_equal(((struct fake_handle *)handle)->magic != 0, 1);
     k->registered[rail] = 0;
+    int left = 0;
+    for (unsigned r = 0; r < REGCACHE_MAX_RAILS; r++)
+        left |= k->registered[r];
+    if (!left)
+        memset(k, 0xab, sizeof(*k));
     d->deregisters++;
     d->last_rail = rail;
     d->last_priv = priv;
@@ -141,6 +147,23 @@ static void priv_lives_until_eviction_deregisters(void **state)
     regcache_put(f->c, b);
 }
 
+/* An entry's memory handed out again by the pool starts zeroed. */
+static void priv_is_zeroed_for_each_registration(void **state)
+{
+    struct fx *f = *state;
+    struct deco *d = decorate(f);
+    fx_device_allocs(f, 4);
+    fx_create(f);
+    for (int i = 0; i < 4; i++) {
+        regcache_entry_t *e = fx_get(f, FX_ALLOC(i), 10);
+        assert_int_equal(((struct keys *)regcache_entry_priv(e))->magic, MAGIC);
+        regcache_put(f->c, e);
+        assert_int_equal(regcache_flush(f->c), REGCACHE_OK);
+    }
+    assert_int_equal(d->registers, 4);
+    assert_int_equal(d->deregisters, 4);
+}
+
 static void priv_of_an_invalidated_held_entry_lives_until_its_put(void **state)
 {
     struct fx *f = *state;
@@ -211,6 +234,6 @@ static void priv_size_over_the_limit_is_invalid(void **state)
 }
 
 FX_MAIN(priv_is_per_entry_and_shared_by_rails, no_priv_without_priv_size,
-        priv_lives_until_eviction_deregisters,
+        priv_lives_until_eviction_deregisters, priv_is_zeroed_for_each_registration,
         priv_of_an_invalidated_held_entry_lives_until_its_put, refusal_undoes_the_registration,
         refusal_on_a_second_rail_keeps_the_first, priv_size_over_the_limit_is_invalid)
