@@ -109,8 +109,8 @@ static void revoke(void *arg, const struct regcache_leave *l)
     struct peer *p = arg;
     const struct packed_key *k = l->priv;
     if (k->sent) {
-        printf("rkey_revoke: revoke rkey %#x of [%#jx, +%ju) (%s)\n", k->rkey,
-               (uintmax_t)k->addr, (uintmax_t)k->len, regcache_reason_name(l->reason));
+        printf("rkey_revoke: revoke rkey %#x of [%#jx, +%ju) (%s)\n", k->rkey, (uintmax_t)k->addr,
+               (uintmax_t)k->len, regcache_reason_name(l->reason));
         peer_drop(p, k->rkey);
     }
 }
@@ -210,6 +210,7 @@ int main(void)
         ibv_close_device(ctx);
     if (devs)
         ibv_free_device_list(devs);
-    printf("rkey_revoke: %s\n", bad ? "FAILED: the peer kept a stale key" : "peer's keys all current");
+    printf("rkey_revoke: %s\n",
+           bad ? "FAILED: the peer kept a stale key" : "peer's keys all current");
     return bad;
 }

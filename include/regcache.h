@@ -305,8 +305,7 @@ struct regcache_params {
      * registration: it is deregistered (on_deregister is not called for
      * it) and the get fails with REGCACHE_ERR_CALLBACK, with the value in
      * regcache_last_error(). */
-    int (*on_register)(void *arg, regcache_entry_t *entry, unsigned rail, void *handle,
-                       void *priv);
+    int (*on_register)(void *arg, regcache_entry_t *entry, unsigned rail, void *handle, void *priv);
     /* Before each registration that on_register accepted is deregistered
      * (per rail): release what on_register set up. */
     void (*on_deregister)(void *arg, regcache_entry_t *entry, unsigned rail, void *handle,
@@ -611,15 +610,16 @@ REGCACHE_API const char *regcache_reason_name(int reason);
 /* What params.on_leave is told of an entry that left the cache.  Valid
  * during the call only. */
 struct regcache_leave {
-    int reason;        /* enum regcache_reason */
-    uintptr_t start;   /* the registered range (rounded) */
+    int reason;      /* enum regcache_reason */
+    uintptr_t start; /* the registered range (rounded) */
     size_t len;
-    unsigned rails;    /* bit r: registered on rail r */
-    void *const *handles; /* handles[r] for each rail in `rails` (the
-                             struct ibv_mr * of the built-in backend) */
-    void *priv;        /* the entry's private data, or NULL */
-    int access;        /* as regcache_entry_access() */
-    int held;          /* 1: held now, deregistered at its last put */
+    unsigned rails; /* bit r: registered on rail r */
+    /* handles[r] for each rail in `rails` (the struct ibv_mr * of the
+     * built-in backend). */
+    void *const *handles;
+    void *priv; /* the entry's private data, or NULL */
+    int access; /* as regcache_entry_access() */
+    int held;   /* 1: held now, deregistered at its last put */
 };
 
 /*

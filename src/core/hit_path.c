@@ -515,14 +515,13 @@ static __attribute__((noinline)) int hit_hooks_rail0_access(struct regcache *c, 
 
 /* Inlined into every entry point, so that the rail and - for gets with
  * the cache's access - the access are constants and their checks fold. */
-static inline __attribute__((always_inline)) int get(regcache_t *c, struct rc_req rq,
-                                                     const void *addr, size_t len,
-                                                     regcache_entry_t **out)
+static inline __attribute__((always_inline)) int
+get(regcache_t *c, struct rc_req rq, const void *addr, size_t len, regcache_entry_t **out)
 {
     uintptr_t start = (uintptr_t)addr, end = start + len;
     /* end <= start: len is 0 or the range wraps the address space. */
-    if (__builtin_expect(!c || !out || !start || end <= start ||
-                             (rq.rail && rq.rail >= c->rails) || rc_forked(c),
+    if (__builtin_expect(!c || !out || !start || end <= start || (rq.rail && rq.rail >= c->rails) ||
+                             rc_forked(c),
                          0)) {
         if (out)
             *out = NULL;

@@ -1,11 +1,11 @@
 /* Pageable host entries merge: a miss that overlaps cached entries of the
  * same mappings registers their union once (of ranges and of access), and
  * the entries it covers leave the cache.  Any entry leaves the same way
- * when a get that needs more access registers its memory again.  Gets over random sub-ranges of one mapping so
- * converge to one registration instead of pinning the same pages under
- * many, each rounded on its own.  Pinned memory (cuMemAllocHost, with a
- * buffer id) and GPU memory never merge: their entries are clipped to an
- * allocation. */
+ * when a get that needs more access registers its memory again.  Gets over
+ * random sub-ranges of one mapping so converge to one registration instead
+ * of pinning the same pages under many, each rounded on its own.  Pinned
+ * memory (cuMemAllocHost, with a buffer id) and GPU memory never merge:
+ * their entries are clipped to an allocation. */
 #include "cache.h"
 
 static bool pageable(const struct regcache_entry *e)

@@ -43,14 +43,13 @@ static int reg_va(const struct verbs_backend *b, unsigned rail, void *addr, size
     return *mr ? 0 : failed_errno();
 }
 
-static int reg_with(struct verbs_backend *b, uintptr_t addr, size_t len, int device,
-                    unsigned rail, int access, struct ibv_mr **mr)
+static int reg_with(struct verbs_backend *b, uintptr_t addr, size_t len, int device, unsigned rail,
+                    int access, struct ibv_mr **mr)
 {
     if (device == REGCACHE_DEVICE_HOST || b->method == REGCACHE_METHOD_PEERMEM)
         return reg_va(b, rail, (void *)addr, len, access, mr);
     if (b->method == REGCACHE_METHOD_DMABUF)
-        return rc_dmabuf_reg(&b->dmabuf, b->pds[rail], rail, device, access, (void *)addr, len,
-                             mr);
+        return rc_dmabuf_reg(&b->dmabuf, b->pds[rail], rail, device, access, (void *)addr, len, mr);
     return EOPNOTSUPP; /* host-only backend asked to pin GPU memory */
 }
 

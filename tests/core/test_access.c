@@ -71,8 +71,8 @@ static void upgrade_registers_the_union_once_and_retires_the_held_narrower(void 
         regcache_put(f->c, x);
     }
     regcache_put(f->c, wide);
-    fx_assert_stats(f, FX_STAT(registrations, 2), FX_STAT(deregistrations, 1),
-                    FX_STAT(entries, 1), NULL);
+    fx_assert_stats(f, FX_STAT(registrations, 2), FX_STAT(deregistrations, 1), FX_STAT(entries, 1),
+                    NULL);
 }
 
 /* A get with the cache's access on an entry registered for less: the

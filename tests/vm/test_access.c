@@ -115,9 +115,8 @@ static void read_only_mapping_read_by_the_peer(void **state)
     regcache_entry_t *le = get_access(f, f->local, LEN, IBV_ACCESS_LOCAL_WRITE);
 
     memset(f->local, 0, LEN);
-    assert_int_equal(
-        vm_rdma(&f->lb, IBV_WR_RDMA_READ, f->local, vm_lkey(le), ro, vm_rkey(re), LEN),
-        IBV_WC_SUCCESS);
+    assert_int_equal(vm_rdma(&f->lb, IBV_WR_RDMA_READ, f->local, vm_lkey(le), ro, vm_rkey(re), LEN),
+                     IBV_WC_SUCCESS);
     assert_memory_equal(f->local, ro, LEN);
     /* A second get for reading is a hit on the read-only registration. */
     regcache_entry_t *again = get_access(f, ro, LEN, IBV_ACCESS_REMOTE_READ);
