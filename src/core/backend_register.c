@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cache.h"
+#include "hold.h"
 #include "last_error.h"
 
 /* Rounds of evict-and-retry before a registration gives up. */
