@@ -127,6 +127,16 @@ static const struct env_option {
       "print the statistics at regcache_destroy()" },
     { "REGCACHE_HOOKS", BOOL, FIELD(intercept), bool_words, "on or off", 1, "on",
       "may patch libcuda in-process" },
+    { "REGCACHE_EAGER_MIN_BYTES", SIZE, FIELD(params.eager_min_bytes), NULL,
+      "a size such as 1M (0: off)", 0, "0",
+      "register allocations of at least this size in the background as they are made; 0: off" },
+    { "REGCACHE_EAGER_RAILS", SIZE, FIELD(params.eager_rails), NULL,
+      "a bit mask of rails such as 3", 1, "1", "the rails eager registration registers on" },
+    { "REGCACHE_WORKERS", SIZE, FIELD(params.workers), NULL, "a count up to 256 (0: one a rail)",
+      0, "0", "background registration threads; 0: one a rail" },
+    { "REGCACHE_PREFETCH_QUEUE", SIZE, FIELD(params.prefetch_queue), NULL,
+      "a count from 1 to 1M", 1024, "1024",
+      "ranges queued or being registered in the background at most" },
     { "REGCACHE_LEDGER", BOOL, PROCESS_WIDE, bool_words, "on or off", 1, "on",
       "share each GPU's BAR1 budget with every process" },
     { "REGCACHE_LEDGER_NAMESPACE", NAME, PROCESS_WIDE, NULL, "1-32 of [A-Za-z0-9_]", 0, "none",
@@ -245,6 +255,17 @@ static int check(const struct rc_options *o, unsigned from_env)
     if (p->priv_size > RC_MAX_PRIV)
         return rc_fail(REGCACHE_ERR_INVALID, "params.priv_size %zu is larger than %d", p->priv_size,
                        RC_MAX_PRIV);
+    if (p->eager_rails >> p->rails)
+        return rc_fail(REGCACHE_ERR_INVALID, "%s=%#x names a rail beyond the cache's %zu",
+                       source(from_env, "REGCACHE_EAGER_RAILS", "params.eager_rails"),
+                       p->eager_rails, p->rails);
+    if (p->workers > 256)
+        return rc_fail(REGCACHE_ERR_INVALID, "%s=%u: expected 0 to 256",
+                       source(from_env, "REGCACHE_WORKERS", "params.workers"), p->workers);
+    if (p->prefetch_queue < 1 || p->prefetch_queue > ((size_t)1 << 20))
+        return rc_fail(REGCACHE_ERR_INVALID, "%s=%zu: expected 1 to 1M",
+                       source(from_env, "REGCACHE_PREFETCH_QUEUE", "params.prefetch_queue"),
+                       p->prefetch_queue);
     if (!p->backend && !p->pd && !p->pds)
         return rc_fail(REGCACHE_ERR_INVALID, "the built-in verbs backend needs params.pd");
     return REGCACHE_OK;
@@ -253,8 +274,8 @@ static int check(const struct rc_options *o, unsigned from_env)
 /* The size of the params layout of 0.1, before the fields added in 0.2: a
  * program built against it keeps working, with those fields' defaults. */
 #define PARAMS_0_1 (offsetof(struct regcache_params, backend) + sizeof(void *))
-/* And of 0.2, before the private data and the callbacks. */
-#define PARAMS_0_2 offsetof(struct regcache_params, priv_size)
+/* And of 0.2, before the fields added in 0.3. */
+#define PARAMS_0_2 offsetof(struct regcache_params, eager_min_bytes)
 
 int rc_options_resolve(const struct regcache_params *in, struct rc_options *out)
 {

@@ -46,6 +46,13 @@ static void add_device(const struct regcache *c, int slot, struct regcache_stats
         s->budget += budget;
 }
 
+static void add_prefetches(const struct regcache *c, struct regcache_stats *s)
+{
+    s->prefetches = load(&c->pf.queued);
+    s->prefetch_failures = load(&c->pf.failures);
+    s->prefetch_dropped = load(&c->pf.dropped);
+}
+
 /* A program built against 0.2 passes the struct as it ended then, at
  * budget: its entry points copy that much, the current ones all of it. */
 #define STATS_0_2 offsetof(struct regcache_stats, fds)
@@ -60,6 +67,7 @@ static int get_stats(const regcache_t *c, struct regcache_stats *out, size_t siz
         add_device(c, i, &s);
     s.peak_bytes = load(&c->peak_bytes);
     s.fds = fds_held(c);
+    add_prefetches(c, &s);
     memcpy(out, &s, size);
     return REGCACHE_OK;
 }
@@ -80,6 +88,7 @@ static int get_device_stats(const regcache_t *c, int device, struct regcache_sta
     add_device(c, slot, &s);
     s.peak_bytes = load(&c->dev[slot].n.peak_bytes);
     s.fds = fds_held(c);
+    add_prefetches(c, &s);
     memcpy(out, &s, size);
     return REGCACHE_OK;
 }
