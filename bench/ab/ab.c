@@ -107,15 +107,16 @@ static int open_build(struct build *b, const char *mode, const struct run *r)
     params.backend = &backend;
     params.validation =
         strcmp(mode, "tag") == 0 ? REGCACHE_VALIDATE_TAG_CHECK : REGCACHE_VALIDATE_HOOKS;
-    if (strcmp(mode, "access") == 0)
-        b->get_access = (int (*)(regcache_t *, unsigned, const void *, size_t, int, unsigned,
-                                 regcache_entry_t **))dlsym(h, "regcache_get_access");
-    if (b->get_access) {
+    b->get_access = (int (*)(regcache_t *, unsigned, const void *, size_t, int, unsigned,
+                             regcache_entry_t **))dlsym(h, "regcache_get_access");
+    if (!b->get_access) {
+        /* A build from before private data takes the params it knew. */
+        params.size = offsetof(struct regcache_params, priv_size);
+    } else if (strcmp(mode, "access") == 0) {
         params.priv_size = 64;
         b->access = params.access;
     } else {
-        /* A build from before private data takes the params it knew. */
-        params.size = offsetof(struct regcache_params, priv_size);
+        b->get_access = NULL;
     }
     /* As bench/backend.c: each region an entry of its own, no byte limit. */
     params.whole_allocation = 0;
