@@ -5,8 +5,9 @@
 #include <time.h>
 
 #define PORT 1
-#define QP_ACCESS \
-    (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
+#define QP_ACCESS                                                               \
+    (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | \
+     IBV_ACCESS_REMOTE_ATOMIC)
 
 struct ibv_context *loopback_open_first(const char **reason)
 {

@@ -19,8 +19,8 @@ struct loopback {
 struct ibv_context *loopback_open_first(const char **reason);
 
 /* Create the pair on port 1 of pd's device and connect it.  Both QPs allow
- * remote read and write, so that only the memory registrations decide what
- * the peer may touch.  Returns 0 or an errno value. */
+ * remote read, write and atomics, so that only the memory registrations
+ * decide what the peer may touch.  Returns 0 or an errno value. */
 int loopback_create(struct ibv_pd *pd, struct loopback *lb);
 
 /* Destroy what loopback_create() made; safe on a zeroed struct. */

@@ -45,6 +45,8 @@ extern "C" {
 
 struct ibv_pd;
 struct ibv_mr;
+struct regcache_leave;
+typedef struct regcache_entry regcache_entry_t;
 
 /* ------------------------------------------------------------------------ */
 /* Status codes                                                              */
@@ -103,6 +105,9 @@ struct ibv_mr;
  *   ERR_QUEUE_FULL     params.prefetch_queue ranges are already queued or
  *                      being registered in the background: nothing was
  *                      queued.
+ *   ERR_CALLBACK       params.on_register returned non-zero for the
+ *                      registration: it was undone (regcache_last_error()
+ *                      gives the value).
  */
 #define REGCACHE_STATUS_TABLE(X)                                                            \
     X(OK, 0, "success")                                                                     \
@@ -122,7 +127,8 @@ struct ibv_mr;
     X(ERR_BAD_ADDRESS, -14, "host memory is not mapped or does not allow the access asked for") \
     X(ERR_TOO_LARGE, -15, "range is larger than the NIC's largest memory region")          \
     X(ERR_AGAIN, -16, "not registered yet: being registered in the background")             \
-    X(ERR_QUEUE_FULL, -17, "the background registration queue is full")
+    X(ERR_QUEUE_FULL, -17, "the background registration queue is full")                      \
+    X(ERR_CALLBACK, -18, "params.on_register refused the registration")
 
 #define REGCACHE_STATUS_ENUM(name, value, message) REGCACHE_##name = value,
 enum regcache_status { REGCACHE_STATUS_TABLE(REGCACHE_STATUS_ENUM) };
@@ -310,6 +316,49 @@ struct regcache_params {
     int host_monitor; /* enum regcache_host_monitor: whether host memory
                          (host_memory=1) is watched for unmapping (default
                          AUTO; README "Host memory monitor") */
+    /* The callbacks decorate whichever
+     * backend registers (built-in or custom); each is optional, and all
+     * receive callback_arg.  They run under the rules of backend
+     * callbacks ("What callbacks may do" above): no cache lock held, from
+     * several threads at once (for different entries), and they may call
+     * any regcache function but regcache_destroy() of this cache; a get
+     * from on_register overlapping the entry being registered fails with
+     * REGCACHE_ERR_REENTRANT. */
+    size_t priv_size; /* bytes of private data per entry
+                         (regcache_entry_priv()), 0 (none) to 4096: 64-byte
+                         aligned, zeroed before the entry's first
+                         registration, valid until its last
+                         deregistration */
+    /* After the registration of an entry on `rail` was made: `handle` is
+     * what the backend returned (the struct ibv_mr * of the built-in one),
+     * `priv` the entry's private data (NULL when priv_size is 0), `entry`
+     * a token valid during the call for regcache_entry_*() (it is no hold:
+     * never put it).  Return 0, or a non-zero value to refuse the
+     * registration: it is deregistered (on_deregister is not called for
+     * it) and the get fails with REGCACHE_ERR_CALLBACK, with the value in
+     * regcache_last_error(). */
+    int (*on_register)(void *arg, regcache_entry_t *entry, unsigned rail, void *handle, void *priv);
+    /* Before each registration that on_register accepted is deregistered
+     * (per rail): release what on_register set up. */
+    void (*on_deregister)(void *arg, regcache_entry_t *entry, unsigned rail, void *handle,
+                          void *priv);
+    /* An entry left the cache (struct regcache_leave says why): called once
+     * per entry whose registration on_register accepted (on every rail it
+     * had), never on a hit or put.  For an entry that nobody holds it comes
+     * just before its deregistration.  For an entry that is held it comes
+     * when the entry leaves, not at its last put: the registration is still
+     * valid during the call (priv too) and stays so until the last put,
+     * but the memory may be gone, so a transport revokes the keys it gave
+     * out now.  A registration handed out once (its memory was
+     * invalidated while it was being registered) is noticed before its get
+     * returns, with the reason of that invalidation.  Called without the
+     * cache lock by the thread whose call made the entry leave (the one
+     * that invalidated, evicted, flushed or destroyed) before that call
+     * returns, or by another thread releasing entries of the cache at the
+     * same time.  During regcache_destroy() (REGCACHE_REASON_DESTROY) no
+     * callback may call functions of the cache being destroyed. */
+    void (*on_leave)(void *arg, const struct regcache_leave *leave);
+    void *callback_arg;
 };
 
 /*
@@ -349,7 +398,6 @@ REGCACHE_API int regcache_params_init(struct regcache_params *params);
 /* ------------------------------------------------------------------------ */
 
 typedef struct regcache regcache_t;
-typedef struct regcache_entry regcache_entry_t;
 
 /*
  * Create a cache.  The built-in backend needs params->pd (or params->pds
@@ -362,7 +410,7 @@ typedef struct regcache_entry regcache_entry_t;
  * regcache_last_error() says why, although the call succeeds.
  * Errors: INVALID (NULL, unknown params size, alignment not a power of two
  * between 4096 and 1 GiB, method/validation out of range, rails outside
- * 1..REGCACHE_MAX_RAILS, no pd for the built-in backend, backend without
+ * 1..REGCACHE_MAX_RAILS, priv_size over 4096, no pd for the built-in backend, backend without
  * reg or dereg, a REGCACHE_* variable that does not parse), NO_MEMORY,
  * UNSUPPORTED.  Thread safe.
  */
@@ -406,7 +454,7 @@ REGCACHE_API void regcache_destroy(regcache_t *cache);
  * once (one of the statuses below).
  * Errors: INVALID (NULL cache/addr/entry, len 0, addr+len wraps), NOT_GPU,
  * MANAGED, RANGE, NOT_RDMA_CAPABLE, TOO_LARGE, NO_SPACE, BACKEND, CUDA,
- * NO_MEMORY, FORKED, HOLD_LIMIT, REENTRANT, BAD_ADDRESS (host memory).  On
+ * NO_MEMORY, FORKED, HOLD_LIMIT, REENTRANT, BAD_ADDRESS (host memory), CALLBACK.  On
  * error *entry is set to NULL, nothing is left registered and
  * regcache_last_error() says why.
  * Thread safe.
@@ -509,6 +557,31 @@ REGCACHE_API int regcache_prefetch_batch(regcache_t *cache, const struct regcach
                                          size_t n, size_t *queued);
 
 /*
+ * regcache_get_rail() for the access this transfer needs instead of
+ * params.access: an IBV_ACCESS_* set (IBV_ACCESS_REMOTE_READ alone, say,
+ * for a source that the peer reads; IBV_ACCESS_REMOTE_ATOMIC for an atomic
+ * target).  An entry serves every get whose access its own covers; a get
+ * that needs more registers the union of the two once, and the narrower
+ * entry leaves the cache (REGCACHE_REASON_REPLACED; held, it stays valid
+ * until its put).  So access 0 or any subset of params.access is served by
+ * the entries of regcache_get(), and read-only memory (a PROT_READ
+ * mapping) registers with access that asks for no write (LOCAL_WRITE,
+ * REMOTE_WRITE, REMOTE_ATOMIC); with params.access it fails with
+ * REGCACHE_ERR_BAD_ADDRESS.  IBV_ACCESS_RELAXED_ORDERING is registered
+ * where the rail's provider takes it: one that refuses it (EINVAL, an old
+ * provider or kernel) gets the registration without it, and from then on
+ * that rail is not asked again; such a registration still serves gets
+ * that ask for it.  Custom backends are not told the access (their reg
+ * has no such argument): entries still serve gets by it.
+ * flags: 0 (reserved for options; other values fail with INVALID).
+ * Hit cost: that of regcache_get() and one comparison.
+ * Errors: those of regcache_get_rail(), and INVALID for a negative access
+ * or unknown flags.  Thread safe.
+ */
+REGCACHE_API int regcache_get_access(regcache_t *cache, unsigned rail, const void *addr, size_t len,
+                                     int access, unsigned flags, regcache_entry_t **entry);
+
+/*
  * Release an entry from regcache_get().  It stays registered and becomes the
  * most recently used; if it was invalidated while held, its last put
  * deregisters it.  NULL entry is a no-op.  `cache` must be the cache the
@@ -529,6 +602,18 @@ REGCACHE_API void *regcache_entry_handle(const regcache_entry_t *entry);
  * registrations mr->addr is an iova: use regcache_entry_range() for the
  * virtual address.  Thread safe. */
 REGCACHE_API struct ibv_mr *regcache_entry_mr(const regcache_entry_t *entry);
+
+/* The IBV_ACCESS_* set a held entry was registered for (the union of the
+ * gets it was registered for; RELAXED_ORDERING included where a rail's
+ * provider refused it: that rail registered without it); 0 for a NULL
+ * entry.  Thread safe. */
+REGCACHE_API int regcache_entry_access(const regcache_entry_t *entry);
+
+/* The private data of an entry (params.priv_size bytes, 64-byte aligned),
+ * held or passed to a callback; NULL when priv_size is 0 or for a NULL
+ * entry.  Thread safe: the cache never touches it after zeroing it; what
+ * the callbacks and holders write there is theirs to order. */
+REGCACHE_API void *regcache_entry_priv(const regcache_entry_t *entry);
 
 /* The registered range of a held entry (rounded; may be larger than the
  * request).  Either output may be NULL; both are zeroed for a NULL entry.
@@ -650,6 +735,48 @@ REGCACHE_API int regcache_get_stats(const regcache_t *cache, struct regcache_sta
  */
 REGCACHE_API int regcache_get_device_stats(const regcache_t *cache, int device,
                                            struct regcache_stats *stats);
+
+/* ------------------------------------------------------------------------ */
+/* Why entries leave                                                         */
+/* ------------------------------------------------------------------------ */
+
+/* Why an entry left the cache (regcache_params.on_leave, statistics). */
+enum regcache_reason {
+    REGCACHE_REASON_EVICT_BUDGET = 0, /* evicted for the byte or entry budget */
+    REGCACHE_REASON_EVICT_EXHAUSTED,  /* evicted to retry a registration that ran out of
+                                         resources (BAR1, pinned memory, MRs) */
+    REGCACHE_REASON_FLUSH,            /* regcache_flush() */
+    REGCACHE_REASON_FREED_HOOK,       /* memory freed, seen by the CUDA hooks or
+                                         regcache_notify_free() */
+    REGCACHE_REASON_FREED_MONITOR,    /* host memory unmapped or replaced, seen by the
+                                         memory monitor */
+    REGCACHE_REASON_FREED_TAG,        /* a tag check found the buffer replaced */
+    REGCACHE_REASON_INVALIDATE,       /* regcache_invalidate() */
+    REGCACHE_REASON_DESTROY,          /* regcache_destroy() */
+    REGCACHE_REASON_REPLACED,         /* replaced by a wider registration (merged host
+                                         ranges, an access upgrade) */
+    REGCACHE_REASON_COUNT
+};
+
+/* The reason's short name: "evict-budget", "evict-exhausted", "flush",
+ * "freed-hook", "freed-monitor", "freed-tag", "invalidate", "destroy",
+ * "replaced"; "unknown" for other values; never NULL.  Thread safe. */
+REGCACHE_API const char *regcache_reason_name(int reason);
+
+/* What params.on_leave is told of an entry that left the cache.  Valid
+ * during the call only. */
+struct regcache_leave {
+    int reason;      /* enum regcache_reason */
+    uintptr_t start; /* the registered range (rounded) */
+    size_t len;
+    unsigned rails; /* bit r: registered on rail r */
+    /* handles[r] for each rail in `rails` (the struct ibv_mr * of the
+     * built-in backend). */
+    void *const *handles;
+    void *priv; /* the entry's private data, or NULL */
+    int access; /* as regcache_entry_access() */
+    int held;   /* 1: held now, deregistered at its last put */
+};
 
 /*
  * The validation mode the cache actually uses (AUTO resolved), or

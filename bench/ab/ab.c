@@ -12,7 +12,10 @@
  * within 3 ns per evicting get+put (of about 160) and 0.2 ns per hit.  MODE
  * is churn (every get misses and evicts: N entries allowed, 2N regions
  * walked in a cycle, as bench/churn.c), hooks or tag (random hits over N
- * cached entries, in that validation mode).
+ * cached entries, in that validation mode), or access (hooks with the
+ * transport's options: gets through regcache_get_access() with the
+ * cache's access given, 64 bytes of private data per entry; a build
+ * without them takes regcache_get() without private data, today's hit).
  *
  * Prints per build the median, 10th percentile and least ns per get+put,
  * then the median difference to the first build over all rounds and over
@@ -41,6 +44,9 @@ struct build {
     void (*params_init)(struct regcache_params *);
     int (*create)(const struct regcache_params *, regcache_t **);
     int (*get)(regcache_t *, const void *, size_t, regcache_entry_t **);
+    int (*get_access)(regcache_t *, unsigned, const void *, size_t, int, unsigned,
+                      regcache_entry_t **); /* access mode, where the build has it */
+    int access;
     void (*put)(regcache_t *, regcache_entry_t *);
     regcache_t *cache;
     char *base;
@@ -68,7 +74,10 @@ static int fail(const char *what, const char *why)
 static int get_put(struct build *b, size_t region)
 {
     regcache_entry_t *e;
-    if (b->get(b->cache, b->base + region * BENCH_REGION, BENCH_GET, &e) != REGCACHE_OK)
+    const char *addr = b->base + region * BENCH_REGION;
+    int rc = b->get_access ? b->get_access(b->cache, 0, addr, BENCH_GET, b->access, 0, &e)
+                           : b->get(b->cache, addr, BENCH_GET, &e);
+    if (rc != REGCACHE_OK)
         return -1;
     b->put(b->cache, e);
     return 0;
@@ -98,6 +107,17 @@ static int open_build(struct build *b, const char *mode, const struct run *r)
     params.backend = &backend;
     params.validation =
         strcmp(mode, "tag") == 0 ? REGCACHE_VALIDATE_TAG_CHECK : REGCACHE_VALIDATE_HOOKS;
+    b->get_access = (int (*)(regcache_t *, unsigned, const void *, size_t, int, unsigned,
+                             regcache_entry_t **))dlsym(h, "regcache_get_access");
+    if (!b->get_access) {
+        /* A build from before private data takes the params it knew. */
+        params.size = offsetof(struct regcache_params, priv_size);
+    } else if (strcmp(mode, "access") == 0) {
+        params.priv_size = 64;
+        b->access = params.access;
+    } else {
+        b->get_access = NULL;
+    }
     /* As bench/backend.c: each region an entry of its own, no byte limit. */
     params.whole_allocation = 0;
     params.max_bytes = (size_t)1 << 56;
@@ -147,8 +167,9 @@ static double paired(struct build *b, const struct build *first, size_t rounds, 
 int main(int argc, char **argv)
 {
     if (argc < 6 || argc - 5 > MAX_LIBS ||
-        (strcmp(argv[1], "churn") && strcmp(argv[1], "hooks") && strcmp(argv[1], "tag")))
-        return fail("usage", "regcache-ab churn|hooks|tag N ROUNDS OPS LIB... (at most 8)");
+        (strcmp(argv[1], "churn") && strcmp(argv[1], "hooks") && strcmp(argv[1], "tag") &&
+         strcmp(argv[1], "access")))
+        return fail("usage", "regcache-ab churn|hooks|tag|access N ROUNDS OPS LIB... (at most 8)");
     /* One thread more, once: from then on glibc takes its locks with
      * locked instructions, as in any process that ever ran a second thread
      * (every MPI or CUDA process). */

@@ -2,7 +2,7 @@
 # Compare builds of the library in one process, samples interleaved (ab.c
 # says how and why):
 #
-#   bench/ab/run.sh churn|hooks|tag N REV_OR_DIR...
+#   bench/ab/run.sh churn|hooks|tag|access N REV_OR_DIR...
 #   e.g. bench/ab/run.sh churn 1000 HEAD~1 HEAD
 #
 # or, on the GPU machine, TAG_CHECK hits less the driver's tag query

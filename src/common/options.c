@@ -260,6 +260,9 @@ static int check(const struct rc_options *o, unsigned from_env)
                        RC_MAX_RAILS);
     if (p->backend && (!p->backend->reg || !p->backend->dereg))
         return rc_fail(REGCACHE_ERR_INVALID, "the custom backend needs both reg and dereg");
+    if (p->priv_size > RC_MAX_PRIV)
+        return rc_fail(REGCACHE_ERR_INVALID, "params.priv_size %zu is larger than %d", p->priv_size,
+                       RC_MAX_PRIV);
     if (p->eager_rails >> p->rails)
         return rc_fail(REGCACHE_ERR_INVALID, "%s=%#x names a rail beyond the cache's %zu",
                        source(from_env, "REGCACHE_EAGER_RAILS", "params.eager_rails"),

@@ -7,6 +7,9 @@
 
 #include "regcache.h"
 
+/* The largest params.priv_size. */
+#define RC_MAX_PRIV 4096
+
 struct rc_options {
     struct regcache_params params; /* caller's params with overrides */
     bool stats_dump;               /* REGCACHE_STATS: print stats at destroy */

@@ -1,9 +1,10 @@
 #include "backend.h"
 
-static int user_reg(void *arg, uintptr_t addr, size_t len, int device, unsigned rail,
+static int user_reg(void *arg, uintptr_t addr, size_t len, int device, unsigned rail, int access,
                     void **handle)
 {
     const struct rc_backend *b = arg;
+    (void)access;
     return b->user.reg(b->user.arg, (void *)addr, len, device, (int)rail, handle);
 }
 

@@ -14,8 +14,10 @@
 #include "regcache.h"
 
 struct rc_backend {
-    /* 0 or an errno value, as regcache_backend.reg. */
-    int (*reg)(void *arg, uintptr_t addr, size_t len, int device, unsigned rail, void **handle);
+    /* 0 or an errno value, as regcache_backend.reg; `access` is the
+     * IBV_ACCESS_* set the entry needs (a user's backend is not told). */
+    int (*reg)(void *arg, uintptr_t addr, size_t len, int device, unsigned rail, int access,
+               void **handle);
     void (*dereg)(void *arg, void *handle);
     /* Optional: file descriptors the backend holds now (statistics). */
     uint64_t (*fds_held)(const void *arg);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cache.h"
+#include "hold.h"
 #include "last_error.h"
 
 /* Rounds of evict-and-retry before a registration gives up. */
@@ -45,11 +46,10 @@ static void access_words(int access, char *buf, size_t n)
         snprintf(buf, n, "local read only");
 }
 
-static __attribute__((cold)) int bad_address(struct regcache *c, const struct regcache_entry *e,
-                                             unsigned rail, int err)
+static __attribute__((cold)) int bad_address(const struct regcache_entry *e, unsigned rail, int err)
 {
     char access[80];
-    access_words(c->opts.params.access, access, sizeof(access));
+    access_words((int)(e->access & ~RC_ACCESS_DEFAULT), access, sizeof(access));
     return rc_fail(REGCACHE_ERR_BAD_ADDRESS,
                    "registering host memory [%#jx, %#jx) on rail %u failed: %s: it is not mapped, "
                    "or its protection does not allow the access asked for (%s); nothing was "
@@ -63,8 +63,8 @@ static inline int reg_once(struct regcache *c, struct regcache_entry *e, unsigne
 {
     void *handle = NULL;
     rc_clear_error();
-    int err =
-        c->backend.reg(c->backend.arg, e->node.start, rc_entry_len(e), e->device, rail, &handle);
+    int err = c->backend.reg(c->backend.arg, e->node.start, rc_entry_len(e), e->device, rail,
+                             (int)(e->access & ~RC_ACCESS_DEFAULT), &handle);
     if (err)
         return err;
     e->handles[rail] = handle; /* counted by the caller, under the lock */
@@ -85,7 +85,7 @@ static __attribute__((noinline, cold)) int register_after_failure(struct regcach
     for (unsigned round = 0;; round++) {
         rc_count(&d->n.reg_failures);
         if (bad_host_address(e, err))
-            return bad_address(c, e, rail, err);
+            return bad_address(e, rail, err);
         if (!exhausted(err)) {
             /* Keep what the backend itself said (a CUDA export error). */
             rc_prefix_error("registering %zu bytes at %#jx on rail %u failed: reg returned %d (%s)",
@@ -113,7 +113,7 @@ static __attribute__((noinline, cold)) int register_after_failure(struct regcach
         rc_lock(&c->lock);
         size_t have = atomic_load_explicit(&d->bytes, memory_order_relaxed);
         size_t now = rc_evict_locked(c, d, have > len ? have - len : 0, SIZE_MAX, speculative,
-                                     &d->n.evictions, &victims);
+                                     REGCACHE_REASON_EVICT_EXHAUSTED, &victims);
         size_t left = d->lru.count;
         rc_unlock(&c->lock);
         rc_release_victims(c, victims);
@@ -130,8 +130,26 @@ static __attribute__((noinline, cold)) int register_after_failure(struct regcach
     }
 }
 
+/* params.on_register refused the registration just made: undo it. */
+static __attribute__((noinline, cold)) int refused(struct regcache *c, struct regcache_entry *e,
+                                                   unsigned rail, int ret)
+{
+    c->backend.dereg(c->backend.arg, e->handles[rail]);
+    e->handles[rail] = NULL;
+    return rc_fail(REGCACHE_ERR_CALLBACK,
+                   "params.on_register returned %d for [%#jx, %#jx) on rail %u: the "
+                   "registration was undone",
+                   ret, (uintmax_t)e->node.start, (uintmax_t)e->node.end, rail);
+}
+
 int rc_register_rail(struct regcache *c, struct regcache_entry *e, unsigned rail, bool speculative)
 {
     int err = reg_once(c, e, rail);
-    return err ? register_after_failure(c, e, rail, speculative, err) : REGCACHE_OK;
+    int rc = err ? register_after_failure(c, e, rail, speculative, err) : REGCACHE_OK;
+    const struct regcache_params *p = &c->opts.params;
+    if (rc != REGCACHE_OK || !p->on_register)
+        return rc;
+    int ret = p->on_register(p->callback_arg, rc_counted_handle(e, rail), rail, e->handles[rail],
+                             c->pool.priv_size ? rc_entry_priv(e) : NULL);
+    return ret ? refused(c, e, rail, ret) : REGCACHE_OK;
 }

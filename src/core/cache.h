@@ -21,9 +21,8 @@
 #include "prefetch.h"
 #include "range_filter.h"
 
-/* Why entries are invalidated, for the counters: a failed tag check,
- * regcache_notify_free() (the hooks), regcache_invalidate(), the host
- * memory monitor. */
+/* The columns of rc_counters.invalidations: the causes the statistics
+ * tell apart (rc_leave_locked maps each reason to one). */
 enum rc_cause { RC_BY_TAG, RC_BY_NOTIFY, RC_BY_EXPLICIT, RC_BY_MONITOR, RC_CAUSES };
 
 /* Counters of one device; atomics so that stats read them without a lock. */
@@ -110,6 +109,7 @@ struct regcache {
     atomic_uint_fast64_t inval_seq;
     struct {
         uintptr_t start, end;
+        enum regcache_reason why;
     } inval_log[RC_INVAL_LOG];
     struct rc_range_filter filter;
 
@@ -125,6 +125,10 @@ struct regcache {
     size_t host_page;
     size_t max_reg; /* the longest registration the NICs take (SIZE_MAX: any) */
     struct rc_options opts;
+    unsigned access; /* params.access, the access of regcache_get() */
+    /* Entries whose params.on_leave is due, each with a counted hold that
+     * keeps it registered until the notice is given (release.c). */
+    _Atomic(struct regcache_entry *) notices;
 
     struct rc_lock lock;           /* tree, LRU, budgets, zombies, pool, log */
     struct rc_cond registered;     /* a pending registration finished */
@@ -201,20 +205,25 @@ void rc_validation_recheck(struct regcache *c);
  * leaves its entry speculative (prefetch.h); REGCACHE_OK also when
  * another registration of the range is in flight, RC_NO_ROOM when the
  * budget has none without evicting used entries. */
-int rc_slow_get(struct regcache *c, uintptr_t start, uintptr_t end, unsigned rail,
+int rc_slow_get(struct regcache *c, uintptr_t start, uintptr_t end, struct rc_req rq,
                 regcache_entry_t **out);
+
+/* The access an entry for want (an rc_req's) registers: IBV_ACCESS_* bits,
+ * with RC_ACCESS_DEFAULT when they cover params.access. */
+static inline unsigned rc_access_of(const struct regcache *c, unsigned want);
 
 /* Not a status: a background registration found no room (see above). */
 #define RC_NO_ROOM 2
+
 
 /* Not a status: the hit path could not serve and the slow path must (no
  * entry, no free slot, tag changed, the entry left meanwhile). */
 #define RC_NOT_HIT 1
 
-/* e, held by the caller, lacks `rail`: register it there (or wait for a
- * registration of that rail of e in flight) and hand out a hold of it;
- * RC_NOT_HIT when e left the cache meanwhile. */
-int rc_add_rail(struct regcache *c, struct regcache_entry *e, unsigned rail,
+/* e, held by the caller, lacks rq's rail: register it there (or wait for
+ * a registration of that rail of e in flight) and hand out a hold of it;
+ * RC_NOT_HIT when e left the cache meanwhile or lacks rq's access. */
+int rc_add_rail(struct regcache *c, struct regcache_entry *e, struct rc_req rq,
                 regcache_entry_t **out);
 
 /* What a miss wants registered, derived from the memory query. */
@@ -230,6 +239,9 @@ struct rc_want {
      * registration and any merge with other entries stay inside; 0, 0
      * when unknown (host_merge.c). */
     uintptr_t span_start, span_end;
+    /* The access to register (rc_access_of()): the get's, and that of the
+     * narrower entries of the same memory it replaces. */
+    unsigned access;
 };
 
 /* Describe [start, end) with the memory query and decide what to register.
@@ -242,11 +254,12 @@ void rc_want_fini(struct rc_want *w);
  * it overlaps inside its mappings (host_merge.c). */
 void rc_host_merge_locked(struct regcache *c, struct rc_want *w);
 
-/* Under the lock, after e was published: other ready pageable entries that
- * lie inside e's range leave the cache (unused ones to *victims, held ones
- * at their last put), so that merged entries converge to one. */
-void rc_host_retire_covered_locked(struct regcache *c, struct regcache_entry *e,
-                                   struct regcache_entry **victims);
+/* Under the lock, after e was published: other ready entries of the same
+ * memory that lie inside e's range and whose access e's covers leave the
+ * cache (unused ones to *victims, held ones at their last put), so that
+ * merged pageable entries and access upgrades converge to one. */
+void rc_retire_covered_locked(struct regcache *c, struct regcache_entry *e,
+                              struct regcache_entry **victims);
 
 /* Does the memory at the entry's range still carry its buffer ids? */
 bool rc_entry_memory_current(struct regcache *c, const struct regcache_entry *e);
@@ -290,10 +303,10 @@ static inline struct rc_device *rc_device(struct regcache *c, int slot)
 }
 
 /* Under the lock: evict LRU unused entries of d until it holds at most
- * max_bytes and max_entries; count them in `counter` (NULL for a flush).
- * speculative_only: no entry that a get used goes. */
+ * max_bytes and max_entries; they leave for `why` (an eviction or a
+ * flush).  speculative_only: no entry that a get used goes. */
 size_t rc_evict_locked(struct regcache *c, struct rc_device *d, size_t max_bytes,
-                       size_t max_entries, bool speculative_only, atomic_uint_fast64_t *counter,
+                       size_t max_entries, bool speculative_only, enum regcache_reason why,
                        struct regcache_entry **victims);
 
 /* Under the lock: make room for one more entry of len bytes; a speculative
@@ -335,16 +348,18 @@ static inline void rc_recheck_budget_locked(struct rc_device *d)
 
 /* ---- invalidation (invalidate.c) ---------------------------------------- */
 
-/* regcache_invalidate() with the cause to count. */
-void rc_cache_invalidate(struct regcache *c, uintptr_t start, uintptr_t end, enum rc_cause cause);
+/* regcache_invalidate() for a reason: the memory was freed (seen how), or
+ * the caller asked. */
+void rc_cache_invalidate(struct regcache *c, uintptr_t start, uintptr_t end,
+                         enum regcache_reason why);
 
 /* notify_free's per-cache step: nothing at all when no entry can overlap
  * and no miss is in flight. */
-void rc_cache_notify(struct regcache *c, uintptr_t start, uintptr_t end, enum rc_cause cause);
+void rc_cache_notify(struct regcache *c, uintptr_t start, uintptr_t end, enum regcache_reason why);
 
 /* rc_cache_notify() on every live cache: regcache_notify_free(), and the
  * host memory monitor's single way in (registry.c). */
-void rc_registry_invalidate(uintptr_t start, uintptr_t end, enum rc_cause cause);
+void rc_registry_invalidate(uintptr_t start, uintptr_t end, enum regcache_reason why);
 
 /* A miss enters before its memory query and leaves in its last locked
  * step, after its entry is published (or not); in between,
@@ -352,7 +367,8 @@ void rc_registry_invalidate(uintptr_t start, uintptr_t end, enum rc_cause cause)
  * [start, end). */
 uint64_t rc_miss_enter(struct regcache *c);
 void rc_miss_leave_locked(struct regcache *c);
-bool rc_invalidated_since_locked(struct regcache *c, uint64_t seq, uintptr_t start, uintptr_t end);
+bool rc_invalidated_since_locked(struct regcache *c, uint64_t seq, uintptr_t start, uintptr_t end,
+                                 enum regcache_reason *why);
 
 /* Deregister and free every entry, held ones included (destroy). */
 void rc_cache_drain(struct regcache *c);
@@ -368,11 +384,16 @@ static inline size_t rc_entry_len(const struct regcache_entry *e)
  * LRU, the filter and the budget.  No lookup finds it afterwards. */
 void rc_unlink_locked(struct regcache *c, struct regcache_entry *e);
 
-/* Under the lock: e leaves the cache (rc_unlink_locked first for a ready
- * one).  Unused entries go to *victims; held ones become zombies that their
- * last holder releases; a pending one is left to its registering thread. */
-void rc_detach_locked(struct regcache *c, struct regcache_entry *e,
-                      struct regcache_entry **victims);
+/* Under the lock: e leaves the cache for `why` (rc_unlink_locked first
+ * for a ready one).  Unused entries go to *victims; held ones become
+ * zombies that their last holder releases; a pending one is left to its
+ * registering thread. */
+void rc_detach_locked(struct regcache *c, struct regcache_entry *e, struct regcache_entry **victims,
+                      enum regcache_reason why);
+
+/* Under the lock: the one place every entry that leaves the cache passes,
+ * whichever way it leaves: it records why and counts it. */
+void rc_leave_locked(struct regcache *c, struct regcache_entry *e, enum regcache_reason why);
 
 /* Link e into a singly linked list through link_next. */
 static inline void rc_list_push(struct regcache_entry **list, struct regcache_entry *e)
@@ -412,6 +433,19 @@ void rc_sweep_locked(struct regcache *c, struct regcache_entry **victims);
 
 /* Under the lock: every zombie goes to *victims (destroy). */
 void rc_drain_entries_locked(struct regcache *c, struct regcache_entry **victims);
+
+/* Without the lock: give the notices that detachers left (c->notices). */
+void rc_give_notices(struct regcache *c);
+
+/* Under the lock: e, a registration handed out once and held by the
+ * caller, is due its notice; rc_give_notices() gives it. */
+void rc_notice_due_locked(struct regcache *c, struct regcache_entry *e);
+
+static inline unsigned rc_access_of(const struct regcache *c, unsigned want)
+{
+    unsigned bits = want == RC_ACCESS_DEFAULT ? c->access : want;
+    return rc_access_covers(bits, c->access) ? bits | RC_ACCESS_DEFAULT : bits;
+}
 
 /* ---- background registration (prefetch.h) -------------------------------- */
 

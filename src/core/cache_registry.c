@@ -195,23 +195,23 @@ static void walk_leave(struct rc_thread *t, struct walk *w)
 
 /* One cache's part of a notice; after an allocation, eager registration
  * queues the new memory too. */
-static void notify_cache(struct regcache *c, uintptr_t start, uintptr_t end, enum rc_cause cause,
+static void notify_cache(struct regcache *c, uintptr_t start, uintptr_t end, enum regcache_reason why,
                          bool allocated)
 {
-    rc_cache_notify(c, start, end, cause);
+    rc_cache_notify(c, start, end, why);
     if (allocated)
         rc_eager_notify(c, start, end);
 }
 
 /* Without a record: counted, and every destroy waits while it lasts.  The
  * count's seq_cst increment orders it before the load of the head. */
-static void anonymous_walk(uintptr_t start, uintptr_t end, enum rc_cause cause, bool allocated)
+static void anonymous_walk(uintptr_t start, uintptr_t end, enum regcache_reason why, bool allocated)
 {
     atomic_fetch_add_explicit(&anonymous_walkers, 1, memory_order_seq_cst);
     anonymous_depth++;
     for (struct regcache *c = atomic_load_explicit(&registry_head, memory_order_acquire); c;
          c = atomic_load_explicit(&c->registry_next, memory_order_acquire))
-        notify_cache(c, start, end, cause, allocated);
+        notify_cache(c, start, end, why, allocated);
     anonymous_depth--;
     atomic_fetch_sub_explicit(&anonymous_walkers, 1, memory_order_release);
 }
@@ -220,13 +220,13 @@ static void anonymous_walk(uintptr_t start, uintptr_t end, enum rc_cause cause, 
  * so that nothing is served from memory about to go, after an allocation
  * so that nothing a get registered of the memory that was there before
  * (between the first notice and the free itself) survives. */
-static void invalidate_all(uintptr_t start, uintptr_t end, enum rc_cause cause, bool allocated)
+static void invalidate_all(uintptr_t start, uintptr_t end, enum regcache_reason why, bool allocated)
 {
     if (!atomic_load_explicit(&registry_count, memory_order_acquire))
         return;
     struct rc_thread *t = rc_thread_self();
     if (!t) {
-        anonymous_walk(start, end, cause, allocated);
+        anonymous_walk(start, end, why, allocated);
         return;
     }
     struct walk w;
@@ -234,15 +234,15 @@ static void invalidate_all(uintptr_t start, uintptr_t end, enum rc_cause cause, 
     for (struct regcache *c = atomic_load_explicit(&registry_head, memory_order_acquire); c;
          c = atomic_load_explicit(&c->registry_next, memory_order_acquire)) {
         walk_inside(&w, c);
-        notify_cache(c, start, end, cause, allocated);
+        notify_cache(c, start, end, why, allocated);
         walk_between(&w);
     }
     walk_leave(t, &w);
 }
 
-void rc_registry_invalidate(uintptr_t start, uintptr_t end, enum rc_cause cause)
+void rc_registry_invalidate(uintptr_t start, uintptr_t end, enum regcache_reason why)
 {
-    invalidate_all(start, end, cause, false);
+    invalidate_all(start, end, why, false);
 }
 
 static void notify(const void *addr, size_t len, bool allocated)
@@ -250,7 +250,7 @@ static void notify(const void *addr, size_t len, bool allocated)
     uintptr_t start = (uintptr_t)addr;
     if (len == 0 || len > UINTPTR_MAX - start)
         return;
-    invalidate_all(start, start + len, RC_BY_NOTIFY, allocated);
+    invalidate_all(start, start + len, REGCACHE_REASON_FREED_HOOK, allocated);
 }
 
 void regcache_notify_free(const void *addr, size_t len)

@@ -48,6 +48,24 @@ struct rc_page_index;
 
 #define RC_INLINE_PAGES 2
 
+/* What a get asks for: its rail, and the IBV_ACCESS_* set it needs, or
+ * RC_ACCESS_DEFAULT for the cache's params.access.  Eight bytes: passed
+ * in one register through the hit path. */
+struct rc_req {
+    unsigned rail;
+    unsigned want;
+};
+
+/* In an entry's access: it covers params.access, so that gets with the
+ * cache's access compare one bit (no IBV_ACCESS_* flag is this high). */
+#define RC_ACCESS_DEFAULT 0x80000000u
+
+/* Does an entry's access (with its RC_ACCESS_DEFAULT bit) serve want? */
+static inline bool rc_access_covers(unsigned have, unsigned want)
+{
+    return (have & want) == want;
+}
+
 enum rc_entry_state {
     RC_PENDING, /* first registration in flight; concurrent misses wait */
     RC_READY,   /* in the cache: tree, page index, LRU, budget */
@@ -90,6 +108,17 @@ struct regcache_entry {
     /* The thread registering each pending rail (for REENTRANT). */
     const void *registrants[RC_MAX_RAILS];
     int device;              /* the backend's device argument */
+    /* The IBV_ACCESS_* set registered (the union of the gets it was made
+     * for), with RC_ACCESS_DEFAULT when that covers params.access.  Set
+     * before the first registration, never changed after. */
+    unsigned access;
+    /* params.on_leave was called for it (under the lock, or by the one
+     * thread that owns the notice). */
+    bool noticed;
+    /* The list of entries whose notice is due (release.c). */
+    struct regcache_entry *notice_next;
+    /* Why it left the cache (enum regcache_reason), set when it leaves. */
+    uint8_t reason;
     /* Its place in the LRU (lru.h): a heap index, RC_LRU_QUEUED or
      * RC_LRU_NONE; in the queue, its neighbours and its key. */
     size_t heap_idx;
@@ -107,6 +136,12 @@ struct regcache_entry {
     /* Zombie list, or a caller's list of victims to deregister. */
     struct regcache_entry *link_next, *link_prev;
 } __attribute__((aligned(64)));
+
+/* Its private data (params.priv_size bytes), right after it in the pool. */
+static inline void *rc_entry_priv(const struct regcache_entry *e)
+{
+    return (char *)(uintptr_t)e + sizeof(*e);
+}
 
 /* The entry whose tree node n is. */
 static inline struct regcache_entry *rc_entry_of_node(struct rc_itree_node *n)

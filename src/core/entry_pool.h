@@ -13,9 +13,12 @@ struct rc_entry_pool {
     void **slabs;
     size_t nslabs, slab_cap;
     size_t next_slab_entries; /* slabs double, so small caches stay small */
+    /* Bytes from one entry to the next: the entry, then its private data
+     * (params.priv_size, rounded to 64). */
+    size_t stride, priv_size;
 };
 
-void rc_entry_pool_init(struct rc_entry_pool *p);
+void rc_entry_pool_init(struct rc_entry_pool *p, size_t priv_size);
 /* Under the cache lock.  A zeroed entry whose refs read detached until the
  * caller sets them; NULL when no slab can be allocated. */
 struct regcache_entry *rc_entry_pool_get(struct rc_entry_pool *p);

@@ -4,7 +4,7 @@
 #include "ledger.h"
 
 size_t rc_evict_locked(struct regcache *c, struct rc_device *d, size_t max_bytes,
-                       size_t max_entries, bool speculative_only, atomic_uint_fast64_t *counter,
+                       size_t max_entries, bool speculative_only, enum regcache_reason why,
                        struct regcache_entry **victims)
 {
     size_t n = 0;
@@ -15,10 +15,9 @@ size_t rc_evict_locked(struct regcache *c, struct rc_device *d, size_t max_bytes
             rc_lru_pop_unused(&d->lru, now, speculative_only ? 0 : UINT64_MAX);
         if (!e)
             break;
+        rc_leave_locked(c, e, why);
         rc_unlink_locked(c, e);
         rc_victim_push(c, victims, e);
-        if (counter)
-            rc_count_locked(counter);
         n++;
     }
     return n;
@@ -50,7 +49,8 @@ bool rc_make_room_locked(struct regcache *c, struct rc_device *d, size_t len, bo
      * the miss (rc_budget_note_locked). */
     d->making_room = true;
     size_t keep_bytes = max_bytes > len ? max_bytes - len : 0;
-    rc_evict_locked(c, d, keep_bytes, max_entries - 1, speculative, &d->n.evictions, victims);
+    rc_evict_locked(c, d, keep_bytes, max_entries - 1, speculative, REGCACHE_REASON_EVICT_BUDGET,
+                    victims);
     d->making_room = false;
     return atomic_load_explicit(&d->bytes, memory_order_relaxed) <= keep_bytes &&
            max_bytes >= len &&
@@ -69,7 +69,7 @@ void rc_trim(struct regcache *c, struct rc_device *d)
         follow_ledger_locked(d, 0);
     rc_evict_locked(c, d, atomic_load_explicit(&d->max_bytes, memory_order_relaxed),
                     atomic_load_explicit(&d->max_entries, memory_order_relaxed), false,
-                    &d->n.evictions, &victims);
+                    REGCACHE_REASON_EVICT_BUDGET, &victims);
     rc_check_locked(c);
     rc_unlock(&c->lock);
     rc_release_victims(c, victims);

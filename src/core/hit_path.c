@@ -82,16 +82,15 @@ static COLD bool all_tags_current(const struct regcache *c, const struct regcach
  * describing the memory again; if the entry left the cache before it could,
  * the request is a miss. */
 static COLD int hit_without_rail(struct regcache *c, _Atomic uintptr_t *slot, uintptr_t start,
-                                 uintptr_t end, regcache_entry_t **out)
+                                 uintptr_t end, struct rc_req rq, regcache_entry_t **out)
 {
     struct regcache_entry *e = rc_held_entry(slot);
-    unsigned rail = rc_held_rail(slot);
-    int rc = rc_add_rail(c, e, rail, out);
+    int rc = rc_add_rail(c, e, rq, out);
     rc_release_slot(c, slot, e);
     if (rc == REGCACHE_OK)
         return rc;
     *out = NULL;
-    return rc == RC_NOT_HIT ? rc_slow_get(c, start, end, rail, out) : rc;
+    return rc == RC_NOT_HIT ? rc_slow_get(c, start, end, rq, out) : rc;
 }
 
 /* Count a hit (n = 1) or take one back (n = -1) on a device slot. */
@@ -117,10 +116,10 @@ static inline void hand_out(struct regcache *c, struct rc_thread *t, _Atomic uin
 /* The end of every hit: the rail's registration, then the hand-out. */
 static inline int count_hit(struct regcache *c, struct rc_thread *t, _Atomic uintptr_t *slot,
                             const struct rc_probe *p, uint64_t now, uintptr_t start, uintptr_t end,
-                            unsigned rail, regcache_entry_t **out)
+                            struct rc_req rq, regcache_entry_t **out)
 {
-    if (__builtin_expect(!(p->rails >> rail & 1), 0))
-        return hit_without_rail(c, slot, start, end, out);
+    if (__builtin_expect(!rc_probe_serves(p, rq), 0))
+        return hit_without_rail(c, slot, start, end, rq, out);
     hand_out(c, t, slot, p, now, out);
     return REGCACHE_OK;
 }
@@ -134,7 +133,7 @@ static inline int count_hit(struct regcache *c, struct rc_thread *t, _Atomic uin
  * entry that looks older to the LRU than it is).  Few arguments, all in
  * registers, so that the hit reaches it by a jump. */
 static COLD int stamp_and_count(struct regcache *c, _Atomic uintptr_t *slot, uintptr_t start,
-                                uintptr_t end, unsigned rail, regcache_entry_t **out)
+                                uintptr_t end, struct rc_req rq, regcache_entry_t **out)
 {
     struct regcache_entry *e = rc_held_entry(slot);
     uint64_t now = atomic_load_explicit(&c->epoch, memory_order_relaxed);
@@ -149,8 +148,9 @@ static COLD int stamp_and_count(struct regcache *c, _Atomic uintptr_t *slot, uin
     }
     /* The slot holds e: its own fields are current. */
     p.rails = atomic_load_explicit(&e->rails_ready, memory_order_acquire);
+    p.access = e->access;
     p.device_slot = (uint16_t)e->device_slot;
-    return count_hit(c, rc_thread_current, slot, &p, now, start, end, rail, out);
+    return count_hit(c, rc_thread_current, slot, &p, now, start, end, rq, out);
 }
 
 /* A TAG_CHECK hit whose buffer id changed: the memory was freed (and maybe
@@ -158,19 +158,19 @@ static COLD int stamp_and_count(struct regcache *c, _Atomic uintptr_t *slot, uin
  * hold that kept it from being recycled meanwhile, and serve the request
  * as a miss. */
 static COLD int tag_changed(struct regcache *c, struct regcache_entry *e, _Atomic uintptr_t *slot,
-                            uintptr_t start, uintptr_t end, unsigned rail, regcache_entry_t **out)
+                            uintptr_t start, uintptr_t end, struct rc_req rq,
+                            regcache_entry_t **out)
 {
     struct regcache_entry *victims = NULL;
     rc_lock(&c->lock);
     if (e->state == RC_READY) {
-        rc_detach_locked(c, e, &victims);
-        rc_count_locked(&c->dev[e->device_slot].n.invalidations[RC_BY_TAG]);
+        rc_detach_locked(c, e, &victims, REGCACHE_REASON_FREED_TAG);
     }
     rc_unlock(&c->lock);
     rc_release_victims(c, victims);
     rc_release_slot(c, slot, e);
     *out = NULL;
-    return rc_slow_get(c, start, end, rail, out);
+    return rc_slow_get(c, start, end, rq, out);
 }
 
 /* A TAG_CHECK hit that the fast one (serve()) leaves: the entry's first
@@ -178,33 +178,34 @@ static COLD int tag_changed(struct regcache *c, struct regcache_entry *e, _Atomi
  * the slot holds, instead of the index slot's copies: the tag, or tags,
  * first.  `first` is the tag the look queried, or 0. */
 static COLD int serve_tagged_slowly(struct regcache *c, _Atomic uintptr_t *slot, uintptr_t start,
-                                    uintptr_t end, unsigned rail, regcache_entry_t **out,
+                                    uintptr_t end, struct rc_req rq, regcache_entry_t **out,
                                     uint64_t first)
 {
     struct regcache_entry *e = rc_held_entry(slot);
     bool current = !e->buffer_id || (e->more ? all_tags_current(c, e)
                                              : tag_at_start(c, start, first) == e->buffer_id);
     if (!current)
-        return tag_changed(c, e, slot, start, end, rail, out);
-    return stamp_and_count(c, slot, start, end, rail, out);
+        return tag_changed(c, e, slot, start, end, rq, out);
+    return stamp_and_count(c, slot, start, end, rq, out);
 }
 
 /* A TAG_CHECK hit whose tag turned out changed after its hand-out: take
  * the hit back, then as tag_changed(). */
 static COLD int tag_changed_after_all(struct regcache *c, _Atomic uintptr_t *slot, uintptr_t start,
-                                      uintptr_t end, regcache_entry_t **out)
+                                      uintptr_t end, struct rc_req rq, regcache_entry_t **out)
 {
     add_hits(c, rc_thread_current, rc_hold_note_of(slot)->device_slot, (uint64_t)-1);
-    return tag_changed(c, rc_held_entry(slot), slot, start, end, rc_held_rail(slot), out);
+    return tag_changed(c, rc_held_entry(slot), slot, start, end, rq, out);
 }
 
 /* A TAG_CHECK hit, handed out, on an entry of several mappings: each must
  * still carry its id. */
 static COLD int several_tags(struct regcache *c, _Atomic uintptr_t *slot, uintptr_t start,
-                             uintptr_t end, regcache_entry_t **out)
+                             uintptr_t end, struct rc_req rq, regcache_entry_t **out)
 {
     struct regcache_entry *e = rc_held_entry(slot);
-    return all_tags_current(c, e) ? REGCACHE_OK : tag_changed_after_all(c, slot, start, end, out);
+    return all_tags_current(c, e) ? REGCACHE_OK
+                                  : tag_changed_after_all(c, slot, start, end, rq, out);
 }
 
 static void release_held(struct regcache *c, _Atomic uintptr_t *slot);
@@ -213,12 +214,12 @@ static void release_held(struct regcache *c, _Atomic uintptr_t *slot);
  * entry may be of memory that is gone (host_monitor.h).  Once it is
  * handled, the slow path serves. */
 static COLD int monitor_behind(struct regcache *c, _Atomic uintptr_t *slot, uintptr_t start,
-                               uintptr_t end, unsigned rail, regcache_entry_t **out)
+                               uintptr_t end, struct rc_req rq, regcache_entry_t **out)
 {
     release_held(c, slot);
     rc_host_monitor_catch_up();
     *out = NULL;
-    return rc_slow_get(c, start, end, rail, out);
+    return rc_slow_get(c, start, end, rq, out);
 }
 
 /* Serve the request from the entry that `slot` holds and that the index
@@ -230,25 +231,25 @@ static COLD int monitor_behind(struct regcache *c, _Atomic uintptr_t *slot, uint
  * out changed is taken back. */
 static inline __attribute__((always_inline)) int
 serve(struct regcache *c, struct rc_thread *t, _Atomic uintptr_t *slot, const struct rc_probe *p,
-      uintptr_t start, uintptr_t end, unsigned rail, regcache_entry_t **out, bool tagged,
+      uintptr_t start, uintptr_t end, struct rc_req rq, regcache_entry_t **out, bool tagged,
       uint64_t first)
 {
     /* Host entries only: GPU hits compare a byte they hold already. */
     if (__builtin_expect(p->device_slot == RC_HOST_SLOT && rc_host_monitor_behind(), 0))
-        return monitor_behind(c, slot, start, end, rail, out);
+        return monitor_behind(c, slot, start, end, rq, out);
     uint64_t now = atomic_load_explicit(&c->epoch, memory_order_relaxed);
-    if (__builtin_expect(p->stamp != now || !(p->rails >> rail & 1), 0))
-        return tagged ? serve_tagged_slowly(c, slot, start, end, rail, out, first)
-                      : stamp_and_count(c, slot, start, end, rail, out);
+    if (__builtin_expect(p->stamp != now || !rc_probe_serves(p, rq), 0))
+        return tagged ? serve_tagged_slowly(c, slot, start, end, rq, out, first)
+                      : stamp_and_count(c, slot, start, end, rq, out);
     uint64_t id = tagged ? p->buffer_id : 0;
     bool several = tagged && p->several;
     hand_out(c, t, slot, p, now, out);
     if (!id)
         return REGCACHE_OK;
     if (__builtin_expect(several, 0))
-        return several_tags(c, slot, start, end, out);
+        return several_tags(c, slot, start, end, rq, out);
     if (__builtin_expect(tag_at_start(c, start, first) != id, 0))
-        return tag_changed_after_all(c, slot, start, end, out);
+        return tag_changed_after_all(c, slot, start, end, rq, out);
     return REGCACHE_OK;
 }
 
@@ -331,7 +332,7 @@ static void release_held(struct regcache *c, _Atomic uintptr_t *slot)
 /* Whatever the first look did not serve: a thread's first get, a writer in
  * the shard, entries being replaced (a few more looks, letting go of the
  * hold the last one published), then the miss path. */
-static COLD int get_again(struct regcache *c, uintptr_t start, uintptr_t end, unsigned rail,
+static COLD int get_again(struct regcache *c, uintptr_t start, uintptr_t end, struct rc_req rq,
                           regcache_entry_t **out, _Atomic uintptr_t *slot)
 {
     struct rc_thread *t = rc_thread_self();
@@ -347,22 +348,22 @@ static COLD int get_again(struct regcache *c, uintptr_t start, uintptr_t end, un
         uint64_t first = 0;
         struct rc_probe probe;
         struct regcache_entry *e =
-            look(c, t, start, end, rail, &slot, &probe, true, tagged, query_first(c), &first);
+            look(c, t, start, end, rq.rail, &slot, &probe, true, tagged, query_first(c), &first);
         if (e)
-            return serve(c, t, slot, &probe, start, end, rail, out, tagged, first);
+            return serve(c, t, slot, &probe, start, end, rq, out, tagged, first);
         if (!slot)
             break;
     }
     if (slot)
         release_held(c, slot);
     *out = NULL;
-    return rc_slow_get(c, start, end, rail, out);
+    return rc_slow_get(c, start, end, rq, out);
 }
 
 /* A hit, for one validation mode: every way out that does not serve it is
  * a tail call, so that a HOOKS hit calls nothing and spills nothing. */
 static inline __attribute__((always_inline)) int hit(struct regcache *c, uintptr_t start,
-                                                     uintptr_t end, unsigned rail,
+                                                     uintptr_t end, struct rc_req rq,
                                                      regcache_entry_t **out, bool tagged,
                                                      bool query_first)
 {
@@ -372,16 +373,16 @@ static inline __attribute__((always_inline)) int hit(struct regcache *c, uintptr
     struct rc_probe probe;
     struct regcache_entry *e =
         __builtin_expect(!!t, 1)
-            ? look(c, t, start, end, rail, &slot, &probe, false, tagged, query_first, &first)
+            ? look(c, t, start, end, rq.rail, &slot, &probe, false, tagged, query_first, &first)
             : NULL;
     if (__builtin_expect(!e, 0)) {
         /* Nothing indexed there (or no slot free), and no writer that was
          * changing it: a miss, which needs no second look. */
         if (t && !slot && !rc_page_index_busy(&probe))
-            return rc_slow_get(c, start, end, rail, out);
-        return get_again(c, start, end, rail, out, slot);
+            return rc_slow_get(c, start, end, rq, out);
+        return get_again(c, start, end, rq, out, slot);
     }
-    return serve(c, t, slot, &probe, start, end, rail, out, tagged, first);
+    return serve(c, t, slot, &probe, start, end, rq, out, tagged, first);
 }
 
 /* One function per mode, each reached from get() by a jump: the TAG_CHECK
@@ -390,60 +391,89 @@ static inline __attribute__((always_inline)) int hit(struct regcache *c, uintptr
  * two orders of a TAG_CHECK hit are two functions, so that the one for few
  * entries carries nothing of the other. */
 static __attribute__((noinline)) int hit_tagged(struct regcache *c, uintptr_t start, uintptr_t end,
-                                                unsigned rail, regcache_entry_t **out)
+                                                struct rc_req rq, regcache_entry_t **out)
 {
-    return hit(c, start, end, rail, out, true, false);
+    return hit(c, start, end, rq, out, true, false);
 }
 
 static __attribute__((noinline)) int hit_tag_first(struct regcache *c, uintptr_t start,
-                                                   uintptr_t end, unsigned rail,
+                                                   uintptr_t end, struct rc_req rq,
                                                    regcache_entry_t **out)
 {
-    return hit(c, start, end, rail, out, true, true);
+    return hit(c, start, end, rq, out, true, true);
 }
 
 static __attribute__((noinline)) int hit_hooks(struct regcache *c, uintptr_t start, uintptr_t end,
-                                               unsigned rail, regcache_entry_t **out)
+                                               struct rc_req rq, regcache_entry_t **out)
 {
-    return hit(c, start, end, rail, out, false, false);
+    return hit(c, start, end, rq, out, false, false);
 }
 
-/* Rail 0, the common case, with the rail a constant: its check folds. */
+/* Rail 0 with the cache's access, the common case, with both constants:
+ * the check folds to one test. */
 static __attribute__((noinline)) int hit_hooks_rail0(struct regcache *c, uintptr_t start,
                                                      uintptr_t end, regcache_entry_t **out)
 {
-    return hit(c, start, end, 0, out, false, false);
+    return hit(c, start, end, (struct rc_req){ 0, RC_ACCESS_DEFAULT }, out, false, false);
 }
 
-/* Inlined into both entry points, so that rail is a constant in
- * regcache_get() and its checks fold away. */
-static inline __attribute__((always_inline)) int get(regcache_t *c, unsigned rail, const void *addr,
-                                                     size_t len, regcache_entry_t **out)
+/* Rail 0 with an access given (a transport's gets): the rail folds. */
+static __attribute__((noinline)) int hit_hooks_rail0_access(struct regcache *c, uintptr_t start,
+                                                            uintptr_t end, unsigned want,
+                                                            regcache_entry_t **out)
+{
+    return hit(c, start, end, (struct rc_req){ 0, want }, out, false, false);
+}
+
+/* Inlined into every entry point, so that the rail and - for gets with
+ * the cache's access - the access are constants and their checks fold. */
+static inline __attribute__((always_inline)) int
+get(regcache_t *c, struct rc_req rq, const void *addr, size_t len, regcache_entry_t **out)
 {
     uintptr_t start = (uintptr_t)addr, end = start + len;
     /* end <= start: len is 0 or the range wraps the address space. */
-    if (__builtin_expect(!c || !out || !start || end <= start || (rail && rail >= c->rails) ||
+    if (__builtin_expect(!c || !out || !start || end <= start || (rq.rail && rq.rail >= c->rails) ||
                              rc_forked(c),
                          0)) {
         if (out)
             *out = NULL;
-        return bad_get(c, addr, len, rail, out);
+        return bad_get(c, addr, len, rq.rail, out);
     }
     if (rc_tag_checking(c))
-        return query_first(c) ? hit_tag_first(c, start, end, rail, out)
-                              : hit_tagged(c, start, end, rail, out);
-    return rail ? hit_hooks(c, start, end, rail, out) : hit_hooks_rail0(c, start, end, out);
+        return query_first(c) ? hit_tag_first(c, start, end, rq, out)
+                              : hit_tagged(c, start, end, rq, out);
+    if (rq.rail)
+        return hit_hooks(c, start, end, rq, out);
+    return rq.want == RC_ACCESS_DEFAULT ? hit_hooks_rail0(c, start, end, out)
+                                        : hit_hooks_rail0_access(c, start, end, rq.want, out);
 }
 
 int regcache_get(regcache_t *c, const void *addr, size_t len, regcache_entry_t **out)
 {
-    return get(c, 0, addr, len, out);
+    return get(c, (struct rc_req){ 0, RC_ACCESS_DEFAULT }, addr, len, out);
 }
 
 int regcache_get_rail(regcache_t *c, unsigned rail, const void *addr, size_t len,
                       regcache_entry_t **out)
 {
-    return get(c, rail, addr, len, out);
+    return get(c, (struct rc_req){ rail, RC_ACCESS_DEFAULT }, addr, len, out);
+}
+
+static COLD int bad_access(int access, unsigned flags, regcache_entry_t **out)
+{
+    if (out)
+        *out = NULL;
+    return rc_fail(REGCACHE_ERR_INVALID, "regcache_get_access: %s %#x",
+                   access < 0 ? "negative access" : "unknown flags",
+                   access < 0 ? (unsigned)access : flags);
+}
+
+int regcache_get_access(regcache_t *c, unsigned rail, const void *addr, size_t len, int access,
+                        unsigned flags, regcache_entry_t **out)
+{
+    if (__builtin_expect(access < 0 || flags, 0))
+        return bad_access(access, flags, out);
+    return get(c, (struct rc_req){ rail, (unsigned)access }, addr, len, out);
 }
 
 /* ------------------------------------------------------------------------ */

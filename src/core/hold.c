@@ -125,3 +125,17 @@ void regcache_entry_range(const regcache_entry_t *h, uintptr_t *start, size_t *l
     if (len)
         *len = e ? rc_entry_len(e) : 0;
 }
+
+int regcache_entry_access(const regcache_entry_t *h)
+{
+    unsigned rail;
+    struct regcache_entry *e = h ? decode(h, &rail) : NULL;
+    return e ? (int)(e->access & ~RC_ACCESS_DEFAULT) : 0;
+}
+
+void *regcache_entry_priv(const regcache_entry_t *h)
+{
+    unsigned rail;
+    struct regcache_entry *e = h ? decode(h, &rail) : NULL;
+    return e && e->cache->pool.priv_size ? rc_entry_priv(e) : NULL;
+}

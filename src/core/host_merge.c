@@ -1,15 +1,21 @@
 /* Pageable host entries merge: a miss that overlaps cached entries of the
- * same mappings registers their union once, and the entries it covers
- * leave the cache.  Gets over random sub-ranges of one mapping so
- * converge to one registration instead of pinning the same pages under
- * many, each rounded on its own.  Pinned memory (cuMemAllocHost, with a
- * buffer id) and GPU memory never merge: their entries are clipped to an
- * allocation. */
+ * same mappings registers their union once (of ranges and of access), and
+ * the entries it covers leave the cache.  Any entry leaves the same way
+ * when a get that needs more access registers its memory again.  Gets over
+ * random sub-ranges of one mapping so converge to one registration instead
+ * of pinning the same pages under many, each rounded on its own.  Pinned
+ * memory (cuMemAllocHost, with a buffer id) and GPU memory never merge:
+ * their entries are clipped to an allocation. */
 #include "cache.h"
+
+static bool pageable(const struct regcache_entry *e)
+{
+    return e->device_slot == RC_HOST_SLOT && !e->buffer_id && !e->nmore;
+}
 
 static bool mergeable(const struct regcache_entry *e)
 {
-    return e->state == RC_READY && e->device_slot == RC_HOST_SLOT && !e->buffer_id && !e->nmore;
+    return e->state == RC_READY && pageable(e);
 }
 
 struct grow {
@@ -36,6 +42,8 @@ static int grow_visit(struct rc_itree_node *n, void *arg)
         w->reg_end = n->end;
         g->grew = true;
     }
+    /* The union serves every get the merged entries served. */
+    w->access |= e->access & ~RC_ACCESS_DEFAULT;
     return 0;
 }
 
@@ -51,6 +59,7 @@ void rc_host_merge_locked(struct regcache *c, struct rc_want *w)
     } while (g.grew);
     w->match_start = w->reg_start;
     w->match_end = w->reg_end;
+    w->access = rc_access_of(c, w->access & ~RC_ACCESS_DEFAULT);
 }
 
 struct covered {
@@ -58,26 +67,41 @@ struct covered {
     struct regcache_entry *list;
 };
 
+/* Does by, whose range holds e's, replace e?  Pageable entries of the
+ * same mappings merge.  Other memory is replaced only by an access upgrade
+ * (two entries of one allocation with the same access are left as they
+ * always were): an entry of the same allocation, as by was registered
+ * after the memory was described again, and an entry of memory freed since
+ * would carry another buffer id. */
+static bool replaces(const struct regcache_entry *by, const struct regcache_entry *e)
+{
+    if (pageable(by))
+        return mergeable(e);
+    return e->state == RC_READY && e->buffer_id == by->buffer_id && !e->nmore && !by->nmore &&
+           e->device_slot == by->device_slot &&
+           (e->access & ~RC_ACCESS_DEFAULT) != (by->access & ~RC_ACCESS_DEFAULT);
+}
+
 static int covered_visit(struct rc_itree_node *n, void *arg)
 {
     struct covered *cv = arg;
     struct regcache_entry *e = rc_entry_of_node(n);
-    if (e != cv->by && mergeable(e) && n->start >= cv->by->node.start &&
-        n->end <= cv->by->node.end)
+    if (e != cv->by && n->start >= cv->by->node.start && n->end <= cv->by->node.end &&
+        rc_access_covers(cv->by->access, e->access & ~RC_ACCESS_DEFAULT) && replaces(cv->by, e))
         rc_list_push(&cv->list, e);
     return 0;
 }
 
-void rc_host_retire_covered_locked(struct regcache *c, struct regcache_entry *e,
-                                   struct regcache_entry **victims)
+void rc_retire_covered_locked(struct regcache *c, struct regcache_entry *e,
+                              struct regcache_entry **victims)
 {
-    if (e->device_slot != RC_HOST_SLOT || e->buffer_id)
+    if (!pageable(e) && (!e->buffer_id || e->nmore))
         return;
     struct covered cv = { .by = e };
     rc_itree_visit_overlaps(&c->tree, e->node.start, e->node.end, covered_visit, &cv);
     while (cv.list) {
         struct regcache_entry *old = cv.list;
         cv.list = old->link_next;
-        rc_detach_locked(c, old, victims);
+        rc_detach_locked(c, old, victims, REGCACHE_REASON_REPLACED);
     }
 }

@@ -40,23 +40,31 @@ static bool misses_in_flight(struct regcache *c)
     return atomic_load_explicit(&c->misses_begun, memory_order_seq_cst) != ended;
 }
 
-bool rc_invalidated_since_locked(struct regcache *c, uint64_t seq, uintptr_t start, uintptr_t end)
+bool rc_invalidated_since_locked(struct regcache *c, uint64_t seq, uintptr_t start, uintptr_t end,
+                                 enum regcache_reason *why)
 {
     uint64_t now = atomic_load_explicit(&c->inval_seq, memory_order_relaxed);
-    if (now - seq > RC_INVAL_LOG)
-        return true; /* the log has wrapped: assume the worst */
+    if (now - seq > RC_INVAL_LOG) {
+        /* The log has wrapped: assume the worst, that the memory was
+         * freed. */
+        *why = REGCACHE_REASON_FREED_HOOK;
+        return true;
+    }
     for (uint64_t s = seq + 1; s <= now; s++)
         if (c->inval_log[s % RC_INVAL_LOG].start < end &&
-            start < c->inval_log[s % RC_INVAL_LOG].end)
+            start < c->inval_log[s % RC_INVAL_LOG].end) {
+            *why = c->inval_log[s % RC_INVAL_LOG].why;
             return true;
+        }
     return false;
 }
 
-static void log_locked(struct regcache *c, uintptr_t start, uintptr_t end)
+static void log_locked(struct regcache *c, uintptr_t start, uintptr_t end, enum regcache_reason why)
 {
     uint64_t seq = atomic_load_explicit(&c->inval_seq, memory_order_relaxed) + 1;
     c->inval_log[seq % RC_INVAL_LOG].start = start;
     c->inval_log[seq % RC_INVAL_LOG].end = end;
+    c->inval_log[seq % RC_INVAL_LOG].why = why;
     atomic_store_explicit(&c->inval_seq, seq, memory_order_seq_cst);
 }
 
@@ -66,11 +74,12 @@ static int collect(struct rc_itree_node *n, void *list)
     return 0;
 }
 
-void rc_cache_invalidate(struct regcache *c, uintptr_t start, uintptr_t end, enum rc_cause cause)
+void rc_cache_invalidate(struct regcache *c, uintptr_t start, uintptr_t end,
+                         enum regcache_reason why)
 {
     struct regcache_entry *victims = NULL, *found = NULL;
     rc_lock(&c->lock);
-    log_locked(c, start, end);
+    log_locked(c, start, end, why);
     rc_itree_visit_overlaps(&c->tree, start, end, collect, &found);
     while (found) {
         struct regcache_entry *e = found;
@@ -78,10 +87,8 @@ void rc_cache_invalidate(struct regcache *c, uintptr_t start, uintptr_t end, enu
         /* The tree holds registered ranges; an entry goes only when its own
          * allocation overlaps, so freeing one allocation packed into a page
          * spares its neighbours. */
-        if (rc_entry_overlaps(e, start, end)) {
-            rc_detach_locked(c, e, &victims);
-            rc_count_locked(&c->dev[e->device_slot].n.invalidations[cause]);
-        }
+        if (rc_entry_overlaps(e, start, end))
+            rc_detach_locked(c, e, &victims, why);
     }
     rc_sweep_locked(c, &victims);
     rc_check_locked(c);
@@ -97,12 +104,12 @@ void rc_cache_invalidate(struct regcache *c, uintptr_t start, uintptr_t end, enu
  * this call to the slow path, where it is logged.  The filter's table is
  * loaded after that: a replacement before the add is seen, and one made
  * later was filled with every entry counted before it, this one included. */
-void rc_cache_notify(struct regcache *c, uintptr_t start, uintptr_t end, enum rc_cause cause)
+void rc_cache_notify(struct regcache *c, uintptr_t start, uintptr_t end, enum regcache_reason why)
 {
     if (!misses_in_flight(c) && !rc_filter_may_overlap(&c->filter, start, end) &&
         !rc_prefetch_failures_kept(c))
         return;
-    rc_cache_invalidate(c, start, end, cause);
+    rc_cache_invalidate(c, start, end, why);
 }
 
 int regcache_invalidate(regcache_t *c, const void *addr, size_t len)
@@ -116,7 +123,7 @@ int regcache_invalidate(regcache_t *c, const void *addr, size_t len)
     if (rc_forked(c))
         return rc_fail(REGCACHE_ERR_FORKED, "regcache_invalidate: the cache was created before "
                                             "fork()");
-    rc_cache_invalidate(c, start, start + len, RC_BY_EXPLICIT);
+    rc_cache_invalidate(c, start, start + len, REGCACHE_REASON_INVALIDATE);
     return REGCACHE_OK;
 }
 
@@ -129,7 +136,7 @@ int regcache_flush(regcache_t *c)
     struct regcache_entry *victims = NULL;
     rc_lock(&c->lock);
     for (int i = 0; i < RC_DEVICE_SLOTS; i++)
-        rc_evict_locked(c, &c->dev[i], 0, 0, false, NULL, &victims);
+        rc_evict_locked(c, &c->dev[i], 0, 0, false, REGCACHE_REASON_FLUSH, &victims);
     rc_sweep_locked(c, &victims);
     rc_check_locked(c);
     rc_unlock(&c->lock);
@@ -154,6 +161,7 @@ void rc_cache_drain(struct regcache *c)
     while (all) {
         struct regcache_entry *e = all;
         all = e->link_next;
+        rc_leave_locked(c, e, REGCACHE_REASON_DESTROY);
         rc_unlink_locked(c, e);
         rc_victim_push(c, &victims, e);
     }

@@ -132,11 +132,13 @@ int regcache_create(const struct regcache_params *params, regcache_t **out)
     rc_lock_init(&c->lock);
     rc_cond_init(&c->registered);
     rc_itree_init(&c->tree);
-    rc_entry_pool_init(&c->pool);
+    rc_entry_pool_init(&c->pool, 0);
     for (int i = 0; i < RC_DEVICE_SLOTS; i++)
         rc_lru_init(&c->dev[i].lru, &c->index);
 
     int rc = rc_options_resolve(params, &c->opts);
+    if (rc == REGCACHE_OK)
+        rc_entry_pool_init(&c->pool, c->opts.params.priv_size);
     if (rc == REGCACHE_OK)
         rc = make_backend(c);
     if (rc == REGCACHE_OK &&
@@ -150,6 +152,7 @@ int regcache_create(const struct regcache_params *params, regcache_t **out)
     }
     const struct regcache_params *p = &c->opts.params;
     c->rails = (unsigned)p->rails;
+    c->access = (unsigned)p->access;
     c->max_reg = c->opts.max_mr_size ? c->opts.max_mr_size
                  : c->backend.max_len ? c->backend.max_len
                                       : SIZE_MAX;

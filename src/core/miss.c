@@ -15,6 +15,7 @@
  * was used. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cache.h"
 #include "compiler.h"
@@ -129,6 +130,7 @@ static bool serves(const struct regcache_entry *e, const struct rc_want *w)
 struct lookup {
     const struct rc_want *want;
     unsigned rail;
+    unsigned narrower; /* access of entries that serve w but for its access */
     struct regcache_entry *found, *busy, *stale;
 };
 
@@ -142,6 +144,10 @@ static int lookup_visit(struct rc_itree_node *n, void *arg)
     }
     if (!serves(e, l->want))
         return 0;
+    if (!rc_access_covers(e->access, l->want->access)) {
+        l->narrower |= e->access & ~RC_ACCESS_DEFAULT;
+        return 0;
+    }
     if (e->rails_pending >> l->rail & 1) {
         l->busy = e;
         return 0;
@@ -153,9 +159,11 @@ static int lookup_visit(struct rc_itree_node *n, void *arg)
 /* Under the lock: an entry serving w on whose `rail` no registration is in
  * flight (ready, or pending with another rail in flight), or NULL with
  * *busy set to an entry whose registration of that rail will serve it.
- * Stale entries met on the way leave the cache. */
-static struct regcache_entry *lookup_locked(struct regcache *c, const struct rc_want *w,
-                                            unsigned rail, struct regcache_entry **busy,
+ * Stale entries met on the way leave the cache.  Entries that would serve
+ * w but for its access add theirs to w's: a registration for w then
+ * replaces them (rc_retire_covered_locked). */
+static struct regcache_entry *lookup_locked(struct regcache *c, struct rc_want *w, unsigned rail,
+                                            struct regcache_entry **busy,
                                             struct regcache_entry **victims)
 {
     struct lookup l = { .want = w, .rail = rail };
@@ -163,9 +171,10 @@ static struct regcache_entry *lookup_locked(struct regcache *c, const struct rc_
     while (l.stale) {
         struct regcache_entry *e = l.stale;
         l.stale = e->link_next;
-        rc_detach_locked(c, e, victims);
-        rc_count_locked(&c->dev[e->device_slot].n.invalidations[RC_BY_TAG]);
+        rc_detach_locked(c, e, victims, REGCACHE_REASON_FREED_TAG);
     }
+    if (l.narrower)
+        w->access = rc_access_of(c, (w->access & ~RC_ACCESS_DEFAULT) | l.narrower);
     *busy = l.found ? NULL : l.busy;
     return l.found;
 }
@@ -211,6 +220,13 @@ static struct regcache_entry *new_pending_locked(struct regcache *c, struct rc_w
     w->nmore = 0;
     e->device_slot = w->slot;
     e->device = w->device;
+    e->access = w->access;
+    e->noticed = false;
+    /* Why a registration handed out once leaves, unless an invalidation
+     * says otherwise: the LRU could not take it. */
+    e->reason = REGCACHE_REASON_EVICT_EXHAUSTED;
+    if (c->pool.priv_size)
+        memset(rc_entry_priv(e), 0, c->pool.priv_size);
     atomic_store_explicit(&e->last_use, 0, memory_order_relaxed);
     /* Its handles need no clearing: one is read only for a rail in
      * rails_ready, after that rail's registration wrote it.  The tree's
@@ -266,7 +282,7 @@ static int publish_locked(struct regcache *c, struct regcache_entry *e, uintptr_
                           bool speculative, struct regcache_entry **victims)
 {
     struct rc_device *d = &c->dev[e->device_slot];
-    rc_host_retire_covered_locked(c, e, victims);
+    rc_retire_covered_locked(c, e, victims);
     /* The registration opens an epoch, and the entry is stamped as used in
      * it: its caller holds it and puts it next, and that put then finds the
      * stamp current and writes nothing, nor does the evictor have a stale
@@ -309,6 +325,7 @@ static void drop_failed_locked(struct regcache *c, struct regcache_entry *e,
                                struct regcache_entry **victims)
 {
     atomic_fetch_or_explicit(&e->refs, RC_DETACHED, memory_order_seq_cst);
+    e->noticed = true; /* it never served a get: nothing to revoke */
     unsigned old = atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel);
     if ((old & RC_COUNT_MASK) == 1)
         rc_victim_push(c, victims, e);
@@ -353,8 +370,9 @@ static int register_new(struct regcache *c, struct rc_want *w, uint64_t seq, uns
         rail_ready_locked(e, rail);
         rc_count_locked(&d->n.registrations);
     }
+    enum regcache_reason why = e->reason; /* the detacher's, if any */
     if (rc == REGCACHE_OK && !detached &&
-        !rc_invalidated_since_locked(c, seq, e->match_start, e->match_end) &&
+        !rc_invalidated_since_locked(c, seq, e->match_start, e->match_end, &why) &&
         publish_locked(c, e, w->start, speculative, victims) == REGCACHE_OK) {
         /* Its count was this thread's and those of gets registering other
          * rails meanwhile; in the cache now, the entry may be held by a
@@ -371,6 +389,8 @@ static int register_new(struct regcache *c, struct rc_want *w, uint64_t seq, uns
             atomic_fetch_or_explicit(&e->refs, RC_DETACHED, memory_order_seq_cst);
             rc_zombie_locked(c, e);
             rc_count_locked(&d->n.one_shots);
+            e->reason = (uint8_t)why;
+            rc_notice_due_locked(c, e);
             *out = rc_counted_handle(e, rail);
         } else {
             drop_failed_locked(c, e, victims);
@@ -422,8 +442,13 @@ static int register_rail(struct regcache *c, struct regcache_entry *e, unsigned 
     return rc;
 }
 
-int rc_add_rail(struct regcache *c, struct regcache_entry *e, unsigned rail, regcache_entry_t **out)
+int rc_add_rail(struct regcache *c, struct regcache_entry *e, struct rc_req rq,
+                regcache_entry_t **out)
 {
+    unsigned rail = rq.rail;
+    /* Set before the entry's first registration: the slot holds it. */
+    if (!rc_access_covers(e->access, rq.want))
+        return RC_NOT_HIT;
     if (__builtin_expect(rc_get_nonblocking, 0))
         return rc_nonblock_miss(c, e->match_start, e->match_end, rail);
     /* Entered like a miss, though the entry is in the cache already: the
@@ -516,9 +541,10 @@ static int serve(struct regcache *c, struct rc_want *w, uint64_t seq, unsigned r
     return rc;
 }
 
-int rc_slow_get(struct regcache *c, uintptr_t start, uintptr_t end, unsigned rail,
+int rc_slow_get(struct regcache *c, uintptr_t start, uintptr_t end, struct rc_req rq,
                 regcache_entry_t **out)
 {
+    unsigned rail = rq.rail;
     if (__builtin_expect(rc_get_nonblocking, 0)) {
         *out = NULL;
         return rc_nonblock_miss(c, start, end, rail);
@@ -530,7 +556,7 @@ int rc_slow_get(struct regcache *c, uintptr_t start, uintptr_t end, unsigned rai
             return failed;
         }
     }
-    struct rc_want w = { .start = start, .end = end };
+    struct rc_want w = { .start = start, .end = end, .access = rc_access_of(c, rq.want) };
     /* An unmap the monitor read but did not yet handle leaves entries of
      * its memory in the cache: not to be served, nor merged. */
     if (rc_host_monitor_behind())

@@ -138,6 +138,7 @@ static void copy_slot(struct rc_slot *to, struct rc_slot *from)
     COPY(buffer_id);
     COPY(stamp);
     COPY(rails);
+    COPY(access);
     COPY(device_slot);
     COPY(several);
     COPY(entry);
@@ -219,6 +220,7 @@ static inline __attribute__((always_inline)) void list_page(struct rc_shard *s,
     FROM_ENTRY(stamp, last_use);
     FROM_ENTRY(rails, rails_ready);
     atomic_store_explicit(&slot->buffer_id, e->buffer_id, memory_order_relaxed);
+    atomic_store_explicit(&slot->access, e->access, memory_order_relaxed);
     atomic_store_explicit(&slot->device_slot, (uint16_t)e->device_slot, memory_order_relaxed);
     atomic_store_explicit(&slot->several, e->more != NULL, memory_order_relaxed);
     atomic_store_explicit(&slot->entry, e, memory_order_relaxed);

@@ -43,6 +43,7 @@ struct rc_slot {
     _Atomic uint64_t buffer_id;
     atomic_uint_fast64_t stamp;
     atomic_uint rails;
+    atomic_uint access; /* the entry's (entry.h) */
     _Atomic uint16_t device_slot;
     atomic_bool several; /* the entry spans more than one VMM mapping */
 } __attribute__((aligned(64)));
@@ -165,10 +166,18 @@ struct rc_probe {
     uint64_t seq;
     struct rc_slot *slot;
     uint64_t buffer_id, stamp;
-    uint32_t rails;
+    uint32_t rails, access;
     uint16_t device_slot;
     bool several;
 };
+
+/* Does the slot's entry serve a get of rq: registered on its rail, for
+ * at least its access?  With rq a constant of regcache_get() it is two
+ * tests of the slot's line. */
+static inline bool rc_probe_serves(const struct rc_probe *p, struct rc_req rq)
+{
+    return (p->rails >> rq.rail & 1) && rc_access_covers(p->access, rq.want);
+}
 
 /* Where a lookup of start begins: its page and the page's hash. */
 struct rc_page_key {
@@ -260,6 +269,7 @@ static inline void rc_page_index_read_slot(struct rc_probe *probe, bool tags)
     struct rc_slot *s = probe->slot;
     probe->stamp = atomic_load_explicit(&s->stamp, memory_order_relaxed);
     probe->rails = atomic_load_explicit(&s->rails, memory_order_relaxed);
+    probe->access = atomic_load_explicit(&s->access, memory_order_relaxed);
     probe->device_slot = atomic_load_explicit(&s->device_slot, memory_order_relaxed);
     if (tags) {
         probe->buffer_id = atomic_load_explicit(&s->buffer_id, memory_order_relaxed);

@@ -1,13 +1,23 @@
 /* Entries leaving the cache: unlinking, detaching, zombies (held after they
  * left), and the deregistration that ends them.  Deregistration always runs
  * without the cache lock, so a slow ibv_dereg_mr never stalls other threads
- * and a backend that calls back into regcache cannot deadlock. */
+ * and a backend that calls back into regcache cannot deadlock.
+ *
+ * The leave notice (params.on_leave) follows the same rule.  An unused
+ * entry is noticed just before its deregistration.  A held one whose memory
+ * is gone is noticed at once, so that a transport revokes its keys while
+ * the holder still has it: the detacher claims the notice under the lock,
+ * takes a counted hold that keeps the registration (and the private data)
+ * alive, and leaves it on c->notices for the next thread that releases
+ * entries without the lock - itself, right after - which gives the notice
+ * and lets go of the hold like a put. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <utlist.h>
 
 #include "asym_fence.h"
 #include "cache.h"
+#include "hold.h"
 
 void rc_unlink_locked(struct regcache *c, struct regcache_entry *e)
 {
@@ -53,8 +63,94 @@ static void zombie_unlink(struct regcache *c, struct regcache_entry *e)
         mark_zombies(c, false, memory_order_relaxed);
 }
 
-void rc_detach_locked(struct regcache *c, struct regcache_entry *e, struct regcache_entry **victims)
+void rc_leave_locked(struct regcache *c, struct regcache_entry *e, enum regcache_reason why)
 {
+    struct rc_counters *n = &c->dev[e->device_slot].n;
+    e->reason = (uint8_t)why;
+    switch (why) {
+    case REGCACHE_REASON_EVICT_BUDGET:
+    case REGCACHE_REASON_EVICT_EXHAUSTED:
+        rc_count_locked(&n->evictions);
+        break;
+    case REGCACHE_REASON_FREED_TAG:
+        rc_count_locked(&n->invalidations[RC_BY_TAG]);
+        break;
+    case REGCACHE_REASON_FREED_HOOK:
+        rc_count_locked(&n->invalidations[RC_BY_NOTIFY]);
+        break;
+    case REGCACHE_REASON_FREED_MONITOR:
+        rc_count_locked(&n->invalidations[RC_BY_MONITOR]);
+        break;
+    case REGCACHE_REASON_INVALIDATE:
+        rc_count_locked(&n->invalidations[RC_BY_EXPLICIT]);
+        break;
+    default:
+        break;
+    }
+}
+
+/* Does the reason mean the memory is gone (rather than the cache letting
+ * go of a registration it could keep)? */
+static bool memory_gone(enum regcache_reason why)
+{
+    return why == REGCACHE_REASON_FREED_HOOK || why == REGCACHE_REASON_FREED_MONITOR ||
+           why == REGCACHE_REASON_FREED_TAG || why == REGCACHE_REASON_INVALIDATE;
+}
+
+/* Is a notice due for e, registered and not yet noticed? */
+static bool notice_due(const struct regcache *c, const struct regcache_entry *e)
+{
+    return c->opts.params.on_leave && !e->noticed &&
+           atomic_load_explicit(&e->rails_ready, memory_order_relaxed);
+}
+
+void rc_notice_due_locked(struct regcache *c, struct regcache_entry *e)
+{
+    if (!notice_due(c, e))
+        return;
+    e->noticed = true;
+    atomic_fetch_add_explicit(&e->refs, 1, memory_order_relaxed);
+    struct regcache_entry *head = atomic_load_explicit(&c->notices, memory_order_relaxed);
+    do {
+        e->notice_next = head;
+    } while (!atomic_compare_exchange_weak_explicit(&c->notices, &head, e, memory_order_release,
+                                                    memory_order_relaxed));
+}
+
+static void notify(struct regcache *c, struct regcache_entry *e, bool held)
+{
+    struct regcache_leave l = {
+        .reason = e->reason,
+        .start = e->node.start,
+        .len = rc_entry_len(e),
+        .rails = atomic_load_explicit(&e->rails_ready, memory_order_relaxed),
+        .handles = e->handles,
+        .priv = c->pool.priv_size ? rc_entry_priv(e) : NULL,
+        .access = (int)(e->access & ~RC_ACCESS_DEFAULT),
+        .held = held,
+    };
+    c->opts.params.on_leave(c->opts.params.callback_arg, &l);
+}
+
+void rc_give_notices(struct regcache *c)
+{
+    if (!atomic_load_explicit(&c->notices, memory_order_relaxed))
+        return;
+    struct regcache_entry *e = atomic_exchange_explicit(&c->notices, NULL, memory_order_acquire);
+    while (e) {
+        struct regcache_entry *next = e->notice_next;
+        notify(c, e, true);
+        unsigned old = atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel);
+        if ((old & RC_COUNT_MASK) == 1)
+            rc_release_if_unheld(c, e);
+        e = next;
+    }
+}
+
+void rc_detach_locked(struct regcache *c, struct regcache_entry *e, struct regcache_entry **victims,
+                      enum regcache_reason why)
+{
+    rc_leave_locked(c, e, why);
     if (e->state == RC_PENDING) {
         /* Its registering thread sees the mark and hands the registration
          * out once instead of caching it. */
@@ -75,6 +171,8 @@ void rc_detach_locked(struct regcache *c, struct regcache_entry *e, struct regca
     if (!rc_entry_held(e)) {
         zombie_unlink(c, e);
         rc_victim_push(c, victims, e);
+    } else if (memory_gone(why)) {
+        rc_notice_due_locked(c, e);
     }
 }
 
@@ -102,9 +200,15 @@ static void deregister(struct regcache *c, struct regcache_entry *e)
 #endif
     unsigned rails = atomic_load_explicit(&e->rails_ready, memory_order_relaxed);
     bool child = rc_forked(c); /* the registrations are the parent's */
+    const struct regcache_params *p = &c->opts.params;
+    if (!child && notice_due(c, e))
+        notify(c, e, false);
     for (unsigned r = 0; rails; r++, rails >>= 1) {
         if (!(rails & 1))
             continue;
+        if (!child && p->on_deregister)
+            p->on_deregister(p->callback_arg, rc_counted_handle(e, r), r, e->handles[r],
+                             c->pool.priv_size ? rc_entry_priv(e) : NULL);
         if (!child)
             c->backend.dereg(c->backend.arg, e->handles[r]);
         e->handles[r] = NULL;
@@ -132,6 +236,7 @@ void rc_victim_push(struct regcache *c, struct regcache_entry **victims, struct 
 
 void rc_deregister_victims(struct regcache *c, struct regcache_entry *list)
 {
+    rc_give_notices(c);
     for (struct regcache_entry *e = list; e; e = e->link_next)
         deregister(c, e);
 }
@@ -147,6 +252,7 @@ void rc_pool_return_locked(struct regcache *c, struct regcache_entry *list)
 
 void rc_release_victims(struct regcache *c, struct regcache_entry *list)
 {
+    rc_give_notices(c);
     while (list) {
         struct regcache_entry *e = list;
         list = e->link_next;
@@ -199,6 +305,7 @@ struct regcache_entry *rc_entry_new_locked(struct regcache *c)
     return rc_entry_pool_get(&c->pool);
 }
 
+/* Zombies left the cache before: they keep the reason they left for. */
 void rc_drain_entries_locked(struct regcache *c, struct regcache_entry **victims)
 {
     while (c->zombies) {

@@ -152,11 +152,11 @@ static void handle(const struct uffd_msg *m)
     case UFFD_EVENT_UNMAP:
     case UFFD_EVENT_REMOVE:
         rc_registry_invalidate((uintptr_t)m->arg.remove.start, (uintptr_t)m->arg.remove.end,
-                               RC_BY_MONITOR);
+                               REGCACHE_REASON_FREED_MONITOR);
         break;
     case UFFD_EVENT_REMAP:
         rc_registry_invalidate((uintptr_t)m->arg.remap.from,
-                               (uintptr_t)(m->arg.remap.from + m->arg.remap.len), RC_BY_MONITOR);
+                               (uintptr_t)(m->arg.remap.from + m->arg.remap.len), REGCACHE_REASON_FREED_MONITOR);
         break;
     default:
         break; /* no page is protected: no fault can come */

@@ -7,6 +7,9 @@
 #include "verbs_seam.h"
 
 #include <errno.h>
+#include <infiniband/verbs.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +19,9 @@ struct verbs_backend {
     struct ibv_pd *pds[REGCACHE_MAX_RAILS];
     unsigned rails;
     int access;
+    /* Bit r: rail r's provider refused IBV_ACCESS_RELAXED_ORDERING once;
+     * its registrations leave it out from then on. */
+    atomic_uint no_relaxed;
     int method; /* REGCACHE_METHOD_DMABUF, _PEERMEM, or 0: host memory only */
     struct rc_dmabuf_reg dmabuf;
 };
@@ -29,28 +35,44 @@ static int failed_errno(void)
     return errno ? errno : EIO;
 }
 
-static int reg_va(const struct verbs_backend *b, unsigned rail, void *addr, size_t len,
+static int reg_va(const struct verbs_backend *b, unsigned rail, void *addr, size_t len, int access,
                   struct ibv_mr **mr)
 {
     errno = 0;
-    *mr = rc_verbs_seam()->reg_mr(b->pds[rail], addr, len, b->access);
+    *mr = rc_verbs_seam()->reg_mr(b->pds[rail], addr, len, access);
     return *mr ? 0 : failed_errno();
 }
 
-static int verbs_reg(void *arg, uintptr_t addr, size_t len, int device, unsigned rail,
+static int reg_with(struct verbs_backend *b, uintptr_t addr, size_t len, int device, unsigned rail,
+                    int access, struct ibv_mr **mr)
+{
+    if (device == REGCACHE_DEVICE_HOST || b->method == REGCACHE_METHOD_PEERMEM)
+        return reg_va(b, rail, (void *)addr, len, access, mr);
+    if (b->method == REGCACHE_METHOD_DMABUF)
+        return rc_dmabuf_reg(&b->dmabuf, b->pds[rail], rail, device, access, (void *)addr, len, mr);
+    return EOPNOTSUPP; /* host-only backend asked to pin GPU memory */
+}
+
+/* Relaxed ordering is a hint to the NIC, not a permission: a provider
+ * that refuses the flag (EINVAL from kernels and providers that predate
+ * it, EOPNOTSUPP from some) is asked again without it, and not asked for
+ * it again on that rail. */
+static int verbs_reg(void *arg, uintptr_t addr, size_t len, int device, unsigned rail, int access,
                      void **handle)
 {
     struct verbs_backend *b = arg;
     struct ibv_mr *mr = NULL;
-    int err;
-
-    if (device == REGCACHE_DEVICE_HOST || b->method == REGCACHE_METHOD_PEERMEM)
-        err = reg_va(b, rail, (void *)addr, len, &mr);
-    else if (b->method == REGCACHE_METHOD_DMABUF)
-        err = rc_dmabuf_reg(&b->dmabuf, b->pds[rail], rail, device, b->access, (void *)addr, len,
-                            &mr);
-    else
-        return EOPNOTSUPP; /* host-only backend asked to pin GPU memory */
+    bool relaxed = access & IBV_ACCESS_RELAXED_ORDERING;
+    if (relaxed && atomic_load_explicit(&b->no_relaxed, memory_order_relaxed) >> rail & 1) {
+        access &= ~IBV_ACCESS_RELAXED_ORDERING;
+        relaxed = false;
+    }
+    int err = reg_with(b, addr, len, device, rail, access, &mr);
+    if (relaxed && (err == EINVAL || err == EOPNOTSUPP)) {
+        err = reg_with(b, addr, len, device, rail, access & ~IBV_ACCESS_RELAXED_ORDERING, &mr);
+        if (err == 0)
+            atomic_fetch_or_explicit(&b->no_relaxed, 1u << rail, memory_order_relaxed);
+    }
     if (err == 0)
         *handle = mr;
     return err;

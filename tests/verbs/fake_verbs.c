@@ -59,6 +59,16 @@ static int take_failure(int *failures, int err)
     return 1;
 }
 
+/* An old provider's answer to a flag it does not know. */
+static int refuses(struct ibv_pd *pd, int access)
+{
+    if (!fake_verbs.refuse_relaxed || !(access & IBV_ACCESS_RELAXED_ORDERING) ||
+        (fake_verbs.refuse_relaxed_pd && pd != fake_verbs.refuse_relaxed_pd))
+        return 0;
+    errno = EINVAL;
+    return 1;
+}
+
 static struct ibv_mr *fake_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access)
 {
     fake_verbs.reg_mr_calls++;
@@ -67,6 +77,8 @@ static struct ibv_mr *fake_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int
     fake_verbs.last_reg_mr.len = len;
     fake_verbs.last_reg_mr.access = access;
     if (take_failure(&fake_verbs.reg_mr_failures, fake_verbs.reg_mr_errno))
+        return NULL;
+    if (refuses(pd, access))
         return NULL;
     return new_mr(pd, (uintptr_t)addr, len, -1);
 }
@@ -95,7 +107,7 @@ static struct ibv_mr *dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len, 
     }
     if (fake_verbs.during_dmabuf)
         fake_verbs.during_dmabuf(fake_verbs.during_dmabuf_arg);
-    if (take_failure(&fake_verbs.dmabuf_failures, fake_verbs.dmabuf_errno))
+    if (take_failure(&fake_verbs.dmabuf_failures, fake_verbs.dmabuf_errno) || refuses(pd, access))
         return NULL;
     return new_mr(pd, iova, len, fd);
 }

@@ -26,6 +26,11 @@ struct fake_verbs {
     int reg_mr_errno;    /* ... with this errno (0: errno left at 0) */
     int dmabuf_failures; /* same for reg_dmabuf_mr with a real fd */
     int dmabuf_errno;
+    /* An old provider: reg_mr and reg_dmabuf_mr fail with EINVAL when
+     * asked for IBV_ACCESS_RELAXED_ORDERING (on refuse_relaxed_pd, or on
+     * every pd when that is NULL). */
+    int refuse_relaxed;
+    struct ibv_pd *refuse_relaxed_pd;
     /* Each dmabuf MR keeps a duplicate of the fd until deregistered: the
      * dmabuf file that a real MR pins, counted against RLIMIT_NOFILE. */
     int mr_keeps_fd;
