@@ -19,6 +19,7 @@
 #include "options.h"
 #include "page_index.h"
 #include "range_filter.h"
+#include "stats.h"
 
 enum rc_cause { RC_BY_TAG, RC_BY_NOTIFY, RC_BY_EXPLICIT };
 
@@ -131,6 +132,10 @@ struct regcache {
 
     /* Why a GPU has no shared budget, for the REGCACHE_STATS dump. */
     char ledger_note[256];
+
+    struct rc_stats stats;
+    int stat_record; /* its record in the process's statistics segment, or -1 */
+    uint64_t stat_published; /* when it last went out there (coarse ns) */
 
     /* Debug builds: changes since the last full check of the invariants. */
     size_t changes;
@@ -394,8 +399,6 @@ static inline void rc_count_locked(atomic_uint_fast64_t *n)
     atomic_store_explicit(n, atomic_load_explicit(n, memory_order_relaxed) + 1,
                           memory_order_relaxed);
 }
-
-void rc_stats_dump(const struct regcache *c);
 
 /* Debug builds (REGCACHE_DEBUG): check every invariant of the cache under
  * its lock and abort with a message when one fails; no-op otherwise. */

@@ -89,6 +89,7 @@ struct regcache_entry {
     /* The thread registering each pending rail (for REENTRANT). */
     const void *registrants[RC_MAX_RAILS];
     int device;              /* the backend's device argument */
+    uint64_t born_ns;        /* when its first registration ended (coarse clock) */
     /* Its place in the LRU (lru.h): a heap index, RC_LRU_QUEUED or
      * RC_LRU_NONE; in the queue, its neighbours and its key. */
     size_t heap_idx;

@@ -101,6 +101,7 @@ static void free_cache(struct regcache *c, bool consistent)
     if (c->builtin)
         rc_verbs_backend_destroy(&c->backend);
     rc_thread_release_hit_id(c->hit_id);
+    rc_stats_fini(&c->stats);
     free(c);
 }
 
@@ -127,7 +128,10 @@ int regcache_create(const struct regcache_params *params, regcache_t **out)
     for (int i = 0; i < RC_DEVICE_SLOTS; i++)
         rc_lru_init(&c->dev[i].lru, &c->index);
 
-    int rc = rc_options_resolve(params, &c->opts);
+    c->stat_record = -1;
+    int rc = rc_stats_init(&c->stats) == REGCACHE_OK
+                 ? rc_options_resolve(params, &c->opts)
+                 : rc_fail(REGCACHE_ERR_NO_MEMORY, "out of memory allocating the statistics");
     if (rc == REGCACHE_OK)
         rc = make_backend(c);
     if (rc == REGCACHE_OK &&
@@ -205,6 +209,11 @@ int regcache_method_used(const regcache_t *c)
     if (!c)
         return rc_fail(REGCACHE_ERR_INVALID, "regcache_method_used: cache is NULL");
     return c->builtin ? c->method_used : 0;
+}
+
+const char *regcache_name(const regcache_t *c)
+{
+    return c ? c->opts.name : NULL;
 }
 
 const char *regcache_validation_reason(const regcache_t *c)

@@ -349,6 +349,7 @@ static int register_new(struct regcache *c, struct rc_want *w, uint64_t seq, uns
     if (rc == REGCACHE_OK) {
         rail_ready_locked(e, rail);
         rc_count_locked(&d->n.registrations);
+        e->born_ns = rc_stats_clock();
     }
     if (rc == REGCACHE_OK && !detached &&
         !rc_invalidated_since_locked(c, seq, e->match_start, e->match_end) &&

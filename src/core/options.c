@@ -9,6 +9,7 @@
 #include <ctype.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -191,13 +192,46 @@ static int check(const struct rc_options *o, unsigned from_env)
     return REGCACHE_OK;
 }
 
-/* The size of the params layout of 0.1, before the fields added in 0.2: a
- * program built against it keeps working, with those fields' defaults. */
+/* The size of the params layouts of 0.1 and 0.2, before the fields added
+ * since: a program built against one keeps working, with those fields'
+ * defaults. */
 #define PARAMS_0_1 (offsetof(struct regcache_params, backend) + sizeof(void *))
+#define PARAMS_0_2 offsetof(struct regcache_params, name)
+
+/* Names go into tables, JSON and Prometheus labels unquoted by the reader's
+ * eye: letters, digits and a few separators, no blanks. */
+static bool name_ok(const char *name)
+{
+    size_t len = strlen(name);
+    return len > 0 && len < REGCACHE_NAME_MAX &&
+           strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:@+-/") ==
+               len;
+}
+
+/* params.name, else REGCACHE_NAME, else "cache<N>" (the process's N-th). */
+static int resolve_name(struct rc_options *o)
+{
+    static atomic_uint created;
+    unsigned n = atomic_fetch_add_explicit(&created, 1, memory_order_relaxed) + 1;
+    const char *env = getenv("REGCACHE_NAME");
+    const char *name = o->params.name ? o->params.name : env;
+    if (!name) {
+        snprintf(o->name, sizeof o->name, "cache%u", n);
+        return REGCACHE_OK;
+    }
+    if (!name_ok(name))
+        return rc_fail(REGCACHE_ERR_INVALID,
+                       "%s=\"%.80s\": expected 1 to %d of letters, digits and _.:@+-/",
+                       o->params.name ? "params.name" : "REGCACHE_NAME", name,
+                       REGCACHE_NAME_MAX - 1);
+    snprintf(o->name, sizeof o->name, "%s", name);
+    return REGCACHE_OK;
+}
 
 int rc_options_resolve(const struct regcache_params *in, struct rc_options *out)
 {
-    if (in->size != PARAMS_0_1 && in->size != sizeof(struct regcache_params))
+    if (in->size != PARAMS_0_1 && in->size != PARAMS_0_2 &&
+        in->size != sizeof(struct regcache_params))
         return rc_fail(REGCACHE_ERR_INVALID,
                        "params.size %zu is not sizeof(struct regcache_params) = %zu: "
                        "call regcache_params_init()",
@@ -221,5 +255,6 @@ int rc_options_resolve(const struct regcache_params *in, struct rc_options *out)
                            env_options[i].accepts);
         from_env |= 1u << i;
     }
-    return check(out, from_env);
+    int rc = check(out, from_env);
+    return rc == REGCACHE_OK ? resolve_name(out) : rc;
 }

@@ -82,6 +82,7 @@ register_after_failure(struct regcache *c, struct regcache_entry *e, unsigned ra
     size_t evicted = 0;
     for (unsigned round = 0;; round++) {
         rc_count(&d->n.reg_failures);
+        rc_stats_failed(c, e, rail);
         if (bad_host_address(e, err))
             return bad_address(c, e, rail, err);
         if (!exhausted(err)) {
@@ -128,8 +129,14 @@ register_after_failure(struct regcache *c, struct regcache_entry *e, unsigned ra
     }
 }
 
+/* Timed here, on the miss path, with whatever eviction it took: what the
+ * get that waited for it saw. */
 int rc_register_rail(struct regcache *c, struct regcache_entry *e, unsigned rail)
 {
+    uint64_t begun = rc_stats_clock();
     int err = reg_once(c, e, rail);
-    return err ? register_after_failure(c, e, rail, err) : REGCACHE_OK;
+    int rc = err ? register_after_failure(c, e, rail, err) : REGCACHE_OK;
+    if (rc == REGCACHE_OK)
+        rc_stats_registered(c, e, rail, rc_stats_clock() - begun);
+    return rc;
 }
