@@ -506,6 +506,9 @@ struct regcache_stats {
     uint64_t rail_reg_failures[REGCACHE_MAX_RAILS];  /* failed reg calls per rail */
     uint64_t rail_bytes[REGCACHE_MAX_RAILS];         /* bytes registered on the rail
                                                         now (one-shots included) */
+    /* Entries that left the cache, by why (leaves[REGCACHE_REASON_...]);
+     * entries after REGCACHE_REASON_COUNT stay 0, room for later reasons. */
+    uint64_t leaves[16];
 };
 
 /* How a rail's exports of GPU memory are mapped (regcache_stats). */
@@ -536,6 +539,33 @@ REGCACHE_API int regcache_get_stats(const regcache_t *cache, struct regcache_sta
  */
 REGCACHE_API int regcache_get_device_stats(const regcache_t *cache, int device,
                                            struct regcache_stats *stats);
+
+/* ------------------------------------------------------------------------ */
+/* Why entries leave                                                         */
+/* ------------------------------------------------------------------------ */
+
+/* Why an entry left the cache (regcache_params.on_leave, statistics). */
+enum regcache_reason {
+    REGCACHE_REASON_EVICT_BUDGET = 0, /* evicted for the byte or entry budget */
+    REGCACHE_REASON_EVICT_EXHAUSTED,  /* evicted to retry a registration that ran out of
+                                         resources (BAR1, pinned memory, MRs) */
+    REGCACHE_REASON_FLUSH,            /* regcache_flush() */
+    REGCACHE_REASON_FREED_HOOK,       /* memory freed, seen by the CUDA hooks or
+                                         regcache_notify_free() */
+    REGCACHE_REASON_FREED_MONITOR,    /* host memory unmapped or replaced, seen by the
+                                         memory monitor */
+    REGCACHE_REASON_FREED_TAG,        /* a tag check found the buffer replaced */
+    REGCACHE_REASON_INVALIDATE,       /* regcache_invalidate() */
+    REGCACHE_REASON_DESTROY,          /* regcache_destroy() */
+    REGCACHE_REASON_REPLACED,         /* replaced by a wider registration (merged host
+                                         ranges, an access upgrade) */
+    REGCACHE_REASON_COUNT
+};
+
+/* The reason's short name: "evict-budget", "evict-exhausted", "flush",
+ * "freed-hook", "freed-monitor", "freed-tag", "invalidate", "destroy",
+ * "replaced"; "unknown" for other values; never NULL.  Thread safe. */
+REGCACHE_API const char *regcache_reason_name(int reason);
 
 /*
  * Store in devices[0 .. max) the devices the cache has seen (a get asked

@@ -21,12 +21,14 @@
 #include "range_filter.h"
 #include "stats.h"
 
+/* The columns of rc_counters.invalidations: the causes the statistics
+ * tell apart (rc_leave_locked maps each reason to one). */
 enum rc_cause { RC_BY_TAG, RC_BY_NOTIFY, RC_BY_EXPLICIT };
 
 /* Counters of one device; atomics so that stats read them without a lock. */
 struct rc_counters {
     atomic_uint_fast64_t shared_hits, slow_hits, misses, registrations, deregistrations, evictions,
-        invalidations[3], reg_failures, one_shots, peak_bytes;
+        invalidations[3], reg_failures, one_shots, peak_bytes, leaves[REGCACHE_REASON_COUNT];
 };
 
 /* One device's share of the cache: its eviction order, budget and
@@ -262,9 +264,10 @@ static inline struct rc_device *rc_device(struct regcache *c, int slot)
 }
 
 /* Under the lock: evict LRU unused entries of d until it holds at most
- * max_bytes and max_entries; count them in `counter` (NULL for a flush). */
+ * max_bytes and max_entries; they leave for `why` (an eviction or a
+ * flush). */
 size_t rc_evict_locked(struct regcache *c, struct rc_device *d, size_t max_bytes,
-                       size_t max_entries, atomic_uint_fast64_t *counter,
+                       size_t max_entries, enum regcache_reason why,
                        struct regcache_entry **victims);
 
 /* Under the lock: make room for one more entry of len bytes. */
@@ -303,8 +306,10 @@ static inline void rc_recheck_budget_locked(struct rc_device *d)
 
 /* ---- invalidation (invalidate.c) ---------------------------------------- */
 
-/* regcache_invalidate() with the cause to count. */
-void rc_cache_invalidate(struct regcache *c, uintptr_t start, uintptr_t end, enum rc_cause cause);
+/* regcache_invalidate() for a reason: the memory was freed (seen how), or
+ * the caller asked. */
+void rc_cache_invalidate(struct regcache *c, uintptr_t start, uintptr_t end,
+                         enum regcache_reason why);
 
 /* notify_free's per-cache step: nothing at all when no entry can overlap
  * and no miss is in flight. */
@@ -332,11 +337,16 @@ static inline size_t rc_entry_len(const struct regcache_entry *e)
  * LRU, the filter and the budget.  No lookup finds it afterwards. */
 void rc_unlink_locked(struct regcache *c, struct regcache_entry *e);
 
-/* Under the lock: e leaves the cache (rc_unlink_locked first for a ready
- * one).  Unused entries go to *victims; held ones become zombies that their
- * last holder releases; a pending one is left to its registering thread. */
-void rc_detach_locked(struct regcache *c, struct regcache_entry *e,
-                      struct regcache_entry **victims);
+/* Under the lock: e leaves the cache for `why` (rc_unlink_locked first
+ * for a ready one).  Unused entries go to *victims; held ones become
+ * zombies that their last holder releases; a pending one is left to its
+ * registering thread. */
+void rc_detach_locked(struct regcache *c, struct regcache_entry *e, struct regcache_entry **victims,
+                      enum regcache_reason why);
+
+/* Under the lock: the one place every entry that leaves the cache passes,
+ * whichever way it leaves: it records why and counts it. */
+void rc_leave_locked(struct regcache *c, struct regcache_entry *e, enum regcache_reason why);
 
 /* Link e into a singly linked list through link_next. */
 static inline void rc_list_push(struct regcache_entry **list, struct regcache_entry *e)

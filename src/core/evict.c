@@ -4,7 +4,7 @@
 #include "ledger.h"
 
 size_t rc_evict_locked(struct regcache *c, struct rc_device *d, size_t max_bytes,
-                       size_t max_entries, atomic_uint_fast64_t *counter,
+                       size_t max_entries, enum regcache_reason why,
                        struct regcache_entry **victims)
 {
     size_t n = 0;
@@ -14,10 +14,9 @@ size_t rc_evict_locked(struct regcache *c, struct rc_device *d, size_t max_bytes
         struct regcache_entry *e = rc_lru_pop_unused(&d->lru, now);
         if (!e)
             break;
+        rc_leave_locked(c, e, why);
         rc_unlink_locked(c, e);
         rc_victim_push(c, victims, e);
-        if (counter)
-            rc_count_locked(counter);
         n++;
     }
     return n;
@@ -48,8 +47,8 @@ void rc_make_room_locked(struct regcache *c, struct rc_device *d, size_t len,
     /* The notes of these evictions leave the clock to the note that ends
      * the miss (rc_ledger_note_locked). */
     d->making_room = true;
-    rc_evict_locked(c, d, max_bytes > len ? max_bytes - len : 0, max_entries - 1, &d->n.evictions,
-                    victims);
+    rc_evict_locked(c, d, max_bytes > len ? max_bytes - len : 0, max_entries - 1,
+                    REGCACHE_REASON_EVICT_BUDGET, victims);
     d->making_room = false;
 }
 
@@ -64,8 +63,8 @@ void rc_trim(struct regcache *c, struct rc_device *d)
     if (d->ledger_limits)
         follow_ledger_locked(d, 0);
     rc_evict_locked(c, d, atomic_load_explicit(&d->max_bytes, memory_order_relaxed),
-                    atomic_load_explicit(&d->max_entries, memory_order_relaxed), &d->n.evictions,
-                    &victims);
+                    atomic_load_explicit(&d->max_entries, memory_order_relaxed),
+                    REGCACHE_REASON_EVICT_BUDGET, &victims);
     rc_check_locked(c);
     rc_unlock(&c->lock);
     rc_release_victims(c, victims);

@@ -251,8 +251,7 @@ static COLD int tag_changed(struct regcache *c, struct regcache_entry *e, _Atomi
     struct regcache_entry *victims = NULL;
     rc_lock(&c->lock);
     if (e->state == RC_READY) {
-        rc_detach_locked(c, e, &victims);
-        rc_count_locked(&c->dev[e->device_slot].n.invalidations[RC_BY_TAG]);
+        rc_detach_locked(c, e, &victims, REGCACHE_REASON_FREED_TAG);
     }
     rc_unlock(&c->lock);
     rc_release_victims(c, victims);

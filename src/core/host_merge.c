@@ -78,6 +78,6 @@ void rc_host_retire_covered_locked(struct regcache *c, struct regcache_entry *e,
     while (cv.list) {
         struct regcache_entry *old = cv.list;
         cv.list = old->link_next;
-        rc_detach_locked(c, old, victims);
+        rc_detach_locked(c, old, victims, REGCACHE_REASON_REPLACED);
     }
 }

@@ -71,7 +71,8 @@ static int collect(struct rc_itree_node *n, void *list)
     return 0;
 }
 
-void rc_cache_invalidate(struct regcache *c, uintptr_t start, uintptr_t end, enum rc_cause cause)
+void rc_cache_invalidate(struct regcache *c, uintptr_t start, uintptr_t end,
+                         enum regcache_reason why)
 {
     struct regcache_entry *victims = NULL, *found = NULL;
     rc_lock(&c->lock);
@@ -83,10 +84,8 @@ void rc_cache_invalidate(struct regcache *c, uintptr_t start, uintptr_t end, enu
         /* The tree holds registered ranges; an entry goes only when its own
          * allocation overlaps, so freeing one allocation packed into a page
          * spares its neighbours. */
-        if (rc_entry_overlaps(e, start, end)) {
-            rc_detach_locked(c, e, &victims);
-            rc_count_locked(&c->dev[e->device_slot].n.invalidations[cause]);
-        }
+        if (rc_entry_overlaps(e, start, end))
+            rc_detach_locked(c, e, &victims, why);
     }
     rc_sweep_locked(c, &victims);
     rc_check_locked(c);
@@ -105,7 +104,7 @@ void rc_cache_notify(struct regcache *c, uintptr_t start, uintptr_t end)
 {
     if (!misses_in_flight(c) && !rc_filter_may_overlap(&c->filter, start, end))
         return;
-    rc_cache_invalidate(c, start, end, RC_BY_NOTIFY);
+    rc_cache_invalidate(c, start, end, REGCACHE_REASON_FREED_HOOK);
 }
 
 int regcache_invalidate(regcache_t *c, const void *addr, size_t len)
@@ -119,7 +118,7 @@ int regcache_invalidate(regcache_t *c, const void *addr, size_t len)
     if (rc_forked(c))
         return rc_fail(REGCACHE_ERR_FORKED, "regcache_invalidate: the cache was created before "
                                             "fork()");
-    rc_cache_invalidate(c, start, start + len, RC_BY_EXPLICIT);
+    rc_cache_invalidate(c, start, start + len, REGCACHE_REASON_INVALIDATE);
     return REGCACHE_OK;
 }
 
@@ -132,7 +131,7 @@ int regcache_flush(regcache_t *c)
     struct regcache_entry *victims = NULL;
     rc_lock(&c->lock);
     for (int i = 0; i < RC_DEVICE_SLOTS; i++)
-        rc_evict_locked(c, &c->dev[i], 0, 0, NULL, &victims);
+        rc_evict_locked(c, &c->dev[i], 0, 0, REGCACHE_REASON_FLUSH, &victims);
     rc_sweep_locked(c, &victims);
     rc_check_locked(c);
     rc_unlock(&c->lock);
@@ -157,6 +156,7 @@ void rc_cache_drain(struct regcache *c)
     while (all) {
         struct regcache_entry *e = all;
         all = e->link_next;
+        rc_leave_locked(c, e, REGCACHE_REASON_DESTROY);
         rc_unlink_locked(c, e);
         rc_victim_push(c, &victims, e);
     }

@@ -161,8 +161,7 @@ static struct regcache_entry *lookup_locked(struct regcache *c, const struct rc_
     while (l.stale) {
         struct regcache_entry *e = l.stale;
         l.stale = e->link_next;
-        rc_detach_locked(c, e, victims);
-        rc_count_locked(&c->dev[e->device_slot].n.invalidations[RC_BY_TAG]);
+        rc_detach_locked(c, e, victims, REGCACHE_REASON_FREED_TAG);
     }
     *busy = l.found ? NULL : l.busy;
     return l.found;

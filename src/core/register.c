@@ -112,7 +112,8 @@ register_after_failure(struct regcache *c, struct regcache_entry *e, unsigned ra
         rc_lock(&c->lock);
         size_t have = atomic_load_explicit(&d->bytes, memory_order_relaxed);
         size_t now =
-            rc_evict_locked(c, d, have > len ? have - len : 0, SIZE_MAX, &d->n.evictions, &victims);
+            rc_evict_locked(c, d, have > len ? have - len : 0, SIZE_MAX,
+                                     REGCACHE_REASON_EVICT_EXHAUSTED, &victims);
         size_t left = d->lru.count;
         rc_unlock(&c->lock);
         rc_release_victims(c, victims);

@@ -61,8 +61,35 @@ static void zombie_unlink(struct regcache *c, struct regcache_entry *e)
         mark_zombies(c, false, memory_order_relaxed);
 }
 
-void rc_detach_locked(struct regcache *c, struct regcache_entry *e, struct regcache_entry **victims)
+void rc_leave_locked(struct regcache *c, struct regcache_entry *e, enum regcache_reason why)
 {
+    struct rc_counters *n = &c->dev[e->device_slot].n;
+    e->reason = (uint8_t)why;
+    rc_count_locked(&n->leaves[why]);
+    switch (why) {
+    case REGCACHE_REASON_EVICT_BUDGET:
+    case REGCACHE_REASON_EVICT_EXHAUSTED:
+        rc_count_locked(&n->evictions);
+        break;
+    case REGCACHE_REASON_FREED_TAG:
+        rc_count_locked(&n->invalidations[RC_BY_TAG]);
+        break;
+    case REGCACHE_REASON_FREED_HOOK:
+    case REGCACHE_REASON_FREED_MONITOR:
+        rc_count_locked(&n->invalidations[RC_BY_NOTIFY]);
+        break;
+    case REGCACHE_REASON_INVALIDATE:
+        rc_count_locked(&n->invalidations[RC_BY_EXPLICIT]);
+        break;
+    default:
+        break;
+    }
+}
+
+void rc_detach_locked(struct regcache *c, struct regcache_entry *e, struct regcache_entry **victims,
+                      enum regcache_reason why)
+{
+    rc_leave_locked(c, e, why);
     if (e->state == RC_PENDING) {
         /* Its registering thread sees the mark and hands the registration
          * out once instead of caching it. */
@@ -207,6 +234,7 @@ struct regcache_entry *rc_entry_new_locked(struct regcache *c)
     return rc_entry_pool_get(&c->pool);
 }
 
+/* Zombies left the cache before: they keep the reason they left for. */
 void rc_drain_entries_locked(struct regcache *c, struct regcache_entry **victims)
 {
     while (c->zombies) {

@@ -73,6 +73,9 @@ bool rc_stats_seen(const struct regcache *c, int slot)
     return atomic_load_explicit(&c->dev[slot].budget_state, memory_order_acquire) == 2;
 }
 
+_Static_assert(REGCACHE_REASON_COUNT <= sizeof(((struct regcache_stats *)0)->leaves) / 8,
+              "regcache_stats.leaves has a column for every reason");
+
 /* The fields that count events (a reset restarts them), and those that
  * describe the cache now and add up over devices. */
 #define F(f) { offsetof(struct regcache_stats, f), sizeof(((struct regcache_stats *)0)->f) / 8 }
@@ -83,7 +86,7 @@ static const struct field {
                  F(evictions),     F(invalidations_tag),
                  F(invalidations_notify), F(invalidations_explicit),
                  F(reg_failures),  F(one_shots),
-                 F(rail_registrations), F(rail_reg_failures) },
+                 F(rail_registrations), F(rail_reg_failures), F(leaves) },
   gauges[] = { F(entries), F(bytes), F(budget), F(mrs), F(rail_bytes) };
 #undef F
 
@@ -110,6 +113,8 @@ static void raw_slot(const struct regcache *c, int slot, struct regcache_stats *
     s->invalidations_explicit = load(&n->invalidations[RC_BY_EXPLICIT]);
     s->reg_failures = load(&n->reg_failures);
     s->one_shots = load(&n->one_shots);
+    for (int r = 0; r < REGCACHE_REASON_COUNT; r++)
+        s->leaves[r] = load(&n->leaves[r]);
     s->mrs = s->registrations - s->deregistrations;
     s->entries = atomic_load_explicit(&d->entries, memory_order_relaxed);
     s->bytes = atomic_load_explicit(&d->bytes, memory_order_relaxed);

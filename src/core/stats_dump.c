@@ -55,6 +55,18 @@ static void dump_rails(const struct regcache *c, const struct regcache_stats *s)
     }
 }
 
+static void dump_leaves(const struct regcache *c, const struct regcache_stats *s)
+{
+    char line[512];
+    size_t at = 0;
+    for (int r = 0; r < REGCACHE_REASON_COUNT && at < sizeof line; r++) {
+        int w = snprintf(line + at, sizeof line - at, " %s %" PRIu64, regcache_reason_name(r),
+                         s->leaves[r]);
+        at = w > 0 ? at + (size_t)w : sizeof line;
+    }
+    fprintf(stderr, PREFIX "left:%s\n", c->opts.name, (const void *)c, line);
+}
+
 void rc_stats_dump(const struct regcache *c)
 {
     struct regcache_stats s;
@@ -73,6 +85,7 @@ void rc_stats_dump(const struct regcache *c)
     fprintf(stderr, PREFIX "validation %s: %s\n", c->opts.name, (const void *)c,
             regcache_validation_mode(c) == REGCACHE_VALIDATE_HOOKS ? "HOOKS" : "TAG_CHECK",
             regcache_validation_reason(c));
+    dump_leaves(c, &s);
     dump_backend(c);
     dump_rails(c, &s);
     if (c->ledger_note[0])

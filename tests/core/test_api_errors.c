@@ -204,6 +204,19 @@ static void strerror_and_version(void **state)
     assert_string_equal(regcache_version(), expect);
 }
 
+static void reason_names(void **state)
+{
+    (void)state;
+    static const char *const expect[REGCACHE_REASON_COUNT] = {
+        "evict-budget", "evict-exhausted", "flush",   "freed-hook", "freed-monitor",
+        "freed-tag",    "invalidate",      "destroy", "replaced",
+    };
+    for (int r = 0; r < REGCACHE_REASON_COUNT; r++)
+        assert_string_equal(regcache_reason_name(r), expect[r]);
+    assert_string_equal(regcache_reason_name(REGCACHE_REASON_COUNT), "unknown");
+    assert_string_equal(regcache_reason_name(-1), "unknown");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -215,6 +228,7 @@ int main(void)
         cmocka_unit_test(custom_backend_has_no_mr),
         cmocka_unit_test(invalidate_flush_stats_bad_input),
         cmocka_unit_test(strerror_and_version),
+        cmocka_unit_test(reason_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
