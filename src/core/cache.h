@@ -137,7 +137,8 @@ struct regcache {
 
     struct rc_stats stats;
     int stat_record; /* its record in the process's statistics segment, or -1 */
-    uint64_t stat_published; /* when it last went out there (coarse ns) */
+    atomic_uint_fast64_t stat_published; /* when it last went out there (coarse ns) */
+    char stat_note[256];                 /* why it has no record, for the dump */
 
     /* Debug builds: changes since the last full check of the invariants. */
     size_t changes;

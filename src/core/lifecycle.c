@@ -6,6 +6,7 @@
 
 #include "asym_fence.h"
 #include "cache.h"
+#include "stat_publish.h"
 #include "hook_detect.h"
 #include "intercept.h"
 #include "last_error.h"
@@ -163,6 +164,7 @@ int regcache_create(const struct regcache_params *params, regcache_t **out)
     c->hit_offset = rc_thread_hits_offset(c->hit_id);
     c->fork_generation = rc_fork_generation();
     rc_registry_add(c);
+    rc_statseg_attach(c);
     /* A switch to real fences that went through the registry before the
      * add did not see this cache (asym_fence.c). */
     if (!atomic_load(&rc_heavy_fence_works))
@@ -176,6 +178,7 @@ void regcache_destroy(regcache_t *c)
     if (!c)
         return;
     bool child = rc_forked(c);
+    rc_statseg_detach(c);
     /* A fork child's registry no longer lists inherited caches. */
     if (!child)
         rc_registry_remove(c);

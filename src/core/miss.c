@@ -12,6 +12,7 @@
 #include <stdlib.h>
 
 #include "cache.h"
+#include "stat_publish.h"
 #include "last_error.h"
 #include "threads.h"
 
@@ -518,5 +519,6 @@ int rc_slow_get(struct regcache *c, uintptr_t start, uintptr_t end, unsigned rai
     rc_want_fini(&w);
     if (rc != REGCACHE_OK)
         *out = NULL;
+    rc_statseg_tick(c);
     return rc;
 }

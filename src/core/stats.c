@@ -9,6 +9,7 @@
 
 #include "cache.h"
 #include "last_error.h"
+#include "stat_publish.h"
 #include "symver.h"
 #include "threads.h"
 
@@ -349,5 +350,6 @@ int regcache_reset_stats(regcache_t *c)
                           atomic_load_explicit(&c->total_bytes, memory_order_relaxed),
                           memory_order_relaxed);
     rc_unlock(&c->lock);
+    rc_statseg_publish(c);
     return REGCACHE_OK;
 }

@@ -88,6 +88,8 @@ void rc_stats_dump(const struct regcache *c)
     dump_leaves(c, &s);
     dump_backend(c);
     dump_rails(c, &s);
+    if (c->stat_note[0])
+        fprintf(stderr, PREFIX "%s\n", c->opts.name, (const void *)c, c->stat_note);
     if (c->ledger_note[0])
         fprintf(stderr, PREFIX "%s\n", c->opts.name, (const void *)c, c->ledger_note);
     for (int i = 0; i < RC_MAX_DEVICES; i++) {
