@@ -137,6 +137,7 @@ struct regcache {
 
     struct rc_stats stats;
     int stat_record; /* its record in the process's statistics segment, or -1 */
+    int stat_pid;    /* the process whose segment that is */
     atomic_uint_fast64_t stat_published; /* when it last went out there (coarse ns) */
     char stat_note[256];                 /* why it has no record, for the dump */
 

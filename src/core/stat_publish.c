@@ -205,6 +205,7 @@ void rc_statseg_attach(struct regcache *c)
     for (unsigned i = 0; s && i < RC_STATSEG_CACHES; i++)
         if (!atomic_load_explicit(&s->cache[i].in_use, memory_order_relaxed)) {
             c->stat_record = (int)i;
+            c->stat_pid = proc.pid;
             proc.users++;
             write_locked(c, &s->cache[i]);
             break;
@@ -218,10 +219,17 @@ void rc_statseg_attach(struct regcache *c)
     pthread_mutex_unlock(&lock);
 }
 
+/* Under lock: c's record is in this process's segment (not in one a fork
+ * child's cache inherited, nor in the child's own at the same place). */
+static bool ours_locked(const struct regcache *c)
+{
+    return c->stat_record >= 0 && proc.seg && c->stat_pid == proc.pid && proc.pid == getpid();
+}
+
 void rc_statseg_publish(struct regcache *c)
 {
     pthread_mutex_lock(&lock);
-    if (c->stat_record >= 0 && proc.seg && proc.pid == getpid())
+    if (ours_locked(c))
         write_locked(c, &proc.seg->cache[c->stat_record]);
     pthread_mutex_unlock(&lock);
 }
@@ -247,7 +255,7 @@ void rc_statseg_tick(struct regcache *c)
 void rc_statseg_detach(struct regcache *c)
 {
     pthread_mutex_lock(&lock);
-    if (c->stat_record >= 0 && proc.seg && proc.pid == getpid()) {
+    if (ours_locked(c)) {
         struct rc_statseg_cache *r = &proc.seg->cache[c->stat_record];
         uint64_t seq = atomic_load_explicit(&r->seq, memory_order_relaxed);
         store(&r->seq, seq + 1);
