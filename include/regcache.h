@@ -282,10 +282,11 @@ struct regcache_params {
                                     (pds[0 .. rails-1]); pd is then unused */
     /* Fields below were added in 0.3. */
     const char *name; /* what the statistics dump, regcache-stat and
-                         regcache_name() call the cache, up to
-                         REGCACHE_NAME_MAX - 1 bytes of printable ASCII
-                         (copied); NULL = the REGCACHE_NAME variable,
-                         else "cache<N>" (README) */
+                         regcache_name() call the cache: 1 to
+                         REGCACHE_NAME_MAX - 1 of letters, digits and
+                         _.:@+-/ (copied; else create fails with INVALID).
+                         NULL = the REGCACHE_NAME variable, else
+                         "cache<N>" for the process's N-th cache */
 };
 
 /* The longest cache name, with its terminating NUL. */
@@ -317,8 +318,11 @@ typedef struct regcache_entry regcache_entry_t;
  * Errors: INVALID (NULL, unknown params size, alignment not a power of two
  * between 4096 and 1 GiB, method/validation out of range, rails outside
  * 1..REGCACHE_MAX_RAILS, no pd for the built-in backend, backend without
- * reg or dereg, a REGCACHE_* variable that does not parse), NO_MEMORY,
- * UNSUPPORTED.  Thread safe.
+ * reg or dereg, a name that is not one, a REGCACHE_* variable that does
+ * not parse), NO_MEMORY, UNSUPPORTED.  The process's first cache creates
+ * its statistics segment for regcache-stat (README); where that cannot be
+ * made the cache works without it, and the REGCACHE_STATS dump says why.
+ * Thread safe.
  */
 REGCACHE_API int regcache_create(const struct regcache_params *params, regcache_t **cache);
 
@@ -637,7 +641,7 @@ struct regcache_entry_info {
  * regcache_destroy() of it; entries that leave meanwhile are still shown.
  * Entries that left the cache while held (invalidated) are not listed.
  * Returns REGCACHE_OK, or what cb returned when it stopped the walk.
- * Errors: INVALID (NULL cache or cb), NO_MEMORY (for the copy).
+ * Errors: INVALID (NULL cache or cb), NO_MEMORY (for the copy), FORKED.
  * Thread safe.
  */
 REGCACHE_API int regcache_foreach_entry(regcache_t *cache,
