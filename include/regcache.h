@@ -18,6 +18,11 @@
  *     stream it is given;
  *   - "thread safe" means any number of threads may call the function on the
  *     same cache at once.
+ *
+ * Every REGCACHE_API function has a man page (man regcache_get), made from
+ * docs/man/<function>.3.md or listed in the NAME line of its group's page
+ * there: a new function needs one new file, or one more name in that line
+ * (the test docs_man_pages checks).
  */
 #ifndef REGCACHE_H
 #define REGCACHE_H

@@ -7,7 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "registry.h"
+#include "cache_registry.h"
 
 atomic_bool rc_heavy_fence_works;
 /* Every fast side fences now, and those that read rc_heavy_fence_works

@@ -35,14 +35,13 @@ void rc_fence_setup(void);
  * bytes below the stack pointer, in the red zone, whose value it writes
  * back unchanged.  gcc's own fence locks the word at the stack pointer,
  * which a function's pushes have mostly just written, and a locked
- * instruction waits for a store to its word that is still in flight: 6 ns
- * more per HOOKS hit on a Xeon (bench/ab), with nothing changed but how
- * many registers the hit saves.  64 bytes down lies below the return
+ * instruction waits for a store to its word that is still in flight: a
+ * HOOKS hit is slower with it whenever the hit saves registers
+ * (bench/ab/run.sh hooks compares).  64 bytes down lies below the return
  * address of any call this frame makes, but within the frames of calls it
  * made before: so this is the fence of code that has called nothing yet
- * (the hit's); the evictor's claim, after several calls, measured 7 ns
- * slower per evicting get+put with it than with the C11 fence (interleaved
- * A/B on an H200 machine) and keeps that.  Elsewhere, and under TSan (which
+ * (the hit's); the evictor's claim, after several calls, is slower with
+ * it than with the C11 fence (bench/ab/run.sh churn) and keeps that.  Elsewhere, and under TSan (which
  * models only the C11 fence), the C11 fence. */
 static inline void rc_fence_full(void)
 {

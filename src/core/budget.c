@@ -93,7 +93,7 @@ static uint64_t now_ns(void)
  * per-thread hit sums are the costly part. */
 #define PUBLISH_NS 100000000u
 
-/* Apart from rc_ledger_note_locked(), which runs at every miss and
+/* Apart from rc_budget_note_locked(), which runs at every miss and
  * eviction: its frame for the statistics would cost every call. */
 static __attribute__((noinline)) void publish_counts(struct regcache *c, struct rc_device *d)
 {
@@ -125,7 +125,7 @@ static __attribute__((noinline)) void note_and_publish(struct regcache *c, struc
     publish_counts(c, d);
 }
 
-void rc_ledger_note_locked(struct regcache *c, struct rc_device *d)
+void rc_budget_note_locked(struct regcache *c, struct rc_device *d)
 {
     /* A fork child that destroys an inherited cache drains it: the record
      * it would write is the parent's, which still holds those entries. */

@@ -1,5 +1,5 @@
 /* The cache object, shared by the files of the core: the hit path
- * (hit_path.c), misses (miss.c, classify.c, register.c), eviction and
+ * (hit_path.c, hold.c), misses (miss.c, classify.c, backend_register.c), eviction and
  * budgets (evict.c, budget.c), invalidation (invalidate.c), entries leaving
  * the cache (release.c), statistics and the life cycle. */
 #ifndef RC_CACHE_H
@@ -149,7 +149,7 @@ struct regcache {
     atomic_uint_fast64_t peak_bytes;
 
     _Atomic(struct regcache *) registry_next;
-    /* Unlinked, its destroy waiting for walkers (registry.c): the next
+    /* Unlinked, its destroy waiting for walkers (cache_registry.c): the next
      * such cache, under the registry's lock. */
     struct regcache *departing_next;
 };
@@ -179,19 +179,7 @@ static inline void rc_cache_fence_always(struct regcache *c)
     atomic_fetch_or_explicit(&c->put_flags, RC_PUT_FENCE, memory_order_relaxed);
 }
 
-/* ---- hit path (hit_path.c) ---------------------------------------------- */
-
-/* The hold handed to the user: a slot address with bit 0 set, or an entry
- * address with the rail in bits 1-5 (entries are 64-byte aligned). */
-regcache_entry_t *rc_counted_handle(struct regcache_entry *e, unsigned rail);
-
-/* Under the lock: a slot hold of the calling thread on e, ready and in the
- * cache, stamped as used now; NULL when the thread has no free slot (or no
- * record).  No evictor or invalidator scans the slots meanwhile: they hold
- * the lock. */
-regcache_entry_t *rc_slot_hold_locked(struct regcache *c, struct regcache_entry *e, unsigned rail);
-
-/* ---- misses (miss.c, classify.c, register.c) ---------------------------- */
+/* ---- misses (miss.c, classify.c, backend_register.c) ---------------------------- */
 
 /* A watch_patches cache whose patches another patcher rewrote turns to
  * TAG_CHECK, with the reason regcache_validation_reason() then gives:
@@ -284,7 +272,7 @@ void rc_make_room_locked(struct regcache *c, struct rc_device *d, size_t len,
 void rc_trim(struct regcache *c, struct rc_device *d);
 
 /* Under the lock, after d's bytes or entries changed: tell the ledger. */
-void rc_ledger_note_locked(struct regcache *c, struct rc_device *d);
+void rc_budget_note_locked(struct regcache *c, struct rc_device *d);
 
 /* Detach every device from its ledger (destroy). */
 void rc_budget_fini(struct regcache *c);
@@ -399,7 +387,8 @@ static inline void rc_count(atomic_uint_fast64_t *n)
 
 /* A value that only holders of the cache lock change (readers take no
  * lock): a plain load and store, where an atomic add would spend a locked
- * instruction - about 8 ns - on what the lock already serialises. */
+ * instruction, the dearest of a hit's (asym_fence.h), on what the lock
+ * already serialises. */
 static inline void rc_add_locked(atomic_size_t *n, size_t delta)
 {
     atomic_store_explicit(n, atomic_load_explicit(n, memory_order_relaxed) + delta,
@@ -418,7 +407,7 @@ void rc_check_locked(struct regcache *c);
 
 /* ---- fork ---------------------------------------------------------------- */
 
-/* Bumped in a fork child (registry.c): a cache whose generation differs
+/* Bumped in a fork child (cache_registry.c): a cache whose generation differs
  * was inherited and must not touch its registrations. */
 extern atomic_uint rc_fork_generation_now;
 

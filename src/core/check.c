@@ -21,8 +21,7 @@ struct census {
 static int check_entry(struct rc_itree_node *n, void *arg)
 {
     struct census *k = arg;
-    struct regcache_entry *e =
-        (struct regcache_entry *)((char *)n - offsetof(struct regcache_entry, node));
+    struct regcache_entry *e = rc_entry_of_node(n);
     if (e->cache != k->c)
         broken(k->c, "entry of another cache in the tree", e);
     if (e->state == RC_PENDING)

@@ -34,6 +34,7 @@
 
 #include "backend.h"
 #include "bounds.h"
+#include "compiler.h"
 #include "interval_tree.h"
 
 struct regcache;
@@ -108,7 +109,7 @@ struct regcache_entry {
 /* The entry whose tree node n is. */
 static inline struct regcache_entry *rc_entry_of_node(struct rc_itree_node *n)
 {
-    return (struct regcache_entry *)((char *)n - offsetof(struct regcache_entry, node));
+    return rc_container_of(n, struct regcache_entry, node);
 }
 
 /* Take a counted hold unless the entry has left the cache.  Returns

@@ -45,7 +45,7 @@ void rc_make_room_locked(struct regcache *c, struct rc_device *d, size_t len,
     size_t max_bytes = atomic_load_explicit(&d->max_bytes, memory_order_relaxed);
     size_t max_entries = atomic_load_explicit(&d->max_entries, memory_order_relaxed);
     /* The notes of these evictions leave the clock to the note that ends
-     * the miss (rc_ledger_note_locked). */
+     * the miss (rc_budget_note_locked). */
     d->making_room = true;
     rc_evict_locked(c, d, max_bytes > len ? max_bytes - len : 0, max_entries - 1,
                     REGCACHE_REASON_EVICT_BUDGET, victims);

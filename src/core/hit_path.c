@@ -3,8 +3,8 @@
  * What a hit costs: a hash of the page and a probe of one page-index shard
  * (its line and one 64-byte slot, both only read); one store to a hold
  * slot of the calling thread's own record and - in HOOKS mode - one
- * seq_cst fence, the only expensive instruction (about 8 ns on the 32-core
- * Xeon); then the slot's copies of the entry's rails, device and LRU stamp,
+ * seq_cst fence, the only expensive instruction (the benchmark's "hits"
+ * rows, HOOKS beside TAG_CHECK, show its price); then the slot's copies of the entry's rails, device and LRU stamp,
  * the shard's count again, the record's parked flag (threads.h) and the
  * epoch, a store of the hold's note and a
  * plain increment of the thread's own hit counter.  Its put loads the
@@ -20,28 +20,14 @@
  * a comparison waits for it.  Everything else (misses, a writer in the
  * shard, a thread with all slots in use, an entry's first hit in an LRU
  * epoch, budgets, debug checks, errors) is out of line, reached by tail
- * calls: a HOOKS get+put is about 100 + 40 instructions with no call and
- * no frame in put, a TAG_CHECK one about 20 more (callgrind, x86-64 gcc
- * -O2). */
-#include <stdio.h>
-#include <stdlib.h>
-
+ * calls, so that a HOOKS get+put makes no call and put needs no frame
+ * (bench/ab/run.sh hooks and tag compare builds of it). */
 #include "asym_fence.h"
 #include "cache.h"
-#include "ledger.h"
+#include "compiler.h"
+#include "hold.h"
 #include "last_error.h"
 #include "threads.h"
-
-#define COLD __attribute__((noinline, cold))
-
-/* Bit 0 of a handle: a slot hold (the slot's address); else a counted hold
- * (the entry's address, rail in bits 1-5). */
-#define HANDLE_SLOT ((uintptr_t)1)
-
-regcache_entry_t *rc_counted_handle(struct regcache_entry *e, unsigned rail)
-{
-    return (regcache_entry_t *)((uintptr_t)e | ((uintptr_t)rail << 1));
-}
 
 static COLD int bad_get(const struct regcache *c, const void *addr, size_t len, unsigned rail,
                         regcache_entry_t **out)
@@ -61,37 +47,6 @@ static COLD int bad_get(const struct regcache *c, const void *addr, size_t len, 
                        c->rails);
     return rc_fail(REGCACHE_ERR_FORKED,
                    "regcache_get: the cache was created before fork(); create one in the child");
-}
-
-/* A put's look at the cache's put_flags found some: the fence first if
- * the heavy one does not work here, then whether the cache has zombies. */
-static COLD bool zombies_after_fence(struct regcache *c, unsigned flags)
-{
-    if (flags & RC_PUT_FENCE) {
-        rc_fence_full();
-        flags = atomic_load_explicit(&c->put_flags, memory_order_relaxed);
-    }
-    return flags & RC_PUT_ZOMBIES;
-}
-
-/* Let go of a slot hold: the slot store, then - for an entry that left the
- * cache meanwhile - the release that its detacher left to the last holder
- * (asym_fence.h: the detacher pays for the fence this side omits).  Only
- * while the cache has zombies can the entry be one (release.c), so its own
- * line is read only then: clear_slot() says whether to look. */
-static inline bool clear_slot(struct regcache *c, _Atomic uintptr_t *slot)
-{
-    atomic_store_explicit(slot, 0, memory_order_release);
-    atomic_signal_fence(memory_order_seq_cst);
-    unsigned flags = atomic_load_explicit(&c->put_flags, memory_order_relaxed);
-    return __builtin_expect(flags != 0, 0) && zombies_after_fence(c, flags);
-}
-
-static inline void release_slot(struct regcache *c, _Atomic uintptr_t *slot,
-                                struct regcache_entry *e)
-{
-    if (clear_slot(c, slot) && rc_entry_is_detached(e))
-        rc_release_if_unheld(c, e);
 }
 
 /* The buffer id of the mapping at addr now.  A query that fails or sets
@@ -121,43 +76,6 @@ static COLD bool all_tags_current(const struct regcache *c, const struct regcach
     return true;
 }
 
-/* A slot is free when it reads 0.  Acquire: when another thread's put
- * emptied it, that put's reads of the hold (its note above all) happen
- * before this thread writes the slot's note again; on x86 a plain load. */
-static inline bool slot_free(_Atomic uintptr_t *slot)
-{
-    return !atomic_load_explicit(slot, memory_order_acquire);
-}
-
-static COLD _Atomic uintptr_t *search_free_slot(struct rc_thread *t)
-{
-    for (unsigned i = 0; i < RC_HOLD_SLOTS; i++)
-        if (slot_free(&t->holds[i])) {
-            t->hint = i;
-            return &t->holds[i];
-        }
-    return NULL;
-}
-
-/* The entry a slot holds (of a hold not yet let go), and the rail. */
-static inline struct regcache_entry *held_entry(_Atomic uintptr_t *slot)
-{
-    return (struct regcache_entry *)(atomic_load_explicit(slot, memory_order_relaxed) &
-                                     ~RC_HOLD_RAIL_MASK);
-}
-
-static inline unsigned held_rail(_Atomic uintptr_t *slot)
-{
-    return (unsigned)(atomic_load_explicit(slot, memory_order_relaxed) & RC_HOLD_RAIL_MASK);
-}
-
-/* Gets are mostly put before the next get: the slot last used is free. */
-static inline _Atomic uintptr_t *free_slot(struct rc_thread *t)
-{
-    _Atomic uintptr_t *slot = &t->holds[t->hint];
-    return __builtin_expect(slot_free(slot), 1) ? slot : search_free_slot(t);
-}
-
 /* A hit, held in `slot`, on an entry that lacks the rail asked for:
  * register that rail on the entry, which the slot holds meanwhile, without
  * describing the memory again; if the entry left the cache before it could,
@@ -165,10 +83,10 @@ static inline _Atomic uintptr_t *free_slot(struct rc_thread *t)
 static COLD int hit_without_rail(struct regcache *c, _Atomic uintptr_t *slot, uintptr_t start,
                                  uintptr_t end, regcache_entry_t **out)
 {
-    struct regcache_entry *e = held_entry(slot);
-    unsigned rail = held_rail(slot);
+    struct regcache_entry *e = rc_held_entry(slot);
+    unsigned rail = rc_held_rail(slot);
     int rc = rc_add_rail(c, e, rail, out);
-    release_slot(c, slot, e);
+    rc_release_slot(c, slot, e);
     if (rc == REGCACHE_OK)
         return rc;
     *out = NULL;
@@ -192,7 +110,7 @@ static inline void hand_out(struct regcache *c, struct rc_thread *t, _Atomic uin
 {
     *rc_hold_note_of(slot) = (struct rc_hold_note){ (uint32_t)now, p->device_slot };
     add_hits(c, t, p->device_slot, 1);
-    *out = (regcache_entry_t *)((uintptr_t)slot | HANDLE_SLOT);
+    *out = rc_slot_handle(slot);
 }
 
 /* The end of every hit: the rail's registration, then the hand-out. */
@@ -206,13 +124,6 @@ static inline int count_hit(struct regcache *c, struct rc_thread *t, _Atomic uin
     return REGCACHE_OK;
 }
 
-/* Stamp e as used in epoch `now` (lru.h), unless it is already. */
-static void stamp(struct regcache_entry *e, uint64_t now)
-{
-    if (atomic_load_explicit(&e->last_use, memory_order_relaxed) != now)
-        atomic_store_explicit(&e->last_use, now, memory_order_relaxed);
-}
-
 /* The first hit on the entry held in `slot` in this epoch through its
  * slot in the index: stamp the entry, and the index slot's copy, so that
  * the epoch's next hits read neither.  A writer that moved slots meanwhile
@@ -224,9 +135,9 @@ static void stamp(struct regcache_entry *e, uint64_t now)
 static COLD int stamp_and_count(struct regcache *c, _Atomic uintptr_t *slot, uintptr_t start,
                                 uintptr_t end, unsigned rail, regcache_entry_t **out)
 {
-    struct regcache_entry *e = held_entry(slot);
+    struct regcache_entry *e = rc_held_entry(slot);
     uint64_t now = atomic_load_explicit(&c->epoch, memory_order_relaxed);
-    stamp(e, now);
+    rc_stamp(e, now);
     struct rc_probe p;
     /* The copy is a hint: with a writer inside the shard, let it be. */
     if (rc_page_index_probe(&c->index, start, end, &p) == e) {
@@ -255,7 +166,7 @@ static COLD int tag_changed(struct regcache *c, struct regcache_entry *e, _Atomi
     }
     rc_unlock(&c->lock);
     rc_release_victims(c, victims);
-    release_slot(c, slot, e);
+    rc_release_slot(c, slot, e);
     *out = NULL;
     return rc_slow_get(c, start, end, rail, out);
 }
@@ -268,7 +179,7 @@ static COLD int serve_tagged_slowly(struct regcache *c, _Atomic uintptr_t *slot,
                                     uintptr_t end, unsigned rail, regcache_entry_t **out,
                                     uint64_t first)
 {
-    struct regcache_entry *e = held_entry(slot);
+    struct regcache_entry *e = rc_held_entry(slot);
     bool current = !e->buffer_id || (e->more ? all_tags_current(c, e)
                                              : tag_at_start(c, start, first) == e->buffer_id);
     if (!current)
@@ -282,7 +193,7 @@ static COLD int tag_changed_after_all(struct regcache *c, _Atomic uintptr_t *slo
                                       uintptr_t end, regcache_entry_t **out)
 {
     add_hits(c, rc_thread_current, rc_hold_note_of(slot)->device_slot, (uint64_t)-1);
-    return tag_changed(c, held_entry(slot), slot, start, end, held_rail(slot), out);
+    return tag_changed(c, rc_held_entry(slot), slot, start, end, rc_held_rail(slot), out);
 }
 
 /* A TAG_CHECK hit, handed out, on an entry of several mappings: each must
@@ -290,7 +201,7 @@ static COLD int tag_changed_after_all(struct regcache *c, _Atomic uintptr_t *slo
 static COLD int several_tags(struct regcache *c, _Atomic uintptr_t *slot, uintptr_t start,
                              uintptr_t end, regcache_entry_t **out)
 {
-    struct regcache_entry *e = held_entry(slot);
+    struct regcache_entry *e = rc_held_entry(slot);
     return all_tags_current(c, e) ? REGCACHE_OK : tag_changed_after_all(c, slot, start, end, out);
 }
 
@@ -343,14 +254,12 @@ static inline bool fenceless(const struct regcache *c)
  * - a writer inside).  With query_first (tag_first caches with a large
  * index, get()), the look begins with the tag at start, into *first: the
  * index slot that the probe reads is asked for before the query, so that
- * its line, mostly a cache miss, arrives while the query answers (25 ns
- * less per hit at 100k entries; with few entries the line is at hand, and
- * the order costs 4 ns more).  Behind the driver's query, a call of 30-60
- * ns, even an L1 miss hides, so that with it the index counts as large
- * once its slots outgrow L1 (lifecycle.c): 1.1 ns less per hit at 1000
- * entries and 2.6 at 4000 with a 48 KiB L1, where this order at every
- * size cost 0.4-0.7 ns more at 1 to 300 (H200 machine, driver 580, as
- * bench/ab/run.sh driver-tag measures).  Either order checks the same
+ * its line, mostly a cache miss, arrives while the query answers: faster
+ * with many entries, slower with few, whose line is at hand (the "hits"
+ * rows of TAG_CHECK at 1 and 100k entries).  Behind the driver's query,
+ * a call much longer than a backend's, even an L1 miss hides, so that with
+ * it the index counts as large once its slots outgrow L1 (lifecycle.c; the
+ * driver's side is measured by bench/ab/run.sh driver-tag).  Either order checks the same
  * thing, that at one moment of the get the memory carried the id of an
  * entry the index listed (a free racing the get is the caller's error
  * either way). */
@@ -370,7 +279,7 @@ look(struct regcache *c, struct rc_thread *t, uintptr_t start, uintptr_t end, un
                                    : rc_page_index_probe_at(&c->index, k, start, end, probe);
     if (!e)
         return NULL;
-    _Atomic uintptr_t *slot = free_slot(t);
+    _Atomic uintptr_t *slot = rc_free_slot(t);
     if (!slot)
         return NULL;
     /* Release: a scanner that reads this slot then also sees this thread's
@@ -394,30 +303,10 @@ look(struct regcache *c, struct rc_thread *t, uintptr_t start, uintptr_t end, un
     return e;
 }
 
-regcache_entry_t *rc_slot_hold_locked(struct regcache *c, struct regcache_entry *e, unsigned rail)
-{
-    struct rc_thread *t = rc_thread_current;
-    _Atomic uintptr_t *slot = t ? free_slot(t) : NULL;
-    if (!slot)
-        return NULL;
-    atomic_store_explicit(slot, (uintptr_t)e | rail, memory_order_release);
-    /* The cache lock keeps this cache's evictors out, not a parker of
-     * idle records, who fences heavily (threads.h). */
-    rc_fence_light();
-    if (__builtin_expect(rc_thread_parked(t), 0) && !rc_thread_unpark(t)) {
-        atomic_store_explicit(slot, 0, memory_order_relaxed);
-        return NULL;
-    }
-    uint64_t now = atomic_load_explicit(&c->epoch, memory_order_relaxed);
-    stamp(e, now);
-    *rc_hold_note_of(slot) = (struct rc_hold_note){ (uint32_t)now, (uint32_t)e->device_slot };
-    return (regcache_entry_t *)((uintptr_t)slot | HANDLE_SLOT);
-}
-
 /* Let go of the hold in a slot that only this thread fills. */
 static void release_held(struct regcache *c, _Atomic uintptr_t *slot)
 {
-    release_slot(c, slot, held_entry(slot));
+    rc_release_slot(c, slot, rc_held_entry(slot));
 }
 
 /* Whatever the first look did not serve: a thread's first get, a writer in
@@ -542,57 +431,16 @@ int regcache_get_rail(regcache_t *c, unsigned rail, const void *addr, size_t len
 /* put                                                                       */
 /* ------------------------------------------------------------------------ */
 
-#ifdef RC_DEBUG
-static COLD void misused_put(const char *what, const void *handle)
-{
-    fprintf(stderr, "regcache_put(%p): %s\n", handle, what);
-    abort();
-}
-#endif
-
 /* A slot found empty: a second put of the same hold, or a hold taken before
  * fork() (the child forgets those). */
 static COLD void put_of_empty_slot(const void *handle)
 {
 #ifdef RC_DEBUG
     if (rc_fork_generation() == 0)
-        misused_put("the entry was already put (double put)", handle);
+        rc_put_misused("the entry was already put (double put)", handle);
 #else
     (void)handle;
 #endif
-}
-
-static COLD void release_counted(struct regcache *c, struct regcache_entry *e)
-{
-    if (!rc_forked(c))
-        rc_release_if_unheld(c, e);
-}
-
-/* The cache a put works on: the caller's, which must be the entry's. */
-static inline struct regcache *cache_of(struct regcache *cache, const struct regcache_entry *e,
-                                        const void *handle)
-{
-#ifdef RC_DEBUG
-    if (cache && cache != e->cache)
-        misused_put("the entry belongs to another cache", handle);
-#else
-    (void)handle;
-#endif
-    return __builtin_expect(!!cache, 1) ? cache : e->cache;
-}
-
-/* Held entries may push a device past its budget; it binds again as soon
- * as they are put.  A cache of another process on the same GPU may have
- * asked for room (one load of a word that misses write).  A fork child's
- * put changes only its copy of the cache until it would deregister or
- * evict (release_counted, rc_trim): the registrations are the parent's.
- * Last in every put, so that rc_trim() is a tail call and a put needs no
- * frame. */
-static inline void after_put(struct regcache *c, struct rc_device *d)
-{
-    if (__builtin_expect(rc_over_budget(d), 0) ||
-        __builtin_expect(d->ledger_limits && rc_ledger_moved(d->ledger), 0))
-        rc_trim(c, d);
 }
 
 /* A put that let go of its slot while the cache had zombies: e may be one,
@@ -602,7 +450,7 @@ static COLD void put_in_zombie_time(struct regcache *c, struct regcache_entry *e
 {
     if (rc_entry_is_detached(e))
         rc_release_if_unheld(c, e);
-    after_put(c, d);
+    rc_after_put(c, d);
 }
 
 /* A slot hold's put reads the slot and its note, none of the entry's
@@ -610,12 +458,12 @@ static COLD void put_in_zombie_time(struct regcache *c, struct regcache_entry *e
  * turns are tail calls. */
 static inline void put_slot(struct regcache *cache, _Atomic uintptr_t *slot, const void *handle)
 {
-    struct regcache_entry *e = held_entry(slot);
+    struct regcache_entry *e = rc_held_entry(slot);
     if (__builtin_expect(!e, 0)) {
         put_of_empty_slot(handle);
         return;
     }
-    struct regcache *c = cache_of(cache, e, handle);
+    struct regcache *c = rc_put_cache(cache, e, handle);
     /* Everything put needs of the hold is read before the slot is
      * cleared: from then on the owner may reuse it, and an evictor recycle
      * e. */
@@ -623,78 +471,20 @@ static inline void put_slot(struct regcache *cache, _Atomic uintptr_t *slot, con
     struct rc_device *d = &c->dev[note->device_slot];
     uint64_t now = atomic_load_explicit(&c->epoch, memory_order_relaxed);
     if (__builtin_expect((uint32_t)now != note->epoch, 0))
-        stamp(e, now);
+        rc_stamp(e, now);
     if (rc_thread_current)
         rc_thread_log_use(rc_thread_current, e);
-    if (clear_slot(c, slot))
+    if (rc_clear_slot(c, slot))
         put_in_zombie_time(c, e, d);
     else
-        after_put(c, d);
-}
-
-static __attribute__((noinline)) void put_counted(struct regcache *cache, struct regcache_entry *e,
-                                                  const void *handle)
-{
-    struct regcache *c = cache_of(cache, e, handle);
-    struct rc_device *d = &c->dev[e->device_slot];
-    stamp(e, atomic_load_explicit(&c->epoch, memory_order_relaxed));
-    if (rc_thread_current)
-        rc_thread_log_use(rc_thread_current, e);
-    unsigned old = atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel);
-#ifdef RC_DEBUG
-    if (!(old & RC_COUNT_MASK))
-        misused_put("the entry was already put (double put)", handle);
-#endif
-    if (__builtin_expect((old & RC_DETACHED) && (old & RC_COUNT_MASK) == 1, 0))
-        release_counted(c, e);
-    after_put(c, d);
+        rc_after_put(c, d);
 }
 
 void regcache_put(regcache_t *cache, regcache_entry_t *h)
 {
     uintptr_t v = (uintptr_t)h;
-    if (v & HANDLE_SLOT)
+    if (v & RC_HANDLE_SLOT)
         put_slot(cache, (_Atomic uintptr_t *)(v & ~(uintptr_t)7), h);
     else if (h)
-        put_counted(cache, (struct regcache_entry *)(v & ~RC_HOLD_RAIL_MASK), h);
-}
-
-/* ------------------------------------------------------------------------ */
-/* Entries                                                                   */
-/* ------------------------------------------------------------------------ */
-
-/* The entry and rail a live handle stands for. */
-static struct regcache_entry *decode(const regcache_entry_t *h, unsigned *rail)
-{
-    uintptr_t v = (uintptr_t)h;
-    if (v & HANDLE_SLOT)
-        v = atomic_load_explicit((_Atomic uintptr_t *)(v & ~(uintptr_t)7), memory_order_relaxed);
-    else
-        v = (v & ~RC_HOLD_RAIL_MASK) | ((v >> 1) & 31);
-    *rail = (unsigned)(v & RC_HOLD_RAIL_MASK);
-    return (struct regcache_entry *)(v & ~RC_HOLD_RAIL_MASK);
-}
-
-void *regcache_entry_handle(const regcache_entry_t *h)
-{
-    unsigned rail;
-    struct regcache_entry *e = h ? decode(h, &rail) : NULL;
-    return e ? e->handles[rail] : NULL;
-}
-
-struct ibv_mr *regcache_entry_mr(const regcache_entry_t *h)
-{
-    unsigned rail;
-    struct regcache_entry *e = h ? decode(h, &rail) : NULL;
-    return e && e->cache->builtin ? e->handles[rail] : NULL;
-}
-
-void regcache_entry_range(const regcache_entry_t *h, uintptr_t *start, size_t *len)
-{
-    unsigned rail;
-    struct regcache_entry *e = h ? decode(h, &rail) : NULL;
-    if (start)
-        *start = e ? e->node.start : 0;
-    if (len)
-        *len = e ? rc_entry_len(e) : 0;
+        rc_put_counted(cache, (struct regcache_entry *)(v & ~RC_HOLD_RAIL_MASK), h);
 }

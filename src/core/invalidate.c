@@ -60,14 +60,9 @@ static void log_locked(struct regcache *c, uintptr_t start, uintptr_t end)
     atomic_store_explicit(&c->inval_seq, seq, memory_order_seq_cst);
 }
 
-static struct regcache_entry *entry_of(struct rc_itree_node *n)
-{
-    return (struct regcache_entry *)((char *)n - offsetof(struct regcache_entry, node));
-}
-
 static int collect(struct rc_itree_node *n, void *list)
 {
-    rc_list_push(list, entry_of(n));
+    rc_list_push(list, rc_entry_of_node(n));
     return 0;
 }
 
@@ -141,7 +136,7 @@ int regcache_flush(regcache_t *c)
 
 static void drain_visit(struct rc_itree_node *n, void *list)
 {
-    rc_list_push(list, entry_of(n));
+    rc_list_push(list, rc_entry_of_node(n));
 }
 
 void rc_cache_drain(struct regcache *c)

@@ -10,7 +10,7 @@
 #include "hook_detect.h"
 #include "intercept.h"
 #include "last_error.h"
-#include "registry.h"
+#include "cache_registry.h"
 #include "threads.h"
 #include "verbs_backend.h"
 

@@ -4,15 +4,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <utlist.h>
+
+#include "compiler.h"
 #include "entry.h"
 #include "regcache.h"
 #include "threads.h"
 
-#define COLD __attribute__((noinline, cold))
-
 void rc_lru_init(struct rc_lru *lru, struct rc_page_index *index)
 {
-    lru->head = lru->tail = NULL;
+    lru->head = NULL;
     lru->heap = NULL;
     lru->keys = NULL;
     lru->heaped = lru->count = lru->capacity = 0;
@@ -144,32 +145,24 @@ static void enqueue(struct rc_lru *lru, struct regcache_entry *e, uint64_t key)
 {
     e->heap_idx = RC_LRU_QUEUED;
     e->queued_key = key;
-    e->lru_next = NULL;
-    e->lru_prev = lru->tail;
-    if (lru->tail)
-        lru->tail->lru_next = e;
-    else
-        lru->head = e;
-    lru->tail = e;
+    DL_APPEND2(lru->head, e, lru_prev, lru_next);
+}
+
+struct regcache_entry *rc_lru_tail(const struct rc_lru *lru)
+{
+    return lru->head ? lru->head->lru_prev : NULL;
 }
 
 static void dequeue(struct rc_lru *lru, struct regcache_entry *e)
 {
-    if (e->lru_prev)
-        e->lru_prev->lru_next = e->lru_next;
-    else
-        lru->head = e->lru_next;
-    if (e->lru_next)
-        e->lru_next->lru_prev = e->lru_prev;
-    else
-        lru->tail = e->lru_prev;
+    DL_DELETE2(lru->head, e, lru_prev, lru_next);
 }
 
 /* e, in neither structure, joins the LRU at `key`: behind the queue when
  * that keeps the queue's keys rising, else in the heap, which has room. */
 static void file(struct rc_lru *lru, struct regcache_entry *e, uint64_t key)
 {
-    if (!lru->tail || key > lru->tail->queued_key)
+    if (!rc_lru_tail(lru) || key > rc_lru_tail(lru)->queued_key)
         enqueue(lru, e, key);
     else
         sift_up(lru, lru->heaped++, (struct node){ key, e });
@@ -471,10 +464,10 @@ void rc_lru_check(const struct rc_lru *lru)
     size_t queued = 0;
     const struct regcache_entry *prev = NULL;
     for (const struct regcache_entry *e = lru->head; e; prev = e, e = e->lru_next, queued++)
-        if (e->heap_idx != RC_LRU_QUEUED || e->lru_prev != prev ||
+        if (e->heap_idx != RC_LRU_QUEUED || (prev && e->lru_prev != prev) ||
             (prev && prev->queued_key >= e->queued_key))
             broken("queue", queued);
-    if (prev != lru->tail || queued + lru->heaped != lru->count || lru->count > lru->capacity)
+    if (prev != rc_lru_tail(lru) || queued + lru->heaped != lru->count || lru->count > lru->capacity)
         broken("counts", queued);
     for (size_t i = 0; i < lru->heaped; i++) {
         const struct regcache_entry *e = lru->heap[i].e;

@@ -48,7 +48,7 @@ struct rc_lru_node {
 
 struct rc_lru {
     /* The queue, oldest first, linked through the entries. */
-    struct regcache_entry *head, *tail;
+    struct regcache_entry *head; /* utlist: head->lru_prev is the tail */
     struct rc_lru_node *heap;
     /* keys[i]: heap[i]'s stamp when last looked at. */
     uint64_t *keys;
@@ -77,5 +77,8 @@ bool rc_lru_lists(const struct rc_lru *lru, const struct regcache_entry *e);
 /* Abort unless the queue's keys rise, the heap property holds and every
  * heap_idx is right. */
 void rc_lru_check(const struct rc_lru *lru);
+
+/* The queue's last entry (utlist keeps it as the head's prev), or NULL. */
+struct regcache_entry *rc_lru_tail(const struct rc_lru *lru);
 
 #endif

@@ -23,8 +23,9 @@ struct rc_memory {
      * backend's query serves as both with no call in between. */
     int (*read_tag)(void *ctx, const void *addr, size_t len, struct regcache_mem_info *info);
     void *ctx;
-    /* read_tag is a driver call (30-60 ns): a cache line asked for before
-     * it arrives meanwhile.  A backend's query may take 2 ns. */
+    /* read_tag is a driver call, long enough that a cache line asked for
+     * before it arrives meanwhile; a backend's query may be a few loads
+     * (the "hits" rows: the null query beside the cuda one). */
     bool slow_tag;
 };
 

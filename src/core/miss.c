@@ -12,11 +12,11 @@
 #include <stdlib.h>
 
 #include "cache.h"
-#include "stat_publish.h"
+#include "compiler.h"
+#include "hold.h"
 #include "last_error.h"
+#include "stat_publish.h"
 #include "threads.h"
-
-#define COLD __attribute__((noinline, cold))
 
 /* The thread a registration belongs to: the address of a thread-local is
  * unique among live threads and needs no record. */
@@ -126,15 +126,10 @@ struct lookup {
     struct regcache_entry *found, *busy, *stale;
 };
 
-static struct regcache_entry *entry_of(struct rc_itree_node *n)
-{
-    return (struct regcache_entry *)((char *)n - offsetof(struct regcache_entry, node));
-}
-
 static int lookup_visit(struct rc_itree_node *n, void *arg)
 {
     struct lookup *l = arg;
-    struct regcache_entry *e = entry_of(n);
+    struct regcache_entry *e = rc_entry_of_node(n);
     if (stale(e, l->want)) {
         rc_list_push(&l->stale, e);
         return 0;
@@ -166,13 +161,6 @@ static struct regcache_entry *lookup_locked(struct regcache *c, const struct rc_
     }
     *busy = l.found ? NULL : l.busy;
     return l.found;
-}
-
-static COLD int hold_limit(const struct regcache_entry *e)
-{
-    return rc_fail(REGCACHE_ERR_HOLD_LIMIT,
-                   "the entry for [%#jx, %#jx) already has %u holders (gets without put)",
-                   (uintmax_t)e->match_start, (uintmax_t)e->match_end, RC_COUNT_MASK);
 }
 
 /* Under the lock: a hold on e, ready and in the cache, for the caller.  A
@@ -239,7 +227,7 @@ static struct regcache_entry *new_pending_locked(struct regcache *c, struct rc_w
 
 static void refill(struct rc_itree_node *n, void *table)
 {
-    struct regcache_entry *e = entry_of(n);
+    struct regcache_entry *e = rc_entry_of_node(n);
     if (e->state == RC_READY)
         rc_filter_refill(table, e->match_start, e->match_end);
 }
@@ -291,7 +279,7 @@ static int publish_locked(struct regcache *c, struct regcache_entry *e, uintptr_
     raise_peak(&d->n.peak_bytes, atomic_load_explicit(&d->bytes, memory_order_relaxed));
     raise_peak(&c->peak_bytes, atomic_load_explicit(&c->total_bytes, memory_order_relaxed));
     rc_recheck_budget_locked(d);
-    rc_ledger_note_locked(c, d);
+    rc_budget_note_locked(c, d);
     /* The hit path finds it from now on (a failure only costs hits). */
     rc_page_index_add(&c->index, e, start);
     return REGCACHE_OK;
@@ -373,7 +361,7 @@ static int register_new(struct regcache *c, struct rc_want *w, uint64_t seq, uns
             drop_failed_locked(c, e, victims);
         }
         /* The ledger counted this registration while it was in flight. */
-        rc_ledger_note_locked(c, d);
+        rc_budget_note_locked(c, d);
     }
     registration_ended(c);
     rc_check_locked(c);
@@ -391,7 +379,7 @@ static int register_rail(struct regcache *c, struct regcache_entry *e, unsigned 
     int rc = rc_entry_try_hold(e);
     if (rc != REGCACHE_OK) {
         unlock_leaving(c);
-        return hold_limit(e);
+        return rc_hold_limit(e);
     }
     e->rails_pending |= 1u << rail;
     e->registrants[rail] = self_token();
@@ -413,7 +401,7 @@ static int register_rail(struct regcache *c, struct regcache_entry *e, unsigned 
     registration_ended(c);
     unlock_leaving(c);
     if (rc != REGCACHE_OK)
-        regcache_put(c, rc_counted_handle(e, rail));
+        rc_put_counted(c, e, rc_counted_handle(e, rail));
     return rc;
 }
 
@@ -443,7 +431,7 @@ int rc_add_rail(struct regcache *c, struct regcache_entry *e, unsigned rail, reg
         /* Registered by the thread this one waited for. */
         int rc = hold_locked(c, e, rail, out);
         unlock_leaving(c);
-        return rc == REGCACHE_OK ? rc : hold_limit(e);
+        return rc == REGCACHE_OK ? rc : rc_hold_limit(e);
     }
     return register_rail(c, e, rail, out);
 }
@@ -484,7 +472,7 @@ static int serve(struct regcache *c, struct rc_want *w, uint64_t seq, unsigned r
         }
         unlock_leaving(c);
         if (rc != REGCACHE_OK)
-            rc = hold_limit(e);
+            rc = rc_hold_limit(e);
     } else {
         /* Registered by a thread this one waited for, or not yet indexed
          * under this request's page. */
@@ -495,7 +483,7 @@ static int serve(struct regcache *c, struct rc_want *w, uint64_t seq, unsigned r
         }
         unlock_leaving(c);
         if (rc != REGCACHE_OK)
-            rc = hold_limit(e);
+            rc = rc_hold_limit(e);
     }
     rc_release_victims(c, victims);
     return rc;

@@ -3,11 +3,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "compiler.h"
 #include "entry.h"
 #include "page_index.h"
 #include "regcache.h"
-
-#define COLD __attribute__((noinline, cold))
 
 #define INITIAL_SLOTS 16u
 
@@ -17,8 +16,8 @@
  * shards' tables take megabytes that a hit reaches at random, and in 4 KiB
  * pages nearly every probe would also miss the TLB; with a thousand they
  * still spread over some 70 pages that an evicting miss's entries and tree
- * nodes compete with for the TLB (1-5 ns less per evicting get+put on the
- * H200 machine, interleaved A/B, hits unchanged).  The price is one 2 MiB
+ * nodes compete with for the TLB (evicting get+puts are faster, hits the
+ * same: bench/ab/run.sh churn and hooks).  The price is one 2 MiB
  * chunk, mapped once an index holds that many. */
 #define HUGE_TABLE ((size_t)4 << 10)
 
@@ -254,12 +253,11 @@ static void count_listed(struct rc_page_index *idx, ptrdiff_t n)
 
 /* Every add, unlist and hit walks a probe run, and linear probing's runs
  * lengthen steeply with the load, and a hit whose entry is not first on its
- * run mispredicts a branch.  At 1000 entries an evicting miss took 10% less
- * time, and a hit 1-2 ns less, with tables at most a quarter full than at
- * most half full; at most an eighth full, with the tables in huge pages,
- * another 0.4-1.1 ns off a hit and 1.5-10 ns off an evicting get+put (H200
- * machine, interleaved A/B; hits at 1 and 4000 entries unchanged).  A
- * small index affords the room; a larger one fills to a quarter, and a
+ * run mispredicts a branch.  Evicting misses and hits at 1000 entries
+ * are faster with tables at most a quarter full than at most half full,
+ * and faster again at most an eighth full with the tables in huge pages;
+ * hits at 1 and 4000 entries are the same (bench/ab/run.sh churn and
+ * hooks, 1000 entries).  A small index affords the room; a larger one fills to a quarter, and a
  * large one to half, which halves the megabytes its tables take. */
 static bool crowded(struct rc_page_index *idx, const struct rc_shard *s,
                     const struct rc_slot_table *t)

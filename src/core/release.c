@@ -4,6 +4,7 @@
  * and a backend that calls back into regcache cannot deadlock. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <utlist.h>
 
 #include "asym_fence.h"
 #include "cache.h"
@@ -20,7 +21,7 @@ void rc_unlink_locked(struct regcache *c, struct regcache_entry *e)
     rc_add_locked(&c->total_bytes, -rc_entry_len(e));
     rc_add_locked(&d->entries, (size_t)-1);
     rc_recheck_budget_locked(d);
-    rc_ledger_note_locked(c, d);
+    rc_budget_note_locked(c, d);
 }
 
 /* Under the lock: put_flags' zombie bit set or cleared, its fence bit
@@ -42,21 +43,12 @@ static void zombie_push(struct regcache *c, struct regcache_entry *e)
      * whose puts read the mark itself. */
     mark_zombies(c, true, memory_order_seq_cst);
     e->state = RC_ZOMBIE;
-    e->link_prev = NULL;
-    e->link_next = c->zombies;
-    if (c->zombies)
-        c->zombies->link_prev = e;
-    c->zombies = e;
+    DL_PREPEND2(c->zombies, e, link_prev, link_next);
 }
 
 static void zombie_unlink(struct regcache *c, struct regcache_entry *e)
 {
-    if (e->link_prev)
-        e->link_prev->link_next = e->link_next;
-    else
-        c->zombies = e->link_next;
-    if (e->link_next)
-        e->link_next->link_prev = e->link_prev;
+    DL_DELETE2(c->zombies, e, link_prev, link_next);
     if (!c->zombies)
         mark_zombies(c, false, memory_order_relaxed);
 }

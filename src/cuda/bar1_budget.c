@@ -62,7 +62,7 @@ static size_t nvml_bar1_budget(const struct rc_cuda_api *api, CUdevice dev)
  * driver knows the GPU. */
 static size_t read_budget(int device, enum rc_budget_source *source)
 {
-    const char *configured = getenv("REGCACHE_BAR1_BYTES");
+    const char *configured = rc_option_env("REGCACHE_BAR1_BYTES");
     size_t size;
     *source = RC_BUDGET_CONFIGURED;
     if (configured && rc_parse_size(configured, &size) && size)

@@ -113,11 +113,11 @@ static void assert_lru(const struct rc_lru *lru)
     const struct regcache_entry *prev = NULL;
     for (const struct regcache_entry *e = lru->head; e; prev = e, e = e->lru_next, queued++) {
         assert_int_equal(e->heap_idx, RC_LRU_QUEUED);
-        assert_ptr_equal(e->lru_prev, prev);
+        assert_ptr_equal(e->lru_prev, prev ? prev : rc_lru_tail(lru));
         if (prev)
             assert_true(prev->queued_key < e->queued_key);
     }
-    assert_ptr_equal(lru->tail, prev);
+    assert_ptr_equal(rc_lru_tail(lru), prev);
     for (size_t i = 0; i < lru->heaped; i++) {
         assert_int_equal(lru->heap[i].e->heap_idx, i);
         if (i)
@@ -227,7 +227,7 @@ static void queue_and_heap_pop_by_key(void **state)
         assert_int_equal(rc_lru_push(&lru, &e[i]), REGCACHE_OK);
     }
     assert_ptr_equal(lru.head, &e[0]);
-    assert_ptr_equal(lru.tail, &e[2]);
+    assert_ptr_equal(rc_lru_tail(&lru), &e[2]);
     assert_int_equal(lru.heaped, 2);
     stamp(&e[0], 9);
     static const int order[] = { 1, 3, 2, 0 };

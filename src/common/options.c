@@ -1,7 +1,10 @@
 /* Parameters: defaults, REGCACHE_* environment overrides, validation.
  *
- * One table lists every variable with the field it overrides, what it
- * accepts and its default; README's table says the same.  Numbers are
+ * One table (env_options) lists every option: its variable, the field it
+ * overrides, what it accepts, its default and what it does.
+ * regcache_params_init() takes its defaults from it, and the process-wide
+ * variables are read through it (rc_option_env); README's table says the
+ * same.  Numbers are
  * strict decimal (no sign, no spaces, no 0x or leading-zero octal) with an
  * optional K, M, G or T suffix (powers of 1024).  A bad value fails
  * regcache_create() with a message that names the variable; a bad field
@@ -23,21 +26,6 @@
 /* Larger alignments buy nothing (registrations are 64 KiB BAR pages at
  * most) and would let rounded byte counts wrap. */
 #define MAX_ALIGNMENT ((size_t)1 << 30)
-
-int regcache_params_init(struct regcache_params *p)
-{
-    if (!p)
-        return rc_fail(REGCACHE_ERR_INVALID, "regcache_params_init: params is NULL");
-    memset(p, 0, sizeof(*p));
-    p->size = sizeof(*p);
-    p->access = DEFAULT_ACCESS;
-    p->method = REGCACHE_METHOD_AUTO;
-    p->validation = REGCACHE_VALIDATE_AUTO;
-    p->alignment = 65536;
-    p->whole_allocation = 1;
-    p->rails = 1;
-    return REGCACHE_OK;
-}
 
 bool rc_parse_size(const char *s, size_t *out)
 {
@@ -89,47 +77,72 @@ static const char *const mapping_words[] = { "auto", "pcie", "default", NULL };
 static const char *const data_direct_words[] = { "auto", "on", "off", NULL };
 
 /* NAME is a ledger namespace.  Variables without a field (width 0) are
- * process-wide and read where they act (the BAR1 reading, the ledger); they
- * are checked here so that a typo fails regcache_create() like any other. */
-enum kind { SIZE, BOOL, WORD, NAME };
+ * process-wide and read where they act (the BAR1 reading, the ledger)
+ * through rc_option_env(); they are checked here too, so that a typo fails
+ * regcache_create() like any other. */
+/* NAME: a ledger namespace; CACHE_NAME: what params.name takes. */
+enum kind { SIZE, BOOL, WORD, NAME, CACHE_NAME };
 
 #define FIELD(f) offsetof(struct rc_options, f), sizeof(((struct rc_options *)0)->f)
 #define PROCESS_WIDE 0, 0
 
+/* Every option: its variable, the field it overrides, what it accepts, its
+ * default (the value, and as README's table writes it) and what it does.
+ * README's environment table lists the same rows with the same defaults
+ * (the test core_options_readme compares them). */
 static const struct env_option {
     const char *name;
     enum kind kind;
     size_t offset, width;
     const char *const *words;
     const char *accepts;
+    uint64_t value;       /* the default of a field */
+    const char *shown;    /* the default as README's table shows it */
+    const char *does;
 } env_options[] = {
-    { "REGCACHE_METHOD", WORD, FIELD(params.method), method_words, "auto, dmabuf or peermem" },
+    { "REGCACHE_METHOD", WORD, FIELD(params.method), method_words, "auto, dmabuf or peermem",
+      REGCACHE_METHOD_AUTO, "auto", "how GPU memory is registered" },
     { "REGCACHE_VALIDATION", WORD, FIELD(params.validation), validation_words,
-      "auto, tag_check or hooks" },
+      "auto, tag_check or hooks", REGCACHE_VALIDATE_AUTO, "auto",
+      "how the cache learns that memory was freed" },
     { "REGCACHE_ALIGNMENT", SIZE, FIELD(params.alignment), NULL,
-      "a power of two from 4K to 1G, e.g. 64K" },
-    { "REGCACHE_MAX_BYTES", SIZE, FIELD(params.max_bytes), NULL, "a size such as 512M" },
-    { "REGCACHE_MAX_ENTRIES", SIZE, FIELD(params.max_entries), NULL, "a count" },
+      "a power of two from 4K to 1G, e.g. 64K", 65536, "64K",
+      "registrations are rounded out to this" },
+    { "REGCACHE_MAX_BYTES", SIZE, FIELD(params.max_bytes), NULL, "a size such as 512M", 0, "0",
+      "bytes registered per device; 0: the shared BAR1 budget (GPU), none (host)" },
+    { "REGCACHE_MAX_ENTRIES", SIZE, FIELD(params.max_entries), NULL, "a count", 0, "0",
+      "entries per device; 0: none" },
     { "REGCACHE_WHOLE_ALLOCATION", BOOL, FIELD(params.whole_allocation), bool_words,
-      "0 or 1 (off/on, no/yes)" },
+      "0 or 1 (off/on, no/yes)", 1, "1", "register the whole allocation a request lies in" },
     { "REGCACHE_WHOLE_ALLOCATION_MAX", SIZE, FIELD(params.whole_allocation_max), NULL,
-      "a size such as 256M" },
-    { "REGCACHE_HOST_MEMORY", BOOL, FIELD(params.host_memory), bool_words, "0 or 1" },
-    { "REGCACHE_STATS", BOOL, FIELD(stats_dump), bool_words, "0 or 1" },
-    { "REGCACHE_HOOKS", BOOL, FIELD(intercept), bool_words, "on or off" },
-    { "REGCACHE_MAX_MR_SIZE", SIZE, FIELD(max_mr_size), NULL, "a size such as 4G" },
+      "a size such as 256M", 0, "0",
+      "the largest allocation registered whole; 0: a quarter of the device's budget" },
+    { "REGCACHE_HOST_MEMORY", BOOL, FIELD(params.host_memory), bool_words, "0 or 1", 0, "0",
+      "cache pageable host memory too" },
     { "REGCACHE_DMABUF_MAPPING", WORD, FIELD(dmabuf_mapping), mapping_words,
-      "auto, pcie or default" },
-    { "REGCACHE_DATA_DIRECT", WORD, FIELD(data_direct), data_direct_words, "auto, on or off" },
-    { "REGCACHE_LEDGER", BOOL, PROCESS_WIDE, bool_words, "on or off" },
-    { "REGCACHE_LEDGER_NAMESPACE", NAME, PROCESS_WIDE, NULL, "1-32 of [A-Za-z0-9_]" },
-    { "REGCACHE_BAR1_BYTES", SIZE, PROCESS_WIDE, NULL, "a size such as 256M" },
+      "auto, pcie or default", 0, "auto", "the dmabuf mapping asked of the driver" },
+    { "REGCACHE_DATA_DIRECT", WORD, FIELD(data_direct), data_direct_words, "auto, on or off", 0,
+      "auto", "data-direct registrations" },
+    { "REGCACHE_MAX_MR_SIZE", SIZE, FIELD(max_mr_size), NULL, "a size such as 4G", 0,
+      "the devices'", "the longest registration; 0: as the NICs say" },
+    { "REGCACHE_STATS", BOOL, FIELD(stats_dump), bool_words, "0 or 1", 0, "0",
+      "print the statistics at regcache_destroy()" },
+    { "REGCACHE_NAME", CACHE_NAME, PROCESS_WIDE, NULL, "1-63 of letters, digits and _.:@+-/", 0,
+      "cache<N>", "the name of a cache whose params.name is NULL" },
+    { "REGCACHE_HOOKS", BOOL, FIELD(intercept), bool_words, "on or off", 1, "on",
+      "may patch libcuda in-process" },
+    { "REGCACHE_LEDGER", BOOL, PROCESS_WIDE, bool_words, "on or off", 1, "on",
+      "share each GPU's BAR1 budget with every process" },
+    { "REGCACHE_LEDGER_NAMESPACE", NAME, PROCESS_WIDE, NULL, "1-32 of [A-Za-z0-9_]", 0, "none",
+      "a separate set of ledgers" },
+    { "REGCACHE_BAR1_BYTES", SIZE, PROCESS_WIDE, NULL, "a size such as 256M", 0,
+      "NVML, else the GPU's memory", "assume an empty BAR1 of this size on every GPU" },
 };
 
 #define N_ENV (sizeof(env_options) / sizeof(env_options[0]))
 
 /* Store v into the field, whatever its width (size_t, int or enum, bool). */
-static void store(struct rc_options *o, const struct env_option *e, uint64_t v)
+static void store(void *base, const struct env_option *e, uint64_t v)
 {
     size_t s = (size_t)v;
     int i = (int)v;
@@ -138,7 +151,63 @@ static void store(struct rc_options *o, const struct env_option *e, uint64_t v)
                        : e->width == sizeof(i) ? (const void *)&i
                                                : (const void *)&b;
     if (e->width)
-        memcpy((char *)o + e->offset, from, e->width);
+        memcpy((char *)base + e->offset, from, e->width);
+}
+
+/* The params come first in rc_options: a params field's offset there is
+ * its offset in the params. */
+_Static_assert(offsetof(struct rc_options, params) == 0, "params first");
+
+int regcache_params_init(struct regcache_params *p)
+{
+    if (!p)
+        return rc_fail(REGCACHE_ERR_INVALID, "regcache_params_init: params is NULL");
+    memset(p, 0, sizeof(*p));
+    p->size = sizeof(*p);
+    p->access = DEFAULT_ACCESS;
+    p->rails = 1;
+    for (size_t i = 0; i < N_ENV; i++)
+        if (env_options[i].width && env_options[i].offset < sizeof(*p))
+            store(p, &env_options[i], env_options[i].value);
+    return REGCACHE_OK;
+}
+
+/* The defaults of the fields beyond the params. */
+static void defaults_beyond_params(struct rc_options *o)
+{
+    for (size_t i = 0; i < N_ENV; i++)
+        if (env_options[i].width && env_options[i].offset >= sizeof(o->params))
+            store(o, &env_options[i], env_options[i].value);
+}
+
+const char *rc_option_env(const char *name)
+{
+    for (size_t i = 0; i < N_ENV; i++)
+        if (!strcmp(env_options[i].name, name))
+            return getenv(env_options[i].name);
+    return NULL;
+}
+
+size_t rc_option_count(void)
+{
+    return N_ENV;
+}
+
+void rc_option_describe(size_t i, const char **name, const char **shown, const char **does)
+{
+    *name = env_options[i].name;
+    *shown = env_options[i].shown;
+    *does = env_options[i].does;
+}
+
+/* Names go into tables, JSON and Prometheus labels unquoted by the reader's
+ * eye: letters, digits and a few separators, no blanks. */
+static bool name_ok(const char *name)
+{
+    size_t len = strlen(name);
+    return len > 0 && len < REGCACHE_NAME_MAX &&
+           strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:@+-/") ==
+               len;
 }
 
 static bool apply(const struct env_option *e, const char *value, struct rc_options *o)
@@ -147,6 +216,8 @@ static bool apply(const struct env_option *e, const char *value, struct rc_optio
     int word;
     if (e->kind == NAME)
         return !*value || rc_ledger_namespace_ok(value); /* empty: none */
+    if (e->kind == CACHE_NAME)
+        return name_ok(value);
     if (e->kind == SIZE) {
         if (!rc_parse_size(value, &size))
             return false;
@@ -198,22 +269,12 @@ static int check(const struct rc_options *o, unsigned from_env)
 #define PARAMS_0_1 (offsetof(struct regcache_params, backend) + sizeof(void *))
 #define PARAMS_0_2 offsetof(struct regcache_params, name)
 
-/* Names go into tables, JSON and Prometheus labels unquoted by the reader's
- * eye: letters, digits and a few separators, no blanks. */
-static bool name_ok(const char *name)
-{
-    size_t len = strlen(name);
-    return len > 0 && len < REGCACHE_NAME_MAX &&
-           strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:@+-/") ==
-               len;
-}
-
 /* params.name, else REGCACHE_NAME, else "cache<N>" (the process's N-th). */
 static int resolve_name(struct rc_options *o)
 {
     static atomic_uint created;
     unsigned n = atomic_fetch_add_explicit(&created, 1, memory_order_relaxed) + 1;
-    const char *env = getenv("REGCACHE_NAME");
+    const char *env = rc_option_env("REGCACHE_NAME"); /* checked by apply() */
     const char *name = o->params.name ? o->params.name : env;
     if (!name) {
         snprintf(o->name, sizeof o->name, "cache%u", n);
@@ -239,15 +300,11 @@ int rc_options_resolve(const struct regcache_params *in, struct rc_options *out)
     regcache_params_init(&out->params);
     memcpy(&out->params, in, in->size);
     out->params.size = sizeof(out->params);
-    out->stats_dump = false;
-    out->intercept = true;
-    out->max_mr_size = 0;
-    out->dmabuf_mapping = 0;
-    out->data_direct = 0;
+    defaults_beyond_params(out);
 
     unsigned from_env = 0;
     for (size_t i = 0; i < N_ENV; i++) {
-        const char *v = getenv(env_options[i].name);
+        const char *v = rc_option_env(env_options[i].name);
         if (!v)
             continue;
         if (!apply(&env_options[i], v, out))

@@ -224,7 +224,7 @@ int rc_ledger_attach(const char *gpu_key, size_t budget, enum rc_budget_source s
                      struct rc_ledger **out)
 {
     *out = NULL;
-    const char *env = getenv("REGCACHE_LEDGER");
+    const char *env = rc_option_env("REGCACHE_LEDGER");
     int on = 1;
     if (env && !rc_parse_bool(env, &on))
         return no_ledger(gpu_key, "REGCACHE_LEDGER is neither on nor off");

@@ -3,6 +3,7 @@
 #define RC_OPTIONS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "regcache.h"
 
@@ -31,5 +32,15 @@ int rc_options_resolve(const struct regcache_params *in, struct rc_options *out)
  * false (and *out untouched) when the text is neither. */
 bool rc_parse_size(const char *s, size_t *out);
 bool rc_parse_bool(const char *s, int *out);
+
+/* The value of the environment variable of the option `name` (one of the
+ * options table's), or NULL when it is unset or not an option: every
+ * REGCACHE_* variable is read through the table. */
+const char *rc_option_env(const char *name);
+
+/* The options table, row i < rc_option_count(): the variable, its default
+ * as README shows it, and what it does. */
+size_t rc_option_count(void);
+void rc_option_describe(size_t i, const char **name, const char **shown, const char **does);
 
 #endif

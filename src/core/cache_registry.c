@@ -16,7 +16,7 @@
  * pays a heavy fence (asym_fence.h) before it reads where walkers are.  No
  * lock is held while the walk invalidates, so backends may deregister
  * slowly, or call back. */
-#include "registry.h"
+#include "cache_registry.h"
 
 #include <pthread.h>
 #include <sched.h>

@@ -1,7 +1,7 @@
 /* Every live cache of the process, for regcache_notify_free(), and what
  * fork() does to them. */
-#ifndef RC_REGISTRY_H
-#define RC_REGISTRY_H
+#ifndef RC_CACHE_REGISTRY_H
+#define RC_CACHE_REGISTRY_H
 
 struct regcache;
 

@@ -1,4 +1,4 @@
-/* The hold protocol's slow side (see entry.h): what evictors and
+/* The hold protocol's slow side (entry.h, hold.h): what evictors and
  * invalidators do, under the cache lock. */
 #include "entry.h"
 
