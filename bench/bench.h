@@ -275,6 +275,9 @@ void bench_invalidation(const struct bench_src *s);
 void bench_misses(const struct bench_src *s);
 void bench_pins(const struct bench_src *s, const struct bench_pinner *p);
 void bench_linked(const struct bench_src *s);
+/* prefetch.c: background registration (regcache_prefetch and the
+ * non-blocking get). */
+void bench_prefetch(const struct bench_src *s);
 /* host_ranges.c: registrations and pinned bytes of random sub-range gets
  * over host mappings (counts, not times). */
 void bench_host_ranges(void);

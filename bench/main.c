@@ -56,12 +56,14 @@ int main(int argc, char **argv)
     bench_churn(&cpu);
     bench_invalidation(&cpu);
     bench_misses(&cpu);
+    bench_prefetch(&cpu);
     bench_host_ranges();
     if (bench_cuda_open(&gpu, &m) == 0) {
         bench_hits(&gpu);
         bench_threads(&gpu);
         bench_misses(&gpu);
         bench_linked(&gpu);
+        bench_prefetch(&gpu);
         bench_pins(&gpu, &bench_dmabuf);
     }
     return bench_json_close(&m) == 0 ? 0 : 1;

@@ -213,6 +213,11 @@ class Report:
             self.pair("%s miss overhead with the ledger on <= off + 100 ns" % source,
                       *(self.overhead(workload="misses", source=source, ledger=s)
                         for s in ("on", "off")), "diff", 100, source=source)
+        self.pair("null get after a finished prefetch = hit within noise",
+                  f(workload="prefetch", source="null", what="hit after prefetch"),
+                  f(workload="prefetch", source="null", what="hit"), "same")
+        self.below("non-blocking get that misses <= 1000 ns",
+                   m(workload="prefetch", source="null", what="nonblocking miss"), 1000)
         two_mib = dict(workload="host_ranges", size_bytes=2 << 20)
         for what, unit, limit in (("entries", "registrations", 4), ("pinned_peak", "MiB", 36)):
             v = m(what=what, **two_mib)

@@ -98,6 +98,13 @@ struct ibv_mr;
  *                      (its max_mr_size, or REGCACHE_MAX_MR_SIZE);
  *                      regcache_last_error() names the limit: split the
  *                      transfer.  Nothing is registered.
+ *   ERR_AGAIN          a non-blocking get (regcache_get_flags() with
+ *                      REGCACHE_GET_NONBLOCK) found no registration: it is
+ *                      being made in the background; send another way
+ *                      meanwhile and get again later.
+ *   ERR_QUEUE_FULL     params.prefetch_queue ranges are already queued or
+ *                      being registered in the background: nothing was
+ *                      queued.
  */
 #define REGCACHE_STATUS_TABLE(X)                                                            \
     X(OK, 0, "success")                                                                     \
@@ -115,7 +122,9 @@ struct ibv_mr;
     X(ERR_REENTRANT, -12, "a backend callback asked for the range it is registering")       \
     X(ERR_NOT_RDMA_CAPABLE, -13, "VMM memory was created without the GPUDirect RDMA flag")   \
     X(ERR_BAD_ADDRESS, -14, "host memory is not mapped or does not allow the access asked for") \
-    X(ERR_TOO_LARGE, -15, "range is larger than the NIC's largest memory region")
+    X(ERR_TOO_LARGE, -15, "range is larger than the NIC's largest memory region")          \
+    X(ERR_AGAIN, -16, "not registered yet: being registered in the background")             \
+    X(ERR_QUEUE_FULL, -17, "the background registration queue is full")
 
 #define REGCACHE_STATUS_ENUM(name, value, message) REGCACHE_##name = value,
 enum regcache_status { REGCACHE_STATUS_TABLE(REGCACHE_STATUS_ENUM) };
@@ -286,6 +295,20 @@ struct regcache_params {
                                     protection domain of each rail
                                     (pds[0 .. rails-1]); pd is then unused */
     /* Fields below were added in 0.3. */
+    size_t eager_min_bytes; /* eager registration: each allocation of at
+                               least this many bytes that the hooks (or
+                               regcache_notify_alloc()) report is queued
+                               for a background registration on the
+                               rails of eager_rails as it is made (see
+                               regcache_prefetch()).  0 = off (default) */
+    unsigned eager_rails;   /* bit r: eager registration on rail r;
+                               default 1 (rail 0) */
+    unsigned workers;       /* background registration threads, started
+                               at the first queued range; 0 (default):
+                               one per rail (registrations through the
+                               CUDA driver gain nothing from more) */
+    size_t prefetch_queue;  /* ranges queued or being registered in the
+                               background at most; default 1024 */
     const char *name; /* what the statistics dump, regcache-stat and
                          regcache_name() call the cache: 1 to
                          REGCACHE_NAME_MAX - 1 of letters, digits and
@@ -363,7 +386,10 @@ REGCACHE_API void regcache_destroy(regcache_t *cache);
  * regcache_entry_handle() or regcache_entry_range() instead).
  * A get that overlaps an invalidation of its memory (the memory was freed
  * while the get registered it) is served a registration of its own that
- * never enters the cache and is deregistered at its put.
+ * never enters the cache and is deregistered at its put.  A get of a range
+ * whose background registration (regcache_prefetch()) is in flight waits
+ * for it; one whose background registration failed returns that failure
+ * once (one of the statuses below).
  * Errors: INVALID (NULL cache/addr/entry, len 0, addr+len wraps), NOT_GPU,
  * MANAGED, RANGE, NOT_RDMA_CAPABLE, TOO_LARGE, NO_SPACE, BACKEND, CUDA,
  * NO_MEMORY, FORKED, HOLD_LIMIT, REENTRANT, BAD_ADDRESS (host memory).  On
@@ -384,6 +410,89 @@ REGCACHE_API int regcache_get(regcache_t *cache, const void *addr, size_t len,
  */
 REGCACHE_API int regcache_get_rail(regcache_t *cache, unsigned rail, const void *addr, size_t len,
                                    regcache_entry_t **entry);
+
+/* regcache_get_flags() flags. */
+enum regcache_get_flags {
+    /* Never wait for a registration: a get that is no hit queues the
+     * range for a background registration (regcache_prefetch()) and
+     * returns REGCACHE_ERR_AGAIN at once. */
+    REGCACHE_GET_NONBLOCK = 1
+};
+
+/*
+ * regcache_get_rail() with flags (enum regcache_get_flags).  With
+ * REGCACHE_GET_NONBLOCK a hit costs what it costs regcache_get_rail();
+ * anything else - no entry, an entry without a registration on `rail` yet,
+ * a registration of the range in flight - returns REGCACHE_ERR_AGAIN with
+ * *entry NULL, after queueing the range as regcache_prefetch() does,
+ * without waiting for a registration or the cache's lock and without a
+ * system call (except the wake of an idle worker, and the start of the
+ * workers at the first one).  When the background registration of the
+ * range failed, the next get returns that failure instead (see
+ * regcache_prefetch()).
+ * Errors: those of regcache_get_rail(); INVALID for an unknown flag;
+ * AGAIN; QUEUE_FULL and NO_MEMORY (workers could not start) for a
+ * non-blocking get that could not queue.  Thread safe.
+ */
+REGCACHE_API int regcache_get_flags(regcache_t *cache, unsigned rail, const void *addr, size_t len,
+                                    unsigned flags, regcache_entry_t **entry);
+
+/*
+ * Queue [addr, addr+len) for registration on `rail` by the cache's
+ * background threads (params.workers, named regcache-reg, started by the
+ * first queued range and joined by regcache_destroy()), and return at
+ * once.  The worker registers it as a get would (the same rounding and
+ * whole-allocation rule), but holds nothing after: the entry is
+ * speculative until a get uses it - evicted before any entry a get used,
+ * and making room by evicting only other speculative entries (with no
+ * room so, the range is dropped, counted in prefetch_dropped).
+ *  - A get of the range while it is registered waits for that
+ *    registration instead of registering again.  A range already queued
+ *    or in flight (the same addr, len and rail) is not queued twice; one
+ *    already cached costs a worker a lookup.
+ *  - Memory freed (invalidated) before the registration ends never enters
+ *    the cache, as for a get racing a free.
+ *  - A failed background registration is counted (prefetch_failures) and
+ *    kept: the next get of an overlapping range on that rail returns its
+ *    status, and regcache_last_error() its message, once.  Memory that was
+ *    gone (NOT_GPU) is not kept, and an invalidation of the range forgets
+ *    the failure.
+ *  - regcache_destroy() drops queued ranges and waits for registrations in
+ *    flight.  A fork child has no workers: an inherited cache refuses with
+ *    FORKED, and the parent's queued ranges are never registered there.
+ * Errors: INVALID (NULL cache or addr, len 0, a wrapping range, a rail out
+ * of range), FORKED, QUEUE_FULL (params.prefetch_queue ranges queued or in
+ * flight), NO_MEMORY (the queue or the workers could not be made).
+ * Thread safe.
+ */
+REGCACHE_API int regcache_prefetch(regcache_t *cache, unsigned rail, const void *addr, size_t len);
+
+/*
+ * Wait until every range queued for a background registration (by any
+ * thread) is registered, failed or dropped.  Errors: INVALID (NULL),
+ * FORKED, REENTRANT (from a backend callback of a background
+ * registration, which would wait for itself).  Thread safe.
+ */
+REGCACHE_API int regcache_prefetch_wait(regcache_t *cache);
+
+/* A range to register (regcache_prefetch_batch()). */
+struct regcache_range {
+    const void *addr;
+    size_t len;
+    unsigned rail;
+};
+
+/*
+ * regcache_prefetch() of each of the n ranges, in order, until one fails:
+ * *queued (if not NULL) says how many were queued (or were queued or
+ * cached already); the status is that of the first that failed, or OK.
+ * A range of several rails is queued once per rail, and different workers
+ * register its rails side by side.
+ * Errors: those of regcache_prefetch(); INVALID for NULL ranges with n > 0.
+ * Thread safe.
+ */
+REGCACHE_API int regcache_prefetch_batch(regcache_t *cache, const struct regcache_range *ranges,
+                                         size_t n, size_t *queued);
 
 /*
  * Release an entry from regcache_get().  It stays registered and becomes the
@@ -496,6 +605,13 @@ struct regcache_stats {
                      entry (the whole cache's, in device stats too) */
     uint64_t mrs; /* registrations (MRs, one per rail) held now,
                      cached or handed out once */
+    /* Background registrations (regcache_prefetch()), the whole cache's
+     * (in device stats too): */
+    uint64_t prefetches;        /* ranges queued */
+    uint64_t prefetch_failures; /* their registrations that failed */
+    uint64_t prefetch_dropped;  /* queued ranges never registered (destroy,
+                                   no room without evicting used entries)
+                                   and eager ranges the full queue refused */
     /* Registration latency: how long a successful registration took (the
      * backend's reg call, with the evictions and retries that exhaustion
      * caused), from the histogram of regcache_get_latency() over every

@@ -131,6 +131,16 @@ static const struct env_option {
       "cache<N>", "the name of a cache whose params.name is NULL" },
     { "REGCACHE_HOOKS", BOOL, FIELD(intercept), bool_words, "on or off", 1, "on",
       "may patch libcuda in-process" },
+    { "REGCACHE_EAGER_MIN_BYTES", SIZE, FIELD(params.eager_min_bytes), NULL,
+      "a size such as 1M (0: off)", 0, "0",
+      "register allocations of at least this size in the background as they are made; 0: off" },
+    { "REGCACHE_EAGER_RAILS", SIZE, FIELD(params.eager_rails), NULL,
+      "a bit mask of rails such as 3", 1, "1", "the rails eager registration registers on" },
+    { "REGCACHE_WORKERS", SIZE, FIELD(params.workers), NULL, "a count up to 256 (0: one a rail)",
+      0, "0", "background registration threads; 0: one a rail" },
+    { "REGCACHE_PREFETCH_QUEUE", SIZE, FIELD(params.prefetch_queue), NULL,
+      "a count from 1 to 1M", 1024, "1024",
+      "ranges queued or being registered in the background at most" },
     { "REGCACHE_LEDGER", BOOL, PROCESS_WIDE, bool_words, "on or off", 1, "on",
       "share each GPU's BAR1 budget with every process" },
     { "REGCACHE_LEDGER_NAMESPACE", NAME, PROCESS_WIDE, NULL, "1-32 of [A-Za-z0-9_]", 0, "none",
@@ -258,6 +268,17 @@ static int check(const struct rc_options *o, unsigned from_env)
                        RC_MAX_RAILS);
     if (p->backend && (!p->backend->reg || !p->backend->dereg))
         return rc_fail(REGCACHE_ERR_INVALID, "the custom backend needs both reg and dereg");
+    if (p->eager_rails >> p->rails)
+        return rc_fail(REGCACHE_ERR_INVALID, "%s=%#x names a rail beyond the cache's %zu",
+                       source(from_env, "REGCACHE_EAGER_RAILS", "params.eager_rails"),
+                       p->eager_rails, p->rails);
+    if (p->workers > 256)
+        return rc_fail(REGCACHE_ERR_INVALID, "%s=%u: expected 0 to 256",
+                       source(from_env, "REGCACHE_WORKERS", "params.workers"), p->workers);
+    if (p->prefetch_queue < 1 || p->prefetch_queue > ((size_t)1 << 20))
+        return rc_fail(REGCACHE_ERR_INVALID, "%s=%zu: expected 1 to 1M",
+                       source(from_env, "REGCACHE_PREFETCH_QUEUE", "params.prefetch_queue"),
+                       p->prefetch_queue);
     if (!p->backend && !p->pd && !p->pds)
         return rc_fail(REGCACHE_ERR_INVALID, "the built-in verbs backend needs params.pd");
     return REGCACHE_OK;
@@ -267,7 +288,8 @@ static int check(const struct rc_options *o, unsigned from_env)
  * since: a program built against one keeps working, with those fields'
  * defaults. */
 #define PARAMS_0_1 (offsetof(struct regcache_params, backend) + sizeof(void *))
-#define PARAMS_0_2 offsetof(struct regcache_params, name)
+/* And of 0.2, before the fields added in 0.3. */
+#define PARAMS_0_2 offsetof(struct regcache_params, eager_min_bytes)
 
 /* params.name, else REGCACHE_NAME, else "cache<N>" (the process's N-th). */
 static int resolve_name(struct rc_options *o)

@@ -74,8 +74,10 @@ static inline int reg_once(struct regcache *c, struct regcache_entry *e, unsigne
 /* The registration failed with err: evict and try again while that may
  * help.  Out of line, so that a registration that succeeds at once saves
  * no registers for the loop. */
-static __attribute__((noinline, cold)) int
-register_after_failure(struct regcache *c, struct regcache_entry *e, unsigned rail, int err)
+static __attribute__((noinline, cold)) int register_after_failure(struct regcache *c,
+                                                                  struct regcache_entry *e,
+                                                                  unsigned rail, bool speculative,
+                                                                  int err)
 {
     struct rc_device *d = &c->dev[e->device_slot];
     size_t len = rc_entry_len(e);
@@ -111,8 +113,7 @@ register_after_failure(struct regcache *c, struct regcache_entry *e, unsigned ra
         struct regcache_entry *victims = NULL;
         rc_lock(&c->lock);
         size_t have = atomic_load_explicit(&d->bytes, memory_order_relaxed);
-        size_t now =
-            rc_evict_locked(c, d, have > len ? have - len : 0, SIZE_MAX,
+        size_t now = rc_evict_locked(c, d, have > len ? have - len : 0, SIZE_MAX, speculative,
                                      REGCACHE_REASON_EVICT_EXHAUSTED, &victims);
         size_t left = d->lru.count;
         rc_unlock(&c->lock);
@@ -132,11 +133,11 @@ register_after_failure(struct regcache *c, struct regcache_entry *e, unsigned ra
 
 /* Timed here, on the miss path, with whatever eviction it took: what the
  * get that waited for it saw. */
-int rc_register_rail(struct regcache *c, struct regcache_entry *e, unsigned rail)
+int rc_register_rail(struct regcache *c, struct regcache_entry *e, unsigned rail, bool speculative)
 {
     uint64_t begun = rc_stats_clock();
     int err = reg_once(c, e, rail);
-    int rc = err ? register_after_failure(c, e, rail, err) : REGCACHE_OK;
+    int rc = err ? register_after_failure(c, e, rail, speculative, err) : REGCACHE_OK;
     if (rc == REGCACHE_OK)
         rc_stats_registered(c, e, rail, rc_stats_clock() - begun);
     return rc;

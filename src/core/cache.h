@@ -18,6 +18,7 @@
 #include "mem_query.h"
 #include "options.h"
 #include "page_index.h"
+#include "prefetch.h"
 #include "range_filter.h"
 #include "stats.h"
 
@@ -102,6 +103,10 @@ struct regcache {
      * of (invalidate.c). */
     atomic_uint misses_begun __attribute__((aligned(64)));
     atomic_uint misses_ended;
+    /* Failures of background registrations kept for the next gets
+     * (prefetch.h): changed under its lock, read by every miss and by
+     * notices, which read this line anyway. */
+    atomic_uint prefetch_failures_kept;
     atomic_uint_fast64_t inval_seq;
     struct {
         uintptr_t start, end;
@@ -148,6 +153,9 @@ struct regcache {
     atomic_size_t total_bytes;
     atomic_uint_fast64_t peak_bytes;
 
+    /* Background registrations (prefetch.h). */
+    struct rc_prefetch pf;
+
     _Atomic(struct regcache *) registry_next;
     /* Unlinked, its destroy waiting for walkers (cache_registry.c): the next
      * such cache, under the registry's lock. */
@@ -187,8 +195,15 @@ static inline void rc_cache_fence_always(struct regcache *c)
  * Costs a few loads per patched function (lifecycle.c). */
 void rc_validation_recheck(struct regcache *c);
 
+/* out == NULL: a background registration, which hands nothing out and
+ * leaves its entry speculative (prefetch.h); REGCACHE_OK also when
+ * another registration of the range is in flight, RC_NO_ROOM when the
+ * budget has none without evicting used entries. */
 int rc_slow_get(struct regcache *c, uintptr_t start, uintptr_t end, unsigned rail,
                 regcache_entry_t **out);
+
+/* Not a status: a background registration found no room (see above). */
+#define RC_NO_ROOM 2
 
 /* Not a status: the hit path could not serve and the slow path must (no
  * entry, no free slot, tag changed, the entry left meanwhile). */
@@ -235,8 +250,9 @@ void rc_host_retire_covered_locked(struct regcache *c, struct regcache_entry *e,
 bool rc_entry_memory_current(struct regcache *c, const struct regcache_entry *e);
 
 /* Without the lock: register e on `rail`, evicting the device's unused
- * entries and retrying while the backend reports exhaustion. */
-int rc_register_rail(struct regcache *c, struct regcache_entry *e, unsigned rail);
+ * entries (only speculative ones for a speculative registration) and
+ * retrying while the backend reports exhaustion. */
+int rc_register_rail(struct regcache *c, struct regcache_entry *e, unsigned rail, bool speculative);
 
 /* ---- eviction and budgets (evict.c, budget.c) --------------------------- */
 
@@ -255,13 +271,16 @@ static inline struct rc_device *rc_device(struct regcache *c, int slot)
 
 /* Under the lock: evict LRU unused entries of d until it holds at most
  * max_bytes and max_entries; they leave for `why` (an eviction or a
- * flush). */
+ * flush).  speculative_only: no entry that a get used goes. */
 size_t rc_evict_locked(struct regcache *c, struct rc_device *d, size_t max_bytes,
-                       size_t max_entries, enum regcache_reason why,
+                       size_t max_entries, bool speculative_only, enum regcache_reason why,
                        struct regcache_entry **victims);
 
-/* Under the lock: make room for one more entry of len bytes. */
-void rc_make_room_locked(struct regcache *c, struct rc_device *d, size_t len,
+/* Under the lock: make room for one more entry of len bytes; a speculative
+ * one evicts only speculative entries, and false says there was not
+ * enough room so (a registration that is no speculation goes on over the
+ * budget, which puts trim). */
+bool rc_make_room_locked(struct regcache *c, struct rc_device *d, size_t len, bool speculative,
                          struct regcache_entry **victims);
 
 /* After a put that saw d over its budget or the shared ledger's pressure
@@ -376,6 +395,13 @@ void rc_sweep_locked(struct regcache *c, struct regcache_entry **victims);
 
 /* Under the lock: every zombie goes to *victims (destroy). */
 void rc_drain_entries_locked(struct regcache *c, struct regcache_entry **victims);
+
+/* ---- background registration (prefetch.h) -------------------------------- */
+
+static inline bool rc_prefetch_failures_kept(struct regcache *c)
+{
+    return atomic_load_explicit(&c->prefetch_failures_kept, memory_order_relaxed) != 0;
+}
 
 /* ---- statistics, checks ------------------------------------------------- */
 

@@ -60,8 +60,18 @@ void rc_cond_wait(struct rc_cond *c, struct rc_lock *l)
     lock_sleeping(l);
 }
 
-void rc_cond_broadcast(struct rc_cond *c)
+static void cond_wake(struct rc_cond *c, int n)
 {
     atomic_fetch_add_explicit(&c->seq, 1, memory_order_relaxed);
-    futex_wake(&c->seq, INT_MAX);
+    futex_wake(&c->seq, n);
+}
+
+void rc_cond_broadcast(struct rc_cond *c)
+{
+    cond_wake(c, INT_MAX);
+}
+
+void rc_cond_signal(struct rc_cond *c)
+{
+    cond_wake(c, 1);
 }

@@ -63,5 +63,7 @@ static inline void rc_unlock(struct rc_lock *l)
 void rc_cond_wait(struct rc_cond *c, struct rc_lock *l);
 /* Wake every waiter on c; called with the lock they use held. */
 void rc_cond_broadcast(struct rc_cond *c);
+/* Wake one of them (at least one, if any wait); likewise. */
+void rc_cond_signal(struct rc_cond *c);
 
 #endif

@@ -193,15 +193,24 @@ static void walk_leave(struct rc_thread *t, struct walk *w)
     t->walk_depth--;
 }
 
+/* One cache's part of a notice; after an allocation, eager registration
+ * queues the new memory too. */
+static void notify_cache(struct regcache *c, uintptr_t start, uintptr_t end, bool allocated)
+{
+    rc_cache_notify(c, start, end);
+    if (allocated)
+        rc_eager_notify(c, start, end);
+}
+
 /* Without a record: counted, and every destroy waits while it lasts.  The
  * count's seq_cst increment orders it before the load of the head. */
-static void anonymous_walk(uintptr_t start, uintptr_t end)
+static void anonymous_walk(uintptr_t start, uintptr_t end, bool allocated)
 {
     atomic_fetch_add_explicit(&anonymous_walkers, 1, memory_order_seq_cst);
     anonymous_depth++;
     for (struct regcache *c = atomic_load_explicit(&registry_head, memory_order_acquire); c;
          c = atomic_load_explicit(&c->registry_next, memory_order_acquire))
-        rc_cache_notify(c, start, end);
+        notify_cache(c, start, end, allocated);
     anonymous_depth--;
     atomic_fetch_sub_explicit(&anonymous_walkers, 1, memory_order_release);
 }
@@ -210,7 +219,7 @@ static void anonymous_walk(uintptr_t start, uintptr_t end)
  * so that nothing is served from memory about to go, after an allocation
  * so that nothing a get registered of the memory that was there before
  * (between the first notice and the free itself) survives. */
-static void notify(const void *addr, size_t len)
+static void notify(const void *addr, size_t len, bool allocated)
 {
     uintptr_t start = (uintptr_t)addr;
     if (!atomic_load_explicit(&registry_count, memory_order_acquire) || len == 0 ||
@@ -218,7 +227,7 @@ static void notify(const void *addr, size_t len)
         return;
     struct rc_thread *t = rc_thread_self();
     if (!t) {
-        anonymous_walk(start, start + len);
+        anonymous_walk(start, start + len, allocated);
         return;
     }
     struct walk w;
@@ -226,7 +235,7 @@ static void notify(const void *addr, size_t len)
     for (struct regcache *c = atomic_load_explicit(&registry_head, memory_order_acquire); c;
          c = atomic_load_explicit(&c->registry_next, memory_order_acquire)) {
         walk_inside(&w, c);
-        rc_cache_notify(c, start, start + len);
+        notify_cache(c, start, start + len, allocated);
         walk_between(&w);
     }
     walk_leave(t, &w);
@@ -234,10 +243,10 @@ static void notify(const void *addr, size_t len)
 
 void regcache_notify_free(const void *addr, size_t len)
 {
-    notify(addr, len);
+    notify(addr, len, false);
 }
 
 void regcache_notify_alloc(const void *addr, size_t len)
 {
-    notify(addr, len);
+    notify(addr, len, true);
 }

@@ -4,14 +4,15 @@
 #include "ledger.h"
 
 size_t rc_evict_locked(struct regcache *c, struct rc_device *d, size_t max_bytes,
-                       size_t max_entries, enum regcache_reason why,
+                       size_t max_entries, bool speculative_only, enum regcache_reason why,
                        struct regcache_entry **victims)
 {
     size_t n = 0;
     uint64_t now = atomic_load_explicit(&c->epoch, memory_order_relaxed);
     while (atomic_load_explicit(&d->bytes, memory_order_relaxed) > max_bytes ||
            atomic_load_explicit(&d->entries, memory_order_relaxed) > max_entries) {
-        struct regcache_entry *e = rc_lru_pop_unused(&d->lru, now);
+        struct regcache_entry *e =
+            rc_lru_pop_unused(&d->lru, now, speculative_only ? 0 : UINT64_MAX);
         if (!e)
             break;
         rc_leave_locked(c, e, why);
@@ -37,7 +38,7 @@ static inline void follow_ledger_locked(struct rc_device *d, size_t want)
     rc_recheck_budget_locked(d);
 }
 
-void rc_make_room_locked(struct regcache *c, struct rc_device *d, size_t len,
+bool rc_make_room_locked(struct regcache *c, struct rc_device *d, size_t len, bool speculative,
                          struct regcache_entry **victims)
 {
     if (d->ledger_limits)
@@ -47,9 +48,13 @@ void rc_make_room_locked(struct regcache *c, struct rc_device *d, size_t len,
     /* The notes of these evictions leave the clock to the note that ends
      * the miss (rc_budget_note_locked). */
     d->making_room = true;
-    rc_evict_locked(c, d, max_bytes > len ? max_bytes - len : 0, max_entries - 1,
-                    REGCACHE_REASON_EVICT_BUDGET, victims);
+    size_t keep_bytes = max_bytes > len ? max_bytes - len : 0;
+    rc_evict_locked(c, d, keep_bytes, max_entries - 1, speculative, REGCACHE_REASON_EVICT_BUDGET,
+                    victims);
     d->making_room = false;
+    return atomic_load_explicit(&d->bytes, memory_order_relaxed) <= keep_bytes &&
+           max_bytes >= len &&
+           atomic_load_explicit(&d->entries, memory_order_relaxed) < max_entries;
 }
 
 void rc_trim(struct regcache *c, struct rc_device *d)
@@ -63,7 +68,7 @@ void rc_trim(struct regcache *c, struct rc_device *d)
     if (d->ledger_limits)
         follow_ledger_locked(d, 0);
     rc_evict_locked(c, d, atomic_load_explicit(&d->max_bytes, memory_order_relaxed),
-                    atomic_load_explicit(&d->max_entries, memory_order_relaxed),
+                    atomic_load_explicit(&d->max_entries, memory_order_relaxed), false,
                     REGCACHE_REASON_EVICT_BUDGET, &victims);
     rc_check_locked(c);
     rc_unlock(&c->lock);

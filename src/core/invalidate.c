@@ -85,6 +85,7 @@ void rc_cache_invalidate(struct regcache *c, uintptr_t start, uintptr_t end,
     rc_sweep_locked(c, &victims);
     rc_check_locked(c);
     rc_unlock(&c->lock);
+    rc_prefetch_forget(c, start, end);
     rc_release_victims(c, victims);
 }
 
@@ -97,7 +98,8 @@ void rc_cache_invalidate(struct regcache *c, uintptr_t start, uintptr_t end,
  * later was filled with every entry counted before it, this one included. */
 void rc_cache_notify(struct regcache *c, uintptr_t start, uintptr_t end)
 {
-    if (!misses_in_flight(c) && !rc_filter_may_overlap(&c->filter, start, end))
+    if (!misses_in_flight(c) && !rc_filter_may_overlap(&c->filter, start, end) &&
+        !rc_prefetch_failures_kept(c))
         return;
     rc_cache_invalidate(c, start, end, REGCACHE_REASON_FREED_HOOK);
 }
@@ -126,7 +128,7 @@ int regcache_flush(regcache_t *c)
     struct regcache_entry *victims = NULL;
     rc_lock(&c->lock);
     for (int i = 0; i < RC_DEVICE_SLOTS; i++)
-        rc_evict_locked(c, &c->dev[i], 0, 0, REGCACHE_REASON_FLUSH, &victims);
+        rc_evict_locked(c, &c->dev[i], 0, 0, false, REGCACHE_REASON_FLUSH, &victims);
     rc_sweep_locked(c, &victims);
     rc_check_locked(c);
     rc_unlock(&c->lock);

@@ -182,6 +182,8 @@ void regcache_destroy(regcache_t *c)
     /* A fork child's registry no longer lists inherited caches. */
     if (!child)
         rc_registry_remove(c);
+    /* The workers register through the cache: they stop before it goes. */
+    rc_prefetch_stop(c);
     /* A parent thread that held the cache lock at the fork may have been
      * halfway through changing what it guards (a tree rotation, a heap or
      * table being grown): the child's copy of the lock is still held then,

@@ -405,7 +405,7 @@ static void rekey(struct rc_lru *lru, struct least top, uint64_t key)
     }
 }
 
-struct regcache_entry *rc_lru_pop_unused(struct rc_lru *lru, uint64_t now)
+struct regcache_entry *rc_lru_pop_unused(struct rc_lru *lru, uint64_t now, uint64_t newest)
 {
     /* Every pass either evicts, raises a key to a later use, or moves a held
      * entry behind the others; twice the size bounds the work when all are
@@ -418,10 +418,15 @@ struct regcache_entry *rc_lru_pop_unused(struct rc_lru *lru, uint64_t now)
             rekey(lru, top, used);
             continue;
         }
+        /* Every key left is at least this one, and no use is older than
+         * its key. */
+        if (used > newest)
+            return NULL;
         /* Entries last used in the same epoch are ordered by the use logs,
-         * whether it is the current one or an older one. */
+         * whether it is the current one or an older one; never used ones
+         * (epoch 0) are in no log. */
         uint64_t epoch = top.key;
-        if (epoch >= now || several_used_in(lru, epoch)) {
+        if (epoch && (epoch >= now || several_used_in(lru, epoch))) {
             struct regcache_entry *chosen = pop_within_epoch(lru, epoch);
             if (chosen || epoch >= now)
                 return chosen;

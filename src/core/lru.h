@@ -67,9 +67,10 @@ void rc_lru_fini(struct rc_lru *lru);
 int rc_lru_push(struct rc_lru *lru, struct regcache_entry *e);
 void rc_lru_remove(struct rc_lru *lru, struct regcache_entry *e);
 /* Remove and return the least recently used entry nobody holds, claimed for
- * eviction (rc_entry_claim_unused); NULL when every entry is held.  `now` is
- * the cache's current epoch. */
-struct regcache_entry *rc_lru_pop_unused(struct rc_lru *lru, uint64_t now);
+ * eviction (rc_entry_claim_unused); NULL when every entry is held, or every
+ * unheld one was used after epoch `newest`.  `now` is the cache's current
+ * epoch.  Entries never used (stamped 0, speculative) come first. */
+struct regcache_entry *rc_lru_pop_unused(struct rc_lru *lru, uint64_t now, uint64_t newest);
 /* How many of its entries are held (a slow walk, for error messages). */
 size_t rc_lru_held(const struct rc_lru *lru);
 /* Is e in the LRU where its heap_idx says? */

@@ -7,7 +7,12 @@
  * entry wait for it instead of registering the memory again, except the
  * registering thread itself (a backend callback asking for its own range),
  * which is told so.  A get on another rail never waits: it registers its
- * rail beside the one in flight, on a pending entry too, holding it. */
+ * rail beside the one in flight, on a pending entry too, holding it.
+ *
+ * A background registration (prefetch.h) comes this way without an entry
+ * to hand out (out == NULL): it waits for nothing, holds nothing when done,
+ * and its entry is speculative - stamped with no use, evicting none that
+ * was used. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -16,6 +21,7 @@
 #include "hold.h"
 #include "last_error.h"
 #include "stat_publish.h"
+#include "prefetch.h"
 #include "threads.h"
 
 /* The thread a registration belongs to: the address of a thread-local is
@@ -256,17 +262,20 @@ static void raise_peak(atomic_uint_fast64_t *peak, uint64_t now)
  * it covers leave it first (their bytes never count twice).  Fails only
  * when the LRU heap cannot grow. */
 static int publish_locked(struct regcache *c, struct regcache_entry *e, uintptr_t start,
-                          struct regcache_entry **victims)
+                          bool speculative, struct regcache_entry **victims)
 {
     struct rc_device *d = &c->dev[e->device_slot];
     rc_host_retire_covered_locked(c, e, victims);
     /* The registration opens an epoch, and the entry is stamped as used in
      * it: its caller holds it and puts it next, and that put then finds the
      * stamp current and writes nothing, nor does the evictor have a stale
-     * key to refresh (lru.h). */
-    rc_count_locked(&c->epoch);
-    atomic_store_explicit(&e->last_use, atomic_load_explicit(&c->epoch, memory_order_relaxed),
-                          memory_order_relaxed);
+     * key to refresh (lru.h).  A speculative entry keeps the stamp 0 of no
+     * use, older than any, which its first get replaces. */
+    if (!speculative) {
+        rc_count_locked(&c->epoch);
+        atomic_store_explicit(&e->last_use, atomic_load_explicit(&c->epoch, memory_order_relaxed),
+                              memory_order_relaxed);
+    }
     if (rc_lru_push(&d->lru, e) != REGCACHE_OK)
         return REGCACHE_ERR_NO_MEMORY;
     e->state = RC_READY;
@@ -318,15 +327,17 @@ static int register_new(struct regcache *c, struct rc_want *w, uint64_t seq, uns
         return rc_fail(REGCACHE_ERR_NO_MEMORY, "out of memory allocating a cache entry");
     }
     struct rc_device *d = &c->dev[w->slot];
-    rc_count_locked(&d->n.misses);
+    bool speculative = !out;
+    if (!speculative)
+        rc_count_locked(&d->n.misses);
     /* Counted before the evictions that make room for it tell the ledger
      * what the device holds. */
     d->pending += rc_entry_len(e);
-    rc_make_room_locked(c, d, rc_entry_len(e), victims);
+    bool room = rc_make_room_locked(c, d, rc_entry_len(e), speculative, victims);
     rc_unlock(&c->lock);
     rc_deregister_victims(c, *victims);
 
-    int rc = rc_register_rail(c, e, rail);
+    int rc = room || !speculative ? rc_register_rail(c, e, rail, speculative) : RC_NO_ROOM;
 
     rc_lock(&c->lock);
     rc_pool_return_locked(c, *victims);
@@ -341,16 +352,17 @@ static int register_new(struct regcache *c, struct rc_want *w, uint64_t seq, uns
     }
     if (rc == REGCACHE_OK && !detached &&
         !rc_invalidated_since_locked(c, seq, e->match_start, e->match_end) &&
-        publish_locked(c, e, w->start, victims) == REGCACHE_OK) {
+        publish_locked(c, e, w->start, speculative, victims) == REGCACHE_OK) {
         /* Its count was this thread's and those of gets registering other
          * rails meanwhile; in the cache now, the entry may be held by a
          * slot instead (a count below the full one never fills). */
         atomic_fetch_sub_explicit(&e->refs, 1, memory_order_relaxed);
-        (void)hold_locked(c, e, rail, out);
+        if (!speculative)
+            (void)hold_locked(c, e, rail, out);
     } else {
         if (!detached)
             rc_itree_remove(&c->tree, &e->node);
-        if (rc == REGCACHE_OK) {
+        if (rc == REGCACHE_OK && !speculative) {
             /* Registered memory that may be gone already: the caller uses
              * it once; its put deregisters it. */
             atomic_fetch_or_explicit(&e->refs, RC_DETACHED, memory_order_seq_cst);
@@ -385,7 +397,7 @@ static int register_rail(struct regcache *c, struct regcache_entry *e, unsigned 
     e->registrants[rail] = self_token();
     rc_unlock(&c->lock);
 
-    rc = rc_register_rail(c, e, rail);
+    rc = rc_register_rail(c, e, rail, !out);
 
     rc_lock(&c->lock);
     e->rails_pending &= ~(1u << rail);
@@ -394,19 +406,23 @@ static int register_rail(struct regcache *c, struct regcache_entry *e, unsigned 
         /* A pending entry enters the index with every rail ready then. */
         if (e->state == RC_READY)
             rc_page_index_refresh(&c->index, e);
-        rc_count_locked(&c->dev[e->device_slot].n.misses);
+        if (out)
+            rc_count_locked(&c->dev[e->device_slot].n.misses);
         rc_count_locked(&c->dev[e->device_slot].n.registrations);
-        *out = rc_counted_handle(e, rail);
     }
     registration_ended(c);
     unlock_leaving(c);
-    if (rc != REGCACHE_OK)
+    if (rc == REGCACHE_OK && out)
+        *out = rc_counted_handle(e, rail);
+    else
         rc_put_counted(c, e, rc_counted_handle(e, rail));
     return rc;
 }
 
 int rc_add_rail(struct regcache *c, struct regcache_entry *e, unsigned rail, regcache_entry_t **out)
 {
+    if (__builtin_expect(rc_get_nonblocking, 0))
+        return rc_nonblock_miss(c, e->match_start, e->match_end, rail);
     /* Entered like a miss, though the entry is in the cache already: the
      * registration it shares with misses leaves in its last locked step. */
     rc_miss_enter(c);
@@ -449,10 +465,11 @@ static int serve(struct regcache *c, struct rc_want *w, uint64_t seq, unsigned r
         e = lookup_locked(c, w, rail, &busy, &victims);
         if (e || !busy)
             break;
-        if (busy->registrants[rail] == self_token()) {
+        if (busy->registrants[rail] == self_token() || !out) {
             unlock_leaving(c);
             rc_release_victims(c, victims);
-            return reentrant(w);
+            /* A background registration leaves it to the one in flight. */
+            return out ? reentrant(w) : REGCACHE_OK;
         }
         wait_for_registration(c);
     }
@@ -461,6 +478,13 @@ static int serve(struct regcache *c, struct rc_want *w, uint64_t seq, unsigned r
         rc = register_new(c, w, seq, rail, out, &victims);
     } else if (!(atomic_load_explicit(&e->rails_ready, memory_order_relaxed) >> rail & 1)) {
         rc = register_rail(c, e, rail, out);
+    } else if (!out) {
+        /* Registered already: a background registration only lists it
+         * under this request's page, as a get would. */
+        if (e->state == RC_READY)
+            rc_page_index_add(&c->index, e, w->start);
+        unlock_leaving(c);
+        rc = REGCACHE_OK;
     } else if (e->state == RC_PENDING) {
         /* Registered on this rail beside the entry's first registration,
          * still in flight: a counted hold, as that of the thread that
@@ -492,6 +516,17 @@ static int serve(struct regcache *c, struct rc_want *w, uint64_t seq, unsigned r
 int rc_slow_get(struct regcache *c, uintptr_t start, uintptr_t end, unsigned rail,
                 regcache_entry_t **out)
 {
+    if (__builtin_expect(rc_get_nonblocking, 0)) {
+        *out = NULL;
+        return rc_nonblock_miss(c, start, end, rail);
+    }
+    if (out && __builtin_expect(rc_prefetch_failures_kept(c), 0)) {
+        int failed = rc_prefetch_take_failure(c, start, end, rail);
+        if (failed != REGCACHE_OK) {
+            *out = NULL;
+            return failed;
+        }
+    }
     struct rc_want w = { .start = start, .end = end };
     if (c->watch_patches)
         rc_validation_recheck(c);
@@ -505,7 +540,7 @@ int rc_slow_get(struct regcache *c, uintptr_t start, uintptr_t end, unsigned rai
         unlock_leaving(c);
     }
     rc_want_fini(&w);
-    if (rc != REGCACHE_OK)
+    if (rc != REGCACHE_OK && out)
         *out = NULL;
     rc_statseg_tick(c);
     return rc;

@@ -198,6 +198,14 @@ static int mapping_gpu(const struct regcache *c)
     return -1;
 }
 
+/* Background registrations: the whole cache's, in device stats too. */
+static void add_prefetches(const struct regcache *c, struct regcache_stats *s)
+{
+    s->prefetches = load(&c->pf.queued);
+    s->prefetch_failures = load(&c->pf.failures);
+    s->prefetch_dropped = load(&c->pf.dropped);
+}
+
 /* Slot `slot`'s figures (RC_DEVICE_SLOTS: every slot's) into *out, `size`
  * bytes of it. */
 static void fill(const struct regcache *c, int slot, struct regcache_stats *out, size_t size)
@@ -218,8 +226,10 @@ static void fill(const struct regcache *c, int slot, struct regcache_stats *out,
     int gpu = all ? mapping_gpu(c) : slot;
     for (unsigned r = 0; r < c->rails && c->backend.rail_choice && slot != RC_HOST_SLOT; r++)
         c->backend.rail_choice(c->backend.arg, gpu, r, &s.dmabuf_mapping[r], &s.data_direct[r]);
+    add_prefetches(c, &s);
     memcpy(out, &s, size);
 }
+
 
 /* A program built against 0.2 passes the struct as it ended then, at
  * budget: its entry points copy that much, the current ones all of it. */

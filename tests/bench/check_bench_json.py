@@ -24,10 +24,10 @@ import sys
 import xml.dom.minidom
 
 WORKLOADS = {"hits", "threads", "churn", "invalidation", "misses", "ucx", "linked", "pins",
-             "host_ranges"}
+             "host_ranges", "prefetch"}
 CPU_WORKLOADS = WORKLOADS - {"ucx", "linked", "pins"}
 THREADS = [1, 2, 4, 8, 16, 24, 32]
-GOALS = 27
+GOALS = 29
 
 
 def fail(msg):

@@ -34,6 +34,9 @@ static inline bool stats_field(const struct regcache_stats *s, const char *name,
         FIELD(budget),
         FIELD(fds),
         FIELD(mrs),
+        FIELD(prefetches),
+        FIELD(prefetch_failures),
+        FIELD(prefetch_dropped),
 #undef FIELD
     };
     for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)

@@ -64,7 +64,7 @@ static void pops_in_order_of_last_use(void **state)
     uint64_t last = 0;
     int popped = 0;
     struct regcache_entry *v;
-    while ((v = rc_lru_pop_unused(&lru, 1u << 30))) {
+    while ((v = rc_lru_pop_unused(&lru, 1u << 30, UINT64_MAX))) {
         uint64_t t = atomic_load(&v->last_use);
         assert_true(t >= last);
         /* No unused entry still in the heap was used earlier. */
@@ -100,8 +100,8 @@ static void remove_from_the_middle(void **state)
     assert_int_equal(e[7].heap_idx, RC_LRU_NONE);
     static const int order[] = { 6, 5, 4, 2, 1, 0 };
     for (int i = 0; i < 6; i++)
-        assert_ptr_equal(rc_lru_pop_unused(&lru, 1u << 30), &e[order[i]]);
-    assert_null(rc_lru_pop_unused(&lru, 1u << 30));
+        assert_ptr_equal(rc_lru_pop_unused(&lru, 1u << 30, UINT64_MAX), &e[order[i]]);
+    assert_null(rc_lru_pop_unused(&lru, 1u << 30, UINT64_MAX));
     rc_lru_fini(&lru);
 }
 
@@ -169,7 +169,7 @@ static void random_operations_keep_the_order(void **state)
                 rc_lru_remove(&lru, x);
             break;
         default: {
-            struct regcache_entry *v = rc_lru_pop_unused(&lru, now);
+            struct regcache_entry *v = rc_lru_pop_unused(&lru, now, UINT64_MAX);
             if (!v)
                 break;
             pops++;
@@ -206,7 +206,7 @@ static void the_roots_epoch_at_any_child_follows_the_log(void **state)
         }
         rc_thread_log_use(t, &e[at]);
         rc_thread_log_use(t, &e[0]);
-        assert_ptr_equal(rc_lru_pop_unused(&lru, 20), &e[at]);
+        assert_ptr_equal(rc_lru_pop_unused(&lru, 20, UINT64_MAX), &e[at]);
         rc_lru_fini(&lru);
     }
 }
@@ -232,7 +232,7 @@ static void queue_and_heap_pop_by_key(void **state)
     stamp(&e[0], 9);
     static const int order[] = { 1, 3, 2, 0 };
     for (int i = 0; i < 4; i++) {
-        assert_ptr_equal(rc_lru_pop_unused(&lru, 20), &e[order[i]]);
+        assert_ptr_equal(rc_lru_pop_unused(&lru, 20, UINT64_MAX), &e[order[i]]);
         assert_lru(&lru);
     }
     assert_int_equal(lru.count, 0);
@@ -250,7 +250,7 @@ static void all_held_returns_null(void **state)
         atomic_store(&e[i].refs, 2);
         rc_lru_push(&lru, &e[i]);
     }
-    assert_null(rc_lru_pop_unused(&lru, 1u << 30));
+    assert_null(rc_lru_pop_unused(&lru, 1u << 30, UINT64_MAX));
     assert_int_equal(lru.count, 4);
     rc_lru_fini(&lru);
 }

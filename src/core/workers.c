@@ -1,0 +1,118 @@
+/* The threads that run background registrations: started at a cache's
+ * first queued range, named regcache-reg, joined at its destroy.  Several
+ * of them take jobs at once, so a range queued on several rails registers
+ * them side by side (the miss path lets each rail's registration of an
+ * entry go on beside the others). */
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+
+#include "cache.h"
+#include "cpu_relax.h"
+#include "prefetch.h"
+
+/* Looks at the queue by an idle worker before it sleeps, about 50 us: in a
+ * burst of queued ranges (a non-blocking get per transfer, a model's
+ * tensors allocated one after the other) the queueing threads then find
+ * a worker awake and need not wake one with a system call.  One worker
+ * watches at a time: more would only take CPUs from the application. */
+#define IDLE_LOOKS 2048
+
+static bool job_soon(struct rc_prefetch *p)
+{
+    for (unsigned i = 0; i < IDLE_LOOKS; i++) {
+        if (atomic_load_explicit(&p->waiting, memory_order_relaxed))
+            return true;
+        rc_cpu_relax();
+    }
+    return false;
+}
+
+/* Under p's lock: the next job, or NULL when the workers must stop. */
+static struct rc_job *next_job(struct rc_prefetch *p)
+{
+    struct rc_job *j = NULL;
+    bool looked = false;
+    while (!p->stopping && !(j = rc_prefetch_next_locked(p))) {
+        if (!looked && !p->watching) {
+            p->watching = true;
+            rc_unlock(&p->lock);
+            looked = !job_soon(p);
+            rc_lock(&p->lock);
+            p->watching = false;
+            continue;
+        }
+        p->sleeping++;
+        rc_cond_wait(&p->work, &p->lock);
+        p->sleeping--;
+        looked = false;
+    }
+    return j;
+}
+
+/* An allocation the hooks reported may be one mapping of a larger VMM
+ * reservation: PyTorch's expandable segments map one chunk at a time, and
+ * tensors then straddle a chunk and the one mapped before it, which a
+ * registration of the chunk alone does not serve.  So the request starts
+ * one byte early: across adjacent mappings the cache registers them
+ * together; across two allocations, or from unmapped memory, it refuses,
+ * and the allocation alone is registered. */
+static int register_job(struct regcache *c, const struct rc_job *j)
+{
+    if (j->eager && j->start > 1) {
+        int rc = rc_slow_get(c, j->start - 1, j->end, j->rail, NULL);
+        if (rc == REGCACHE_OK || rc == RC_NO_ROOM)
+            return rc;
+    }
+    return rc_slow_get(c, j->start, j->end, j->rail, NULL);
+}
+
+static void *worker(void *arg)
+{
+    struct regcache *c = arg;
+    struct rc_prefetch *p = &c->pf;
+    rc_in_worker = true;
+    rc_lock(&p->lock);
+    for (;;) {
+        struct rc_job *j = next_job(p);
+        if (!j)
+            break;
+        rc_unlock(&p->lock);
+        int rc = register_job(c, j);
+        if (rc == RC_NO_ROOM)
+            rc_count(&p->dropped);
+        rc_prefetch_done(c, j, rc);
+        rc_lock(&p->lock);
+    }
+    rc_unlock(&p->lock);
+    return NULL;
+}
+
+int rc_workers_start_locked(struct regcache *c)
+{
+    struct rc_prefetch *p = &c->pf;
+    if (!p->threads) {
+        p->nthreads = c->opts.params.workers ? c->opts.params.workers : c->rails;
+        p->threads = calloc(p->nthreads, sizeof(*p->threads));
+        if (!p->threads)
+            return REGCACHE_ERR_NO_MEMORY;
+    }
+    /* Signals are the application's threads' business: the workers block
+     * them all (a new thread inherits the creator's mask). */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    while (p->started < p->nthreads &&
+           pthread_create(&p->threads[p->started], NULL, worker, c) == 0)
+        pthread_setname_np(p->threads[p->started++], "regcache-reg");
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return p->started ? REGCACHE_OK : REGCACHE_ERR_NO_MEMORY;
+}
+
+void rc_workers_join(struct regcache *c)
+{
+    struct rc_prefetch *p = &c->pf;
+    for (unsigned i = 0; i < p->started; i++)
+        pthread_join(p->threads[i], NULL);
+    p->started = 0;
+}
