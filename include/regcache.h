@@ -14,7 +14,8 @@
  *   - every function that can fail returns an int status: REGCACHE_OK (0) or a
  *     negative REGCACHE_ERR_* code; regcache_strerror() turns it into text;
  *   - functions never print, except the statistics dump that REGCACHE_STATS
- *     asks for at regcache_destroy();
+ *     asks for at regcache_destroy(), and regcache_print_entries() to the
+ *     stream it is given;
  *   - "thread safe" means any number of threads may call the function on the
  *     same cache at once.
  *
@@ -28,6 +29,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -359,6 +361,12 @@ struct regcache_params {
      * callback may call functions of the cache being destroyed. */
     void (*on_leave)(void *arg, const struct regcache_leave *leave);
     void *callback_arg;
+    const char *name; /* what the statistics dump, regcache-stat and
+                         regcache_name() call the cache: 1 to
+                         REGCACHE_NAME_MAX - 1 of letters, digits and
+                         _.:@+-/ (copied; else create fails with INVALID).
+                         NULL = the REGCACHE_NAME variable, else
+                         "cache<N>" for the process's N-th cache */
 };
 
 /*
@@ -386,6 +394,9 @@ enum regcache_host_monitor {
     REGCACHE_HOST_MONITOR_OFF = 1,
 };
 
+/* The longest cache name, with its terminating NUL. */
+#define REGCACHE_NAME_MAX 64
+
 /*
  * Fill *params with every default.  Environment variables (REGCACHE_*, see
  * README) are applied later, by regcache_create(), and override these.
@@ -410,9 +421,13 @@ typedef struct regcache regcache_t;
  * regcache_last_error() says why, although the call succeeds.
  * Errors: INVALID (NULL, unknown params size, alignment not a power of two
  * between 4096 and 1 GiB, method/validation out of range, rails outside
- * 1..REGCACHE_MAX_RAILS, priv_size over 4096, no pd for the built-in backend, backend without
- * reg or dereg, a REGCACHE_* variable that does not parse), NO_MEMORY,
- * UNSUPPORTED.  Thread safe.
+ * 1..REGCACHE_MAX_RAILS, priv_size over 4096, no pd for the built-in backend,
+ * backend without reg or dereg, a name that is not one, a REGCACHE_*
+ * variable that does not parse), NO_MEMORY, UNSUPPORTED.  The process's
+ * first cache creates its statistics segment for regcache-stat (README);
+ * where that cannot be made the cache works without it, and the
+ * REGCACHE_STATS dump says why.
+ * Thread safe.
  */
 REGCACHE_API int regcache_create(const struct regcache_params *params, regcache_t **cache);
 
@@ -717,6 +732,36 @@ struct regcache_stats {
     uint64_t host_unmonitored;      /* host entries held or cached now
                                        that no monitor watches: they keep
                                        the explicit-notify contract */
+    /* Registration latency: how long a successful registration took (the
+     * backend's reg call, with the evictions and retries that exhaustion
+     * caused), from the histogram of regcache_get_latency() over every
+     * rail: the upper bound of the log2 bucket that holds the median and
+     * the 99th percentile; 0 before the first registration. */
+    uint64_t reg_latency_p50_ns;
+    uint64_t reg_latency_p99_ns;
+    uint32_t rails; /* params.rails: the rail_* entries that count */
+    /* How each rail registers GPU memory: enum regcache_dmabuf_mapping and
+     * whether the NIC takes it data-direct (mlx5dv DATA_DIRECT, 1) or not
+     * (0).  For a device's stats, that GPU's choice (a GPU whose driver
+     * refused the PCIe mapping says DEFAULT); for the cache's, that of the
+     * lowest-numbered GPU it has seen (or of one not seen yet). */
+    uint32_t dmabuf_mapping[REGCACHE_MAX_RAILS];
+    uint32_t data_direct[REGCACHE_MAX_RAILS];
+    uint64_t rail_registrations[REGCACHE_MAX_RAILS]; /* successful reg calls per rail */
+    uint64_t rail_reg_failures[REGCACHE_MAX_RAILS];  /* failed reg calls per rail */
+    uint64_t rail_bytes[REGCACHE_MAX_RAILS];         /* bytes registered on the rail
+                                                        now (one-shots included) */
+    /* Entries that left the cache, by why (leaves[REGCACHE_REASON_...]);
+     * entries after REGCACHE_REASON_COUNT stay 0, room for later reasons. */
+    uint64_t leaves[16];
+};
+
+/* How a rail's exports of GPU memory are mapped (regcache_stats). */
+enum regcache_dmabuf_mapping {
+    REGCACHE_DMABUF_NONE = 0,   /* no dmabuf: peermem, host memory, or a
+                                   custom backend */
+    REGCACHE_DMABUF_PCIE = 1,   /* exports ask for the PCIe mapping */
+    REGCACHE_DMABUF_DEFAULT = 2 /* the driver's default mapping */
 };
 
 /*
@@ -730,8 +775,12 @@ REGCACHE_API int regcache_get_stats(const regcache_t *cache, struct regcache_sta
 
 /*
  * The counters of one device (a CUDA ordinal, or REGCACHE_DEVICE_HOST for
- * host memory); peak_bytes is the device's own peak.
- * Errors: INVALID (NULL, device out of range).  Thread safe.
+ * host memory); peak_bytes is the device's own peak.  fds is the whole
+ * cache's.
+ * Errors: INVALID (NULL, device out of range, or a device the cache has
+ * never seen: regcache_get_devices() lists those it has).  Programs built
+ * against 0.2 keep the 0.2 answer for a device never seen: REGCACHE_OK
+ * with every figure 0.  Thread safe.
  */
 REGCACHE_API int regcache_get_device_stats(const regcache_t *cache, int device,
                                            struct regcache_stats *stats);
@@ -777,6 +826,95 @@ struct regcache_leave {
     int access; /* as regcache_entry_access() */
     int held;   /* 1: held now, deregistered at its last put */
 };
+
+/*
+ * Store in devices[0 .. max) the devices the cache has seen (a get asked
+ * for memory of them), in ascending order, REGCACHE_DEVICE_HOST first; set
+ * *count to how many there are, which may exceed max (devices may be NULL
+ * when max is 0).  A device stays listed once seen, even when it holds no
+ * entry any more.
+ * Errors: INVALID (NULL cache or count, NULL devices with max > 0).
+ * Thread safe.
+ */
+REGCACHE_API int regcache_get_devices(const regcache_t *cache, int *devices, size_t max,
+                                      size_t *count);
+
+/* regcache_get_latency(): every device, or every rail. */
+#define REGCACHE_DEVICE_ALL (-2)
+#define REGCACHE_RAIL_ALL (-1)
+
+/* The histogram's buckets: bucket i counts registrations that took
+ * [2^i, 2^(i+1)) ns (bucket 0 also those under 1 ns, the last also those
+ * longer). */
+#define REGCACHE_LATENCY_BUCKETS 40
+
+struct regcache_latency {
+    uint64_t count;  /* successful registrations counted */
+    uint64_t p50_ns; /* upper bound of the bucket holding the median; 0 if none */
+    uint64_t p99_ns; /* same for the 99th percentile */
+    uint64_t bucket[REGCACHE_LATENCY_BUCKETS];
+};
+
+/*
+ * The registration-latency histogram of `device` (as for
+ * regcache_get_device_stats(), or REGCACHE_DEVICE_ALL) on `rail` (0 ..
+ * params.rails-1, or REGCACHE_RAIL_ALL), since the cache was created or
+ * its statistics reset.  Only misses are timed (two clock readings around
+ * the registration); hits cost nothing more.
+ * Errors: INVALID (NULL, device out of range or never seen, rail out of
+ * range).  Thread safe.
+ */
+REGCACHE_API int regcache_get_latency(const regcache_t *cache, int device, int rail,
+                                      struct regcache_latency *latency);
+
+/*
+ * Start the counters again from zero: hits, misses, registrations,
+ * deregistrations, evictions, invalidations, reg_failures, one_shots, the
+ * per-rail registrations and failures, the latency histograms; peak_bytes
+ * restarts from the bytes held now.  What describes the cache now is not
+ * reset: entries, bytes, budget, fds, mrs, rail_bytes, the devices seen.
+ * Gets running meanwhile are counted before or after the reset, each once.
+ * Errors: INVALID (NULL).  Thread safe.
+ */
+REGCACHE_API int regcache_reset_stats(regcache_t *cache);
+
+/* One entry of the cache, as regcache_foreach_entry() shows it. */
+struct regcache_entry_info {
+    uintptr_t start;   /* the registered range: [start, start+bytes) */
+    size_t bytes;      /* its length, counted once however many rails */
+    int device;        /* CUDA ordinal or REGCACHE_DEVICE_HOST */
+    unsigned rails;    /* bit r set: registered on rail r */
+    unsigned holders;  /* gets not yet put, as seen at the look */
+    uint64_t age_ns;   /* since it was registered (a coarse clock: a
+                          few milliseconds) */
+};
+
+/*
+ * Call cb(arg, info) for every entry in the cache, in ascending order of
+ * address, until cb returns non-zero.  The entries are copied under the
+ * cache's lock and cb runs after it is released, on that copy: cb may call
+ * any function of the library, on this cache too, except
+ * regcache_destroy() of it; entries that leave meanwhile are still shown.
+ * Entries that left the cache while held (invalidated) are not listed.
+ * Returns REGCACHE_OK, or what cb returned when it stopped the walk.
+ * Errors: INVALID (NULL cache or cb), NO_MEMORY (for the copy), FORKED.
+ * Thread safe.
+ */
+REGCACHE_API int regcache_foreach_entry(regcache_t *cache,
+                                        int (*cb)(void *arg, const struct regcache_entry_info *info),
+                                        void *arg);
+
+/*
+ * Print the cache's entries to `out`, one line each (range, bytes, device,
+ * rails, holders, age), after a line with the cache's name and how many.
+ * Errors: those of regcache_foreach_entry(), INVALID for a NULL out, and
+ * BACKEND when writing to out failed.  Thread safe.
+ */
+REGCACHE_API int regcache_print_entries(regcache_t *cache, FILE *out);
+
+/* The cache's name (params.name, REGCACHE_NAME or "cache<N>"); NULL for
+ * NULL.  The text lives as long as the cache.  Thread safe. */
+REGCACHE_API const char *regcache_name(const regcache_t *cache);
 
 /*
  * The validation mode the cache actually uses (AUTO resolved), or

@@ -12,6 +12,7 @@
 #include <ctype.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -81,7 +82,8 @@ static const char *const host_monitor_words[] = { "auto", "off", NULL };
  * process-wide and read where they act (the BAR1 reading, the ledger)
  * through rc_option_env(); they are checked here too, so that a typo fails
  * regcache_create() like any other. */
-enum kind { SIZE, BOOL, WORD, NAME };
+/* NAME: a ledger namespace; CACHE_NAME: what params.name takes. */
+enum kind { SIZE, BOOL, WORD, NAME, CACHE_NAME };
 
 #define FIELD(f) offsetof(struct rc_options, f), sizeof(((struct rc_options *)0)->f)
 #define PROCESS_WIDE 0, 0
@@ -130,6 +132,8 @@ static const struct env_option {
       "the devices'", "the longest registration; 0: as the NICs say" },
     { "REGCACHE_STATS", BOOL, FIELD(stats_dump), bool_words, "0 or 1", 0, "0",
       "print the statistics at regcache_destroy()" },
+    { "REGCACHE_NAME", CACHE_NAME, PROCESS_WIDE, NULL, "1-63 of letters, digits and _.:@+-/", 0,
+      "cache<N>", "the name of a cache whose params.name is NULL" },
     { "REGCACHE_HOOKS", BOOL, FIELD(intercept), bool_words, "on or off", 1, "on",
       "may patch libcuda in-process" },
     { "REGCACHE_EAGER_MIN_BYTES", SIZE, FIELD(params.eager_min_bytes), NULL,
@@ -211,12 +215,24 @@ void rc_option_describe(size_t i, const char **name, const char **shown, const c
     *does = env_options[i].does;
 }
 
+/* Names go into tables, JSON and Prometheus labels unquoted by the reader's
+ * eye: letters, digits and a few separators, no blanks. */
+static bool name_ok(const char *name)
+{
+    size_t len = strlen(name);
+    return len > 0 && len < REGCACHE_NAME_MAX &&
+           strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:@+-/") ==
+               len;
+}
+
 static bool apply(const struct env_option *e, const char *value, struct rc_options *o)
 {
     size_t size;
     int word;
     if (e->kind == NAME)
         return !*value || rc_ledger_namespace_ok(value); /* empty: none */
+    if (e->kind == CACHE_NAME)
+        return name_ok(value);
     if (e->kind == SIZE) {
         if (!rc_parse_size(value, &size))
             return false;
@@ -279,11 +295,32 @@ static int check(const struct rc_options *o, unsigned from_env)
     return REGCACHE_OK;
 }
 
-/* The size of the params layout of 0.1, before the fields added in 0.2: a
- * program built against it keeps working, with those fields' defaults. */
+/* The size of the params layouts of 0.1 and 0.2, before the fields added
+ * since: a program built against one keeps working, with those fields'
+ * defaults. */
 #define PARAMS_0_1 (offsetof(struct regcache_params, backend) + sizeof(void *))
 /* And of 0.2, before the fields added in 0.3. */
 #define PARAMS_0_2 offsetof(struct regcache_params, eager_min_bytes)
+
+/* params.name, else REGCACHE_NAME, else "cache<N>" (the process's N-th). */
+static int resolve_name(struct rc_options *o)
+{
+    static atomic_uint created;
+    unsigned n = atomic_fetch_add_explicit(&created, 1, memory_order_relaxed) + 1;
+    const char *env = rc_option_env("REGCACHE_NAME"); /* checked by apply() */
+    const char *name = o->params.name ? o->params.name : env;
+    if (!name) {
+        snprintf(o->name, sizeof o->name, "cache%u", n);
+        return REGCACHE_OK;
+    }
+    if (!name_ok(name))
+        return rc_fail(REGCACHE_ERR_INVALID,
+                       "%s=\"%.80s\": expected 1 to %d of letters, digits and _.:@+-/",
+                       o->params.name ? "params.name" : "REGCACHE_NAME", name,
+                       REGCACHE_NAME_MAX - 1);
+    snprintf(o->name, sizeof o->name, "%s", name);
+    return REGCACHE_OK;
+}
 
 int rc_options_resolve(const struct regcache_params *in, struct rc_options *out)
 {
@@ -308,5 +345,6 @@ int rc_options_resolve(const struct regcache_params *in, struct rc_options *out)
                            env_options[i].accepts);
         from_env |= 1u << i;
     }
-    return check(out, from_env);
+    int rc = check(out, from_env);
+    return rc == REGCACHE_OK ? resolve_name(out) : rc;
 }

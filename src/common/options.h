@@ -21,6 +21,7 @@ struct rc_options {
                                       2 default (enum rc_dmabuf_mapping) */
     int data_direct;               /* REGCACHE_DATA_DIRECT: 0 auto, 1 on, 2 off
                                       (enum rc_data_direct) */
+    char name[REGCACHE_NAME_MAX];  /* params.name, REGCACHE_NAME or "cache<N>" */
     char validation_reason[512];   /* why validation is what it is; set by
                                       regcache_create */
 };

@@ -23,6 +23,10 @@ struct rc_backend {
     uint64_t (*fds_held)(const void *arg);
     /* Optional: how it registers, for the stats dump. */
     void (*describe)(const void *arg, char *buf, size_t n);
+    /* Optional: how `rail` registers GPU `device` (-1: one not seen yet)
+     * now: enum regcache_dmabuf_mapping, and 1 for data-direct. */
+    void (*rail_choice)(const void *arg, int device, unsigned rail, uint32_t *mapping,
+                        uint32_t *data_direct);
     void *arg;
     /* The longest registration every rail takes (the NICs' max_mr_size);
      * 0: no limit known. */

@@ -84,6 +84,7 @@ static __attribute__((noinline, cold)) int register_after_failure(struct regcach
     size_t evicted = 0;
     for (unsigned round = 0;; round++) {
         rc_count(&d->n.reg_failures);
+        rc_stats_failed(c, e, rail);
         if (bad_host_address(e, err))
             return bad_address(e, rail, err);
         if (!exhausted(err)) {
@@ -142,14 +143,23 @@ static __attribute__((noinline, cold)) int refused(struct regcache *c, struct re
                    ret, (uintmax_t)e->node.start, (uintmax_t)e->node.end, rail);
 }
 
+/* Timed here, on the miss path, with whatever eviction it took: what the
+ * get that waited for it saw; counted once the decorating callback took it. */
 int rc_register_rail(struct regcache *c, struct regcache_entry *e, unsigned rail, bool speculative)
 {
+    uint64_t begun = rc_stats_clock();
     int err = reg_once(c, e, rail);
     int rc = err ? register_after_failure(c, e, rail, speculative, err) : REGCACHE_OK;
-    const struct regcache_params *p = &c->opts.params;
-    if (rc != REGCACHE_OK || !p->on_register)
+    if (rc != REGCACHE_OK)
         return rc;
-    int ret = p->on_register(p->callback_arg, rc_counted_handle(e, rail), rail, e->handles[rail],
-                             c->pool.priv_size ? rc_entry_priv(e) : NULL);
-    return ret ? refused(c, e, rail, ret) : REGCACHE_OK;
+    uint64_t took = rc_stats_clock() - begun;
+    const struct regcache_params *p = &c->opts.params;
+    int ret = p->on_register ? p->on_register(p->callback_arg, rc_counted_handle(e, rail), rail,
+                                              e->handles[rail],
+                                              c->pool.priv_size ? rc_entry_priv(e) : NULL)
+                             : 0;
+    if (ret)
+        return refused(c, e, rail, ret);
+    rc_stats_registered(c, e, rail, took);
+    return REGCACHE_OK;
 }

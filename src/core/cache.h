@@ -20,6 +20,7 @@
 #include "page_index.h"
 #include "prefetch.h"
 #include "range_filter.h"
+#include "stats.h"
 
 /* The columns of rc_counters.invalidations: the causes the statistics
  * tell apart (rc_leave_locked maps each reason to one). */
@@ -28,7 +29,7 @@ enum rc_cause { RC_BY_TAG, RC_BY_NOTIFY, RC_BY_EXPLICIT, RC_BY_MONITOR, RC_CAUSE
 /* Counters of one device; atomics so that stats read them without a lock. */
 struct rc_counters {
     atomic_uint_fast64_t shared_hits, slow_hits, misses, registrations, deregistrations, evictions,
-        invalidations[RC_CAUSES], reg_failures, one_shots, peak_bytes;
+        invalidations[RC_CAUSES], reg_failures, one_shots, peak_bytes, leaves[REGCACHE_REASON_COUNT];
 };
 
 /* One device's share of the cache: its eviction order, budget and
@@ -151,6 +152,12 @@ struct regcache {
 
     /* Why a GPU has no shared budget, for the REGCACHE_STATS dump. */
     char ledger_note[256];
+
+    struct rc_stats stats;
+    int stat_record; /* its record in the process's statistics segment, or -1 */
+    int stat_pid;    /* the process whose segment that is */
+    atomic_uint_fast64_t stat_published; /* when it last went out there (coarse ns) */
+    char stat_note[256];                 /* why it has no record, for the dump */
 
     /* Debug builds: changes since the last full check of the invariants. */
     size_t changes;
@@ -477,8 +484,6 @@ static inline void rc_count_locked(atomic_uint_fast64_t *n)
     atomic_store_explicit(n, atomic_load_explicit(n, memory_order_relaxed) + 1,
                           memory_order_relaxed);
 }
-
-void rc_stats_dump(const struct regcache *c);
 
 /* Debug builds (REGCACHE_DEBUG): check every invariant of the cache under
  * its lock and abort with a message when one fails; no-op otherwise. */

@@ -6,6 +6,7 @@
 
 #include "asym_fence.h"
 #include "cache.h"
+#include "stat_publish.h"
 #include "hook_detect.h"
 #include "host_monitor.h"
 #include "intercept.h"
@@ -110,6 +111,7 @@ static void free_cache(struct regcache *c, bool consistent)
     if (c->builtin)
         rc_verbs_backend_destroy(&c->backend);
     rc_thread_release_hit_id(c->hit_id);
+    rc_stats_fini(&c->stats);
     free(c);
 }
 
@@ -136,7 +138,10 @@ int regcache_create(const struct regcache_params *params, regcache_t **out)
     for (int i = 0; i < RC_DEVICE_SLOTS; i++)
         rc_lru_init(&c->dev[i].lru, &c->index);
 
-    int rc = rc_options_resolve(params, &c->opts);
+    c->stat_record = -1;
+    int rc = rc_stats_init(&c->stats) == REGCACHE_OK
+                 ? rc_options_resolve(params, &c->opts)
+                 : rc_fail(REGCACHE_ERR_NO_MEMORY, "out of memory allocating the statistics");
     if (rc == REGCACHE_OK)
         rc_entry_pool_init(&c->pool, c->opts.params.priv_size);
     if (rc == REGCACHE_OK)
@@ -175,6 +180,7 @@ int regcache_create(const struct regcache_params *params, regcache_t **out)
     c->hit_offset = rc_thread_hits_offset(c->hit_id);
     c->fork_generation = rc_fork_generation();
     rc_registry_add(c);
+    rc_statseg_attach(c);
     /* A switch to real fences that went through the registry before the
      * add did not see this cache (asym_fence.c). */
     if (!atomic_load(&rc_heavy_fence_works))
@@ -188,6 +194,7 @@ void regcache_destroy(regcache_t *c)
     if (!c)
         return;
     bool child = rc_forked(c);
+    rc_statseg_detach(c);
     /* A fork child's registry no longer lists inherited caches. */
     if (!child)
         rc_registry_remove(c);
@@ -224,6 +231,11 @@ int regcache_method_used(const regcache_t *c)
     if (!c)
         return rc_fail(REGCACHE_ERR_INVALID, "regcache_method_used: cache is NULL");
     return c->builtin ? c->method_used : 0;
+}
+
+const char *regcache_name(const regcache_t *c)
+{
+    return c ? c->opts.name : NULL;
 }
 
 const char *regcache_validation_reason(const regcache_t *c)

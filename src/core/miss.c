@@ -22,6 +22,7 @@
 #include "hold.h"
 #include "host_monitor.h"
 #include "last_error.h"
+#include "stat_publish.h"
 #include "prefetch.h"
 #include "threads.h"
 
@@ -369,6 +370,7 @@ static int register_new(struct regcache *c, struct rc_want *w, uint64_t seq, uns
     if (rc == REGCACHE_OK) {
         rail_ready_locked(e, rail);
         rc_count_locked(&d->n.registrations);
+        e->born_ns = rc_stats_clock();
     }
     enum regcache_reason why = e->reason; /* the detacher's, if any */
     if (rc == REGCACHE_OK && !detached &&
@@ -575,5 +577,6 @@ int rc_slow_get(struct regcache *c, uintptr_t start, uintptr_t end, struct rc_re
     rc_want_fini(&w);
     if (rc != REGCACHE_OK && out)
         *out = NULL;
+    rc_statseg_tick(c);
     return rc;
 }

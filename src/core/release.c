@@ -67,6 +67,7 @@ void rc_leave_locked(struct regcache *c, struct regcache_entry *e, enum regcache
 {
     struct rc_counters *n = &c->dev[e->device_slot].n;
     e->reason = (uint8_t)why;
+    rc_count_locked(&n->leaves[why]);
     switch (why) {
     case REGCACHE_REASON_EVICT_BUDGET:
     case REGCACHE_REASON_EVICT_EXHAUSTED:
@@ -227,6 +228,7 @@ void rc_victim_push(struct regcache *c, struct regcache_entry **victims, struct 
     unsigned rails = 0;
     for (unsigned r = atomic_load_explicit(&e->rails_ready, memory_order_relaxed); r; r &= r - 1)
         rails++;
+    rc_stats_deregistering(c, e);
     atomic_uint_fast64_t *n = &c->dev[e->device_slot].n.deregistrations;
     atomic_store_explicit(n, atomic_load_explicit(n, memory_order_relaxed) + rails,
                           memory_order_relaxed);

@@ -219,6 +219,11 @@ static enum found owned(const struct stat *st, const char *name, char *why, size
     return st->st_uid != geteuid() ? FOREIGN : REFUSED;
 }
 
+bool rc_ledger_file_ok(const struct stat *st, const char *name, char *why, size_t why_len)
+{
+    return owned(st, name, why, why_len) == USE;
+}
+
 /* Open the segment called `name` into *fd, creating it when attaching and
  * it does not exist.  O_NOFOLLOW: a link planted under the name is
  * refused, never followed; O_NONBLOCK: a FIFO is opened at once (and then

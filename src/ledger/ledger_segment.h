@@ -129,6 +129,12 @@ struct rc_ledger_segment *rc_ledger_map(const char *name, const char *key, char 
                                         size_t why_len);
 void rc_ledger_unmap(struct rc_ledger_segment *s);
 
+/* Whether the opened file st, named `name` in RC_LEDGER_DIR, may be
+ * trusted: a regular file of this user with mode 0600 (the statistics
+ * segments use the ledger's rule).  false with *why filled if not. */
+struct stat;
+bool rc_ledger_file_ok(const struct stat *st, const char *name, char *why, size_t why_len);
+
 /* No GPU's BAR1 comes near this; a larger byte or entry count is garbage
  * (and 256 records of it still sum without overflow). */
 #define RC_LEDGER_MAX_BYTES (1ull << 48)

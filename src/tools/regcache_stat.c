@@ -1,13 +1,17 @@
-/* regcache-stat: what every cache of this user holds on each GPU, read from
- * the shared BAR1 ledgers without stopping anyone.
+/* regcache-stat: every cache of this user, read from the shared segments
+ * without stopping anyone.
  *
- *   regcache-stat [--json] [--watch N]
+ *   regcache-stat [--json | --prometheus] [--watch SECONDS]
  *
- * One table per GPU (one ledger segment), one row per cache: process,
- * entries, bytes, the budget it last computed, and its counters.  --json
- * prints one JSON document instead (one per line with --watch).  Exit
- * status: 0, 1 when a segment could not be read (it is listed with why), 2
- * for a usage error. */
+ * First every cache of every process, GPU or host (their statistics
+ * segments, stat_caches.c): name, devices, entries, bytes, hit rate,
+ * registration latency, fds, each rail's dmabuf mapping.  Then one table
+ * per GPU (one BAR1 ledger segment), one row per cache: process, entries,
+ * bytes, the budget it last computed, and its counters.  --json prints one
+ * JSON document instead (one per line with --watch), --prometheus the
+ * text exposition format.  Exit status: 0, 1 when a segment could not be
+ * read (it is listed with why), 2 for a usage error (the message names
+ * the option or value). */
 #include <dirent.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -19,6 +23,7 @@
 
 #include "budget_source.h"
 #include "ledger_segment.h"
+#include "stat_tool.h"
 
 /* The per-cache columns, in the order shown; `size` ones get a unit in the
  * text table, where `zero`, if set, stands for 0. */
@@ -155,7 +160,7 @@ static int segment_names(const char *prefix, char ***names, size_t *n)
 /* Output                                                                    */
 /* ------------------------------------------------------------------------ */
 
-static void json_string(const char *s)
+void json_string(const char *s)
 {
     putchar('"');
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
@@ -200,7 +205,7 @@ static void json_gpu(const struct gpu *g)
 /* A process name as the table shows it: what a terminal would act on
  * (escapes, control characters) and bytes beyond ASCII as \xHH, and so a
  * backslash too. */
-static const char *printable(const char *s, char *out, size_t n)
+const char *printable(const char *s, char *out, size_t n)
 {
     size_t k = 0;
     for (const unsigned char *p = (const unsigned char *)s; *p && k + 5 < n; p++) {
@@ -214,7 +219,7 @@ static const char *printable(const char *s, char *out, size_t n)
 }
 
 /* 1536 -> "1.5K" */
-static const char *size_text(uint64_t v, char *buf, size_t n)
+const char *size_text(uint64_t v, char *buf, size_t n)
 {
     static const char units[] = "BKMGTP";
     double x = (double)v;
@@ -266,8 +271,21 @@ static void text_gpu(const struct gpu *g)
     putchar('\n');
 }
 
-/* One look at every ledger.  Returns 1 when one could not be read. */
-static int show(const char *prefix, bool json)
+enum format { TEXT, JSON, PROMETHEUS };
+
+static void prometheus_gpu(const struct gpu *g, bool first)
+{
+    if (first)
+        printf("# HELP regcache_gpu_budget_bytes The BAR1 budget every cache of a GPU shares.\n"
+               "# TYPE regcache_gpu_budget_bytes gauge\n");
+    if (g->error[0])
+        return;
+    printf("regcache_gpu_budget_bytes{gpu=\"%s\"} %llu\n", g->key, (unsigned long long)g->budget);
+}
+
+/* One look at every cache and ledger.  Returns 1 when one could not be
+ * read. */
+static int show(const char *prefix, enum format format)
 {
     char **names;
     size_t n;
@@ -277,61 +295,100 @@ static int show(const char *prefix, bool json)
         free(g);
         return 1;
     }
+    struct caches cs;
+    caches_read(prefix, &cs);
     uint64_t pidns = rc_ledger_pid_namespace();
-    int status = 0;
-    if (json) {
+    int status = cs.nerrors != 0;
+    if (format == JSON) {
         printf("{\"uid\":%u,\"prefix\":", (unsigned)geteuid());
         json_string(prefix);
-        printf(",\"gpus\":[");
-    } else if (!n) {
-        printf("no regcache ledger of uid %u (%s/%s*)\n", (unsigned)geteuid(), RC_LEDGER_DIR,
-               prefix);
+        printf(",\"caches\":");
+        caches_json(&cs);
+        printf(",\"errors\":[");
+        for (size_t i = 0; i < cs.nerrors; i++) {
+            printf(i ? "," : "");
+            json_string(cs.errors[i]);
+        }
+        printf("],\"gpus\":[");
+    } else if (format == PROMETHEUS) {
+        caches_prometheus(&cs);
+    } else {
+        caches_text(&cs);
+        if (!n)
+            printf("no regcache ledger of uid %u (%s/%s*)\n", (unsigned)geteuid(), RC_LEDGER_DIR,
+                   prefix);
     }
     for (size_t i = 0; i < n; i++) {
         memset(g, 0, sizeof *g);
         read_gpu(names[i], pidns, g);
         status |= g->error[0] != '\0';
-        if (json) {
+        if (format == JSON) {
             printf(i ? "," : "");
             json_gpu(g);
+        } else if (format == PROMETHEUS) {
+            prometheus_gpu(g, i == 0);
         } else {
             text_gpu(g);
         }
         free(names[i]);
     }
-    if (json)
+    if (format == JSON)
         printf("]}\n");
+    caches_free(&cs);
     free(names);
     free(g);
     fflush(stdout);
     return status;
 }
 
-static int usage(FILE *to, int status)
+static void usage(FILE *to)
 {
     fprintf(to,
-            "usage: regcache-stat [--json] [--watch SECONDS]\n"
-            "Show what every regcache cache of this user holds on each GPU, from the\n"
-            "shared BAR1 ledgers in %s (REGCACHE_LEDGER_NAMESPACE selects a\n"
-            "namespace).  --watch repeats every SECONDS until interrupted.\n",
+            "usage: regcache-stat [--json | --prometheus] [--watch SECONDS]\n"
+            "Show every regcache cache of this user (name, devices, entries, bytes, hit\n"
+            "rate, registration latency, fds, each rail's dmabuf mapping) and what they\n"
+            "hold on each GPU, from the shared segments in %s\n"
+            "(REGCACHE_LEDGER_NAMESPACE selects a namespace).  --json prints JSON,\n"
+            "--prometheus the Prometheus text format; --watch repeats every SECONDS\n"
+            "(1 to 86400) until interrupted.\n",
             RC_LEDGER_DIR);
-    return status;
+}
+
+/* A usage error: what was wrong, then how it is used; exit status 2. */
+static int bad_usage(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "regcache-stat: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n");
+    usage(stderr);
+    return 2;
 }
 
 int main(int argc, char **argv)
 {
-    bool json = false;
+    enum format format = TEXT;
     long watch = 0;
     for (int i = 1; i < argc; i++) {
-        char *end;
-        if (!strcmp(argv[i], "--json")) {
-            json = true;
-        } else if (!strcmp(argv[i], "--watch") && i + 1 < argc &&
-                   (watch = strtol(argv[i + 1], &end, 10)) > 0 && !*end) {
-            i++;
+        const char *a = argv[i];
+        if (!strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--json") || !strcmp(a, "--prometheus")) {
+            enum format f = a[2] == 'j' ? JSON : PROMETHEUS;
+            if (format != TEXT && format != f)
+                return bad_usage("%s: --json and --prometheus exclude each other", a);
+            format = f;
+        } else if (!strcmp(a, "--watch")) {
+            if (i + 1 == argc)
+                return bad_usage("%s needs a number of seconds", a);
+            char *end;
+            const char *v = argv[++i];
+            watch = strtol(v, &end, 10);
+            if (end == v || *end || watch < 1 || watch > 86400)
+                return bad_usage("--watch %s: expected a whole number of seconds from 1 to 86400",
+                                 v);
         } else {
-            return usage(!strcmp(argv[i], "--help") ? stdout : stderr,
-                         !strcmp(argv[i], "--help") ? 0 : 2);
+            return bad_usage("unknown option '%s'", a);
         }
     }
     char prefix[RC_LEDGER_PREFIX_MAX], why[256];
@@ -339,12 +396,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "regcache-stat: %s\n", why);
         return 2;
     }
-    int status = show(prefix, json);
+    int status = show(prefix, format);
     while (watch) {
         sleep((unsigned)watch);
-        if (!json)
+        if (format == TEXT)
             printf("\n");
-        status = show(prefix, json);
+        status = show(prefix, format);
     }
     return status;
 }

@@ -106,6 +106,18 @@ int rc_dmabuf_reg(struct rc_dmabuf_reg *d, struct ibv_pd *pd, unsigned rail, int
     return err;
 }
 
+void rc_dmabuf_reg_choice(const struct rc_dmabuf_reg *d, int device, unsigned rail,
+                          uint32_t *mapping, uint32_t *data_direct)
+{
+    bool pcie = d->mapping == RC_MAPPING_PCIE ||
+                (d->mapping == RC_MAPPING_AUTO &&
+                 (device < 0 || !atomic_load_explicit(
+                                    &((struct rc_dmabuf_reg *)d)->pcie_refused[device],
+                                    memory_order_relaxed)));
+    *mapping = pcie ? REGCACHE_DMABUF_PCIE : REGCACHE_DMABUF_DEFAULT;
+    *data_direct = d->data_direct[rail] && pcie; /* as rc_dmabuf_reg() decides */
+}
+
 void rc_dmabuf_reg_describe(const struct rc_dmabuf_reg *d, unsigned rails, char *buf, size_t n)
 {
     size_t at = 0;

@@ -47,6 +47,11 @@ int rc_dmabuf_reg_init(struct rc_dmabuf_reg *d, struct ibv_pd *const *pds, unsig
 int rc_dmabuf_reg(struct rc_dmabuf_reg *d, struct ibv_pd *pd, unsigned rail, int device,
                   int access, void *addr, size_t len, struct ibv_mr **mr);
 
+/* How `rail` registers GPU `device` now (-1: one not seen yet): enum
+ * regcache_dmabuf_mapping, and 1 for data-direct. */
+void rc_dmabuf_reg_choice(const struct rc_dmabuf_reg *d, int device, unsigned rail,
+                          uint32_t *mapping, uint32_t *data_direct);
+
 /* What each of `rails` rails does, one line each, into buf. */
 void rc_dmabuf_reg_describe(const struct rc_dmabuf_reg *d, unsigned rails, char *buf, size_t n);
 

@@ -93,6 +93,14 @@ static void verbs_describe(const void *arg, char *buf, size_t n)
         snprintf(buf, n, "%s", b->method == REGCACHE_METHOD_PEERMEM ? "peermem" : "host memory");
 }
 
+static void verbs_rail_choice(const void *arg, int device, unsigned rail, uint32_t *mapping,
+                              uint32_t *data_direct)
+{
+    const struct verbs_backend *b = arg;
+    if (b->method == REGCACHE_METHOD_DMABUF)
+        rc_dmabuf_reg_choice(&b->dmabuf, device, rail, mapping, data_direct);
+}
+
 static void verbs_dereg(void *arg, void *handle)
 {
     (void)arg;
@@ -255,6 +263,7 @@ int rc_verbs_backend_create(const struct regcache_params *params, int mapping, i
         .dereg = verbs_dereg,
         .fds_held = verbs_fds_held,
         .describe = verbs_describe,
+        .rail_choice = verbs_rail_choice,
         .arg = b,
         .max_len = longest_registration(b),
     };

@@ -138,10 +138,20 @@ int main(void)
     expect(all_0_3(c, &f.s) == REGCACHE_OK, "regcache_get_stats@REGCACHE_0.3", "failed");
     expect(f.s.mrs == 1 && f.s.fds == 0 && f.after[0] == CANARY && f.after[1] == CANARY,
            "regcache_get_stats@REGCACHE_0.3", "did not fill the whole struct, and only it");
+    /* A device the cache never saw: 0.2 answered with zeros, 0.3 says it
+     * is not one of the cache's. */
+    struct old_frame unseen;
+    memset(&unseen, 0xa5, sizeof(unseen));
+    expect(regcache_get_device_stats(c, 7, (struct regcache_stats *)&unseen.s) == REGCACHE_OK &&
+               unseen.s.hits == 0 && unseen.s.entries == 0 && unseen.after[0] == CANARY,
+           "regcache_get_device_stats of a device never seen", "did not answer 0.2's zeros");
+    get_device_stats_fn *device_0_3 = versioned(lib, "regcache_get_device_stats", "REGCACHE_0.3");
+    expect(device_0_3 && device_0_3(c, 7, &f.s) == REGCACHE_ERR_INVALID,
+           "regcache_get_device_stats@REGCACHE_0.3 of a device never seen", "is not INVALID");
     dlclose(lib);
     regcache_destroy(c);
     if (failures)
         return 1;
-    printf("0.2 callers get the 0.2 struct, 0.3 callers the whole one\n");
+    printf("0.2 callers get the 0.2 struct and answers, 0.3 callers the whole one\n");
     return 0;
 }

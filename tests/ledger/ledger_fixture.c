@@ -50,7 +50,9 @@ unsigned namespace_segments(bool remove)
     for (struct dirent *d; dir && (d = readdir(dir));) {
         if (strncmp(d->d_name, p, strlen(p)))
             continue;
-        n++;
+        /* Counted: the ledgers; the processes' statistics segments are
+         * made whatever REGCACHE_LEDGER says. */
+        n += rc_ledger_name_ok(d->d_name + strlen(p));
         if (remove)
             unlinkat(dirfd(dir), d->d_name, 0);
     }

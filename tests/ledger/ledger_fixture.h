@@ -119,8 +119,8 @@ struct stat_row {
 };
 bool stat_row(const char *out, pid_t pid, struct stat_row *r);
 
-/* The segments of this test's namespace: how many there are, removing
- * them with `remove`. */
+/* The ledger segments of this test's namespace: how many there are;
+ * with `remove`, every segment of it goes (statistics segments too). */
 unsigned namespace_segments(bool remove);
 
 #endif

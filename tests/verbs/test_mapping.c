@@ -185,6 +185,49 @@ static void test_data_direct_where_the_device_is_one(void **state)
     assert_says(out, "rail 1: mlx5dv_reg_dmabuf_mr DATA_DIRECT");
 }
 
+/* The choice of each rail, in the statistics of the cache and of the GPU:
+ * PCIe on both, data direct on rail 1's data-direct device; once the GPU
+ * refused the PCIe mapping, the default, and data direct nowhere. */
+static void assert_rails(regcache_t *c, int device, uint32_t mapping, uint32_t dd0, uint32_t dd1)
+{
+    struct regcache_stats s;
+    if (device == REGCACHE_DEVICE_ALL)
+        assert_int_equal(regcache_get_stats(c, &s), REGCACHE_OK);
+    else
+        assert_int_equal(regcache_get_device_stats(c, device, &s), REGCACHE_OK);
+    assert_int_equal(s.rails, 2);
+    assert_int_equal(s.dmabuf_mapping[0], mapping);
+    assert_int_equal(s.dmabuf_mapping[1], mapping);
+    assert_int_equal(s.data_direct[0], dd0);
+    assert_int_equal(s.data_direct[1], dd1);
+}
+
+static void test_statistics_report_each_rails_choice(void **state)
+{
+    (void)state;
+    fake_verbs.mlx5 = 1;
+    fake_verbs.data_direct_pd = &pd1;
+    regcache_t *c = create();
+    assert_rails(c, REGCACHE_DEVICE_ALL, REGCACHE_DMABUF_PCIE, 0, 1); /* no GPU seen yet */
+    use(c, 1, 0);
+    assert_rails(c, REGCACHE_DEVICE_ALL, REGCACHE_DMABUF_PCIE, 0, 1);
+    assert_rails(c, 0, REGCACHE_DMABUF_PCIE, 0, 1);
+    regcache_destroy(c);
+
+    drv.pcie_answer = CUDA_ERROR_NOT_SUPPORTED;
+    c = create();
+    use(c, 1, 0);
+    assert_rails(c, 0, REGCACHE_DMABUF_DEFAULT, 0, 0);
+    assert_rails(c, REGCACHE_DEVICE_ALL, REGCACHE_DMABUF_DEFAULT, 0, 0);
+    regcache_destroy(c);
+
+    setenv("REGCACHE_DMABUF_MAPPING", "default", 1);
+    drv.pcie_answer = CUDA_SUCCESS;
+    c = create();
+    assert_rails(c, REGCACHE_DEVICE_ALL, REGCACHE_DMABUF_DEFAULT, 0, 0);
+    regcache_destroy(c);
+}
+
 /* Data direct needs the PCIe mapping: where the driver refuses it, the
  * data-direct rail registers the default export with ibv_reg_dmabuf_mr. */
 static void test_data_direct_without_pcie_registers_plainly(void **state)
@@ -267,6 +310,7 @@ int main(void)
         T(test_data_direct_without_pcie_registers_plainly),
         T(test_data_direct_on_needs_libmlx5),
         T(test_data_direct_on_and_off),
+        T(test_statistics_report_each_rails_choice),
         T(test_bad_values_are_refused),
 #undef T
     };
