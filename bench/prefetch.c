@@ -102,6 +102,7 @@ struct nonblock {
     uintptr_t next;       /* the next sample's first region: never cached */
     uintptr_t last;       /* the last sample's */
     size_t left;          /* regions left for samples */
+    int access;           /* the cache's params.access */
     struct bench_op op;
 };
 
@@ -111,8 +112,8 @@ static void nonblock_run(void *ctx, struct bench_lane *l, uint64_t n)
     (void)l;
     for (uint64_t i = 0; i < n; i++) {
         regcache_entry_t *e;
-        int rc = regcache_get_flags(b->use.cache, 0, (void *)(b->next + i * BENCH_REGION),
-                                    BENCH_GET, REGCACHE_GET_NONBLOCK, &e);
+        int rc = regcache_get_access(b->use.cache, 0, (void *)(b->next + i * BENCH_REGION),
+                                     BENCH_GET, b->access, REGCACHE_GET_NONBLOCK, &e);
         if (rc != REGCACHE_ERR_AGAIN)
             bench_failed(&b->use, rc == REGCACHE_OK ? REGCACHE_ERR_INVALID : rc);
         if (rc == REGCACHE_OK)
@@ -137,6 +138,9 @@ static void nonblock_rows(const struct bench_src *s)
 {
     struct bench_row r = { .workload = "prefetch", .source = s->name, .what = "nonblocking miss" };
     struct nonblock b = { .next = s->base, .last = s->base };
+    struct regcache_params defaults;
+    regcache_params_init(&defaults);
+    b.access = defaults.access;
     char why[160];
     b.use.cache = bench_cache(s, NULL, REGCACHE_VALIDATE_HOOKS, 0, 0, why, sizeof(why));
     b.use.counter = offsetof(struct regcache_stats, prefetches);

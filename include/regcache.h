@@ -100,7 +100,7 @@ typedef struct regcache_entry regcache_entry_t;
  *                      (its max_mr_size, or REGCACHE_MAX_MR_SIZE);
  *                      regcache_last_error() names the limit: split the
  *                      transfer.  Nothing is registered.
- *   ERR_AGAIN          a non-blocking get (regcache_get_flags() with
+ *   ERR_AGAIN          a non-blocking get (regcache_get_access() with
  *                      REGCACHE_GET_NONBLOCK) found no registration: it is
  *                      being made in the background; send another way
  *                      meanwhile and get again later.
@@ -488,31 +488,13 @@ REGCACHE_API int regcache_get(regcache_t *cache, const void *addr, size_t len,
 REGCACHE_API int regcache_get_rail(regcache_t *cache, unsigned rail, const void *addr, size_t len,
                                    regcache_entry_t **entry);
 
-/* regcache_get_flags() flags. */
+/* regcache_get_access() flags. */
 enum regcache_get_flags {
     /* Never wait for a registration: a get that is no hit queues the
      * range for a background registration (regcache_prefetch()) and
      * returns REGCACHE_ERR_AGAIN at once. */
     REGCACHE_GET_NONBLOCK = 1
 };
-
-/*
- * regcache_get_rail() with flags (enum regcache_get_flags).  With
- * REGCACHE_GET_NONBLOCK a hit costs what it costs regcache_get_rail();
- * anything else - no entry, an entry without a registration on `rail` yet,
- * a registration of the range in flight - returns REGCACHE_ERR_AGAIN with
- * *entry NULL, after queueing the range as regcache_prefetch() does,
- * without waiting for a registration or the cache's lock and without a
- * system call (except the wake of an idle worker, and the start of the
- * workers at the first one).  When the background registration of the
- * range failed, the next get returns that failure instead (see
- * regcache_prefetch()).
- * Errors: those of regcache_get_rail(); INVALID for an unknown flag;
- * AGAIN; QUEUE_FULL and NO_MEMORY (workers could not start) for a
- * non-blocking get that could not queue.  Thread safe.
- */
-REGCACHE_API int regcache_get_flags(regcache_t *cache, unsigned rail, const void *addr, size_t len,
-                                    unsigned flags, regcache_entry_t **entry);
 
 /*
  * Queue [addr, addr+len) for registration on `rail` by the cache's
@@ -588,10 +570,21 @@ REGCACHE_API int regcache_prefetch_batch(regcache_t *cache, const struct regcach
  * that rail is not asked again; such a registration still serves gets
  * that ask for it.  Custom backends are not told the access (their reg
  * has no such argument): entries still serve gets by it.
- * flags: 0 (reserved for options; other values fail with INVALID).
+ * flags: 0 or REGCACHE_GET_NONBLOCK.  With REGCACHE_GET_NONBLOCK a hit
+ * costs what it costs without; anything else - no entry covering the
+ * access, an entry without a registration on `rail` yet, a registration of
+ * the range in flight - returns REGCACHE_ERR_AGAIN with *entry NULL, after
+ * queueing the range (with this access) as regcache_prefetch() does,
+ * without waiting for a registration or the cache's lock and without a
+ * system call (except the wake of an idle worker, and the start of the
+ * workers at the first one).  When the background registration of the
+ * range failed, the next get returns that failure instead (see
+ * regcache_prefetch()).
  * Hit cost: that of regcache_get() and one comparison.
- * Errors: those of regcache_get_rail(), and INVALID for a negative access
- * or unknown flags.  Thread safe.
+ * Errors: those of regcache_get_rail(); INVALID for a negative access or
+ * an unknown flag; with REGCACHE_GET_NONBLOCK, AGAIN, and QUEUE_FULL and
+ * NO_MEMORY (workers could not start) for a get that could not queue.
+ * Thread safe.
  */
 REGCACHE_API int regcache_get_access(regcache_t *cache, unsigned rail, const void *addr, size_t len,
                                      int access, unsigned flags, regcache_entry_t **entry);

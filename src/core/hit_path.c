@@ -468,12 +468,26 @@ static COLD int bad_access(int access, unsigned flags, regcache_entry_t **out)
                    access < 0 ? (unsigned)access : flags);
 }
 
+/* The flag lives in a thread-local that only the miss paths read, so that
+ * a hit costs what a blocking one does. */
+static COLD int get_nonblocking(regcache_t *c, struct rc_req rq, const void *addr, size_t len,
+                                regcache_entry_t **out)
+{
+    rc_get_nonblocking = true;
+    int rc = get(c, rq, addr, len, out);
+    rc_get_nonblocking = false;
+    return rc;
+}
+
 int regcache_get_access(regcache_t *c, unsigned rail, const void *addr, size_t len, int access,
                         unsigned flags, regcache_entry_t **out)
 {
-    if (__builtin_expect(access < 0 || flags, 0))
+    if (__builtin_expect(access < 0 || flags & ~(unsigned)REGCACHE_GET_NONBLOCK, 0))
         return bad_access(access, flags, out);
-    return get(c, (struct rc_req){ rail, (unsigned)access }, addr, len, out);
+    struct rc_req rq = { rail, (unsigned)access };
+    if (__builtin_expect(flags != 0, 0))
+        return get_nonblocking(c, rq, addr, len, out);
+    return get(c, rq, addr, len, out);
 }
 
 /* ------------------------------------------------------------------------ */

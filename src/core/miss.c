@@ -452,7 +452,7 @@ int rc_add_rail(struct regcache *c, struct regcache_entry *e, struct rc_req rq,
     if (!rc_access_covers(e->access, rq.want))
         return RC_NOT_HIT;
     if (__builtin_expect(rc_get_nonblocking, 0))
-        return rc_nonblock_miss(c, e->match_start, e->match_end, rail);
+        return rc_nonblock_miss(c, e->match_start, e->match_end, rq);
     /* Entered like a miss, though the entry is in the cache already: the
      * registration it shares with misses leaves in its last locked step. */
     rc_miss_enter(c);
@@ -549,7 +549,7 @@ int rc_slow_get(struct regcache *c, uintptr_t start, uintptr_t end, struct rc_re
     unsigned rail = rq.rail;
     if (__builtin_expect(rc_get_nonblocking, 0)) {
         *out = NULL;
-        return rc_nonblock_miss(c, start, end, rail);
+        return rc_nonblock_miss(c, start, end, rq);
     }
     if (out && __builtin_expect(rc_prefetch_failures_kept(c), 0)) {
         int failed = rc_prefetch_take_failure(c, start, end, rail);

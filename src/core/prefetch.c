@@ -50,15 +50,16 @@ static int make_queue_locked(struct rc_prefetch *p, size_t capacity)
 }
 
 static bool listed_locked(const struct rc_prefetch *p, uintptr_t start, uintptr_t end,
-                          unsigned rail)
+                          struct rc_req rq)
 {
-    for (const struct rc_job *j = p->buckets[bucket_of(p, start, rail)]; j; j = j->hash_next)
-        if (j->start == start && j->end == end && j->rail == rail)
+    for (const struct rc_job *j = p->buckets[bucket_of(p, start, rq.rail)]; j; j = j->hash_next)
+        if (j->start == start && j->end == end && j->rail == rq.rail && j->want == rq.want)
             return true;
     return false;
 }
 
-int rc_prefetch_queue(struct regcache *c, uintptr_t start, uintptr_t end, unsigned rail, bool eager)
+int rc_prefetch_queue(struct regcache *c, uintptr_t start, uintptr_t end, struct rc_req rq,
+                      bool eager)
 {
     struct rc_prefetch *p = &c->pf;
     int rc = REGCACHE_OK;
@@ -75,7 +76,7 @@ int rc_prefetch_queue(struct regcache *c, uintptr_t start, uintptr_t end, unsign
         rc_unlock(&p->lock);
         return rc_fail(rc, "out of memory starting the background registration workers");
     }
-    if (listed_locked(p, start, end, rail)) {
+    if (listed_locked(p, start, end, rq)) {
         rc_unlock(&p->lock);
         return REGCACHE_OK;
     }
@@ -88,8 +89,10 @@ int rc_prefetch_queue(struct regcache *c, uintptr_t start, uintptr_t end, unsign
                        p->capacity);
     }
     p->free = j->next;
-    *j = (struct rc_job){ .start = start, .end = end, .rail = rail, .eager = eager };
-    size_t b = bucket_of(p, start, rail);
+    *j = (struct rc_job){
+        .start = start, .end = end, .rail = rq.rail, .want = rq.want, .eager = eager
+    };
+    size_t b = bucket_of(p, start, rq.rail);
     j->hash_next = p->buckets[b];
     p->buckets[b] = j;
     if (p->tail)
@@ -195,12 +198,13 @@ void rc_prefetch_forget(struct regcache *c, uintptr_t start, uintptr_t end)
     rc_unlock(&p->lock);
 }
 
-int rc_nonblock_miss(struct regcache *c, uintptr_t start, uintptr_t end, unsigned rail)
+int rc_nonblock_miss(struct regcache *c, uintptr_t start, uintptr_t end, struct rc_req rq)
 {
+    unsigned rail = rq.rail;
     rc_get_nonblocking = false;
     int rc = rc_prefetch_take_failure(c, start, end, rail);
     if (rc == REGCACHE_OK)
-        rc = rc_prefetch_queue(c, start, end, rail, false);
+        rc = rc_prefetch_queue(c, start, end, rq, false);
     if (rc == REGCACHE_OK)
         rc = rc_fail(REGCACHE_ERR_AGAIN,
                      "[%#jx, %#jx) on rail %u is being registered in the "
@@ -216,7 +220,8 @@ void rc_eager_notify(struct regcache *c, uintptr_t start, uintptr_t end)
         return;
     for (unsigned rail = 0; rail < c->rails; rail++)
         if (p->eager_rails >> rail & 1 &&
-            rc_prefetch_queue(c, start, end, rail, true) != REGCACHE_OK)
+            rc_prefetch_queue(c, start, end, (struct rc_req){ rail, RC_ACCESS_DEFAULT }, true) !=
+                REGCACHE_OK)
             rc_count(&c->pf.dropped);
 }
 
@@ -268,7 +273,8 @@ int regcache_prefetch(regcache_t *c, unsigned rail, const void *addr, size_t len
 {
     int rc = check_range(c, "regcache_prefetch", rail, addr, len);
     if (rc == REGCACHE_OK)
-        rc = rc_prefetch_queue(c, (uintptr_t)addr, (uintptr_t)addr + len, rail, false);
+        rc = rc_prefetch_queue(c, (uintptr_t)addr, (uintptr_t)addr + len,
+                               (struct rc_req){ rail, RC_ACCESS_DEFAULT }, false);
     return rc;
 }
 
@@ -284,8 +290,8 @@ int regcache_prefetch_batch(regcache_t *c, const struct regcache_range *ranges, 
         const struct regcache_range *r = &ranges[done];
         rc = check_range(c, "regcache_prefetch_batch", r->rail, r->addr, r->len);
         if (rc == REGCACHE_OK)
-            rc = rc_prefetch_queue(c, (uintptr_t)r->addr, (uintptr_t)r->addr + r->len, r->rail,
-                                   false);
+            rc = rc_prefetch_queue(c, (uintptr_t)r->addr, (uintptr_t)r->addr + r->len,
+                                   (struct rc_req){ r->rail, RC_ACCESS_DEFAULT }, false);
         if (rc != REGCACHE_OK)
             break;
     }
@@ -313,18 +319,4 @@ int regcache_prefetch_wait(regcache_t *c)
     }
     rc_unlock(&p->lock);
     return REGCACHE_OK;
-}
-
-int regcache_get_flags(regcache_t *c, unsigned rail, const void *addr, size_t len, unsigned flags,
-                       regcache_entry_t **out)
-{
-    if (flags & ~(unsigned)REGCACHE_GET_NONBLOCK) {
-        if (out)
-            *out = NULL;
-        return rc_fail(REGCACHE_ERR_INVALID, "regcache_get_flags: unknown flags %#x", flags);
-    }
-    rc_get_nonblocking = flags & REGCACHE_GET_NONBLOCK;
-    int rc = regcache_get_rail(c, rail, addr, len, out);
-    rc_get_nonblocking = false;
-    return rc;
 }

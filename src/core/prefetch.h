@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "cache_lock.h"
+#include "entry.h"
 
 struct regcache;
 
@@ -35,6 +36,7 @@ struct regcache;
 struct rc_job {
     uintptr_t start, end;
     unsigned rail;
+    unsigned want;            /* the access asked for (struct rc_req) */
     bool eager;               /* an allocation the hooks reported (workers.c)*/
     struct rc_job *next;      /* the queue, or the free list */
     struct rc_job *hash_next; /* its bucket: queued or being registered */
@@ -74,20 +76,20 @@ struct rc_prefetch {
  * queue it is part of. */
 extern __thread bool rc_in_worker __attribute__((tls_model("initial-exec")));
 
-/* Set by regcache_get_flags() around a non-blocking get: its miss queues
- * the range and returns REGCACHE_ERR_AGAIN (rc_nonblock_miss). */
+/* Set around a get with REGCACHE_GET_NONBLOCK: its miss queues the range
+ * and returns REGCACHE_ERR_AGAIN (rc_nonblock_miss). */
 extern __thread bool rc_get_nonblocking __attribute__((tls_model("initial-exec")));
 
 /* Queue [start, end) on `rail` for a worker; REGCACHE_OK when queued or
  * already queued or in flight, ERR_QUEUE_FULL, ERR_NO_MEMORY (the queue or
  * the first worker could not be made), ERR_INVALID after the cache began
  * to stop. */
-int rc_prefetch_queue(struct regcache *c, uintptr_t start, uintptr_t end, unsigned rail,
+int rc_prefetch_queue(struct regcache *c, uintptr_t start, uintptr_t end, struct rc_req rq,
                       bool eager);
 
 /* A miss of a non-blocking get: a failure kept for the range, or the range
  * queued and REGCACHE_ERR_AGAIN (or why it could not be). */
-int rc_nonblock_miss(struct regcache *c, uintptr_t start, uintptr_t end, unsigned rail);
+int rc_nonblock_miss(struct regcache *c, uintptr_t start, uintptr_t end, struct rc_req rq);
 
 /* The status of a failed background registration of a range overlapping
  * [start, end) on `rail`, taken (with its message), or REGCACHE_OK. */

@@ -60,12 +60,11 @@ static struct rc_job *next_job(struct rc_prefetch *p)
 static int register_job(struct regcache *c, const struct rc_job *j)
 {
     if (j->eager && j->start > 1) {
-        int rc = rc_slow_get(c, j->start - 1, j->end, (struct rc_req){ j->rail, RC_ACCESS_DEFAULT },
-                             NULL);
+        int rc = rc_slow_get(c, j->start - 1, j->end, (struct rc_req){ j->rail, j->want }, NULL);
         if (rc == REGCACHE_OK || rc == RC_NO_ROOM)
             return rc;
     }
-    return rc_slow_get(c, j->start, j->end, (struct rc_req){ j->rail, RC_ACCESS_DEFAULT }, NULL);
+    return rc_slow_get(c, j->start, j->end, (struct rc_req){ j->rail, j->want }, NULL);
 }
 
 static void *worker(void *arg)

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <infiniband/verbs.h>
 
 #include "cache.h"
 #include "cache_fixture.h"
@@ -215,10 +216,10 @@ static void failure_forgotten_by_invalidation(void **state)
     f->fb.fail_rail = -1;
     fx_create(f);
     regcache_entry_t *e;
-    assert_int_equal(regcache_get_flags(f->c, 0, (void *)A, 4096, REGCACHE_GET_NONBLOCK, &e),
+    assert_int_equal(regcache_get_access(f->c, 0, (void *)A, 4096, f->p.access, REGCACHE_GET_NONBLOCK, &e),
                      REGCACHE_ERR_AGAIN);
     await_idle(f);
-    assert_int_equal(regcache_get_flags(f->c, 0, (void *)A, 4096, REGCACHE_GET_NONBLOCK, &e),
+    assert_int_equal(regcache_get_access(f->c, 0, (void *)A, 4096, f->p.access, REGCACHE_GET_NONBLOCK, &e),
                      REGCACHE_ERR_BACKEND);
     assert_null(e);
     f->fb.fail_count = 1;
@@ -241,27 +242,38 @@ static void nonblocking_get(void **state)
     hold_regs(f);
     fx_create(f);
     regcache_entry_t *e = (regcache_entry_t *)1;
-    assert_int_equal(regcache_get_flags(f->c, 0, (void *)A, 4096, REGCACHE_GET_NONBLOCK, &e),
+    assert_int_equal(regcache_get_access(f->c, 0, (void *)A, 4096, f->p.access, REGCACHE_GET_NONBLOCK, &e),
                      REGCACHE_ERR_AGAIN);
     assert_null(e);
     assert_true(gate_await(&reg_gate, 1, HANG_SECONDS));
     /* In flight: still no waiting. */
-    assert_int_equal(regcache_get_flags(f->c, 0, (void *)A, 4096, REGCACHE_GET_NONBLOCK, &e),
+    assert_int_equal(regcache_get_access(f->c, 0, (void *)A, 4096, f->p.access, REGCACHE_GET_NONBLOCK, &e),
                      REGCACHE_ERR_AGAIN);
     gate_open(&reg_gate);
     await_idle(f);
-    assert_int_equal(regcache_get_flags(f->c, 0, (void *)A, 4096, REGCACHE_GET_NONBLOCK, &e),
+    assert_int_equal(regcache_get_access(f->c, 0, (void *)A, 4096, f->p.access, REGCACHE_GET_NONBLOCK, &e),
                      REGCACHE_OK);
     regcache_put(f->c, e);
-    assert_int_equal(regcache_get_flags(f->c, 1, (void *)A, 4096, REGCACHE_GET_NONBLOCK, &e),
+    assert_int_equal(regcache_get_access(f->c, 1, (void *)A, 4096, f->p.access, REGCACHE_GET_NONBLOCK, &e),
                      REGCACHE_ERR_AGAIN);
     await_idle(f);
-    assert_int_equal(regcache_get_flags(f->c, 1, (void *)A, 4096, REGCACHE_GET_NONBLOCK, &e),
+    assert_int_equal(regcache_get_access(f->c, 1, (void *)A, 4096, f->p.access, REGCACHE_GET_NONBLOCK, &e),
                      REGCACHE_OK);
     regcache_put(f->c, e);
     assert_int_equal(f->fb.regs, 2);
     fx_assert_stats(f, FX_STAT(hits, 2), FX_STAT(misses, 0), NULL);
-    assert_int_equal(regcache_get_flags(f->c, 0, (void *)A, 4096, 2, &e), REGCACHE_ERR_INVALID);
+    assert_int_equal(regcache_get_access(f->c, 0, (void *)A, 4096, f->p.access, 2, &e),
+                     REGCACHE_ERR_INVALID);
+    /* More access than the entry has: queued with that access, then a hit
+     * on the wider registration. */
+    int atomic = f->p.access | IBV_ACCESS_REMOTE_ATOMIC;
+    assert_int_equal(regcache_get_access(f->c, 0, (void *)A, 4096, atomic, REGCACHE_GET_NONBLOCK, &e),
+                     REGCACHE_ERR_AGAIN);
+    await_idle(f);
+    assert_int_equal(regcache_get_access(f->c, 0, (void *)A, 4096, atomic, REGCACHE_GET_NONBLOCK, &e),
+                     REGCACHE_OK);
+    assert_true(regcache_entry_access(e) & IBV_ACCESS_REMOTE_ATOMIC);
+    regcache_put(f->c, e);
 }
 
 /* With eager registration on, an allocation the hooks report is
