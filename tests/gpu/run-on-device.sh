@@ -6,8 +6,8 @@
 # (tests/gpu_hook), and real allocators under churn plus the cache across
 # devices (tests/gpu_alloc).
 #
-#   tests/gpu/run-on-device.sh --stage   on a machine with cmocka installed:
-#                                        copy it into .carry/
+#   tests/gpu/run-on-device.sh --stage   on a machine with cmocka and uthash installed:
+#                                        copy them into .carry/
 #   tests/gpu/run-on-device.sh [--quick] [BUILD]
 #                                        on the GPU machine (BUILD defaults
 #                                        to build-gpu; --quick: a tenth of the
@@ -24,12 +24,12 @@ carry=$root/.carry
 
 if [ "${1:-}" = --stage ]; then
     mkdir -p "$carry/include" "$carry/lib"
-    cp /usr/include/cmocka.h "$carry/include/"
+    cp /usr/include/cmocka.h /usr/include/utlist.h "$carry/include/"
     lib=$(readlink -f "$(ldconfig -p | awk '/libcmocka\.so\.0 / {print $NF; exit}')")
     # Plain copies: links may not survive the trip.
     cp "$lib" "$carry/lib/libcmocka.so.0"
     cp "$lib" "$carry/lib/libcmocka.so"
-    echo "staged cmocka in $carry"
+    echo "staged cmocka and utlist.h in $carry"
     exit 0
 fi
 if [ "${1:-}" = --quick ]; then
@@ -46,6 +46,11 @@ if [ ! -e /usr/include/cmocka.h ]; then
     done
     args+=(-DCMOCKA_INCLUDE_DIR="$carry/include" -DCMOCKA_LIBRARY="$carry/lib/libcmocka.so")
     export LD_LIBRARY_PATH="$carry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+# uthash's header, which GPU machines may lack: find_path() reads this too.
+if [ ! -e /usr/include/utlist.h ]; then
+    [ -e "$carry/include/utlist.h" ] || { echo "missing $carry/include/utlist.h: run --stage elsewhere and carry .carry" >&2; exit 1; }
+    export CMAKE_INCLUDE_PATH="$carry/include${CMAKE_INCLUDE_PATH:+:$CMAKE_INCLUDE_PATH}"
 fi
 # The 2-GPU machines need NVLink multicast off.
 export NCCL_NVLS_ENABLE=0
