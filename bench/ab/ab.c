@@ -110,8 +110,9 @@ static int open_build(struct build *b, const char *mode, const struct run *r)
     b->get_access = (int (*)(regcache_t *, unsigned, const void *, size_t, int, unsigned,
                              regcache_entry_t **))dlsym(h, "regcache_get_access");
     if (!b->get_access) {
-        /* A build from before private data takes the params it knew. */
-        params.size = offsetof(struct regcache_params, priv_size);
+        /* A build from before 0.3 takes the params of 0.2: those before
+         * the first field 0.3 added. */
+        params.size = offsetof(struct regcache_params, eager_min_bytes);
     } else if (strcmp(mode, "access") == 0) {
         params.priv_size = 64;
         b->access = params.access;

@@ -148,10 +148,11 @@ static char *make_malloc(void)
 
 static char *free_then_malloc(char *p)
 {
+    uintptr_t was = (uintptr_t)p;
     free(p);
     char *q = make_malloc();
-    if (q != p)
-        fail_msg("the new chunk is at %p, not at %p", (void *)q, (void *)p);
+    if ((uintptr_t)q != was)
+        fail_msg("the new chunk is at %p, not at %#jx", (void *)q, (uintmax_t)was);
     return q;
 }
 
