@@ -370,7 +370,7 @@ static int register_new(struct regcache *c, struct rc_want *w, uint64_t seq, uns
     if (rc == REGCACHE_OK) {
         rail_ready_locked(e, rail);
         rc_count_locked(&d->n.registrations);
-        e->born_ns = rc_stats_clock();
+        e->born_ns = rc_stats_coarse_clock();
     }
     enum regcache_reason why = e->reason; /* the detacher's, if any */
     if (rc == REGCACHE_OK && !detached &&

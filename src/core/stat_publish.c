@@ -234,16 +234,9 @@ void rc_statseg_publish(struct regcache *c)
     pthread_mutex_unlock(&lock);
 }
 
-static uint64_t coarse_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 void rc_statseg_tick(struct regcache *c)
 {
-    uint64_t now = coarse_ns(),
+    uint64_t now = rc_stats_coarse_clock(),
              last = atomic_load_explicit(&c->stat_published, memory_order_relaxed);
     if (c->stat_record < 0 || now - last < PUBLISH_NS ||
         !atomic_compare_exchange_strong_explicit(&c->stat_published, &last, now,

@@ -52,6 +52,11 @@ static inline struct rc_rail_counters *rc_rail_counters(const struct rc_stats *s
 /* The monotonic clock in ns (misses only). */
 uint64_t rc_stats_clock(void);
 
+/* The same to the kernel's tick (a few ms), at a fraction of the cost where
+ * the fine clock is no vDSO read (virtual machines): ages and the
+ * statistics segment's pace, every miss. */
+uint64_t rc_stats_coarse_clock(void);
+
 /* A registration of e on `rail` took ns and succeeded. */
 void rc_stats_registered(struct regcache *c, const struct regcache_entry *e, unsigned rail,
                          uint64_t ns);

@@ -96,7 +96,7 @@ static bool copy_entries(struct regcache *c, struct copy *k, struct slot_holds *
         if (slots->n)
             qsort(slots->v, slots->n, sizeof *slots->v, by_address);
         k->slots = slots;
-        k->now = rc_stats_clock();
+        k->now = rc_stats_coarse_clock();
         rc_itree_visit_all(&c->tree, copy_entry, k);
     }
     rc_unlock(&c->lock);
