@@ -198,8 +198,22 @@ static void write_locked(const struct regcache *c, struct rc_statseg_cache *r)
     atomic_store_explicit(&r->seq, seq + 2, memory_order_release);
 }
 
+/* A fork child may find the lock taken by a parent's thread that is not
+ * there: it never writes the parent's records, so a fresh lock is right. */
+static void child_after_fork(void)
+{
+    pthread_mutex_init(&lock, NULL);
+}
+
+static void install_atfork(void)
+{
+    pthread_atfork(NULL, NULL, child_after_fork);
+}
+
 void rc_statseg_attach(struct regcache *c)
 {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, install_atfork);
     pthread_mutex_lock(&lock);
     struct rc_statseg *s = segment_locked();
     for (unsigned i = 0; s && i < RC_STATSEG_CACHES; i++)
