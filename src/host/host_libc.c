@@ -210,7 +210,9 @@ static int prove(char *why, size_t n)
     }
     unsigned exported = reached;
     reached = 0;
-    free(malloc((size_t)64 << 20));
+    /* Through a volatile pointer: a compiler may drop a free(malloc()). */
+    void *volatile big = malloc((size_t)64 << 20);
+    free(big);
     unsigned from_free = reached;
     atomic_fetch_sub(&probing, 1);
     for (int i = 0; i < FNS; i++)
