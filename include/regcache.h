@@ -879,7 +879,8 @@ REGCACHE_API int regcache_get_latency(const regcache_t *cache, int device, int r
  * restarts from the bytes held now.  What describes the cache now is not
  * reset: entries, bytes, budget, fds, mrs, rail_bytes, the devices seen.
  * Gets running meanwhile are counted before or after the reset, each once.
- * Errors: INVALID (NULL).  Thread safe.
+ * Errors: INVALID (NULL), FORKED (the cache was created before fork() in
+ * this child).  Thread safe.
  */
 REGCACHE_API int regcache_reset_stats(regcache_t *cache);
 
