@@ -413,20 +413,11 @@ void fixture_check(enum fixture_what what, void *fn, const char *runs)
         break;
     }
     regcache_destroy(cache);
-    switch (what) {
-    case FIX_ALLOC_HOST:
-    case FIX_ALLOC_HOST_FLAGS:
-        check_eager(what, fn, runs, 0);
-        /* fall through */
-    case FIX_ALLOC:
-    case FIX_ALLOC_ASYNC:
-    case FIX_ALLOC_POOL:
-    case FIX_MAP:
+    if (what == FIX_ALLOC || what == FIX_ALLOC_ASYNC || what == FIX_ALLOC_POOL || what == FIX_MAP ||
+        pinned_host(what))
         check_eager(what, fn, runs, 1);
-        break;
-    default:
-        break;
-    }
+    if (pinned_host(what))
+        check_eager(what, fn, runs, 0);
 }
 
 void fixture_check_procs(void *gpa, int five_args)
