@@ -303,10 +303,13 @@ struct regcache_params {
     /* Fields below were added in 0.3. */
     size_t eager_min_bytes; /* eager registration: each allocation of at
                                least this many bytes that the hooks (or
-                               regcache_notify_alloc()) report is queued
-                               for a background registration on the
-                               rails of eager_rails as it is made (see
-                               regcache_prefetch()).  0 = off (default) */
+                               regcache_notify_alloc() and
+                               regcache_notify_host_alloc()) report is
+                               queued for a background registration on
+                               the rails of eager_rails as it is made
+                               (see regcache_prefetch()); pinned host
+                               memory with host_memory only.  0 = off
+                               (default) */
     unsigned eager_rails;   /* bit r: eager registration on rail r;
                                default 1 (rail 0) */
     unsigned workers;       /* background registration threads, started
@@ -680,6 +683,16 @@ REGCACHE_API void regcache_notify_free(const void *addr, size_t len);
  * regcache_notify_free().  Thread safe.
  */
 REGCACHE_API void regcache_notify_alloc(const void *addr, size_t len);
+
+/*
+ * regcache_notify_alloc() for pinned (page-locked) host memory just
+ * allocated, as by cuMemAllocHost() or cuMemHostAlloc(), which the hooks
+ * call it for.  The same notice, but eager registration (eager_min_bytes)
+ * queues the range only in caches that take host memory (host_memory), and
+ * registers it as the allocation alone, never together with the memory
+ * before it.  Costs and rules as regcache_notify_free().  Thread safe.
+ */
+REGCACHE_API void regcache_notify_host_alloc(const void *addr, size_t len);
 
 /*
  * The number of caches alive in this process (created, not yet destroyed;
