@@ -100,9 +100,9 @@ static char *map_ranges(void)
 
 /* The caches compared: libc's hooks, the userfaultfd, none. */
 #define WAYS 3
-static const enum regcache_host_monitor ways[WAYS] = {
-    REGCACHE_HOST_MONITOR_LIBC, REGCACHE_HOST_MONITOR_UFFD, REGCACHE_HOST_MONITOR_OFF
-};
+static const enum regcache_host_monitor ways[WAYS] = { REGCACHE_HOST_MONITOR_LIBC,
+                                                       REGCACHE_HOST_MONITOR_UFFD,
+                                                       REGCACHE_HOST_MONITOR_OFF };
 /* A row per way for the unmaps, then the hit through libc's and none. */
 #define ROWS (WAYS + 2)
 
@@ -126,9 +126,8 @@ static void check_way(const struct mon *m, char *why, size_t n)
 
 void bench_host_monitor(void)
 {
-    static const char *const what[ROWS] = { "munmap+mmap libc",
-                                            "munmap+mmap uffd", "munmap+mmap off",
-                                            "hit watched", "hit unwatched" };
+    static const char *const what[ROWS] = { "munmap+mmap libc", "munmap+mmap uffd",
+                                            "munmap+mmap off", "hit watched", "hit unwatched" };
     struct bench_row rows[ROWS];
     struct mon m[WAYS];
     for (int i = 0; i < ROWS; i++)

@@ -375,7 +375,7 @@ void rc_registry_invalidate(uintptr_t start, uintptr_t end, enum regcache_reason
 uint64_t rc_miss_enter(struct regcache *c);
 void rc_miss_leave_locked(struct regcache *c);
 bool rc_invalidated_since_locked(struct regcache *c, uint64_t seq, uintptr_t start, uintptr_t end,
-                                 enum regcache_reason *why);
+                                 bool pageable, enum regcache_reason *why);
 
 /* Deregister and free every entry, held ones included (destroy). */
 void rc_cache_drain(struct regcache *c);

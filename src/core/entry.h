@@ -179,6 +179,12 @@ static inline bool rc_entry_covers(const struct regcache_entry *e, uintptr_t sta
            end <= atomic_load_explicit(&m->match_end, memory_order_relaxed);
 }
 
+/* Pageable host memory: what the host memory monitor watches. */
+static inline bool rc_entry_pageable(const struct regcache_entry *e)
+{
+    return e->device_slot == RC_HOST_SLOT && !e->buffer_id;
+}
+
 static inline bool rc_entry_overlaps(const struct regcache_entry *e, uintptr_t start, uintptr_t end)
 {
     struct regcache_entry *m = (struct regcache_entry *)e;

@@ -40,8 +40,16 @@ static bool misses_in_flight(struct regcache *c)
     return atomic_load_explicit(&c->misses_begun, memory_order_seq_cst) != ended;
 }
 
+/* The host memory monitor's unmaps concern pageable host memory only:
+ * the CUDA driver maps and unmaps device and pinned memory through libc
+ * too, and those have the hooks and their buffer ids. */
+static bool concerns(enum regcache_reason why, bool pageable)
+{
+    return pageable || why != REGCACHE_REASON_FREED_MONITOR;
+}
+
 bool rc_invalidated_since_locked(struct regcache *c, uint64_t seq, uintptr_t start, uintptr_t end,
-                                 enum regcache_reason *why)
+                                 bool pageable, enum regcache_reason *why)
 {
     uint64_t now = atomic_load_explicit(&c->inval_seq, memory_order_relaxed);
     if (now - seq > RC_INVAL_LOG) {
@@ -52,7 +60,8 @@ bool rc_invalidated_since_locked(struct regcache *c, uint64_t seq, uintptr_t sta
     }
     for (uint64_t s = seq + 1; s <= now; s++)
         if (c->inval_log[s % RC_INVAL_LOG].start < end &&
-            start < c->inval_log[s % RC_INVAL_LOG].end) {
+            start < c->inval_log[s % RC_INVAL_LOG].end &&
+            concerns(c->inval_log[s % RC_INVAL_LOG].why, pageable)) {
             *why = c->inval_log[s % RC_INVAL_LOG].why;
             return true;
         }
@@ -87,7 +96,7 @@ void rc_cache_invalidate(struct regcache *c, uintptr_t start, uintptr_t end,
         /* The tree holds registered ranges; an entry goes only when its own
          * allocation overlaps, so freeing one allocation packed into a page
          * spares its neighbours. */
-        if (rc_entry_overlaps(e, start, end))
+        if (rc_entry_overlaps(e, start, end) && concerns(why, rc_entry_pageable(e)))
             rc_detach_locked(c, e, &victims, why);
     }
     rc_sweep_locked(c, &victims);

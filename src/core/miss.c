@@ -374,7 +374,8 @@ static int register_new(struct regcache *c, struct rc_want *w, uint64_t seq, uns
     }
     enum regcache_reason why = e->reason; /* the detacher's, if any */
     if (rc == REGCACHE_OK && !detached &&
-        !rc_invalidated_since_locked(c, seq, e->match_start, e->match_end, &why) &&
+        !rc_invalidated_since_locked(c, seq, e->match_start, e->match_end, rc_entry_pageable(e),
+                                     &why) &&
         publish_locked(c, e, w->start, speculative, victims) == REGCACHE_OK) {
         /* Its count was this thread's and those of gets registering other
          * rails meanwhile; in the cache now, the entry may be held by a

@@ -134,9 +134,8 @@ bool rc_host_events_drain(bool wait)
     else if (pthread_mutex_trylock(&drain_lock) != 0)
         return false;
     draining = true;
-    uint32_t upto = (uint32_t)(atomic_load_explicit(&rc_host_monitor_line.events,
-                                                    memory_order_seq_cst) >>
-                               32);
+    uint32_t upto =
+        (uint32_t)(atomic_load_explicit(&rc_host_monitor_line.events, memory_order_seq_cst) >> 32);
     /* A reader that counted before upto was taken and has not posted its
      * ranges yet: this drain cannot vouch for them.  One that has posted
      * did so before the ring's tail is read below. */

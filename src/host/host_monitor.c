@@ -82,7 +82,7 @@ static void install_atfork(void)
 
 static bool open_kick_locked(void);
 
-#define LIBC_WAYS                                                                        \
+#define LIBC_WAYS                                                                       \
     "munmap, mremap, MAP_FIXED, madvise, brk, shmdt, and libc's own unmapping in free " \
     "and realloc"
 
@@ -134,8 +134,8 @@ static void *monitor(void *arg)
     for (;;) {
         struct pollfd p[2] = { { .fd = atomic_load(&kick_fd), .events = POLLIN },
                                { .fd = rc_host_uffd_fd(), .events = POLLIN } };
-        int timeout = atomic_load_explicit(&libc_watching, memory_order_relaxed) ? LIBC_DRAIN_MS
-                                                                                  : -1;
+        int timeout =
+            atomic_load_explicit(&libc_watching, memory_order_relaxed) ? LIBC_DRAIN_MS : -1;
         if (poll(p, 2, timeout) < 0)
             continue; /* EINTR */
         if (p[0].revents & POLLIN) {

@@ -193,7 +193,8 @@ int rc_prologue_decode(const uint8_t *code, size_t n, uintptr_t at, struct rc_pr
         /* %rbp overwritten can only be restored from where it was saved. */
         unsigned into = k == MOV_REG ? (unsigned)((code[i] & 1) << 3 | (code[i + 2] & 7)) : 0;
         if (k == LEADS || ((k == MOV_RBP || k == MOV_RBP_ALT) && !rbp_saved) ||
-            (k == STORE_FRAME && !frame) || (k == MOV_REG && (into == RSP || !(pushed >> into & 1))))
+            (k == STORE_FRAME && !frame) ||
+            (k == MOV_REG && (into == RSP || !(pushed >> into & 1))))
             return -1;
         if (k == PUSH || k == PUSH_REX)
             pushed |= 1u << ((k == PUSH_REX ? 8 : 0) | (code[i + (k == PUSH_REX)] & 7));

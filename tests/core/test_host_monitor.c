@@ -283,6 +283,31 @@ static void held_entry_goes_at_its_put(void **state)
     unmap(p, LEN);
 }
 
+/* The monitor drops pageable host entries only: device memory that the
+ * CUDA driver maps where libc unmapped something (here: a range the fake
+ * driver calls device memory, between two watched host ranges) keeps its
+ * entry, which the hooks and buffer ids look after. */
+static void device_entries_are_not_the_monitors(void **state)
+{
+    struct fx *f = *state;
+    create_host(f);
+    char *p = make_anon(3 * LEN);
+    char *gpu = p + LEN;
+    fake_alloc(&f->fb, (uintptr_t)gpu, LEN, 0, REGCACHE_MEM_DEVICE);
+    fx_use(f, (uintptr_t)p, LEN);
+    fx_use(f, (uintptr_t)gpu, LEN);
+    fx_use(f, (uintptr_t)p + 2 * LEN, LEN);
+    unmap(gpu, LEN);
+    anon(gpu, LEN, MAP_FIXED_NOREPLACE);
+    fx_use(f, (uintptr_t)p, LEN); /* drains what the monitor heard */
+    fx_use(f, (uintptr_t)gpu, LEN);
+    fx_assert_stats(f, FX_STAT(misses, 3), FX_STAT(hits, 2), FX_STAT(invalidations_monitor, 0),
+                    FX_STAT(deregistrations, 0), NULL);
+    regcache_destroy(f->c);
+    f->c = NULL;
+    unmap(p, 3 * LEN);
+}
+
 /* Merged host ranges: the union of two entries is watched as a whole, and
  * the retired parts' deregistration leaves it watched. */
 static void merged_union_stays_watched(void **state)
@@ -511,7 +536,7 @@ int main(void)
     mallopt(M_MMAP_THRESHOLD, 1024 * 1024);
 #define TESTS                                                                       \
     brk_shrink_invalidates, held_entry_goes_at_its_put, merged_union_stays_watched, \
-        shm_detach, reason_says_monitored,                     \
+        device_entries_are_not_the_monitors, shm_detach, reason_says_monitored,     \
         off_keeps_the_explicit_contract NOT_UNDER_TSAN
 #if TSAN
 #define NOT_UNDER_TSAN

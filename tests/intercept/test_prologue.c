@@ -192,14 +192,16 @@ static void other_frame_setups(void **state)
 {
     (void)state;
     /* push %r15; push %r14; push %r13; sub $0x28,%rsp; jmp */
-    static const uint8_t pushes[] = { 0x41, 0x57, 0x41, 0x56, 0x41, 0x55, 0x48,
-                                      0x83, 0xec, 0x28, 0xe9, 0,    0,    0, 0 };
+    static const uint8_t pushes[] = { 0x41, 0x57, 0x41, 0x56, 0x41, 0x55, 0x48, 0x83,
+                                      0xec, 0x28, 0xe9, 0,    0,    0,    0 };
     struct rc_prologue p = decoded(pushes, sizeof pushes);
     assert_int_equal(p.site, 10);
     static const uint8_t undo[] = { 0x48, 0x83, 0xc4, 0x28, 0x41, 0x5d, 0x41, 0x5e, 0x41, 0x5f };
     assert_thunk(&p, undo, sizeof undo);
     /* push %rbp; mov %rsp,%rbp in its other encoding; push %rbx; movabs */
-    static const uint8_t mov[] = { 0x55, 0x48, 0x8b, 0xec, 0x53, 0x48, 0xb8, 1, 2, 3, 4, 5, 6, 7, 8 };
+    static const uint8_t mov[] = {
+        0x55, 0x48, 0x8b, 0xec, 0x53, 0x48, 0xb8, 1, 2, 3, 4, 5, 6, 7, 8
+    };
     p = decoded(mov, sizeof mov);
     assert_int_equal(p.site, 5);
     static const uint8_t pops[] = { 0x5b, 0x5d };
@@ -246,9 +248,10 @@ static void libc_entries(void **state)
     assert_thunk(&p, add, sizeof add);
     /* mremap (2.39): endbr64; push %rbp; mov %ecx,%r10d; mov %rsp,%rbp;
      * sub $0x50,%rsp; mov %r8,-0x10(%rbp); mov %fs:0x28,%rax */
-    static const uint8_t mremap_cet[] = { 0xf3, 0x0f, 0x1e, 0xfa, 0x55, 0x41, 0x89, 0xca, 0x48, 0x89,
-                                          0xe5, 0x48, 0x83, 0xec, 0x50, 0x4c, 0x89, 0x45, 0xf0, 0x64,
-                                          0x48, 0x8b, 0x04, 0x25, 0x28, 0,    0,    0,    0x48 };
+    static const uint8_t mremap_cet[] = { 0xf3, 0x0f, 0x1e, 0xfa, 0x55, 0x41, 0x89, 0xca,
+                                          0x48, 0x89, 0xe5, 0x48, 0x83, 0xec, 0x50, 0x4c,
+                                          0x89, 0x45, 0xf0, 0x64, 0x48, 0x8b, 0x04, 0x25,
+                                          0x28, 0,    0,    0,    0x48 };
     p = decoded(mremap_cet, sizeof mremap_cet);
     assert_int_equal(p.site, 19);
     assert_int_equal(p.len, 28);
@@ -273,7 +276,8 @@ static void libc_entries(void **state)
     p = decoded(sbrk_cet, sizeof sbrk_cet);
     assert_int_equal(p.site, 20);
     assert_int_equal(p.len, 27);
-    static const uint8_t unwind_sbrk[] = { 0x48, 0x83, 0xc4, 0x08, 0x5b, 0x41, 0x5c, 0x41, 0x5d, 0x5d };
+    static const uint8_t unwind_sbrk[] = { 0x48, 0x83, 0xc4, 0x08, 0x5b,
+                                           0x41, 0x5c, 0x41, 0x5d, 0x5d };
     assert_thunk(&p, unwind_sbrk, sizeof unwind_sbrk);
     /* A move into a register no push saved cannot be undone. */
     static const uint8_t unsaved[] = { 0x53, 0x48, 0x89, 0xfe, 0xb8, 0, 0, 0, 0 };
@@ -335,10 +339,10 @@ static void truncated_code_is_refused(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(measured_libcuda_entry),   cmocka_unit_test(cmp_right_after_the_pushes),
-        cmocka_unit_test(trampoline_out_of_reach),  cmocka_unit_test(other_patchers_near_jump),
-        cmocka_unit_test(other_patchers_far_jump),  cmocka_unit_test(endbr64_prologues),
-        cmocka_unit_test(other_frame_setups),       cmocka_unit_test(everything_else_is_refused),
+        cmocka_unit_test(measured_libcuda_entry),    cmocka_unit_test(cmp_right_after_the_pushes),
+        cmocka_unit_test(trampoline_out_of_reach),   cmocka_unit_test(other_patchers_near_jump),
+        cmocka_unit_test(other_patchers_far_jump),   cmocka_unit_test(endbr64_prologues),
+        cmocka_unit_test(other_frame_setups),        cmocka_unit_test(everything_else_is_refused),
         cmocka_unit_test(truncated_code_is_refused), cmocka_unit_test(libc_entries),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
