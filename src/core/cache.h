@@ -53,6 +53,10 @@ struct rc_device {
     /* Set once, before the first entry of the device is registered. */
     atomic_int budget_state; /* 0 unset, 1 being set, 2 set */
     size_t whole_max;        /* largest allocation registered whole */
+    /* Ready entries whose access is not params.access (under the lock):
+     * while there are none, a registration with params.access replaces
+     * nothing of this device (rc_retire_covered_locked skips its walk). */
+    size_t odd_access;
     struct rc_lru lru;
     struct rc_counters n;
 } __attribute__((aligned(64)));
@@ -260,6 +264,12 @@ void rc_want_fini(struct rc_want *w);
  * w's registration grows to the union of it and the ready pageable entries
  * it overlaps inside its mappings (host_merge.c). */
 void rc_host_merge_locked(struct regcache *c, struct rc_want *w);
+
+/* Is e's access other than params.access (rc_device.odd_access)? */
+static inline bool rc_odd_access(const struct regcache *c, const struct regcache_entry *e)
+{
+    return (e->access & ~RC_ACCESS_DEFAULT) != c->access;
+}
 
 /* Under the lock, after e was published: other ready entries of the same
  * memory that lie inside e's range and whose access e's covers leave the

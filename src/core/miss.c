@@ -301,6 +301,7 @@ static int publish_locked(struct regcache *c, struct regcache_entry *e, uintptr_
         grow_filter_locked(c);
     size_t len = rc_entry_len(e);
     rc_add_locked(&d->entries, 1);
+    d->odd_access += rc_odd_access(c, e);
     rc_add_locked(&d->bytes, len);
     rc_add_locked(&c->total_bytes, len);
     raise_peak(&d->n.peak_bytes, atomic_load_explicit(&d->bytes, memory_order_relaxed));
