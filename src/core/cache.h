@@ -283,8 +283,10 @@ bool rc_entry_memory_current(struct regcache *c, const struct regcache_entry *e)
 
 /* Without the lock: register e on `rail`, evicting the device's unused
  * entries (only speculative ones for a speculative registration) and
- * retrying while the backend reports exhaustion. */
-int rc_register_rail(struct regcache *c, struct regcache_entry *e, unsigned rail, bool speculative);
+ * retrying while the backend reports exhaustion.  On success *took is how
+ * long that took (ns), for rc_stats_registered() once the lock is back. */
+int rc_register_rail(struct regcache *c, struct regcache_entry *e, unsigned rail, bool speculative,
+                     uint64_t *took);
 
 /* ---- the host memory monitor (host_watch.c) ------------------------------ */
 

@@ -359,7 +359,8 @@ static int register_new(struct regcache *c, struct rc_want *w, uint64_t seq, uns
     /* Watched before it is registered: an unmap in between is seen. */
     struct rc_host_claim *claim = rc_host_watch(c, w, e);
 
-    int rc = room || !speculative ? rc_register_rail(c, e, rail, speculative) : RC_NO_ROOM;
+    uint64_t took = 0;
+    int rc = room || !speculative ? rc_register_rail(c, e, rail, speculative, &took) : RC_NO_ROOM;
 
     rc_lock(&c->lock);
     rc_host_watch_set_locked(c, e, w, claim);
@@ -371,6 +372,7 @@ static int register_new(struct regcache *c, struct rc_want *w, uint64_t seq, uns
     if (rc == REGCACHE_OK) {
         rail_ready_locked(e, rail);
         rc_count_locked(&d->n.registrations);
+        rc_stats_registered(c, e, rail, took);
         e->born_ns = rc_stats_coarse_clock();
     }
     enum regcache_reason why = e->reason; /* the detacher's, if any */
@@ -423,7 +425,8 @@ static int register_rail(struct regcache *c, struct regcache_entry *e, unsigned 
     e->registrants[rail] = self_token();
     rc_unlock(&c->lock);
 
-    rc = rc_register_rail(c, e, rail, !out);
+    uint64_t took;
+    rc = rc_register_rail(c, e, rail, !out, &took);
 
     rc_lock(&c->lock);
     e->rails_pending &= ~(1u << rail);
@@ -435,6 +438,7 @@ static int register_rail(struct regcache *c, struct regcache_entry *e, unsigned 
         if (out)
             rc_count_locked(&c->dev[e->device_slot].n.misses);
         rc_count_locked(&c->dev[e->device_slot].n.registrations);
+        rc_stats_registered(c, e, rail, took);
     }
     registration_ended(c);
     unlock_leaving(c);
