@@ -146,14 +146,14 @@ static __attribute__((noinline, cold)) int refused(struct regcache *c, struct re
 /* Timed here, on the miss path, with whatever eviction it took: what the
  * get that waited for it saw; the caller counts it under the lock. */
 int rc_register_rail(struct regcache *c, struct regcache_entry *e, unsigned rail, bool speculative,
-                     uint64_t *took)
+                     struct rc_reg_time *t)
 {
-    uint64_t begun = rc_stats_clock();
+    t->begun = rc_stats_clock();
     int err = reg_once(c, e, rail);
     int rc = err ? register_after_failure(c, e, rail, speculative, err) : REGCACHE_OK;
     if (rc != REGCACHE_OK)
         return rc;
-    *took = rc_stats_clock() - begun;
+    t->ended = rc_stats_clock();
     const struct regcache_params *p = &c->opts.params;
     int ret = p->on_register
                   ? p->on_register(p->callback_arg, rc_counted_handle(e, rail), rail,

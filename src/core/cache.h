@@ -281,12 +281,18 @@ void rc_retire_covered_locked(struct regcache *c, struct regcache_entry *e,
 /* Does the memory at the entry's range still carry its buffer ids? */
 bool rc_entry_memory_current(struct regcache *c, const struct regcache_entry *e);
 
+/* When a registration began and ended (rc_stats_clock()). */
+struct rc_reg_time {
+    uint64_t begun, ended;
+};
+
 /* Without the lock: register e on `rail`, evicting the device's unused
  * entries (only speculative ones for a speculative registration) and
- * retrying while the backend reports exhaustion.  On success *took is how
- * long that took (ns), for rc_stats_registered() once the lock is back. */
+ * retrying while the backend reports exhaustion.  On success *t says when,
+ * for rc_stats_registered() once the lock is back, and for the entry's
+ * birth: the fine clock is dear (stats.h), so each reading serves all. */
 int rc_register_rail(struct regcache *c, struct regcache_entry *e, unsigned rail, bool speculative,
-                     uint64_t *took);
+                     struct rc_reg_time *t);
 
 /* ---- the host memory monitor (host_watch.c) ------------------------------ */
 
