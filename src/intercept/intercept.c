@@ -1,11 +1,6 @@
 /* Installing the in-process interception and proving it (see intercept.h).
- *
- * Each function of the list gets, in one page mapped within 2 GiB of
- * libcuda, a thunk (the undo of the entry's leading instructions, then an
- * absolute jump to its wrapper here) and a trampoline (the leading
- * instructions, the one at the patch site, then a jump back past it); its
- * patch site gets a jmp rel32 to the thunk (prologue.h says why there).
- * The wrapper calls the driver through the trampoline. */
+ * Every function of the list is patched as one set (patch_set.h) in
+ * libcuda; the wrapper calls the driver through the trampoline. */
 #include "intercept.h"
 
 #include <dlfcn.h>
@@ -13,13 +8,9 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "cuda_seam.h"
-#include "patch.h"
-#include "proc_maps.h"
-#include "prologue.h"
-#include "resident.h"
+#include "patch_set.h"
 #include "wrap.h"
 
 #define UNAVAILABLE "in-process interception unavailable: "
@@ -65,19 +56,14 @@ static const struct row {
     RC_WRAP_SYMBOLS(RC_ICPT_ROW)
 };
 
-/* Per function in the page: the thunk, then the trampoline. */
-#define TRAMPOLINE_AT RC_THUNK_MAX
-#define SLOT (RC_THUNK_MAX + RC_TRAMPOLINE_MAX)
-
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static rc_dlsym_fn sym;
 static void *driver;                /* libcuda.so.1, never closed */
 static void *entries[ICPT_SYMBOLS]; /* libcuda's exports; NULL where it has none */
 static int patched;                 /* how many */
-/* Each entry as patched, up to the end of the jump: what a later patcher
- * must leave alone for the wrapper to see every call. */
-static uint8_t written[ICPT_SYMBOLS][RC_PROLOGUE_MAX];
-static size_t written_len[ICPT_SYMBOLS];
+/* Each entry as patched: what a later patcher must leave alone for the
+ * wrapper to see every call. */
+static struct rc_patch_fn fns[ICPT_SYMBOLS];
 static char install_failure[256];   /* empty once installed */
 
 void *rc_wrap_driver_symbol(const char *symbol)
@@ -91,27 +77,6 @@ void rc_intercept_quiet(bool on)
         return;
     quiet = on;
     atomic_fetch_add_explicit(&quiet_threads, on ? 1 : -1, memory_order_relaxed);
-}
-
-/* Copy and decode the entry of rows[i]. */
-static int read_entry(int i, uint8_t *code, struct rc_prologue *p, char *why, size_t n)
-{
-    uintptr_t at = (uintptr_t)entries[i];
-    struct rc_mapping m;
-    if (rc_maps_find(at, &m) != 0) {
-        snprintf(why, n, "%s at %#jx is in no mapping", rows[i].symbol, (uintmax_t)at);
-        return -1;
-    }
-    size_t len = m.end - at < RC_PROLOGUE_MAX ? m.end - at : RC_PROLOGUE_MAX;
-    memcpy(code, entries[i], len);
-    if (rc_prologue_decode(code, len, at, p) == 0)
-        return 0;
-    int k = snprintf(why, n, "%s prologue not recognised (bytes", rows[i].symbol);
-    for (size_t b = 0; b < len && k > 0 && (size_t)k < n; b++)
-        k += snprintf(why + k, n - (size_t)k, " %02x", code[b]);
-    if (k > 0 && (size_t)k < n)
-        snprintf(why + k, n - (size_t)k, ")");
-    return -1;
 }
 
 /* Two names for one function (an old and a new ABI the driver implements
@@ -142,80 +107,22 @@ static int patch_all(char *why, size_t n)
         snprintf(why, n, "cannot load libcuda.so.1: %s", dlerror());
         return -1;
     }
-    /* Every entry is decoded before any is touched: all or nothing. */
-    uint8_t code[ICPT_SYMBOLS][RC_PROLOGUE_MAX];
-    struct rc_prologue prologue[ICPT_SYMBOLS];
-    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    bool any = false;
     for (int i = 0; i < ICPT_SYMBOLS; i++) {
         entries[i] = sym(driver, rows[i].symbol);
-        if (!entries[i] || patched_under_another_name(i)) {
+        if (entries[i] && patched_under_another_name(i))
             entries[i] = NULL;
-            continue;
-        }
-        if (read_entry(i, code[i], &prologue[i], why, n) != 0)
-            return -1;
-        /* The page must reach the entry, and what the relocated site
-         * instruction reads. */
-        uintptr_t at = (uintptr_t)entries[i], far = prologue[i].rip_target;
-        lo = at < lo ? at : lo;
-        hi = at + RC_PROLOGUE_MAX > hi ? at + RC_PROLOGUE_MAX : hi;
-        if (far) {
-            lo = far < lo ? far : lo;
-            hi = far + 1 > hi ? far + 1 : hi;
-        }
+        fns[i] = (struct rc_patch_fn){ .name = rows[i].symbol,
+                                       .entry = entries[i],
+                                       .wrapper = rows[i].wrapper,
+                                       .original = &originals[i] };
+        any |= entries[i] != NULL;
     }
-    if (hi == 0) {
+    if (!any) {
         snprintf(why, n, "libcuda.so.1 exports none of the memory functions");
         return -1;
     }
-    size_t size = (size_t)ICPT_SYMBOLS * SLOT;
-    uint8_t *page = rc_patch_page_near(lo, hi, size, why, n);
-    if (!page)
-        return -1;
-    memset(page, 0xcc, size); /* int3 between the pieces */
-    for (int i = 0; i < ICPT_SYMBOLS; i++)
-        if (entries[i]) {
-            uint8_t *thunk = page + i * SLOT, *trampoline = thunk + TRAMPOLINE_AT;
-            rc_prologue_thunk(thunk, &prologue[i], (uintptr_t)rows[i].wrapper);
-            if (rc_prologue_trampoline(trampoline, (uintptr_t)trampoline, code[i], &prologue[i]) ==
-                0) {
-                snprintf(why, n, "%s: the trampoline cannot reach what its entry reads",
-                         rows[i].symbol);
-                munmap(page, size);
-                return -1;
-            }
-        }
-    if (rc_patch_seal(page, size, why, n) != 0)
-        return -1;
-    /* Published before any entry leads to a wrapper that reads them. */
-    for (int i = 0; i < ICPT_SYMBOLS; i++)
-        if (entries[i])
-            atomic_store_explicit(&originals[i], page + i * SLOT + TRAMPOLINE_AT,
-                                  memory_order_release);
-    /* From the first jump on, libcuda leads into this library's wrappers
-     * for the rest of the process. */
-    rc_stay_resident();
-    for (int i = 0; i < ICPT_SYMBOLS; i++) {
-        if (!entries[i])
-            continue;
-        uintptr_t site = (uintptr_t)entries[i] + prologue[i].site;
-        uintptr_t thunk = (uintptr_t)(page + i * SLOT);
-        int32_t rel = (int32_t)((intptr_t)thunk - (intptr_t)(site + RC_PATCH_LEN));
-        memcpy(written[i], code[i], prologue[i].site);
-        uint8_t *jmp = written[i] + prologue[i].site;
-        jmp[0] = 0xe9;
-        memcpy(jmp + 1, &rel, sizeof rel);
-        written_len[i] = prologue[i].site + RC_PATCH_LEN;
-        char detail[160];
-        if (rc_patch_site(site, jmp, thunk, detail, sizeof detail) != 0) {
-            /* The entries patched so far stay: each reaches its wrapper,
-             * which reports and calls the driver as before. */
-            snprintf(why, n, "%s: %s", rows[i].symbol, detail);
-            return -1;
-        }
-        patched++;
-    }
-    return 0;
+    return rc_patch_set(fns, ICPT_SYMBOLS, &patched, why, n);
 }
 
 static void install(void)
@@ -317,15 +224,14 @@ static int probe_proc_addresses(char *why, size_t n)
 
 int rc_intercept_intact(char *why, size_t n)
 {
-    for (int i = 0; i < ICPT_SYMBOLS; i++)
-        if (entries[i] && !rc_patch_holds((uintptr_t)entries[i], written[i], written_len[i])) {
-            snprintf(why, n,
-                     "in-process interception lost: another patcher rewrote %s's entry "
-                     "after the cache was created",
-                     rows[i].symbol);
-            return 0;
-        }
-    return 1;
+    const struct rc_patch_fn *lost = rc_patch_set_lost(fns, ICPT_SYMBOLS);
+    if (!lost)
+        return 1;
+    snprintf(why, n,
+             "in-process interception lost: another patcher rewrote %s's entry "
+             "after the cache was created",
+             lost->name);
+    return 0;
 }
 
 int rc_intercept_ensure(char *why, size_t n)

@@ -9,13 +9,24 @@
 /* One accepted form: its leading bytes under a mask, its length, and for a
  * leading instruction how it is undone. */
 struct form {
-    uint8_t match[4], mask[4];
+    uint8_t match[5], mask[5];
     size_t matched, len;
 };
 
 /* Leading instructions, each shorter than the patch, that the thunk can
  * undo. */
-enum lead { ENDBR64, PUSH, PUSH_REX, MOV_RBP, MOV_RBP_ALT, SUB_RSP8, LEADS };
+enum lead {
+    ENDBR64,
+    PUSH,
+    PUSH_REX,
+    MOV_RBP,
+    MOV_RBP_ALT,
+    SUB_RSP8,
+    MOV_R10,
+    MOV_R10D,
+    STORE_FRAME,
+    LEADS
+};
 static const struct form leads[LEADS] = {
     /* endbr64: a no-op marker for indirect-branch tracking. */
     [ENDBR64] = { { 0xf3, 0x0f, 0x1e, 0xfa }, { 0xff, 0xff, 0xff, 0xff }, 4, 4 },
@@ -27,14 +38,32 @@ static const struct form leads[LEADS] = {
     [MOV_RBP_ALT] = { { 0x48, 0x8b, 0xec }, { 0xff, 0xff, 0xff }, 3, 3 },
     /* sub $imm8,%rsp */
     [SUB_RSP8] = { { 0x48, 0x83, 0xec }, { 0xff, 0xff, 0xff }, 3, 4 },
+    /* mov %rcx,%r10 and mov %ecx,%r10d: how a system call's fourth argument
+     * moves to its register; %r10 is scratch at a call, nothing to undo. */
+    [MOV_R10] = { { 0x49, 0x89, 0xca }, { 0xff, 0xff, 0xff }, 3, 3 },
+    [MOV_R10D] = { { 0x41, 0x89, 0xca }, { 0xff, 0xff, 0xff }, 3, 3 },
+    /* mov %reg,disp8(%rbp), REX.W, optionally REX.R: a store into the frame
+     * just set up (only after mov %rsp,%rbp), which the thunk's undo frees
+     * again; nothing to undo. */
+    [STORE_FRAME] = { { 0x48, 0x89, 0x45 }, { 0xfb, 0xff, 0xc7 }, 3, 4 },
 };
 
-/* Patch sites that run unchanged anywhere: sub $imm32,%rsp, and movabs
- * $imm64,%reg (REX.W, optionally REX.B), how UCX's bistro starts its far
- * patch (mov %rax or %r11, then jmp through it). */
+/* Patch sites that run unchanged anywhere. */
 static const struct form sites[] = {
+    /* sub $imm32,%rsp */
     { { 0x48, 0x81, 0xec }, { 0xff, 0xff, 0xff }, 3, 7 },
+    /* movabs $imm64,%reg (REX.W, optionally REX.B), how UCX's bistro starts
+     * its far patch (mov %rax or %r11, then jmp through it) */
     { { 0x48, 0xb8 }, { 0xfe, 0xf8 }, 2, 10 },
+    /* mov $imm32,%eax..%edi: a libc system call stub's number */
+    { { 0xb8 }, { 0xf8 }, 1, 5 },
+    /* test $imm32,%r8d..%r15d: libc's mmap checking its offset */
+    { { 0x41, 0xf7, 0xc0 }, { 0xff, 0xff, 0xf8 }, 3, 7 },
+    /* mov %reg,disp8(%rsp), REX.W, optionally REX.R: libc's mremap saving
+     * its fifth argument */
+    { { 0x48, 0x89, 0x44, 0x24 }, { 0xfb, 0xff, 0xc7, 0xff }, 4, 5 },
+    /* mov %fs:disp32,%rax..%rdi: the stack protector's canary */
+    { { 0x64, 0x48, 0x8b, 0x04, 0x25 }, { 0xff, 0xff, 0xff, 0xc7, 0xff }, 5, 9 },
 };
 
 /* Whether code (n bytes readable) starts with form f, whole. */
@@ -123,7 +152,8 @@ static size_t undo_of(enum lead k, const uint8_t *code, uint8_t *dst)
     case SUB_RSP8: /* add $imm8,%rsp */
         dst[0] = 0x48, dst[1] = 0x83, dst[2] = 0xc4, dst[3] = code[3];
         return 4;
-    default: /* endbr64 changes nothing; the pop of %rbp restores it */
+    default: /* endbr64 and the rest change nothing the wrapper reads; the
+              * pop of %rbp restores it */
         return 0;
     }
 }
@@ -133,7 +163,7 @@ int rc_prologue_decode(const uint8_t *code, size_t n, uintptr_t at, struct rc_pr
     /* Undos in the order of their instructions, reversed at the end. */
     uint8_t undo[RC_PROLOGUE_MAX][4];
     size_t undo_lens[RC_PROLOGUE_MAX], leading = 0, i = 0;
-    bool rbp_saved = false;
+    bool rbp_saved = false, frame = false;
     n = n < RC_PROLOGUE_MAX ? n : RC_PROLOGUE_MAX;
     while (i < n) {
         if (site_at(code, n, i, at, p) == 0) {
@@ -147,9 +177,11 @@ int rc_prologue_decode(const uint8_t *code, size_t n, uintptr_t at, struct rc_pr
         }
         enum lead k = lead_at(code + i, n - i);
         /* %rbp overwritten can only be restored from where it was saved. */
-        if (k == LEADS || ((k == MOV_RBP || k == MOV_RBP_ALT) && !rbp_saved))
+        if (k == LEADS || ((k == MOV_RBP || k == MOV_RBP_ALT) && !rbp_saved) ||
+            (k == STORE_FRAME && !frame))
             return -1;
         rbp_saved |= k == PUSH && code[i] == PUSH_RBP;
+        frame |= k == MOV_RBP || k == MOV_RBP_ALT;
         undo_lens[leading] = undo_of(k, code + i, undo[leading]);
         leading++;
         i += leads[k].len;

@@ -7,14 +7,16 @@
  * site it runs the entry's own leading instructions into the site; inside
  * an instruction no thread can be.  The leading instructions are frame
  * set-up that can be undone (push, mov %rsp,%rbp after push %rbp, sub
- * $imm8,%rsp, endbr64): the thunk the site jumps to undoes them and enters
+ * $imm8,%rsp, endbr64, a move into %r10, a store into the new frame): the thunk the site jumps to undoes them and enters
  * the wrapper as if the function had been called; the trampoline the
  * wrapper calls runs them, then the site's instruction, then jumps back
  * past it.
  *
  * A strict decoder: a site is another patcher's jmp rel32 (the trampoline
- * follows it), movabs $imm64,%reg, sub $imm32,%rsp, or cmp $imm,x(%rip)
- * (relocated for the trampoline's address); anything else, or a leading
+ * follows it), movabs $imm64,%reg, sub $imm32,%rsp, cmp $imm,x(%rip)
+ * (relocated for the trampoline's address), or one of the instructions
+ * libc's memory functions start with (mov $imm32,%eax, test $imm32,%r9d,
+ * a store to disp8(%rsp), a load from %fs:disp32); anything else, or a leading
  * instruction it cannot undo, is refused and the function is not patched. */
 #ifndef RC_PROLOGUE_H
 #define RC_PROLOGUE_H

@@ -214,6 +214,52 @@ static void other_frame_setups(void **state)
     assert_trampoline(push_jmp, &p, 1);
 }
 
+/* The entries of libc's memory functions, as glibc 2.36 (Debian 12) and
+ * 2.39 (Ubuntu 24.04, with endbr64) build them. */
+static void libc_entries(void **state)
+{
+    (void)state;
+    /* munmap, madvise, brk, shmdt: mov $nr,%eax; syscall */
+    static const uint8_t stub[] = { 0xb8, 0x0b, 0, 0, 0, 0x0f, 0x05, 0x48, 0x3d };
+    struct rc_prologue p = decoded(stub, sizeof stub);
+    assert_int_equal(p.site, 0);
+    assert_int_equal(p.len, 5);
+    assert_thunk(&p, NULL, 0);
+    assert_trampoline(stub, &p, 5);
+    static const uint8_t cet_stub[] = { 0xf3, 0x0f, 0x1e, 0xfa, 0xb8, 0x1c, 0, 0, 0, 0x0f, 0x05 };
+    p = decoded(cet_stub, sizeof cet_stub);
+    assert_int_equal(p.site, 4);
+    assert_int_equal(p.len, 9);
+    /* mmap: mov %ecx,%r10d; test $0xfff,%r9d */
+    static const uint8_t mmap[] = { 0x41, 0x89, 0xca, 0x41, 0xf7, 0xc1, 0xff, 0x0f, 0, 0, 0x75 };
+    p = decoded(mmap, sizeof mmap);
+    assert_int_equal(p.site, 3);
+    assert_int_equal(p.len, 10);
+    assert_thunk(&p, NULL, 0);
+    assert_trampoline(mmap, &p, 10);
+    /* mremap (2.36): sub $0x58,%rsp; mov %r8,0x40(%rsp) */
+    static const uint8_t mremap[] = { 0x48, 0x83, 0xec, 0x58, 0x4c, 0x89, 0x44, 0x24, 0x40, 0x64 };
+    p = decoded(mremap, sizeof mremap);
+    assert_int_equal(p.site, 4);
+    assert_int_equal(p.len, 9);
+    static const uint8_t add[] = { 0x48, 0x83, 0xc4, 0x58 };
+    assert_thunk(&p, add, sizeof add);
+    /* mremap (2.39): endbr64; push %rbp; mov %ecx,%r10d; mov %rsp,%rbp;
+     * sub $0x50,%rsp; mov %r8,-0x10(%rbp); mov %fs:0x28,%rax */
+    static const uint8_t mremap_cet[] = { 0xf3, 0x0f, 0x1e, 0xfa, 0x55, 0x41, 0x89, 0xca, 0x48, 0x89,
+                                          0xe5, 0x48, 0x83, 0xec, 0x50, 0x4c, 0x89, 0x45, 0xf0, 0x64,
+                                          0x48, 0x8b, 0x04, 0x25, 0x28, 0,    0,    0,    0x48 };
+    p = decoded(mremap_cet, sizeof mremap_cet);
+    assert_int_equal(p.site, 19);
+    assert_int_equal(p.len, 28);
+    static const uint8_t unwind[] = { 0x48, 0x83, 0xc4, 0x50, 0x5d };
+    assert_thunk(&p, unwind, sizeof unwind);
+    assert_trampoline(mremap_cet, &p, 28);
+    /* A store into a frame this entry did not set up is the caller's. */
+    static const uint8_t foreign[] = { 0x4c, 0x89, 0x45, 0xf0, 0xb8, 0, 0, 0, 0 };
+    assert_refused(foreign, sizeof foreign);
+}
+
 /* What the decoder cannot undo, move without changing its meaning, or does
  * not know, is refused - before the first instruction as long as the
  * jump. */
@@ -269,7 +315,7 @@ int main(void)
         cmocka_unit_test(trampoline_out_of_reach),  cmocka_unit_test(other_patchers_near_jump),
         cmocka_unit_test(other_patchers_far_jump),  cmocka_unit_test(endbr64_prologues),
         cmocka_unit_test(other_frame_setups),       cmocka_unit_test(everything_else_is_refused),
-        cmocka_unit_test(truncated_code_is_refused),
+        cmocka_unit_test(truncated_code_is_refused), cmocka_unit_test(libc_entries),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
