@@ -1,12 +1,14 @@
 /* What the host memory monitor costs, null backend, host_memory on: the
- * munmap and mmap again of a cached 2 MiB range it watches, beside the same
- * of a range it does not (a cache with the monitor off, whose entry the
- * untimed step invalidates explicitly, as that contract asks), and a host
- * hit with the monitor on and off.  Interleaved, so that the report
- * compares neighbouring samples. */
+ * munmap and mmap again of a cached 2 MiB range it watches - through
+ * libc's hooks and through the userfaultfd - beside the same of a range it
+ * does not (a cache with the monitor off, whose entry the untimed step
+ * invalidates explicitly, as that contract asks), and a host hit with the
+ * monitor on and off.  Interleaved, so that the report compares
+ * neighbouring samples. */
 #include "bench.h"
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -68,7 +70,7 @@ static void hit_run(void *ctx, struct bench_lane *l, uint64_t n)
         bench_get_put(&m->use, (uintptr_t)m->base, RANGE);
 }
 
-static regcache_t *host_cache(int monitor)
+static regcache_t *host_cache(enum regcache_host_monitor monitor)
 {
     static struct regcache_backend b = { bench_null_reg, bench_null_dereg, NULL, NULL };
     struct regcache_params p;
@@ -77,7 +79,7 @@ static regcache_t *host_cache(int monitor)
     p.backend = &b;
     p.host_memory = 1;
     p.alignment = RANGE;
-    p.host_monitor = monitor ? REGCACHE_HOST_MONITOR_AUTO : REGCACHE_HOST_MONITOR_OFF;
+    p.host_monitor = monitor;
     return regcache_create(&p, &c) == REGCACHE_OK ? c : NULL;
 }
 
@@ -96,63 +98,88 @@ static char *map_ranges(void)
     return base;
 }
 
+/* The caches compared: libc's hooks, the userfaultfd, none. */
+#define WAYS 3
+static const enum regcache_host_monitor ways[WAYS] = {
+    REGCACHE_HOST_MONITOR_LIBC, REGCACHE_HOST_MONITOR_UFFD, REGCACHE_HOST_MONITOR_OFF
+};
+/* A row per way for the unmaps, then the hit through libc's and none. */
+#define ROWS (WAYS + 2)
+
+static void destroy(struct mon *m, int n)
+{
+    for (int j = 0; j < n; j++) {
+        regcache_destroy(m[j].use.cache);
+        if (m[j].base)
+            munmap(m[j].base, 2 * RANGES * RANGE);
+    }
+}
+
+/* Why a way cannot be measured here, or "". */
+static void check_way(const struct mon *m, char *why, size_t n)
+{
+    if (!m->use.cache || !m->base)
+        snprintf(why, n, "%s", !m->base ? "cannot map the ranges" : regcache_last_error());
+    else if (m->monitored && !strstr(regcache_validation_reason(m->use.cache), "monitored by"))
+        snprintf(why, n, "%s", strstr(regcache_validation_reason(m->use.cache), "host memory"));
+}
+
 void bench_host_monitor(void)
 {
-    static const char *const what[4] = { "munmap+mmap watched", "munmap+mmap unwatched",
-                                         "hit watched", "hit unwatched" };
-    struct bench_row rows[4];
-    struct mon m[2];
-    for (int i = 0; i < 4; i++)
+    static const char *const what[ROWS] = { "munmap+mmap libc",
+                                            "munmap+mmap uffd", "munmap+mmap off",
+                                            "hit watched", "hit unwatched" };
+    struct bench_row rows[ROWS];
+    struct mon m[WAYS];
+    for (int i = 0; i < ROWS; i++)
         rows[i] = (struct bench_row){ .workload = "host_monitor",
                                       .source = "null",
                                       .impl = "regcache",
                                       .what = what[i],
                                       .size = RANGE };
-    for (int k = 0; k < 2; k++) {
-        m[k] = (struct mon){ { .cache = host_cache(!k),
+    bool usable[WAYS];
+    for (int k = 0; k < WAYS; k++) {
+        bool monitored = ways[k] != REGCACHE_HOST_MONITOR_OFF;
+        m[k] = (struct mon){ { .cache = host_cache(ways[k]),
                                .counter = offsetof(struct regcache_stats, deregistrations) },
                              map_ranges(),
-                             !k };
-        char why[160] = "";
-        if (!m[k].use.cache || !m[k].base)
-            snprintf(why, sizeof why, "%s",
-                     !m[k].base ? "cannot map the ranges" : regcache_last_error());
-        else if (!k && !strstr(regcache_validation_reason(m[k].use.cache), "monitored by"))
-            snprintf(why, sizeof why, "%s", regcache_validation_reason(m[k].use.cache));
+                             monitored };
+        char why[300] = "";
+        check_way(&m[k], why, sizeof why);
+        usable[k] = !why[0];
         if (why[0]) {
-            for (int i = 0; i < 4; i++) {
-                bench_note(&rows[i], "%s", why);
-                bench_emit(&rows[i]);
-            }
-            for (int j = 0; j <= k; j++) {
-                regcache_destroy(m[j].use.cache);
-                if (m[j].base)
-                    munmap(m[j].base, 2 * RANGES * RANGE);
-            }
-            return;
+            bench_note(&rows[k], "%s", why);
+            bench_emit(&rows[k]);
         }
     }
-    const struct bench_op ops[4] = {
-        { unmap_run, recache, unmap_check, &m[0] },
-        { unmap_run, recache, unmap_check, &m[1] },
-        { hit_run, NULL, bench_use_check, &m[0] },
-        { hit_run, NULL, bench_use_check, &m[1] },
+    const struct bench_op ops[ROWS] = {
+        { unmap_run, recache, unmap_check, &m[0] }, { unmap_run, recache, unmap_check, &m[1] },
+        { unmap_run, recache, unmap_check, &m[2] }, { hit_run, NULL, bench_use_check, &m[0] },
+        { hit_run, NULL, bench_use_check, &m[2] },
     };
-    recache(&m[0]);
-    recache(&m[1]);
-    bench_interleave(
-        (struct bench_arm[]){ { &rows[0], &ops[0], RANGES, 0 }, { &rows[1], &ops[1], RANGES, 0 } },
-        2);
-    for (int k = 0; k < 2; k++) {
-        recache(&m[k]);
-        m[k].use.counter = offsetof(struct regcache_stats, misses);
-        m[k].use.expect = bench_counter(&m[k].use);
+    struct bench_arm arms[WAYS];
+    int n = 0;
+    for (int k = 0; k < WAYS; k++)
+        if (usable[k]) {
+            recache(&m[k]);
+            arms[n++] = (struct bench_arm){ &rows[k], &ops[k], RANGES, 0 };
+        }
+    if (n)
+        bench_interleave(arms, (size_t)n);
+    if (usable[0] && usable[2]) {
+        for (int k = 0; k < WAYS; k += 2) {
+            recache(&m[k]);
+            m[k].use.counter = offsetof(struct regcache_stats, misses);
+            m[k].use.expect = bench_counter(&m[k].use);
+        }
+        bench_interleave((struct bench_arm[]){ { &rows[3], &ops[3], bench.batch, 0 },
+                                               { &rows[4], &ops[4], bench.batch, 0 } },
+                         2);
+    } else {
+        for (int i = 3; i < ROWS; i++) {
+            bench_note(&rows[i], "no cache watched by libc's hooks to compare");
+            bench_emit(&rows[i]);
+        }
     }
-    bench_interleave((struct bench_arm[]){ { &rows[2], &ops[2], bench.batch, 0 },
-                                           { &rows[3], &ops[3], bench.batch, 0 } },
-                     2);
-    for (int k = 0; k < 2; k++) {
-        regcache_destroy(m[k].use.cache);
-        munmap(m[k].base, 2 * RANGES * RANGE);
-    }
+    destroy(m, WAYS);
 }

@@ -219,8 +219,8 @@ class Report:
         self.below("non-blocking get that misses <= 1000 ns",
                    m(workload="prefetch", source="null", what="nonblocking miss"), 1000)
         mon = dict(workload="host_monitor", source="null")
-        self.pair("host munmap+mmap of a watched 2 MiB range <= unwatched + 1000 ns",
-                  f(what="munmap+mmap watched", **mon), f(what="munmap+mmap unwatched", **mon),
+        self.pair("host munmap+mmap of a 2 MiB range watched through libc <= off + 1000 ns",
+                  f(what="munmap+mmap libc", **mon), f(what="munmap+mmap off", **mon),
                   "diff", 1000, source="null")
         self.pair("host hit with the monitor on = off within noise",
                   f(what="hit watched", **mon), f(what="hit unwatched", **mon), "same",

@@ -303,10 +303,13 @@ struct regcache_params {
     /* Fields below were added in 0.3. */
     size_t eager_min_bytes; /* eager registration: each allocation of at
                                least this many bytes that the hooks (or
-                               regcache_notify_alloc()) report is queued
-                               for a background registration on the
-                               rails of eager_rails as it is made (see
-                               regcache_prefetch()).  0 = off (default) */
+                               regcache_notify_alloc() and
+                               regcache_notify_host_alloc()) report is
+                               queued for a background registration on
+                               the rails of eager_rails as it is made
+                               (see regcache_prefetch()); pinned host
+                               memory with host_memory only.  0 = off
+                               (default) */
     unsigned eager_rails;   /* bit r: eager registration on rail r;
                                default 1 (rail 0) */
     unsigned workers;       /* background registration threads, started
@@ -317,7 +320,7 @@ struct regcache_params {
                                background at most; default 1024 */
     int host_monitor; /* enum regcache_host_monitor: whether host memory
                          (host_memory=1) is watched for unmapping (default
-                         AUTO; README "Host memory monitor") */
+                         AUTO; docs/design.md "Host memory monitor") */
     /* The callbacks decorate whichever
      * backend registers (built-in or custom); each is optional, and all
      * receive callback_arg.  They run under the rules of backend
@@ -370,28 +373,40 @@ struct regcache_params {
 };
 
 /*
- * regcache_params.host_monitor.  AUTO (the default): pageable host ranges
- * are watched by the process's host memory monitor, one for every cache,
- * which invalidates them in every cache when their pages are unmapped or
- * replaced (munmap, mremap, mmap(MAP_FIXED) over them, madvise(DONTNEED,
- * FREE, REMOVE), brk shrinking, free() and realloc() of the chunks that
- * libc unmaps), before the caller's unmap returns; no regcache_invalidate()
- * is needed then.  Where the monitor cannot watch a range (no userfaultfd
- * in this kernel or under this seccomp filter, a mapping the kernel does
- * not report such as a file or System V shared memory, a range another
- * userfaultfd watches), its entries keep the explicit contract: call
- * regcache_invalidate() or regcache_notify_free() before the memory goes;
- * regcache_validation_reason() says which applies and the statistics count
- * such entries (host_unmonitored).  OFF: the explicit contract everywhere.
- * REGCACHE_HOST_MONITOR=auto|off overrides the field.  The monitor runs
- * backend dereg callbacks on its own thread, regcache-mon; a get of host
- * memory right after an unmap waits for it, so a dereg callback must not
- * wait for a lock that a thread getting host memory holds, nor unmap host
- * memory that a cache holds (its unmap would wait for the monitor itself).
+ * regcache_params.host_monitor.  The process's host memory monitor, one for
+ * every cache, invalidates a cached pageable host range in every cache
+ * when its pages are unmapped or replaced (munmap, mremap, mmap(MAP_FIXED)
+ * over them, madvise(DONTNEED, FREE, REMOVE), brk shrinking, shmdt, free()
+ * and realloc() of the chunks that libc unmaps), before any get can be
+ * served from it once the unmapping call has returned; no
+ * regcache_invalidate() is needed then.  It hears of unmaps in one of two
+ * ways:
+ *   LIBC  libc's functions are patched in the process (x86-64, the entries
+ *         of the glibc builds known, proven by a self-test): the unmapping
+ *         thread queues the range, some tens of nanoseconds.  A system call
+ *         made without libc (syscall(SYS_munmap), a runtime with its own
+ *         system calls) is not seen.
+ *   UFFD  a userfaultfd sees every unmap, whatever made it, but the
+ *         unmapping thread waits for the monitor thread to read the event
+ *         (a few microseconds).  It cannot watch System V shared memory,
+ *         file mappings it does not report, or a range another userfaultfd
+ *         watches.
+ * AUTO (the default): LIBC where it installs, else UFFD.  OFF: no monitor.
+ * Where the chosen way cannot watch a range, its entries keep the explicit
+ * contract: call regcache_invalidate() or regcache_notify_free() before the
+ * memory goes; regcache_validation_reason() says which applies and the
+ * statistics count such entries (host_unmonitored).
+ * REGCACHE_HOST_MONITOR=auto|off|libc|uffd overrides the field.  The
+ * invalidations run, with their dereg callbacks, in the next get of host
+ * memory or on the thread regcache-mon (at the latest 50 ms after an unmap
+ * seen by libc's hooks); a dereg callback must not unmap host memory that
+ * a cache with UFFD holds (its unmap would wait for the monitor itself).
  */
 enum regcache_host_monitor {
     REGCACHE_HOST_MONITOR_AUTO = 0,
     REGCACHE_HOST_MONITOR_OFF = 1,
+    REGCACHE_HOST_MONITOR_LIBC = 2,
+    REGCACHE_HOST_MONITOR_UFFD = 3,
 };
 
 /* The longest cache name, with its terminating NUL. */
@@ -670,6 +685,16 @@ REGCACHE_API void regcache_notify_free(const void *addr, size_t len);
 REGCACHE_API void regcache_notify_alloc(const void *addr, size_t len);
 
 /*
+ * regcache_notify_alloc() for pinned (page-locked) host memory just
+ * allocated, as by cuMemAllocHost() or cuMemHostAlloc(), which the hooks
+ * call it for.  The same notice, but eager registration (eager_min_bytes)
+ * queues the range only in caches that take host memory (host_memory), and
+ * registers it as the allocation alone, never together with the memory
+ * before it.  Costs and rules as regcache_notify_free().  Thread safe.
+ */
+REGCACHE_API void regcache_notify_host_alloc(const void *addr, size_t len);
+
+/*
  * The number of caches alive in this process (created, not yet destroyed;
  * a fork child counts none of its parent's).  The preload hook reads it to
  * skip its per-free range query while there is no cache.  Thread safe.
@@ -867,7 +892,8 @@ REGCACHE_API int regcache_get_latency(const regcache_t *cache, int device, int r
  * restarts from the bytes held now.  What describes the cache now is not
  * reset: entries, bytes, budget, fds, mrs, rail_bytes, the devices seen.
  * Gets running meanwhile are counted before or after the reset, each once.
- * Errors: INVALID (NULL).  Thread safe.
+ * Errors: INVALID (NULL), FORKED (the cache was created before fork() in
+ * this child).  Thread safe.
  */
 REGCACHE_API int regcache_reset_stats(regcache_t *cache);
 

@@ -76,7 +76,7 @@ static const char *const validation_words[] = { "auto", "tag_check", "hooks", NU
 static const char *const mapping_words[] = { "auto", "pcie", "default", NULL };
 static const char *const data_direct_words[] = { "auto", "on", "off", NULL };
 /* In the order of enum regcache_host_monitor. */
-static const char *const host_monitor_words[] = { "auto", "off", NULL };
+static const char *const host_monitor_words[] = { "auto", "off", "libc", "uffd", NULL };
 
 /* NAME is a ledger namespace.  Variables without a field (width 0) are
  * process-wide and read where they act (the BAR1 reading, the ledger)
@@ -122,7 +122,7 @@ static const struct env_option {
     { "REGCACHE_HOST_MEMORY", BOOL, FIELD(params.host_memory), bool_words, "0 or 1", 0, "0",
       "cache pageable host memory too" },
     { "REGCACHE_HOST_MONITOR", WORD, FIELD(params.host_monitor), host_monitor_words,
-      "auto or off", REGCACHE_HOST_MONITOR_AUTO, "auto",
+      "auto, off, libc or uffd", REGCACHE_HOST_MONITOR_AUTO, "auto",
       "watch cached pageable host memory for unmapping; off: invalidate it yourself" },
     { "REGCACHE_DMABUF_MAPPING", WORD, FIELD(dmabuf_mapping), mapping_words,
       "auto, pcie or default", 0, "auto", "the dmabuf mapping asked of the driver" },
@@ -268,7 +268,7 @@ static int check(const struct rc_options *o, unsigned from_env)
     if ((unsigned)p->validation > REGCACHE_VALIDATE_HOOKS)
         return rc_fail(REGCACHE_ERR_INVALID, "params.validation %d is not a regcache_validation",
                        (int)p->validation);
-    if ((unsigned)p->host_monitor > REGCACHE_HOST_MONITOR_OFF)
+    if ((unsigned)p->host_monitor > REGCACHE_HOST_MONITOR_UFFD)
         return rc_fail(REGCACHE_ERR_INVALID,
                        "params.host_monitor %d is not a regcache_host_monitor", p->host_monitor);
     if (p->rails < 1 || p->rails > RC_MAX_RAILS)

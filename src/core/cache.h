@@ -149,9 +149,9 @@ struct regcache {
     /* Pageable host entries are watched by the host memory monitor
      * (host_watch.c); host_note says whether and how, for the reason and
      * the dump; host_unwatched counts the entries it does not watch. */
-    bool host_watch;
-    char host_note[192];
-    char host_reason[208]; /* "; host memory: " and the note, or empty */
+    int host_by; /* enum rc_host_by */
+    char host_note[384];
+    char host_reason[400]; /* "; host memory: " and the note, or empty */
     atomic_size_t host_unwatched;
 
     /* Why a GPU has no shared budget, for the REGCACHE_STATS dump. */

@@ -196,16 +196,17 @@ static void walk_leave(struct rc_thread *t, struct walk *w)
 /* One cache's part of a notice; after an allocation, eager registration
  * queues the new memory too. */
 static void notify_cache(struct regcache *c, uintptr_t start, uintptr_t end, enum regcache_reason why,
-                         bool allocated)
+                         enum rc_eager allocated)
 {
     rc_cache_notify(c, start, end, why);
-    if (allocated)
-        rc_eager_notify(c, start, end);
+    if (allocated != RC_EAGER_NONE)
+        rc_eager_notify(c, start, end, allocated);
 }
 
 /* Without a record: counted, and every destroy waits while it lasts.  The
  * count's seq_cst increment orders it before the load of the head. */
-static void anonymous_walk(uintptr_t start, uintptr_t end, enum regcache_reason why, bool allocated)
+static void anonymous_walk(uintptr_t start, uintptr_t end, enum regcache_reason why,
+                           enum rc_eager allocated)
 {
     atomic_fetch_add_explicit(&anonymous_walkers, 1, memory_order_seq_cst);
     anonymous_depth++;
@@ -220,7 +221,8 @@ static void anonymous_walk(uintptr_t start, uintptr_t end, enum regcache_reason 
  * so that nothing is served from memory about to go, after an allocation
  * so that nothing a get registered of the memory that was there before
  * (between the first notice and the free itself) survives. */
-static void invalidate_all(uintptr_t start, uintptr_t end, enum regcache_reason why, bool allocated)
+static void invalidate_all(uintptr_t start, uintptr_t end, enum regcache_reason why,
+                           enum rc_eager allocated)
 {
     if (!atomic_load_explicit(&registry_count, memory_order_acquire))
         return;
@@ -242,10 +244,10 @@ static void invalidate_all(uintptr_t start, uintptr_t end, enum regcache_reason 
 
 void rc_registry_invalidate(uintptr_t start, uintptr_t end, enum regcache_reason why)
 {
-    invalidate_all(start, end, why, false);
+    invalidate_all(start, end, why, RC_EAGER_NONE);
 }
 
-static void notify(const void *addr, size_t len, bool allocated)
+static void notify(const void *addr, size_t len, enum rc_eager allocated)
 {
     uintptr_t start = (uintptr_t)addr;
     if (len == 0 || len > UINTPTR_MAX - start)
@@ -255,10 +257,15 @@ static void notify(const void *addr, size_t len, bool allocated)
 
 void regcache_notify_free(const void *addr, size_t len)
 {
-    notify(addr, len, false);
+    notify(addr, len, RC_EAGER_NONE);
 }
 
 void regcache_notify_alloc(const void *addr, size_t len)
 {
-    notify(addr, len, true);
+    notify(addr, len, RC_EAGER_ALLOC);
+}
+
+void regcache_notify_host_alloc(const void *addr, size_t len)
+{
+    notify(addr, len, RC_EAGER_HOST);
 }

@@ -17,7 +17,7 @@ void rc_host_watch_setup(struct regcache *c)
                  "not monitored (REGCACHE_HOST_MONITOR=off or params.host_monitor): "
                  "invalidate before unmapping");
     else
-        c->host_watch = rc_host_monitor_open(c->host_note, sizeof c->host_note);
+        c->host_by = rc_host_monitor_open(p->host_monitor, c->host_note, sizeof c->host_note);
 }
 
 static bool pageable_host(const struct rc_want *w)
@@ -28,9 +28,9 @@ static bool pageable_host(const struct rc_want *w)
 struct rc_host_claim *rc_host_watch(struct regcache *c, const struct rc_want *w,
                                     const struct regcache_entry *e)
 {
-    if (!c->host_watch || !pageable_host(w))
+    if (c->host_by == RC_HOST_BY_NONE || !pageable_host(w))
         return NULL;
-    return rc_host_monitor_watch(e->node.start, e->node.end);
+    return rc_host_monitor_watch(e->node.start, e->node.end, c->host_by);
 }
 
 void rc_host_watch_set_locked(struct regcache *c, struct regcache_entry *e, const struct rc_want *w,

@@ -59,7 +59,7 @@ static bool listed_locked(const struct rc_prefetch *p, uintptr_t start, uintptr_
 }
 
 int rc_prefetch_queue(struct regcache *c, uintptr_t start, uintptr_t end, struct rc_req rq,
-                      bool eager)
+                      enum rc_eager from)
 {
     struct rc_prefetch *p = &c->pf;
     int rc = REGCACHE_OK;
@@ -90,7 +90,7 @@ int rc_prefetch_queue(struct regcache *c, uintptr_t start, uintptr_t end, struct
     }
     p->free = j->next;
     *j = (struct rc_job){
-        .start = start, .end = end, .rail = rq.rail, .want = rq.want, .eager = eager
+        .start = start, .end = end, .rail = rq.rail, .want = rq.want, .from = from
     };
     size_t b = bucket_of(p, start, rq.rail);
     j->hash_next = p->buckets[b];
@@ -204,7 +204,7 @@ int rc_nonblock_miss(struct regcache *c, uintptr_t start, uintptr_t end, struct 
     rc_get_nonblocking = false;
     int rc = rc_prefetch_take_failure(c, start, end, rail);
     if (rc == REGCACHE_OK)
-        rc = rc_prefetch_queue(c, start, end, rq, false);
+        rc = rc_prefetch_queue(c, start, end, rq, RC_EAGER_NONE);
     if (rc == REGCACHE_OK)
         rc = rc_fail(REGCACHE_ERR_AGAIN,
                      "[%#jx, %#jx) on rail %u is being registered in the "
@@ -213,14 +213,17 @@ int rc_nonblock_miss(struct regcache *c, uintptr_t start, uintptr_t end, struct 
     return rc;
 }
 
-void rc_eager_notify(struct regcache *c, uintptr_t start, uintptr_t end)
+void rc_eager_notify(struct regcache *c, uintptr_t start, uintptr_t end, enum rc_eager from)
 {
     const struct regcache_params *p = &c->opts.params;
-    if (!p->eager_min_bytes || end - start < p->eager_min_bytes)
+    /* A cache that refuses host memory would only start a worker to fail
+     * on it. */
+    if (!p->eager_min_bytes || end - start < p->eager_min_bytes ||
+        (from == RC_EAGER_HOST && !p->host_memory))
         return;
     for (unsigned rail = 0; rail < c->rails; rail++)
         if (p->eager_rails >> rail & 1 &&
-            rc_prefetch_queue(c, start, end, (struct rc_req){ rail, RC_ACCESS_DEFAULT }, true) !=
+            rc_prefetch_queue(c, start, end, (struct rc_req){ rail, RC_ACCESS_DEFAULT }, from) !=
                 REGCACHE_OK)
             rc_count(&c->pf.dropped);
 }
@@ -274,7 +277,7 @@ int regcache_prefetch(regcache_t *c, unsigned rail, const void *addr, size_t len
     int rc = check_range(c, "regcache_prefetch", rail, addr, len);
     if (rc == REGCACHE_OK)
         rc = rc_prefetch_queue(c, (uintptr_t)addr, (uintptr_t)addr + len,
-                               (struct rc_req){ rail, RC_ACCESS_DEFAULT }, false);
+                               (struct rc_req){ rail, RC_ACCESS_DEFAULT }, RC_EAGER_NONE);
     return rc;
 }
 
@@ -291,7 +294,7 @@ int regcache_prefetch_batch(regcache_t *c, const struct regcache_range *ranges, 
         rc = check_range(c, "regcache_prefetch_batch", r->rail, r->addr, r->len);
         if (rc == REGCACHE_OK)
             rc = rc_prefetch_queue(c, (uintptr_t)r->addr, (uintptr_t)r->addr + r->len,
-                                   (struct rc_req){ r->rail, RC_ACCESS_DEFAULT }, false);
+                                   (struct rc_req){ r->rail, RC_ACCESS_DEFAULT }, RC_EAGER_NONE);
         if (rc != REGCACHE_OK)
             break;
     }

@@ -33,11 +33,19 @@ struct regcache;
 /* Failures kept for the gets that follow; older ones give way. */
 #define RC_PREFETCH_FAILURES 32
 
+/* Which allocation a notice reports, and so what an eager registration of
+ * it may assume (workers.c). */
+enum rc_eager {
+    RC_EAGER_NONE,  /* no allocation: a free, or a range asked for */
+    RC_EAGER_ALLOC, /* memory of any kind (regcache_notify_alloc) */
+    RC_EAGER_HOST   /* pinned host memory (regcache_notify_host_alloc) */
+};
+
 struct rc_job {
     uintptr_t start, end;
     unsigned rail;
-    unsigned want;            /* the access asked for (struct rc_req) */
-    bool eager;               /* an allocation the hooks reported (workers.c)*/
+    unsigned want;      /* the access asked for (struct rc_req) */
+    enum rc_eager from; /* the allocation the hooks reported, if any */
     struct rc_job *next;      /* the queue, or the free list */
     struct rc_job *hash_next; /* its bucket: queued or being registered */
 };
@@ -85,7 +93,7 @@ extern __thread bool rc_get_nonblocking __attribute__((tls_model("initial-exec")
  * the first worker could not be made), ERR_INVALID after the cache began
  * to stop. */
 int rc_prefetch_queue(struct regcache *c, uintptr_t start, uintptr_t end, struct rc_req rq,
-                      bool eager);
+                      enum rc_eager from);
 
 /* A miss of a non-blocking get: a failure kept for the range, or the range
  * queued and REGCACHE_ERR_AGAIN (or why it could not be). */
@@ -100,8 +108,9 @@ int rc_prefetch_take_failure(struct regcache *c, uintptr_t start, uintptr_t end,
 void rc_prefetch_forget(struct regcache *c, uintptr_t start, uintptr_t end);
 
 /* regcache_notify_alloc()'s per-cache step: with eager registration on, a
- * large enough allocation is queued on the chosen rails. */
-void rc_eager_notify(struct regcache *c, uintptr_t start, uintptr_t end);
+ * large enough allocation is queued on the chosen rails; pinned host
+ * memory only where the cache takes host memory. */
+void rc_eager_notify(struct regcache *c, uintptr_t start, uintptr_t end, enum rc_eager from);
 
 /* Destroy: queued jobs are dropped, the worker threads finish the
  * registrations they are in and are joined; in a fork child, whose

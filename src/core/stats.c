@@ -192,16 +192,30 @@ static void latency_locked(const struct regcache *c, int slot, int rail, struct 
     l->p99_ns = percentile(l, 99);
 }
 
-static pthread_mutex_t *base_lock(const struct regcache *c)
+/* The lock of the figures a reset subtracts.  In a fork's child, a parent
+ * thread that held it at the fork never lets it go: the child reads
+ * without it (a figure being reset then may read half done).  Returns
+ * whether to unlock. */
+static bool lock_base(const struct regcache *c)
 {
-    return (pthread_mutex_t *)&c->stats.base_lock;
+    pthread_mutex_t *m = (pthread_mutex_t *)&c->stats.base_lock;
+    if (rc_forked(c))
+        return pthread_mutex_trylock(m) == 0;
+    pthread_mutex_lock(m);
+    return true;
+}
+
+static void unlock_base(const struct regcache *c, bool locked)
+{
+    if (locked)
+        pthread_mutex_unlock((pthread_mutex_t *)&c->stats.base_lock);
 }
 
 void rc_stats_latency(const struct regcache *c, int slot, int rail, struct regcache_latency *l)
 {
-    pthread_mutex_lock(base_lock(c));
+    bool locked = lock_base(c);
     latency_locked(c, slot, rail, l);
-    pthread_mutex_unlock(base_lock(c));
+    unlock_base(c, locked);
 }
 
 /* The GPU whose mapping choice the cache's statistics report: the lowest
@@ -229,11 +243,11 @@ static void fill(const struct regcache *c, int slot, struct regcache_stats *out,
     struct regcache_stats s = { 0 };
     bool all = slot == RC_DEVICE_SLOTS;
     struct regcache_latency l;
-    pthread_mutex_lock(base_lock(c));
+    bool locked = lock_base(c);
     for (int i = all ? 0 : slot; i <= (all ? RC_DEVICE_SLOTS - 1 : slot); i++)
         add_slot(c, i, &s);
     latency_locked(c, all ? -1 : slot, -1, &l);
-    pthread_mutex_unlock(base_lock(c));
+    unlock_base(c, locked);
     s.peak_bytes = load(all ? &c->peak_bytes : &c->dev[slot].n.peak_bytes);
     s.fds = c->backend.fds_held ? c->backend.fds_held(c->backend.arg) : 0;
     s.reg_latency_p50_ns = l.p50_ns;
@@ -359,6 +373,10 @@ int regcache_reset_stats(regcache_t *c)
 {
     if (!c)
         return rc_fail(REGCACHE_ERR_INVALID, "regcache_reset_stats: cache is NULL");
+    /* Its locks may be held by parent threads that are not here. */
+    if (rc_forked(c))
+        return rc_fail(REGCACHE_ERR_FORKED,
+                       "regcache_reset_stats: the cache was created before fork()");
     pthread_mutex_lock(&c->stats.base_lock);
     for (int slot = 0; slot < RC_DEVICE_SLOTS; slot++) {
         struct rc_stats_base *b = &c->stats.base[slot];

@@ -56,10 +56,12 @@ static struct rc_job *next_job(struct rc_prefetch *p)
  * registration of the chunk alone does not serve.  So the request starts
  * one byte early: across adjacent mappings the cache registers them
  * together; across two allocations, or from unmapped memory, it refuses,
- * and the allocation alone is registered. */
+ * and the allocation alone is registered.  Pinned host memory is never a
+ * mapping, and the byte before it may be pageable memory, which the cache
+ * would register together with it. */
 static int register_job(struct regcache *c, const struct rc_job *j)
 {
-    if (j->eager && j->start > 1) {
+    if (j->from == RC_EAGER_ALLOC && j->start > 1) {
         int rc = rc_slow_get(c, j->start - 1, j->end, (struct rc_req){ j->rail, j->want }, NULL);
         if (rc == REGCACHE_OK || rc == RC_NO_ROOM)
             return rc;

@@ -17,6 +17,7 @@ static const struct symbol {
     /* The 32-bit pointers of CUDA < 3.2. */
     { "cuMemFree", "cuMemFree", 2000, RC_HOOK_LEGACY },
     { "cuMemAlloc", "cuMemAlloc", 2000, RC_HOOK_LEGACY },
+    { "cuMemAllocHost", "cuMemAllocHost", 2000, RC_HOOK_LEGACY },
 };
 
 #define N_SYMBOLS (sizeof symbols / sizeof symbols[0])

@@ -1,29 +1,18 @@
-/* The host memory monitor (host_monitor.h).
+/* The host memory monitor (host_monitor.h): the claims, the choice of how
+ * to hear of unmaps, and the thread regcache-mon, which reads the
+ * userfaultfd and drains the queue of unmaps when no get does.
  *
- * A userfaultfd registered over a range in write-protect mode, with no page
- * ever protected, raises no fault: it only reports what happens to the
- * range's mappings (UFFD_EVENT_UNMAP, _REMOVE, _REMAP).  The kernel sees
- * those wherever they come from - a call through the PLT, libc's own
- * internal munmap in free(), a raw system call - so nothing is patched and
- * nothing interferes with other libraries that patch libc (UCX's ucm,
- * libfabric's memhooks).  A range another userfaultfd already watches
- * cannot be registered again (EBUSY): that range stays unwatched.
- *
- * The unmapping thread blocks in the kernel until the monitor has read its
- * event; the events word (host_monitor.h) closes the gap between that read
- * and the invalidation.  The monitor therefore never waits for anything an
- * unmapping thread may hold before it reads: it takes no lock between
- * poll() and read(), and the claims lock, taken by others around their
- * ioctl()s only, is never held across an allocation, a free or a munmap.
+ * Nothing that an unmapping thread may hold while it waits for the
+ * userfaultfd to be read is ever waited for by the thread before its read:
+ * it takes no lock between poll() and read(), drains only when the drain
+ * lock is free, and claims_lock (the tree of claims, the ioctl()s on the
+ * userfaultfd) is never held across an allocation, a free or a munmap.
  *
  * Locks: life_lock (start and stop of the thread, opening and closing the
- * fd; never taken by the monitor thread) before claims_lock (the tree of
- * claims and the ioctl()s on the fd). */
+ * fds; never taken by the thread) before claims_lock. */
 #include "host_monitor.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <linux/userfaultfd.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -32,52 +21,56 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/ioctl.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "cache.h"
+#include "host_libc.h"
+#include "host_uffd.h"
 
-#ifndef UFFD_USER_MODE_ONLY
-#define UFFD_USER_MODE_ONLY 1
-#endif
-#ifndef UFFD_FEATURE_WP_HUGETLBFS_SHMEM
-#define UFFD_FEATURE_WP_HUGETLBFS_SHMEM 0
-#endif
-
-#define EVENTS (UFFD_FEATURE_EVENT_UNMAP | UFFD_FEATURE_EVENT_REMOVE | UFFD_FEATURE_EVENT_REMAP)
+/* How long the posts of libc's hooks may wait for a drain when no get of
+ * host memory comes: the pages their entries pin are held that long. */
+#define LIBC_DRAIN_MS 50
 
 struct rc_host_claim {
     struct rc_itree_node node;
     unsigned generation; /* claims of a fork's parent are no claims here */
+    bool by_uffd;
 };
-
-struct rc_host_monitor_line rc_host_monitor_line;
 
 static pthread_mutex_t life_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t claims_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
-static int uffd = -1, stop_fd = -1; /* under both locks to change */
-static bool running;                /* under life_lock */
+static atomic_int kick_fd = -1; /* an eventfd: wakes the thread */
+static atomic_bool stopping;
+static bool running; /* under life_lock */
 static pthread_t thread;
 static struct rc_itree claims; /* under claims_lock */
 static unsigned generation;
-static _Thread_local bool on_monitor;
+/* Under claims_lock: the claims libc's hooks watch, and the union of their
+ * ranges, which only grows until there are none. */
+static size_t libc_claims;
+static uintptr_t libc_lo = UINTPTR_MAX, libc_hi;
+static atomic_bool libc_watching; /* libc_claims != 0, for the thread */
 
 /* The child has no monitor thread, and the parent's fd reports the
  * parent's mappings (the child's lost their registration at the fork):
- * forget both; the child's first cache opens its own. */
+ * forget both; the child's first cache opens its own.  libc stays
+ * patched. */
 static void atfork_child(void)
 {
-    if (uffd >= 0)
-        close(uffd);
-    if (stop_fd >= 0)
-        close(stop_fd);
-    uffd = stop_fd = -1;
+    int fd = atomic_exchange(&kick_fd, -1);
+    if (fd >= 0)
+        close(fd);
+    rc_host_uffd_close();
     running = false;
+    atomic_store(&stopping, false);
     rc_itree_init(&claims);
     generation++;
-    atomic_store(&rc_host_monitor_line.events, 0);
+    libc_claims = 0;
+    libc_lo = UINTPTR_MAX, libc_hi = 0;
+    rc_host_libc_watch(libc_lo, libc_hi);
+    atomic_store(&libc_watching, false);
+    rc_host_events_reset();
     pthread_mutex_init(&life_lock, NULL);
     pthread_mutex_init(&claims_lock, NULL);
 }
@@ -87,120 +80,104 @@ static void install_atfork(void)
     pthread_atfork(NULL, NULL, atfork_child);
 }
 
-/* A userfaultfd that reports the events, with write-protect registration
- * of shared memory too where the kernel has it; -1 and errno otherwise. */
-static int open_uffd(uint64_t features)
-{
-    int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY);
-    if (fd < 0 && errno == EINVAL) /* before Linux 5.11 */
-        fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0)
-        return -1;
-    struct uffdio_api api = { .api = UFFD_API, .features = features };
-    if (ioctl(fd, UFFDIO_API, &api) || !(api.features & UFFD_FEATURE_PAGEFAULT_FLAG_WP) ||
-        !(api.ioctls & (1ull << _UFFDIO_REGISTER))) {
-        int e = errno ? errno : ENOSYS;
-        close(fd);
-        errno = e;
-        return -1;
-    }
-    return fd;
-}
+static bool open_kick_locked(void);
 
-/* Under life_lock: the fd, open; 0 or an errno. */
-static int open_locked(void)
-{
-    int err = 0;
-    if (uffd < 0) {
-        errno = 0;
-        int fd = open_uffd(EVENTS | UFFD_FEATURE_WP_HUGETLBFS_SHMEM);
-        if (fd < 0 && errno == EINVAL) /* a kernel without it for shared memory */
-            fd = open_uffd(EVENTS);
-        int sfd = fd < 0 ? -1 : eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-        err = fd < 0 || sfd < 0 ? errno : 0;
-        if (!err) {
-            pthread_mutex_lock(&claims_lock);
-            uffd = fd, stop_fd = sfd;
-            pthread_mutex_unlock(&claims_lock);
-        } else if (fd >= 0) {
-            close(fd);
-        }
-    }
-    return err;
-}
+#define LIBC_WAYS                                                                        \
+    "munmap, mremap, MAP_FIXED, madvise, brk, shmdt, and libc's own unmapping in free " \
+    "and realloc"
 
-int rc_host_monitor_open(char *why, size_t n)
+enum rc_host_by rc_host_monitor_open(int mode, char *why, size_t n)
 {
     pthread_once(&atfork_once, install_atfork);
     pthread_mutex_lock(&life_lock);
-    int err = open_locked();
+    bool kick = open_kick_locked();
     pthread_mutex_unlock(&life_lock);
-    if (err) {
-        snprintf(why, n, "not monitored (userfaultfd: %s%s)", strerror(err),
-                 err == EPERM ? "; vm.unprivileged_userfaultfd=0 or a seccomp filter" : "");
-        return 0;
+    if (!kick) {
+        snprintf(why, n, "not monitored (eventfd: %s)", strerror(errno));
+        return RC_HOST_BY_NONE;
     }
-    snprintf(why, n,
-             "monitored by userfaultfd (munmap, mremap, MAP_FIXED, madvise, brk, "
-             "and libc's own unmapping in free and realloc)");
-    return 1;
+    char libc_why[200] = "", uffd_why[160] = "";
+    if (mode != REGCACHE_HOST_MONITOR_UFFD && rc_host_libc_ensure(libc_why, sizeof libc_why)) {
+        snprintf(why, n,
+                 "monitored by patching libc (" LIBC_WAYS "; a system call made without libc "
+                 "is not seen: REGCACHE_HOST_MONITOR=uffd sees those too)");
+        return RC_HOST_BY_LIBC;
+    }
+    int err = 1;
+    if (mode != REGCACHE_HOST_MONITOR_LIBC) {
+        pthread_mutex_lock(&life_lock);
+        err = rc_host_uffd_open(uffd_why, sizeof uffd_why);
+        pthread_mutex_unlock(&life_lock);
+    }
+    if (!err) {
+        snprintf(why, n, "monitored by userfaultfd (" LIBC_WAYS ", and system calls%s%s)",
+                 libc_why[0] ? "; " : "", libc_why);
+        return RC_HOST_BY_UFFD;
+    }
+    snprintf(why, n, "not monitored (%s%s%s)", libc_why, libc_why[0] && uffd_why[0] ? "; " : "",
+             uffd_why);
+    return RC_HOST_BY_NONE;
 }
 
-static void handle(const struct uffd_msg *m)
+void rc_host_monitor_kick(void)
 {
-    switch (m->event) {
-    case UFFD_EVENT_UNMAP:
-    case UFFD_EVENT_REMOVE:
-        rc_registry_invalidate((uintptr_t)m->arg.remove.start, (uintptr_t)m->arg.remove.end,
-                               REGCACHE_REASON_FREED_MONITOR);
-        break;
-    case UFFD_EVENT_REMAP:
-        rc_registry_invalidate((uintptr_t)m->arg.remap.from,
-                               (uintptr_t)(m->arg.remap.from + m->arg.remap.len), REGCACHE_REASON_FREED_MONITOR);
-        break;
-    default:
-        break; /* no page is protected: no fault can come */
+    uint64_t one = 1;
+    int fd = atomic_load_explicit(&kick_fd, memory_order_acquire);
+    if (fd >= 0 && write(fd, &one, sizeof one) < 0) {
+        /* A counter already at its maximum has woken the thread. */
     }
-}
-
-/* Read the events the kernel queued and invalidate what they name.  The
- * read count goes up before the read: a thread that the read lets return
- * from its munmap finds the counts apart until the invalidation is done. */
-static void drain(int fd)
-{
-    struct uffd_msg msgs[64];
-    uint64_t w = atomic_load_explicit(&rc_host_monitor_line.events, memory_order_relaxed);
-    uint64_t read_count = (w >> 32) + 1;
-    atomic_store_explicit(&rc_host_monitor_line.events, read_count << 32 | (uint32_t)w,
-                          memory_order_seq_cst);
-    ssize_t got = read(fd, msgs, sizeof msgs);
-    for (ssize_t i = 0; i < got / (ssize_t)sizeof msgs[0]; i++)
-        handle(&msgs[i]);
-    atomic_store_explicit(&rc_host_monitor_line.events, read_count << 32 | (uint32_t)read_count,
-                          memory_order_release);
 }
 
 static void *monitor(void *arg)
 {
     (void)arg;
-    on_monitor = true;
-    struct pollfd p[2] = { { .fd = uffd, .events = POLLIN }, { .fd = stop_fd, .events = POLLIN } };
     for (;;) {
-        if (poll(p, 2, -1) < 0)
+        struct pollfd p[2] = { { .fd = atomic_load(&kick_fd), .events = POLLIN },
+                               { .fd = rc_host_uffd_fd(), .events = POLLIN } };
+        int timeout = atomic_load_explicit(&libc_watching, memory_order_relaxed) ? LIBC_DRAIN_MS
+                                                                                  : -1;
+        if (poll(p, 2, timeout) < 0)
             continue; /* EINTR */
-        if (p[1].revents)
-            return NULL;
-        if (p[0].revents & POLLIN)
-            drain(p[0].fd);
+        if (p[0].revents & POLLIN) {
+            uint64_t count;
+            if (read(p[0].fd, &count, sizeof count) < 0) {
+                /* Another wake read it: nothing to do. */
+            }
+            if (atomic_load(&stopping))
+                return NULL;
+        }
+        if (p[1].revents & POLLIN)
+            rc_host_uffd_read();
+        if (atomic_load_explicit(&libc_watching, memory_order_relaxed))
+            rc_host_libc_check();
+        if (rc_host_monitor_behind())
+            rc_host_events_drain(false);
     }
 }
 
-/* Under life_lock, with the fd open: the thread, named for `top`, with
- * every signal blocked (the application's handlers run on its threads). */
+/* Under life_lock: the eventfd that wakes the thread, opened with the
+ * first cache that watches (as the userfaultfd is), not at its first
+ * range. */
+static bool open_kick_locked(void)
+{
+    if (atomic_load(&kick_fd) < 0) {
+        int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (fd < 0)
+            return false;
+        atomic_store(&kick_fd, fd);
+    }
+    return true;
+}
+
+/* Under life_lock: the thread, with every signal blocked (the
+ * application's handlers run on its threads). */
 static bool start_locked(void)
 {
     if (running)
         return true;
+    if (!open_kick_locked())
+        return false;
+    atomic_store(&stopping, false);
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
@@ -211,50 +188,63 @@ static bool start_locked(void)
     return running;
 }
 
-struct rc_host_claim *rc_host_monitor_watch(uintptr_t start, uintptr_t end)
+/* Under claims_lock: a claim for libc's hooks. */
+static bool watch_libc_locked(uintptr_t start, uintptr_t end)
+{
+    libc_lo = start < libc_lo ? start : libc_lo;
+    libc_hi = end > libc_hi ? end : libc_hi;
+    rc_host_libc_watch(libc_lo, libc_hi);
+    bool first = libc_claims++ == 0;
+    atomic_store(&libc_watching, true);
+    return first;
+}
+
+struct rc_host_claim *rc_host_monitor_watch(uintptr_t start, uintptr_t end, enum rc_host_by by)
 {
     struct rc_host_claim *claim = malloc(sizeof *claim);
     if (!claim)
         return NULL;
     claim->node.start = start;
     claim->node.end = end;
+    claim->by_uffd = by == RC_HOST_BY_UFFD;
+    if (by == RC_HOST_BY_LIBC)
+        rc_host_libc_check();
+    bool first = false;
     pthread_mutex_lock(&life_lock);
-    bool ok = !open_locked() && start_locked();
+    bool ok = by != RC_HOST_BY_NONE && start_locked();
     if (ok) {
         pthread_mutex_lock(&claims_lock);
-        struct uffdio_register r = { .range = { start, end - start },
-                                     .mode = UFFDIO_REGISTER_MODE_WP };
-        ok = !ioctl(uffd, UFFDIO_REGISTER, &r);
+        ok = !claim->by_uffd || rc_host_uffd_register(start, end);
         if (ok) {
             claim->generation = generation;
             rc_itree_insert(&claims, &claim->node);
+            if (!claim->by_uffd)
+                first = watch_libc_locked(start, end);
         }
         pthread_mutex_unlock(&claims_lock);
     }
     pthread_mutex_unlock(&life_lock);
+    if (first) /* from now on the thread drains on a timer */
+        rc_host_monitor_kick();
     if (ok)
         return claim;
     free(claim);
     return NULL;
 }
 
-/* The pages of [at, end) no remaining claim covers (claims come in order
- * of start) leave the userfaultfd. */
+/* The pages of [at, end) no remaining userfaultfd claim covers (claims
+ * come in order of start) leave the userfaultfd. */
 struct gaps {
     uintptr_t at, end;
 };
 
-static void unregister(uintptr_t start, uintptr_t end)
-{
-    struct uffdio_range r = { start, end - start };
-    (void)ioctl(uffd, UFFDIO_UNREGISTER, &r); /* gone already: nothing to undo */
-}
-
 static int skip_claimed(struct rc_itree_node *n, void *arg)
 {
     struct gaps *g = arg;
+    if (!rc_container_of(n, struct rc_host_claim, node)->by_uffd)
+        return 0;
     if (n->start > g->at)
-        unregister(g->at, n->start < g->end ? n->start : g->end);
+        rc_host_uffd_unregister(g->at, n->start < g->end ? n->start : g->end);
     if (n->end > g->at)
         g->at = n->end;
     return 0;
@@ -265,32 +255,76 @@ void rc_host_monitor_unwatch(struct rc_host_claim *claim)
     if (!claim)
         return;
     pthread_mutex_lock(&claims_lock);
-    if (claim->generation == generation && uffd >= 0) {
+    if (claim->generation == generation) {
         rc_itree_remove(&claims, &claim->node);
-        struct gaps g = { claim->node.start, claim->node.end };
-        rc_itree_visit_overlaps(&claims, g.at, g.end, skip_claimed, &g);
-        if (g.at < g.end)
-            unregister(g.at, g.end);
+        if (claim->by_uffd) {
+            struct gaps g = { claim->node.start, claim->node.end };
+            rc_itree_visit_overlaps(&claims, g.at, g.end, skip_claimed, &g);
+            if (g.at < g.end)
+                rc_host_uffd_unregister(g.at, g.end);
+        } else if (--libc_claims == 0) {
+            libc_lo = UINTPTR_MAX, libc_hi = 0;
+            rc_host_libc_watch(libc_lo, libc_hi);
+            atomic_store(&libc_watching, false);
+        }
     }
     pthread_mutex_unlock(&claims_lock);
     free(claim);
 }
 
+struct ranges {
+    uintptr_t (*at)[2];
+    size_t n, room;
+};
+
+static int collect(struct rc_itree_node *n, void *arg)
+{
+    struct ranges *r = arg;
+    if (r->n < r->room) {
+        r->at[r->n][0] = n->start;
+        r->at[r->n][1] = n->end;
+        r->n++;
+    }
+    return 0;
+}
+
+void rc_host_monitor_invalidate_watched(void)
+{
+    pthread_mutex_lock(&claims_lock);
+    size_t room = claims.count;
+    uintptr_t lo = libc_lo, hi = libc_hi;
+    pthread_mutex_unlock(&claims_lock);
+    struct ranges r = { malloc(room * sizeof *r.at + 1), 0, room };
+    if (!r.at) { /* every range libc's hooks watch, and what lies between */
+        if (lo < hi)
+            rc_registry_invalidate(lo, hi, REGCACHE_REASON_FREED_MONITOR);
+        return;
+    }
+    pthread_mutex_lock(&claims_lock);
+    rc_itree_visit_overlaps(&claims, 0, UINTPTR_MAX, collect, &r);
+    pthread_mutex_unlock(&claims_lock);
+    for (size_t i = 0; i < r.n; i++)
+        rc_registry_invalidate(r.at[i][0], r.at[i][1], REGCACHE_REASON_FREED_MONITOR);
+    free(r.at);
+}
+
 void rc_host_monitor_catch_up(void)
 {
-    if (on_monitor)
+    if (rc_host_events_draining())
         return;
     uint64_t w = atomic_load_explicit(&rc_host_monitor_line.events, memory_order_acquire);
     uint32_t target = (uint32_t)(w >> 32);
     while ((int32_t)((uint32_t)w - target) < 0) {
-        sched_yield();
+        rc_host_events_drain(true);
         w = atomic_load_explicit(&rc_host_monitor_line.events, memory_order_acquire);
+        if ((int32_t)((uint32_t)w - target) < 0) /* a read of the userfaultfd under way */
+            sched_yield();
     }
 }
 
-/* Stop the thread and close the fd when nothing is watched, or `always`
- * (at unload: closing the fd lets every waiter go, and the kernel forgets
- * every registration with it). */
+/* Stop the thread and close the fds when nothing is watched, or `always`
+ * (at unload: closing the userfaultfd lets every waiter go, and the kernel
+ * forgets every registration with it). */
 static void stop(bool always)
 {
     pthread_mutex_lock(&life_lock);
@@ -303,17 +337,16 @@ static void stop(bool always)
         return;
     }
     if (running) {
-        uint64_t one = 1;
-        if (write(stop_fd, &one, sizeof one) == sizeof one)
-            pthread_join(thread, NULL);
+        atomic_store(&stopping, true);
+        rc_host_monitor_kick();
+        pthread_join(thread, NULL);
         running = false;
     }
+    int fd = atomic_exchange(&kick_fd, -1);
+    if (fd >= 0)
+        close(fd);
     pthread_mutex_lock(&claims_lock);
-    if (uffd >= 0) {
-        close(uffd);
-        close(stop_fd);
-        uffd = stop_fd = -1;
-    }
+    rc_host_uffd_close();
     pthread_mutex_unlock(&claims_lock);
     pthread_mutex_unlock(&life_lock);
 }

@@ -1,57 +1,56 @@
-/* The host memory monitor: one per process, for every cache.  Pageable host
- * ranges are registered with a userfaultfd before the backend registers
- * them; the kernel then reports every unmap, remap and discard of their
- * pages (munmap, mremap, mmap(MAP_FIXED) over them, madvise(DONTNEED, FREE,
- * REMOVE), brk shrinking, and the same done from inside libc by free() and
- * realloc()), and the thread regcache-mon invalidates what overlaps them in
- * every cache.  See README "Host memory monitor" for why this mechanism. */
+/* The host memory monitor: one per process, for every cache.  A pageable
+ * host range is watched from before its registration until its
+ * deregistration; every unmap, remap and discard of its pages (munmap,
+ * mremap, mmap(MAP_FIXED) over them, madvise(DONTNEED, FREE, REMOVE), brk
+ * shrinking, shmdt, and the same done from inside libc by free() and
+ * realloc()) is queued (host_events.h) before the caller's call returns,
+ * and drained into invalidations in every cache.  Two ways to hear of
+ * them: libc's functions patched (host_libc.h), which costs the unmapping
+ * thread a post, or a userfaultfd (host_uffd.h), which also sees system
+ * calls made without libc but makes the unmapping thread wait for the
+ * monitor thread.  See docs/design.md "Host memory monitor". */
 #ifndef RC_HOST_MONITOR_H
 #define RC_HOST_MONITOR_H
 
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-/* Events read (high half) and events handled (low half), both written by
- * the monitor thread only, on a line of their own.  The kernel lets an
- * unmapping thread return once the monitor has READ its event, before the
- * entries are invalidated: a get of host memory that finds the halves
- * apart waits until they meet (rc_host_monitor_catch_up). */
-struct rc_host_monitor_line {
-    _Atomic uint64_t events;
-    char pad[56];
-} __attribute__((aligned(64)));
-extern struct rc_host_monitor_line rc_host_monitor_line;
+#include "host_events.h"
 
-static inline bool rc_host_monitor_behind(void)
-{
-    uint64_t w = atomic_load_explicit(&rc_host_monitor_line.events, memory_order_acquire);
-    return (uint32_t)(w >> 32) != (uint32_t)w;
-}
+/* How a range is watched. */
+enum rc_host_by { RC_HOST_BY_NONE, RC_HOST_BY_LIBC, RC_HOST_BY_UFFD };
 
-/* Wait until every event read so far is handled.  Returns at once on the
- * monitor thread itself (its own callbacks must never wait for it). */
+/* Get of host memory: every unmap posted before the call is handled
+ * first.  Returns at once on a thread that is draining (its own
+ * invalidations' callbacks). */
 void rc_host_monitor_catch_up(void);
 
-/* Whether the monitor can work in this process: opens the userfaultfd once
- * (the thread starts with the first watched range).  1 with how it works
- * in why[n], or 0 with why it cannot.  Thread safe. */
-int rc_host_monitor_open(char *why, size_t n);
+/* How a cache that asks for `mode` (enum regcache_host_monitor, not OFF)
+ * watches its ranges, with how (or why not) in why[n].  Patches libc or
+ * opens the userfaultfd the first time either is asked for.  Thread
+ * safe. */
+enum rc_host_by rc_host_monitor_open(int mode, char *why, size_t n);
 
 /* A watched range; the entry registered over it keeps it until its
  * deregistration. */
 struct rc_host_claim;
 
 /* Watch [start, end) (page aligned) before it is registered: a claim, or
- * NULL when the range cannot be watched (a mapping the kernel does not
- * report, one another userfaultfd watches, no memory, no monitor).
+ * NULL when the range cannot be watched (the userfaultfd refuses a mapping
+ * it does not report or one another userfaultfd watches; no memory).
  * Allocates; call without any lock of the cache.  Thread safe. */
-struct rc_host_claim *rc_host_monitor_watch(uintptr_t start, uintptr_t end);
+struct rc_host_claim *rc_host_monitor_watch(uintptr_t start, uintptr_t end, enum rc_host_by by);
 
 /* The entry over a claim was deregistered: its pages that no other claim
  * covers are no longer watched.  NULL is a no-op.  Thread safe. */
 void rc_host_monitor_unwatch(struct rc_host_claim *claim);
+
+/* Invalidate every watched range (the queue overflowed).  Drainer only. */
+void rc_host_monitor_invalidate_watched(void);
+
+/* Wake the monitor thread to drain.  Async-signal-safe. */
+void rc_host_monitor_kick(void);
 
 /* The last cache of the process was destroyed: stop the thread and close
  * the userfaultfd, once no range is watched.  Thread safe. */

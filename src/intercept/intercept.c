@@ -145,6 +145,8 @@ static void install(void)
 #define PROBE_alloc_async NULL, 0, NULL
 #define PROBE_alloc_pool NULL, 0, NULL, NULL
 #define PROBE_map 0, 0, 0, 0, 0
+#define PROBE_alloc_host NULL, 0
+#define PROBE_alloc_host_flags NULL, 0, 0
 
 /* Call fn, a function of `kind`, quietly: 1 + the index of the first
  * wrapper it reached, or 0. */

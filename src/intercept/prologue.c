@@ -5,12 +5,14 @@
 
 #define JMP_REL32 0xe9
 #define PUSH_RBP 0x55
+#define RSP 4
 
 /* One accepted form: its leading bytes under a mask, its length, and for a
  * leading instruction how it is undone. */
 struct form {
     uint8_t match[5], mask[5];
     size_t matched, len;
+    size_t disp; /* a site's: offset of its disp32 relative to %rip; 0: none */
 };
 
 /* Leading instructions, each shorter than the patch, that the thunk can
@@ -25,45 +27,52 @@ enum lead {
     MOV_R10,
     MOV_R10D,
     STORE_FRAME,
+    MOV_REG,
     LEADS
 };
 static const struct form leads[LEADS] = {
     /* endbr64: a no-op marker for indirect-branch tracking. */
-    [ENDBR64] = { { 0xf3, 0x0f, 0x1e, 0xfa }, { 0xff, 0xff, 0xff, 0xff }, 4, 4 },
+    [ENDBR64] = { { 0xf3, 0x0f, 0x1e, 0xfa }, { 0xff, 0xff, 0xff, 0xff }, 4, 4, 0 },
     /* push %rax..%rdi, and %r8..%r15 (REX.B) */
-    [PUSH] = { { 0x50 }, { 0xf8 }, 1, 1 },
-    [PUSH_REX] = { { 0x41, 0x50 }, { 0xff, 0xf8 }, 2, 2 },
+    [PUSH] = { { 0x50 }, { 0xf8 }, 1, 1, 0 },
+    [PUSH_REX] = { { 0x41, 0x50 }, { 0xff, 0xf8 }, 2, 2, 0 },
     /* mov %rsp,%rbp, in both encodings */
-    [MOV_RBP] = { { 0x48, 0x89, 0xe5 }, { 0xff, 0xff, 0xff }, 3, 3 },
-    [MOV_RBP_ALT] = { { 0x48, 0x8b, 0xec }, { 0xff, 0xff, 0xff }, 3, 3 },
+    [MOV_RBP] = { { 0x48, 0x89, 0xe5 }, { 0xff, 0xff, 0xff }, 3, 3, 0 },
+    [MOV_RBP_ALT] = { { 0x48, 0x8b, 0xec }, { 0xff, 0xff, 0xff }, 3, 3, 0 },
     /* sub $imm8,%rsp */
-    [SUB_RSP8] = { { 0x48, 0x83, 0xec }, { 0xff, 0xff, 0xff }, 3, 4 },
+    [SUB_RSP8] = { { 0x48, 0x83, 0xec }, { 0xff, 0xff, 0xff }, 3, 4, 0 },
     /* mov %rcx,%r10 and mov %ecx,%r10d: how a system call's fourth argument
      * moves to its register; %r10 is scratch at a call, nothing to undo. */
-    [MOV_R10] = { { 0x49, 0x89, 0xca }, { 0xff, 0xff, 0xff }, 3, 3 },
-    [MOV_R10D] = { { 0x41, 0x89, 0xca }, { 0xff, 0xff, 0xff }, 3, 3 },
+    [MOV_R10] = { { 0x49, 0x89, 0xca }, { 0xff, 0xff, 0xff }, 3, 3, 0 },
+    [MOV_R10D] = { { 0x41, 0x89, 0xca }, { 0xff, 0xff, 0xff }, 3, 3, 0 },
     /* mov %reg,disp8(%rbp), REX.W, optionally REX.R: a store into the frame
      * just set up (only after mov %rsp,%rbp), which the thunk's undo frees
      * again; nothing to undo. */
-    [STORE_FRAME] = { { 0x48, 0x89, 0x45 }, { 0xfb, 0xff, 0xc7 }, 3, 4 },
+    [STORE_FRAME] = { { 0x48, 0x89, 0x45 }, { 0xfb, 0xff, 0xc7 }, 3, 4, 0 },
+    /* mov %reg,%reg, REX.W: only into a register pushed before, whose pop in
+     * the undo restores it. */
+    [MOV_REG] = { { 0x48, 0x89, 0xc0 }, { 0xfa, 0xff, 0xc0 }, 3, 3, 0 },
 };
 
 /* Patch sites that run unchanged anywhere. */
 static const struct form sites[] = {
     /* sub $imm32,%rsp */
-    { { 0x48, 0x81, 0xec }, { 0xff, 0xff, 0xff }, 3, 7 },
+    { { 0x48, 0x81, 0xec }, { 0xff, 0xff, 0xff }, 3, 7, 0 },
     /* movabs $imm64,%reg (REX.W, optionally REX.B), how UCX's bistro starts
      * its far patch (mov %rax or %r11, then jmp through it) */
-    { { 0x48, 0xb8 }, { 0xfe, 0xf8 }, 2, 10 },
+    { { 0x48, 0xb8 }, { 0xfe, 0xf8 }, 2, 10, 0 },
     /* mov $imm32,%eax..%edi: a libc system call stub's number */
-    { { 0xb8 }, { 0xf8 }, 1, 5 },
+    { { 0xb8 }, { 0xf8 }, 1, 5, 0 },
     /* test $imm32,%r8d..%r15d: libc's mmap checking its offset */
-    { { 0x41, 0xf7, 0xc0 }, { 0xff, 0xff, 0xf8 }, 3, 7 },
+    { { 0x41, 0xf7, 0xc0 }, { 0xff, 0xff, 0xf8 }, 3, 7, 0 },
     /* mov %reg,disp8(%rsp), REX.W, optionally REX.R: libc's mremap saving
      * its fifth argument */
-    { { 0x48, 0x89, 0x44, 0x24 }, { 0xfb, 0xff, 0xc7, 0xff }, 4, 5 },
+    { { 0x48, 0x89, 0x44, 0x24 }, { 0xfb, 0xff, 0xc7, 0xff }, 4, 5, 0 },
     /* mov %fs:disp32,%rax..%rdi: the stack protector's canary */
-    { { 0x64, 0x48, 0x8b, 0x04, 0x25 }, { 0xff, 0xff, 0xff, 0xc7, 0xff }, 5, 9 },
+    { { 0x64, 0x48, 0x8b, 0x04, 0x25 }, { 0xff, 0xff, 0xff, 0xc7, 0xff }, 5, 9, 0 },
+    /* mov x(%rip),%reg, REX.W, optionally REX.R (relocated): libc's sbrk
+     * loading the address of the break */
+    { { 0x48, 0x8b, 0x05 }, { 0xfb, 0xff, 0xc7 }, 3, 7, 3 },
 };
 
 /* Whether code (n bytes readable) starts with form f, whole. */
@@ -111,11 +120,15 @@ static int site_at(const uint8_t *code, size_t n, size_t i, uintptr_t at, struct
         p->resume = at + p->len + (uintptr_t)(intptr_t)rel;
         return 0;
     }
-    for (size_t f = 0; len == 0 && f < sizeof sites / sizeof sites[0]; f++)
-        if (matches(&sites[f], code + i, n - i))
-            len = sites[f].len;
     size_t disp = 0;
-    if (len == 0 && (len = rip_cmp_length(code + i, n - i, &disp)) != 0) {
+    for (size_t f = 0; len == 0 && f < sizeof sites / sizeof sites[0]; f++)
+        if (matches(&sites[f], code + i, n - i)) {
+            len = sites[f].len;
+            disp = sites[f].disp;
+        }
+    if (len == 0)
+        len = rip_cmp_length(code + i, n - i, &disp);
+    if (disp) {
         int32_t d;
         memcpy(&d, code + i + disp, sizeof d);
         p->rip_disp = disp;
@@ -164,6 +177,7 @@ int rc_prologue_decode(const uint8_t *code, size_t n, uintptr_t at, struct rc_pr
     uint8_t undo[RC_PROLOGUE_MAX][4];
     size_t undo_lens[RC_PROLOGUE_MAX], leading = 0, i = 0;
     bool rbp_saved = false, frame = false;
+    unsigned pushed = 0; /* registers a leading push saved */
     n = n < RC_PROLOGUE_MAX ? n : RC_PROLOGUE_MAX;
     while (i < n) {
         if (site_at(code, n, i, at, p) == 0) {
@@ -177,9 +191,12 @@ int rc_prologue_decode(const uint8_t *code, size_t n, uintptr_t at, struct rc_pr
         }
         enum lead k = lead_at(code + i, n - i);
         /* %rbp overwritten can only be restored from where it was saved. */
+        unsigned into = k == MOV_REG ? (unsigned)((code[i] & 1) << 3 | (code[i + 2] & 7)) : 0;
         if (k == LEADS || ((k == MOV_RBP || k == MOV_RBP_ALT) && !rbp_saved) ||
-            (k == STORE_FRAME && !frame))
+            (k == STORE_FRAME && !frame) || (k == MOV_REG && (into == RSP || !(pushed >> into & 1))))
             return -1;
+        if (k == PUSH || k == PUSH_REX)
+            pushed |= 1u << ((k == PUSH_REX ? 8 : 0) | (code[i + (k == PUSH_REX)] & 7));
         rbp_saved |= k == PUSH && code[i] == PUSH_RBP;
         frame |= k == MOV_RBP || k == MOV_RBP_ALT;
         undo_lens[leading] = undo_of(k, code + i, undo[leading]);

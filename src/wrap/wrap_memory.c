@@ -133,3 +133,21 @@ CUresult rc_wrap_map(void *real, CUdeviceptr ptr, size_t size, size_t offset,
         notify_allocated(ptr, size);
     return r;
 }
+
+/* Pinned host memory: eager registration registers it only in caches that
+ * take host memory. */
+CUresult rc_wrap_alloc_host(void *real, void **ptr, size_t size)
+{
+    CUresult r = ((CUresult(*)(void **, size_t))real)(ptr, size);
+    if (r == CUDA_SUCCESS)
+        regcache_notify_host_alloc(*ptr, size);
+    return r;
+}
+
+CUresult rc_wrap_alloc_host_flags(void *real, void **ptr, size_t size, unsigned int flags)
+{
+    CUresult r = ((CUresult(*)(void **, size_t, unsigned int))real)(ptr, size, flags);
+    if (r == CUDA_SUCCESS)
+        regcache_notify_host_alloc(*ptr, size);
+    return r;
+}

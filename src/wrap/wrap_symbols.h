@@ -1,5 +1,5 @@
 /* The CUDA driver functions that free or allocate memory: the one list
- * behind both ways the caches hear of frees.  The preload hook
+ * behind both ways the caches hear of frees and allocations.  The preload hook
  * (src/hook) defines an export and a lookup-table row for each; the
  * in-process interception (src/intercept) patches each in libcuda.
  *
@@ -13,7 +13,7 @@
  * return to the system only memory already freed into the pool, whose
  * ranges were notified by the cuMemFreeAsync that freed it; a destroyed
  * pool's live allocations stay valid until freed), and the 32-bit
- * cuMemFree/cuMemAlloc of CUDA < 3.2. */
+ * cuMemFree/cuMemAlloc/cuMemAllocHost of CUDA < 3.2. */
 #ifndef RC_WRAP_SYMBOLS_H
 #define RC_WRAP_SYMBOLS_H
 
@@ -48,7 +48,11 @@
     X(cuMemAllocAsync_ptsz, "cuMemAllocAsync", 11020, RC_WRAP_PTDS, alloc_async)                \
     X(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", 11020, 0, alloc_pool)                 \
     X(cuMemAllocFromPoolAsync_ptsz, "cuMemAllocFromPoolAsync", 11020, RC_WRAP_PTDS, alloc_pool) \
-    X(cuMemMap, "cuMemMap", 10020, 0, map)
+    X(cuMemMap, "cuMemMap", 10020, 0, map)                                                     \
+    /* Pinned host memory; the CUDA runtime's cudaMallocHost and                                \
+     * cudaHostAlloc reach the driver through these. */                                         \
+    X(cuMemAllocHost_v2, "cuMemAllocHost", 3020, 0, alloc_host)                                 \
+    X(cuMemHostAlloc, "cuMemHostAlloc", 2020, 0, alloc_host_flags)
 
 /* Every kind of wrapper (one C prototype, one thing to tell the caches),
  * with its parameter list as RC_WRAP_PARAMS_<kind> and its argument names
@@ -56,7 +60,7 @@
 #define RC_WRAP_KINDS(X)                                                                        \
     X(free)                                                                                     \
     X(free_async) X(free_host) X(free_range) X(ctx_gone) X(device_gone) X(alloc) X(alloc_async) \
-        X(alloc_pool) X(map)
+        X(alloc_pool) X(map) X(alloc_host) X(alloc_host_flags)
 
 #define RC_WRAP_PARAMS_free CUdeviceptr ptr
 #define RC_WRAP_ARGS_free ptr
@@ -80,5 +84,9 @@
     CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, \
         unsigned long long flags
 #define RC_WRAP_ARGS_map ptr, size, offset, handle, flags
+#define RC_WRAP_PARAMS_alloc_host void **ptr, size_t size
+#define RC_WRAP_ARGS_alloc_host ptr, size
+#define RC_WRAP_PARAMS_alloc_host_flags void **ptr, size_t size, unsigned int flags
+#define RC_WRAP_ARGS_alloc_host_flags ptr, size, flags
 
 #endif

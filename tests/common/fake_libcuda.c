@@ -9,6 +9,7 @@
 #undef cuGetProcAddress
 #undef cuMemFree
 #undef cuMemAlloc
+#undef cuMemAllocHost
 #undef cuCtxDestroy
 #undef cuDevicePrimaryCtxReset
 #undef cuDevicePrimaryCtxRelease
@@ -144,6 +145,19 @@ static CUresult alloc_logged(const char *fn, CUdeviceptr *ptr, size_t size)
     return CUDA_SUCCESS;
 }
 
+/* Like the driver, no pointer to fill in is refused before anything. */
+static CUresult host_alloc_logged(const char *fn, void **ptr, size_t size)
+{
+    if (!ptr)
+        return CUDA_ERROR_INVALID_VALUE;
+    uintptr_t addr = fakecuda_alloc_unhooked(size, 1);
+    if (addr == 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *ptr = (void *)addr;
+    log_event(FAKECUDA_CALL, fn, addr, size, 1);
+    return CUDA_SUCCESS;
+}
+
 /* Like the driver, the context calls refuse a NULL context and a negative
  * device without touching anything. */
 static CUresult context_gone(const char *fn)
@@ -215,11 +229,6 @@ PATCHED(cuMemHostUnregister, (void *ptr))
     return free_logged("cuMemHostUnregister", (uintptr_t)ptr);
 }
 
-API CUresult cuMemAllocHost_v2(void **ptr, size_t size)
-{
-    *ptr = (void *)fakecuda_alloc_unhooked(size, 1);
-    return *ptr ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
-}
 
 PATCHED(cuMemUnmap, (CUdeviceptr ptr, size_t size))
 {
@@ -331,6 +340,24 @@ PATCHED(cuMemAllocFromPoolAsync_ptsz,
     return alloc_logged("cuMemAllocFromPoolAsync_ptsz", ptr, size);
 }
 
+/* The 32-bit ABI of CUDA < 3.2, which the hook hands out unwrapped. */
+API CUresult cuMemAllocHost(void **ptr, unsigned int size)
+{
+    (void)ptr, (void)size;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+PATCHED(cuMemAllocHost_v2, (void **ptr, size_t size))
+{
+    return host_alloc_logged("cuMemAllocHost_v2", ptr, size);
+}
+
+PATCHED(cuMemHostAlloc, (void **ptr, size_t size, unsigned int flags))
+{
+    (void)flags;
+    return host_alloc_logged("cuMemHostAlloc", ptr, size);
+}
+
 #ifdef FAKECUDA_MEASURED_PROLOGUE
 /* Read by the entries as libcuda's read a flag of its own. */
 static __attribute__((used)) int tools_flag;
@@ -378,6 +405,8 @@ MEASURED(cuMemAllocAsync)
 MEASURED(cuMemAllocAsync_ptsz)
 MEASURED(cuMemAllocFromPoolAsync)
 MEASURED(cuMemAllocFromPoolAsync_ptsz)
+MEASURED(cuMemAllocHost_v2)
+MEASURED(cuMemHostAlloc)
 
 /* cuMemFreeHost as another patcher (UCX's bistro) leaves an entry: a
  * jmp rel32 over the first bytes to its hook, which counts the call and
@@ -434,6 +463,9 @@ static const struct proc {
     { "cuMemAllocFromPoolAsync", 11020, 0, (void *)cuMemAllocFromPoolAsync },
     { "cuMemAllocFromPoolAsync", 11020, 1, (void *)cuMemAllocFromPoolAsync_ptsz },
     { "cuMemMap", 10020, 0, (void *)cuMemMap },
+    { "cuMemAllocHost", 2000, 0, (void *)cuMemAllocHost },
+    { "cuMemAllocHost", 3020, 0, (void *)cuMemAllocHost_v2 },
+    { "cuMemHostAlloc", 2020, 0, (void *)cuMemHostAlloc },
 };
 
 static void *find_proc(const char *symbol, int version, int ptsz)

@@ -172,6 +172,9 @@ const struct fixture_variant fixture_procs[] = {
     { "cuMemAllocFromPoolAsync", 11020, 0, "cuMemAllocFromPoolAsync", FIX_ALLOC_POOL },
     { "cuMemAllocFromPoolAsync", 11020, PTDS, "cuMemAllocFromPoolAsync_ptsz", FIX_ALLOC_POOL },
     { "cuMemMap", 10020, 0, "cuMemMap", FIX_MAP },
+    { "cuMemAllocHost", 3020, 0, "cuMemAllocHost_v2", FIX_ALLOC_HOST },
+    { "cuMemAllocHost", 12000, 0, "cuMemAllocHost_v2", FIX_ALLOC_HOST },
+    { "cuMemHostAlloc", 2020, 0, "cuMemHostAlloc", FIX_ALLOC_HOST_FLAGS },
     { "cuGetProcAddress", 11030, 0, "cuMemFree_v2", FIX_GET_PROC },
     { "cuGetProcAddress", 12000, 0, "cuMemFree_v2", FIX_GET_PROC_V2 },
 };
@@ -198,6 +201,8 @@ const struct fixture_export fixture_exports[] = {
     { "cuMemAllocFromPoolAsync", (void *)cuMemAllocFromPoolAsync, FIX_ALLOC_POOL },
     { "cuMemAllocFromPoolAsync_ptsz", (void *)cuMemAllocFromPoolAsync_ptsz, FIX_ALLOC_POOL },
     { "cuMemMap", (void *)cuMemMap, FIX_MAP },
+    { "cuMemAllocHost_v2", (void *)cuMemAllocHost_v2, FIX_ALLOC_HOST },
+    { "cuMemHostAlloc", (void *)cuMemHostAlloc, FIX_ALLOC_HOST_FLAGS },
     { "cuGetProcAddress", (void *)cuGetProcAddress, FIX_GET_PROC },
     { "cuGetProcAddress_v2", (void *)cuGetProcAddress_v2, FIX_GET_PROC_V2 },
 };
@@ -229,17 +234,24 @@ static void check_free(regcache_t *cache, enum fixture_what what, void *fn, cons
     assert_int_equal(fixture_notified(cache), 1);
 }
 
-/* A reserved and mapped range, cached. */
-static CUdeviceptr cached_mapping(regcache_t *cache)
+typedef CUresult (*map_fn)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+                           unsigned long long);
+
+/* A range of FIXTURE_SIZE bytes reserved for a mapping. */
+static CUdeviceptr reserved(void)
 {
     CUdeviceptr p;
     assert_int_equal(((CUresult(*)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long))
                           fixture_own("cuMemAddressReserve"))(&p, FIXTURE_SIZE, 0, 0, 0),
                      CUDA_SUCCESS);
-    assert_int_equal(
-        ((CUresult(*)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
-                      unsigned long long))fixture_own("cuMemMap"))(p, FIXTURE_SIZE, 0, 0, 0),
-        CUDA_SUCCESS);
+    return p;
+}
+
+/* A reserved and mapped range, cached. */
+static CUdeviceptr cached_mapping(regcache_t *cache)
+{
+    CUdeviceptr p = reserved();
+    assert_int_equal(((map_fn)fixture_own("cuMemMap"))(p, FIXTURE_SIZE, 0, 0, 0), CUDA_SUCCESS);
     fixture_cache_range(cache, p, FIXTURE_SIZE);
     return p;
 }
@@ -275,33 +287,89 @@ static void check_context(regcache_t *cache, enum fixture_what what, void *fn, c
     assert_int_equal(fixture_notified(cache), 2);
 }
 
+static int pinned_host(enum fixture_what what)
+{
+    return what == FIX_ALLOC_HOST || what == FIX_ALLOC_HOST_FLAGS;
+}
+
+/* Allocate FIXTURE_SIZE bytes through fn, a function that does `what`:
+ * mapped at *ptr, a reserved range, for FIX_MAP, else where the double
+ * puts them (in *ptr). */
+static CUresult allocate(enum fixture_what what, void *fn, CUdeviceptr *ptr)
+{
+    void *host = NULL;
+    CUresult r;
+    switch (what) {
+    case FIX_MAP:
+        return ((map_fn)fn)(*ptr, FIXTURE_SIZE, 0, 0, 0);
+    case FIX_ALLOC:
+        return ((CUresult(*)(CUdeviceptr *, size_t))fn)(ptr, FIXTURE_SIZE);
+    case FIX_ALLOC_ASYNC:
+        return ((CUresult(*)(CUdeviceptr *, size_t, CUstream))fn)(ptr, FIXTURE_SIZE, NULL);
+    case FIX_ALLOC_POOL:
+        return ((CUresult(*)(CUdeviceptr *, size_t, CUmemoryPool, CUstream))fn)(ptr, FIXTURE_SIZE,
+                                                                                NULL, NULL);
+    case FIX_ALLOC_HOST:
+        r = ((CUresult(*)(void **, size_t))fn)(&host, FIXTURE_SIZE);
+        break;
+    default:
+        r = ((CUresult(*)(void **, size_t, unsigned int))fn)(&host, FIXTURE_SIZE, 0);
+        break;
+    }
+    *ptr = (CUdeviceptr)(uintptr_t)host;
+    return r;
+}
+
 /* A stale cached range (its free went unseen) handed out again: dropped
  * after the driver allocated it and before the caller sees it. */
 static void check_alloc(regcache_t *cache, enum fixture_what what, void *fn, const char *runs)
 {
     CUdeviceptr p, q = 0;
-    CUresult r;
     if (what == FIX_MAP) {
         p = cached_mapping(cache);
         assert_int_equal(unmap_unhooked(p), CUDA_SUCCESS);
         q = p;
-        r = ((CUresult(*)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
-                          unsigned long long))fn)(p, FIXTURE_SIZE, 0, 0, 0);
     } else {
-        p = fixture_cached_alloc(cache, 0);
+        p = fixture_cached_alloc(cache, pinned_host(what));
         fakecuda_free_unhooked(p);
-        r = what == FIX_ALLOC ? ((CUresult(*)(CUdeviceptr *, size_t))fn)(&q, FIXTURE_SIZE)
-            : what == FIX_ALLOC_ASYNC
-                ? ((CUresult(*)(CUdeviceptr *, size_t, CUstream))fn)(&q, FIXTURE_SIZE, NULL)
-                : ((CUresult(*)(CUdeviceptr *, size_t, CUmemoryPool, CUstream))fn)(&q, FIXTURE_SIZE,
-                                                                                   NULL, NULL);
     }
-    assert_int_equal(r, CUDA_SUCCESS);
+    assert_int_equal(allocate(what, fn, &q), CUDA_SUCCESS);
     assert_int_equal(q, p);
     long call = fixture_call_of(runs, q), dereg = fixture_dereg_at(p);
     assert_true(call >= 0);
     assert_true(dereg > call);
     assert_int_equal(fixture_notified(cache), 1);
+}
+
+/* With eager registration on, a new allocation is registered before its
+ * first get, which hits; pinned host memory in a cache that refuses host
+ * memory is not even queued. */
+static void check_eager(enum fixture_what what, void *fn, const char *runs, int host_memory)
+{
+    fakecuda_reset();
+    struct regcache_params params;
+    fixture_params(&params);
+    params.host_memory = host_memory;
+    params.eager_min_bytes = FIXTURE_SIZE;
+    regcache_t *cache = NULL;
+    assert_int_equal(regcache_create(&params, &cache), REGCACHE_OK);
+    CUdeviceptr q = what == FIX_MAP ? reserved() : 0;
+    assert_int_equal(allocate(what, fn, &q), CUDA_SUCCESS);
+    assert_true(fixture_call_of(runs, q) >= 0);
+    assert_int_equal(regcache_prefetch_wait(cache), REGCACHE_OK);
+    uint64_t queued = !pinned_host(what) || host_memory;
+    struct regcache_stats s;
+    assert_int_equal(regcache_get_stats(cache, &s), REGCACHE_OK);
+    assert_int_equal(s.prefetches, queued);
+    assert_int_equal(s.registrations, queued);
+    assert_int_equal(s.prefetch_failures, 0);
+    if (queued) {
+        fixture_cache_range(cache, q, FIXTURE_SIZE);
+        assert_int_equal(regcache_get_stats(cache, &s), REGCACHE_OK);
+        assert_int_equal(s.hits, 1);
+        assert_int_equal(s.misses, 0);
+    }
+    regcache_destroy(cache);
 }
 
 /* A cuGetProcAddress: the cuMemFree it hands out lets the caches go too. */
@@ -345,6 +413,11 @@ void fixture_check(enum fixture_what what, void *fn, const char *runs)
         break;
     }
     regcache_destroy(cache);
+    if (what == FIX_ALLOC || what == FIX_ALLOC_ASYNC || what == FIX_ALLOC_POOL || what == FIX_MAP ||
+        pinned_host(what))
+        check_eager(what, fn, runs, 1);
+    if (pinned_host(what))
+        check_eager(what, fn, runs, 0);
 }
 
 void fixture_check_procs(void *gpa, int five_args)

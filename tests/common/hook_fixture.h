@@ -62,6 +62,8 @@ enum fixture_what {
     FIX_ALLOC_ASYNC,
     FIX_ALLOC_POOL,
     FIX_MAP,
+    FIX_ALLOC_HOST,       /* pinned host memory: cuMemAllocHost */
+    FIX_ALLOC_HOST_FLAGS, /* and cuMemHostAlloc */
     FIX_GET_PROC,
     FIX_GET_PROC_V2
 };
@@ -97,8 +99,10 @@ const char *fixture_runs(const struct fixture_export *e);
  * a free must let the cache go of the memory before the double frees it,
  * an allocation over a stale cached range must drop it after the double
  * allocates and before the caller gets the memory, and a cuGetProcAddress
- * must hand out a cuMemFree that does so.  `runs` is the double's function
- * that must run. */
+ * must hand out a cuMemFree that does so.  An allocation must also be
+ * registered ahead of its first get in a cache with eager registration on
+ * (and, for pinned host memory, be left alone by one that refuses host
+ * memory).  `runs` is the double's function that must run. */
 void fixture_check(enum fixture_what what, void *fn, const char *runs);
 
 /* fixture_check of every fixture_procs variant, fetched through one

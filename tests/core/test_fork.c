@@ -172,7 +172,7 @@ static int use_inherited_cache(struct world *w)
     regcache_put(c, w->counted);
     if (regcache_invalidate(c, (const void *)FX_ALLOC(CHURN), MiB) != REGCACHE_ERR_FORKED)
         fault |= INVALIDATE_NOT_FORKED;
-    if (regcache_flush(c) != REGCACHE_ERR_FORKED)
+    if (regcache_flush(c) != REGCACHE_ERR_FORKED || regcache_reset_stats(c) != REGCACHE_ERR_FORKED)
         fault |= FLUSH_NOT_FORKED;
     regcache_notify_free((const void *)FX_ALLOC(HELD), 4 * MiB);
     struct regcache_stats s;

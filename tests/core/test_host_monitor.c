@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -49,6 +50,9 @@
 #define LEN (4 * MiB)
 
 static size_t page;
+/* How the monitor hears of unmaps, as the environment asks
+ * (REGCACHE_HOST_MONITOR=libc or uffd): one test per way. */
+static bool by_libc;
 
 static void create_host(struct fx *f)
 {
@@ -89,12 +93,26 @@ static char *munmap_then_mmap(char *p, size_t len)
     return anon(p, len, MAP_FIXED_NOREPLACE);
 }
 
-/* The pages move away; new ones are mapped where they were. */
+/* The pages move away, grown past a page no mapping may grow into (a plain
+ * MREMAP_MAYMOVE, as UCX's mremap hook passes on); new ones are mapped
+ * where they were. */
+static char *make_guarded(size_t len)
+{
+    char *p = anon(NULL, len + page, 0);
+    assert_int_equal(mprotect(p + len, page, PROT_NONE), 0);
+    return p;
+}
+
+static void unmap_guarded(char *p, size_t len)
+{
+    unmap(p, len + page);
+}
+
 static char *mremap_away(char *p, size_t len)
 {
-    char *to = anon(NULL, len, 0);
-    assert_true(mremap(p, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, to) == to);
-    unmap(to, len);
+    char *q = mremap(p, len, 2 * len, MREMAP_MAYMOVE);
+    assert_true(q != MAP_FAILED && q != p);
+    unmap(q, 2 * len);
     return anon(p, len, MAP_FIXED_NOREPLACE);
 }
 
@@ -170,7 +188,7 @@ static char *realloc_moving(char *p, size_t len)
 
 static const struct way ways[] = {
     { "munmap_then_mmap", make_anon, munmap_then_mmap, unmap },
-    { "mremap", make_anon, mremap_away, unmap },
+    { "mremap", make_guarded, mremap_away, unmap_guarded },
     { "mmap_fixed_over", make_anon, map_fixed_over, unmap },
     { "madvise_dontneed", make_anon, dontneed, unmap },
     { "madvise_free", make_anon, madv_free, unmap },
@@ -283,9 +301,10 @@ static void merged_union_stays_watched(void **state)
     unmap(p, LEN);
 }
 
-/* System V shared memory: the kernel reports its detach to no monitor, so
- * its entries keep the explicit contract and are counted as such. */
-static void shm_keeps_the_explicit_contract(void **state)
+/* System V shared memory: libc's hooks see its detach; the kernel reports
+ * it to no userfaultfd, so there its entries keep the explicit contract
+ * and are counted as such. */
+static void shm_detach(void **state)
 {
     struct fx *f = *state;
     create_host(f);
@@ -295,8 +314,20 @@ static void shm_keeps_the_explicit_contract(void **state)
     shmctl(id, IPC_RMID, NULL);
     assert_true(p != (void *)-1);
     regcache_entry_t *e = fx_get(f, (uintptr_t)p, LEN);
-    fx_assert_stats(f, FX_STAT(host_unmonitored, 1), NULL);
     regcache_put(f->c, e);
+    if (by_libc) {
+        fx_assert_stats(f, FX_STAT(host_unmonitored, 0), NULL);
+        assert_int_equal(shmdt(p), 0);
+        char *q = anon(p, LEN, MAP_FIXED_NOREPLACE);
+        fx_use(f, (uintptr_t)q, LEN);
+        fx_assert_stats(f, FX_STAT(misses, 2), FX_STAT(invalidations_monitor, 1),
+                        FX_STAT(deregistrations, 1), NULL);
+        regcache_destroy(f->c);
+        f->c = NULL;
+        unmap(q, LEN);
+        return;
+    }
+    fx_assert_stats(f, FX_STAT(host_unmonitored, 1), NULL);
     assert_int_equal(regcache_invalidate(f->c, p, LEN), REGCACHE_OK);
     fx_assert_stats(f, FX_STAT(host_unmonitored, 0), FX_STAT(deregistrations, 1), NULL);
     assert_int_equal(shmdt(p), 0);
@@ -331,7 +362,8 @@ static void fork_child_monitors_its_own(void **state)
         }
         struct regcache_stats s;
         ok = ok && regcache_get_stats(c, &s) == REGCACHE_OK && s.misses == 2 &&
-             s.invalidations_monitor >= 1 && strstr(regcache_validation_reason(c), "userfaultfd");
+             s.invalidations_monitor >= 1 &&
+             strstr(regcache_validation_reason(c), by_libc ? "patching libc" : "userfaultfd");
         regcache_destroy(c);
         _exit(ok ? 0 : 1);
     }
@@ -348,19 +380,27 @@ static void fork_child_monitors_its_own(void **state)
 #endif
 
 /* UCX's ucm installs its own hooks on the same calls: both it and the
- * monitor see each unmap.  Not under TSan, whose own interceptors of
+ * monitor see each unmap.  With libc's hooks, in either order: ucm first
+ * (UCM_FIRST=1: loaded before any cache), the monitor patches over ucm's
+ * patch and calls on into it; ucm second (a cache was created before), its
+ * patch calls the system itself, so the monitor patches again on top of it
+ * at the next miss of host memory.  Not under TSan, whose own interceptors of
  * those calls ucm's patches do not survive. */
 #if !TSAN
 typedef void (*ucm_cb)(int type, void *event, void *arg);
+static atomic_int seen;
 static void count_unmapped(int type, void *event, void *arg)
 {
     (void)type, (void)event;
     atomic_fetch_add((atomic_int *)arg, 1);
 }
 
-static void coexists_with_ucm(void **state)
+/* UCX's libucm loaded and its unmap hooks live, as UCX makes them. */
+static void (*ucm_unset)(int, ucm_cb, void *);
+static void load_ucm(void)
 {
-    struct fx *f = *state;
+    if (ucm_unset)
+        return;
     /* libucm leaves some of its symbols to libucs. */
     void *ucs = dlopen("libucs.so.0", RTLD_NOW | RTLD_GLOBAL);
     void *ucm = ucs ? dlopen("libucm.so.0", RTLD_NOW | RTLD_GLOBAL) : NULL;
@@ -368,11 +408,15 @@ static void coexists_with_ucm(void **state)
         fail_msg("libucm.so.0: %s", dlerror());
     int (*set)(int, int, ucm_cb, void *) =
         (int (*)(int, int, ucm_cb, void *))(uintptr_t)dlsym(ucm, "ucm_set_event_handler");
-    void (*unset)(int, ucm_cb, void *) =
-        (void (*)(int, ucm_cb, void *))(uintptr_t)dlsym(ucm, "ucm_unset_event_handler");
-    assert_true(set && unset);
-    static atomic_int seen;
+    ucm_unset = (void (*)(int, ucm_cb, void *))(uintptr_t)dlsym(ucm, "ucm_unset_event_handler");
+    assert_true(set && ucm_unset);
     assert_int_equal(set(1 << 17 /* UCM_EVENT_VM_UNMAPPED */, 0, count_unmapped, &seen), 0);
+}
+
+static void coexists_with_ucm(void **state)
+{
+    struct fx *f = *state;
+    load_ucm();
     create_host(f);
     char *p = make_anon(LEN);
     fx_use(f, (uintptr_t)p, LEN);
@@ -381,7 +425,8 @@ static void coexists_with_ucm(void **state)
     anon(p, LEN, MAP_FIXED_NOREPLACE);
     fx_use(f, (uintptr_t)p, LEN);
     fx_assert_stats(f, FX_STAT(misses, 2), FX_STAT(invalidations_monitor, 1), NULL);
-    unset(1 << 17, count_unmapped, &seen);
+    ucm_unset(1 << 17, count_unmapped, &seen);
+    ucm_unset = NULL;
     regcache_destroy(f->c);
     f->c = NULL;
     unmap(p, LEN);
@@ -392,8 +437,10 @@ static void reason_says_monitored(void **state)
 {
     struct fx *f = *state;
     create_host(f);
-    assert_non_null(
-        strstr(regcache_validation_reason(f->c), "host memory: monitored by userfaultfd"));
+    const char *why = regcache_validation_reason(f->c);
+    if (!strstr(why, by_libc ? "host memory: monitored by patching libc"
+                             : "host memory: monitored by userfaultfd"))
+        fail_msg("%s", why);
 }
 
 /* Off: the documented explicit contract - a get after the pages were
@@ -402,7 +449,12 @@ static void off_keeps_the_explicit_contract(void **state)
 {
     struct fx *f = *state;
     f->p.host_monitor = REGCACHE_HOST_MONITOR_OFF;
+    /* The field, not the environment this test runs under. */
+    char *way = strdup(getenv("REGCACHE_HOST_MONITOR"));
+    unsetenv("REGCACHE_HOST_MONITOR");
     create_host(f);
+    setenv("REGCACHE_HOST_MONITOR", way, 1);
+    free(way);
     assert_non_null(strstr(regcache_validation_reason(f->c), "host memory: not monitored"));
     char *p = make_anon(LEN);
     fx_use(f, (uintptr_t)p, LEN);
@@ -417,15 +469,49 @@ static void off_keeps_the_explicit_contract(void **state)
     unmap(p, LEN);
 }
 
+/* Whether the way asked for is there: libc cannot be patched where a
+ * sanitizer's allocator unmaps by system call (a skip, said so); anywhere
+ * else both ways must work. */
+static int way_available(void)
+{
+    void *state;
+    fx_setup(&state);
+    struct fx *f = state;
+    create_host(f);
+    const char *why = strstr(regcache_validation_reason(f->c), "host memory: ");
+    int ok = why && strncmp(why, "host memory: monitored", 22) == 0;
+    if (!ok && by_libc && !GLIBC_MALLOC) {
+        printf("SKIP: a sanitizer's allocator: %s\n", why);
+        ok = -1;
+    } else if (!ok) {
+        printf("not monitored: %s\n", why ? why : regcache_validation_reason(f->c));
+    }
+    fx_teardown(&state);
+    return ok;
+}
+
 int main(void)
 {
     page = (size_t)sysconf(_SC_PAGESIZE);
+    const char *way = getenv("REGCACHE_HOST_MONITOR");
+    if (!way || (strcmp(way, "libc") != 0 && strcmp(way, "uffd") != 0)) {
+        printf("run with REGCACHE_HOST_MONITOR=libc or uffd\n");
+        return 1;
+    }
+    by_libc = strcmp(way, "libc") == 0;
+#if !TSAN
+    if (getenv("UCM_FIRST"))
+        load_ucm();
+#endif
+    int available = way_available();
+    if (available <= 0)
+        return available < 0 ? 77 : 1;
     /* Large chunks from their own mappings, whatever the dynamic threshold
      * learnt. */
     mallopt(M_MMAP_THRESHOLD, 1024 * 1024);
 #define TESTS                                                                       \
     brk_shrink_invalidates, held_entry_goes_at_its_put, merged_union_stays_watched, \
-        shm_keeps_the_explicit_contract, reason_says_monitored,                     \
+        shm_detach, reason_says_monitored,                     \
         off_keeps_the_explicit_contract NOT_UNDER_TSAN
 #if TSAN
 #define NOT_UNDER_TSAN

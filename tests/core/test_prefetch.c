@@ -326,6 +326,44 @@ static void eager_across_mappings(void **state)
     fx_assert_stats(f, FX_STAT(hits, 2), FX_STAT(misses, 0), FX_STAT(prefetch_failures, 0), NULL);
 }
 
+/* Pinned host memory reported as such is registered as host memory, the
+ * allocation alone: not from the byte before it, which is pageable memory
+ * here (unknown to the backend) that a registration starting there would
+ * pin too. */
+static void eager_pinned_host(void **state)
+{
+    struct fx *f = *state;
+    fake_alloc(&f->fb, A, MiB, REGCACHE_DEVICE_HOST, REGCACHE_MEM_HOST);
+    f->p.host_memory = 1;
+    f->p.eager_min_bytes = MiB;
+    fx_create(f);
+    regcache_notify_host_alloc((const void *)A, MiB);
+    await_idle(f);
+    fx_assert_stats(f, FX_STAT(prefetches, 1), FX_STAT(registrations, 1),
+                    FX_STAT(prefetch_failures, 0), NULL);
+    regcache_entry_t *e = fx_get(f, A, MiB);
+    assert_int_equal(fx_handle(e)->device, REGCACHE_DEVICE_HOST);
+    assert_int_equal(fx_handle(e)->start, A);
+    assert_int_equal(fx_handle(e)->len, MiB);
+    regcache_put(f->c, e);
+    fx_assert_stats(f, FX_STAT(hits, 1), FX_STAT(misses, 0), NULL);
+}
+
+/* A cache that refuses host memory queues no pinned host allocation and
+ * starts no worker for one. */
+static void eager_pinned_host_refused(void **state)
+{
+    struct fx *f = *state;
+    fake_alloc(&f->fb, A, MiB, REGCACHE_DEVICE_HOST, REGCACHE_MEM_HOST);
+    f->p.eager_min_bytes = MiB;
+    fx_create(f);
+    regcache_notify_host_alloc((const void *)A, MiB);
+    await_idle(f);
+    fx_assert_stats(f, FX_STAT(prefetches, 0), FX_STAT(prefetch_failures, 0), NULL);
+    assert_int_equal(f->c->pf.started, 0);
+    assert_int_equal(f->fb.queries, 0);
+}
+
 /* Off by default: the same notice registers nothing. */
 static void eager_off_by_default(void **state)
 {
@@ -506,6 +544,7 @@ static void fork_with_prefetches_in_flight(void **state)
 
 FX_MAIN(prefetch_then_hit, get_waits_for_prefetch, prefetch_racing_free, prefetch_racing_invalidate,
         queue_full, failure_reported_to_next_get, failure_forgotten_by_invalidation,
-        nonblocking_get, eager_from_notify_alloc, eager_across_mappings, eager_off_by_default,
+        nonblocking_get, eager_from_notify_alloc, eager_across_mappings, eager_pinned_host,
+        eager_pinned_host_refused, eager_off_by_default,
         speculative_evicted_first, speculative_never_evicts_used, destroy_with_prefetches_in_flight,
         workers_named, fork_with_prefetches_in_flight)

@@ -718,6 +718,50 @@ long long gb_stat(const regcache_t *cache, const char *name)
         }                                                          \
     } while (0)
 
+/* Eager registration: each new allocation is registered in the background
+ * before its first get, which hits.  The library asks the driver itself,
+ * from its worker threads, as the built-in backend does. */
+static int run_eager(const struct gb_memory *memory)
+{
+    int failed = 0;
+    struct regcache_params p;
+    regcache_params_init(&p);
+    p.backend = &driver_query;
+    p.host_memory = memory->host;
+    p.eager_min_bytes = GB_SIZE;
+    regcache_t *cache = NULL;
+    int rc = regcache_create(&p, &cache);
+    if (rc != REGCACHE_OK) {
+        printf("FAIL [%s] eager: regcache_create: %s\n", memory->name, regcache_strerror(rc));
+        return 1;
+    }
+    CHECK(regcache_validation_mode(cache) == REGCACHE_VALIDATE_HOOKS,
+          "eager: validation mode %d, not HOOKS: %s", regcache_validation_mode(cache),
+          regcache_validation_reason(cache));
+    uintptr_t buf[GB_BUFFERS];
+    int made = 0;
+    while (made < GB_BUFFERS && memory->alloc(&buf[made], GB_SIZE, memory->ctx) == 0)
+        made++;
+    CHECK(made == GB_BUFFERS, "eager: allocation %d failed", made);
+    CHECK(regcache_prefetch_wait(cache) == REGCACHE_OK, "eager: regcache_prefetch_wait: %s",
+          regcache_last_error());
+    long long misses = gb_stat(cache, "misses");
+    for (int i = 0; i < made; i++)
+        CHECK(gb_touch(cache, buf[i], GB_SIZE) == REGCACHE_OK, "eager: get failed");
+    long long missed = gb_stat(cache, "misses") - misses;
+    long long prefetches = gb_stat(cache, "prefetches");
+    long long failures = gb_stat(cache, "prefetch_failures");
+    CHECK(missed == 0, "eager: %lld of %d first gets missed", missed, made);
+    CHECK(prefetches == made, "eager: %lld allocations queued of %d", prefetches, made);
+    CHECK(failures == 0, "eager: %lld background registrations failed", failures);
+    for (int i = 0; i < made; i++)
+        CHECK(memory->free(buf[i], GB_SIZE, memory->ctx) == 0, "eager: free failed");
+    printf("[%s] eager: allocations=%d queued=%lld failed=%lld first-get misses=%lld %s\n",
+           memory->name, made, prefetches, failures, missed, failed ? "FAIL" : "ok");
+    regcache_destroy(cache);
+    return failed;
+}
+
 int gb_run(const struct gb_memory *memory)
 {
     int failed = 0;
@@ -790,7 +834,7 @@ int gb_run(const struct gb_memory *memory)
            (unsigned long long)s.invalidations_notify, (unsigned long long)s.invalidations_tag,
            reused, failed ? "FAIL" : "ok");
     regcache_destroy(cache);
-    return failed;
+    return memory->eager ? failed | run_eager(memory) : failed;
 }
 
 int gb_expect_deregs(const char *what, long deregs_before, long live)

@@ -138,12 +138,17 @@ struct gb_memory {
     int (*alloc)(uintptr_t *ptr, size_t size, void *ctx);
     int (*free)(uintptr_t ptr, size_t size, void *ctx);
     void *ctx;
+    int eager; /* alloc is one the hooks report: eager registration serves
+                  its first get */
 };
 
 /* Under either hook: a cache in AUTO mode must be in HOOKS mode; allocations
  * cached, hit without any query, freed, reallocated; every free must reach
  * the backend's dereg while the buffer id is still valid, and no other
- * entry may go with it.  Prints what it saw; 0 when all held. */
+ * entry may go with it.  With memory->eager, then in a cache with eager
+ * registration on (and host memory taken for pinned memory), the first get
+ * of every new allocation must be a hit.  Prints what it saw; 0 when all
+ * held. */
 int gb_run(const struct gb_memory *memory);
 
 /* After a call that destroys a context with `live` cached allocations:

@@ -2,8 +2,9 @@
  * bind to the preload hook's exports, or to libcuda's, which the in-process
  * interception patches): cuMemAlloc, stream-ordered allocations (also the
  * per-thread-stream variants fetched through cuGetProcAddress), VMM
- * mappings, pinned and registered host memory, and a primary context
- * reset.  Run by gpu-test.sh in each way. */
+ * mappings, pinned (cuMemAllocHost, cuMemHostAlloc) and registered host
+ * memory, and a primary context reset; eager registration of each
+ * allocation.  Run by gpu-test.sh in each way. */
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,6 +106,16 @@ static int host_alloc(uintptr_t *ptr, size_t size, void *ctx)
     return 0;
 }
 
+/* cuMemHostAlloc, as the runtime's cudaHostAlloc reaches the driver. */
+static int host_alloc_flags(uintptr_t *ptr, size_t size, void *ctx)
+{
+    (void)ctx;
+    void *p;
+    CU(cuMemHostAlloc(&p, size, CU_MEMHOSTALLOC_PORTABLE));
+    *ptr = (uintptr_t)p;
+    return 0;
+}
+
 static int host_free(uintptr_t ptr, size_t size, void *ctx)
 {
     (void)size, (void)ctx;
@@ -177,13 +188,18 @@ int main(void)
                         CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &status));
 
     const struct gb_memory memories[] = {
-        { "driver cuMemAlloc/cuMemFree", 0, plain_alloc, plain_free, NULL },
-        { "driver cuMemAllocAsync/cuMemFreeAsync", 0, async_alloc, async_free, NULL },
-        { "driver per-thread-stream async via cuGetProcAddress", 0, ptsz_alloc, ptsz_free, NULL },
-        { "driver VMM cuMemMap/cuMemUnmap", 0, vmm_alloc, vmm_free, NULL },
-        { "driver cuMemAllocHost/cuMemFreeHost", 1, host_alloc, host_free, NULL },
+        { "driver cuMemAlloc/cuMemFree", 0, plain_alloc, plain_free, NULL, 1 },
+        { "driver cuMemAllocAsync/cuMemFreeAsync", 0, async_alloc, async_free, NULL, 1 },
+        { "driver per-thread-stream async via cuGetProcAddress", 0, ptsz_alloc, ptsz_free, NULL,
+          1 },
+        /* Made without gpuDirectRDMACapable, which the library's own query
+         * refuses: eager registration is left to the PyTorch test. */
+        { "driver VMM cuMemMap/cuMemUnmap", 0, vmm_alloc, vmm_free, NULL, 0 },
+        { "driver cuMemAllocHost/cuMemFreeHost", 1, host_alloc, host_free, NULL, 1 },
+        { "driver cuMemHostAlloc/cuMemFreeHost", 1, host_alloc_flags, host_free, NULL, 1 },
+        /* Registration is no allocation: nothing to register eagerly. */
         { "driver cuMemHostRegister/cuMemHostUnregister", 1, registered_alloc, registered_free,
-          NULL },
+          NULL, 0 },
     };
     int failed = 0;
     for (size_t i = 0; i < sizeof memories / sizeof memories[0]; i++)

@@ -48,6 +48,15 @@ static int rt_alloc_host(uintptr_t *ptr, size_t size, void *)
     return 0;
 }
 
+static int rt_host_alloc(uintptr_t *ptr, size_t size, void *)
+{
+    void *p;
+    if (cudaHostAlloc(&p, size, cudaHostAllocPortable) != cudaSuccess)
+        return 1;
+    *ptr = (uintptr_t)p;
+    return 0;
+}
+
 static int rt_free_host(uintptr_t ptr, size_t, void *)
 {
     return cudaFreeHost((void *)ptr) != cudaSuccess;
@@ -83,11 +92,13 @@ int main()
         cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess)
         return 1;
     const gb_memory memories[] = {
-        { CUDART_NAME " cudaMalloc/cudaFree", 0, rt_alloc, rt_free, nullptr },
+        { CUDART_NAME " cudaMalloc/cudaFree", 0, rt_alloc, rt_free, nullptr, 1 },
         { CUDART_NAME " cudaMallocAsync/cudaFreeAsync", 0, rt_alloc_async, rt_free_async,
-          nullptr },
+          nullptr, 1 },
         { CUDART_NAME " cudaMallocHost/cudaFreeHost", 1, rt_alloc_host, rt_free_host,
-          nullptr },
+          nullptr, 1 },
+        { CUDART_NAME " cudaHostAlloc/cudaFreeHost", 1, rt_host_alloc, rt_free_host,
+          nullptr, 1 },
     };
     int failed = 0;
     for (const gb_memory &m : memories)

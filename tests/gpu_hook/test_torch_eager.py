@@ -1,17 +1,19 @@
 """Eager registration under PyTorch: a training-shaped loop (a model's
 parameters, forward activations, gradients, the optimizer's state, and
-empty_cache() now and then so that the allocator maps new memory) on every
-GPU, with the PyTorch caching allocator as it comes and with expandable
-segments (cuMemCreate + cuMemMap), eager registration on and off.  Each
+empty_cache() now and then so that the allocator maps new memory, and a
+new pinned host staging buffer each step, which PyTorch's host allocator
+takes from cudaHostAlloc) on every GPU, with the PyTorch caching allocator
+as it comes and with expandable segments (cuMemCreate + cuMemMap), eager
+registration on and off; the cache takes host memory.  Each
 tensor's first get is timed (regcache_get + regcache_put through ctypes) and
 counted a hit when the cache's miss count did not move; a second get checks
 the registration against the memory there now (gpu_backend.h).  Run by
 gpu-test.sh under the preload hook:
     python3 test_torch_eager.py LIBREGCACHE GPU_BACKEND_LIB
 The parent runs one child per allocator setting and eager setting and asks,
-with eager registration on: at least 99% of first gets are hits, no stale
-registration, no failure.  It prints first-get latency median and p99 with
-eager registration on and off.
+with eager registration on: at least 99% of first gets are hits, of pinned
+buffers' too, no stale registration, no failure.  It prints first-get
+latency median and p99 with eager registration on and off.
 """
 import ctypes
 import json
@@ -28,6 +30,7 @@ WIDTH = 2048
 LAYERS = 4
 BATCH = 512
 MIN_HIT_RATE = 0.99
+PINNED_FLOATS = 1 << 18  # 1 MiB: a block of its own in the host allocator
 
 
 def child(lib, gb_lib):
@@ -57,12 +60,14 @@ def child(lib, gb_lib):
     mode = regcache.regcache_validation_mode(cache)
     gb.gb_report_stale_deregs(1)
     latencies, hits, firsts, stale, failures = [], 0, 0, 0, []
+    pinned_firsts, pinned_hits = 0, 0
     entry = ctypes.c_void_p()
 
     def first_get(t):
+        """Whether the first get of t was a hit."""
         nonlocal hits, firsts, stale
         if t is None or t.numel() == 0:
-            return
+            return False
         ptr, size = t.data_ptr(), t.numel() * t.element_size()
         misses = gb.gb_stat(cache, b"misses")
         t0 = time.perf_counter_ns()
@@ -73,13 +78,15 @@ def child(lib, gb_lib):
         firsts += 1
         if rc != 0:
             failures.append("get of %#x+%d: %s" % (ptr, size, regcache.regcache_strerror(rc)))
-            return
-        hits += gb.gb_stat(cache, b"misses") == misses
+            return False
+        hit = gb.gb_stat(cache, b"misses") == misses
+        hits += hit
         outcome = gb.gb_touch(cache, ptr, size)
         if outcome == 1:
             stale += 1
         elif outcome != 0:
             failures.append("checked get of %#x+%d: %d" % (ptr, size, outcome))
+        return hit
 
     for dev in range(torch.cuda.device_count()):
         torch.cuda.set_device(dev)
@@ -89,8 +96,10 @@ def child(lib, gb_lib):
         torch.cuda.synchronize()
         for p in model.parameters():
             first_get(p)
+        staged = []  # kept, so that every step's buffer is a new allocation
         for step in range(STEPS):
             x = torch.randn(BATCH, WIDTH, device="cuda")
+            staged.append(torch.empty(PINNED_FLOATS, pin_memory=True))
             y = model(x)
             loss = y.square().mean()
             loss.backward()
@@ -100,6 +109,8 @@ def child(lib, gb_lib):
             # activations of pipeline stages.
             for t in [x, y] + [p.grad for p in model.parameters()]:
                 first_get(t)
+            pinned_firsts += 1
+            pinned_hits += first_get(staged[-1])
             if step == 0:
                 for state in opt.state.values():
                     for v in state.values():
@@ -109,7 +120,7 @@ def child(lib, gb_lib):
             del x, y, loss
             if (step + 1) % EMPTY_EVERY == 0:
                 torch.cuda.empty_cache()
-        del model, opt
+        del model, opt, staged
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
     stats = {name: gb.gb_stat(cache, name.encode()) for name in
@@ -120,6 +131,7 @@ def child(lib, gb_lib):
     print(json.dumps({
         "torch": torch.__version__, "gpus": torch.cuda.device_count(),
         "mode": "HOOKS" if mode == HOOKS else mode, "firsts": firsts, "hits": hits,
+        "pinned_firsts": pinned_firsts, "pinned_hits": pinned_hits,
         "stale": stale, "failures": failures[:5], "nfailures": len(failures),
         "median_us": latencies[len(latencies) // 2] / 1e3 if latencies else None,
         "p99_us": latencies[min(len(latencies) - 1, len(latencies) * 99 // 100)] / 1e3
@@ -133,7 +145,7 @@ def parent(lib, gb_lib):
     for alloc_conf in ("", "expandable_segments:True"):
         results = {}
         for eager in (True, False):
-            env = dict(os.environ, REGCACHE_TORCH_EAGER_CHILD="1")
+            env = dict(os.environ, REGCACHE_TORCH_EAGER_CHILD="1", REGCACHE_HOST_MEMORY="1")
             env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
             if alloc_conf:
                 env["PYTORCH_CUDA_ALLOC_CONF"] = alloc_conf
@@ -155,14 +167,17 @@ def parent(lib, gb_lib):
             results[eager] = r = json.loads(lines[-1])
             name = "%s, eager %s" % (alloc_conf or "default allocator", "on" if eager else "off")
             rate = r["hits"] / r["firsts"] if r["firsts"] else 0
-            print("[torch %s, %d GPUs, %s] %s: first gets %d, hits %d (%.2f%%), stale %d, "
-                  "failures %d, first-get latency median %.1f us p99 %.1f us; stats %s" % (
+            pinned_rate = r["pinned_hits"] / r["pinned_firsts"] if r["pinned_firsts"] else 0
+            print("[torch %s, %d GPUs, %s] %s: first gets %d, hits %d (%.2f%%), of pinned "
+                  "buffers %d, hits %d, stale %d, failures %d, first-get latency median "
+                  "%.1f us p99 %.1f us; stats %s" % (
                       r["torch"], r["gpus"], r["mode"], name, r["firsts"], r["hits"],
-                      100 * rate, r["stale"], r["nfailures"], r["median_us"], r["p99_us"],
-                      r["stats"]))
+                      100 * rate, r["pinned_firsts"], r["pinned_hits"], r["stale"],
+                      r["nfailures"], r["median_us"], r["p99_us"], r["stats"]))
             for f in r["failures"]:
                 print("FAIL", name, f)
-            if r["stale"] or r["nfailures"] or (eager and rate < MIN_HIT_RATE):
+            if r["stale"] or r["nfailures"] or (eager and (rate < MIN_HIT_RATE or
+                                                           pinned_rate < MIN_HIT_RATE)):
                 print("FAIL", name)
                 status = 1
         if len(results) == 2:

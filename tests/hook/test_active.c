@@ -58,7 +58,8 @@ static void late(void **state)
 }
 
 /* The 32-bit cuMemFree of CUDA < 3.2, by name and by version: handed out
- * unwrapped, so the hook stops vouching for itself. */
+ * unwrapped, so the hook stops vouching for itself.  The other 32-bit
+ * memory functions are handed out unwrapped too. */
 static void escape(void **state)
 {
     (void)state;
@@ -75,6 +76,7 @@ static void escape(void **state)
     assert_false(hook_says(RTLD_DEFAULT));
     assert_int_equal(auto_mode(), REGCACHE_VALIDATE_TAG_CHECK);
     assert_ptr_equal(dlsym(driver, "cuMemAlloc"), fakecuda_own("cuMemAlloc"));
+    assert_ptr_equal(dlsym(driver, "cuMemAllocHost"), fakecuda_own("cuMemAllocHost"));
 }
 
 int main(void)

@@ -258,7 +258,7 @@ static void reason_error_and_stats(void **state)
     unsetenv("REGCACHE_STATS");
     assert_string_equal(regcache_last_error(), "");
     assert_non_null(strstr(regcache_validation_reason(c),
-                           "in-process interception: 20 libcuda functions patched"));
+                           "in-process interception: 22 libcuda functions patched"));
     char buf[1024];
     destroy_capturing_stderr(c, buf, sizeof buf);
     assert_non_null(strstr(buf, "validation HOOKS: in-process interception: "));

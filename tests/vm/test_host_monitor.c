@@ -3,11 +3,14 @@
  * mremap, mmap(MAP_FIXED) over it, madvise(MADV_DONTNEED), free() and a
  * new malloc() at the same address, brk shrinking and growing again)
  * without any regcache_invalidate(), and the next get's WRITE lands in the
- * new pages.  Then all of it again with UCX's libucm loaded and its
- * unmap hooks live: both it and the monitor see each event. */
+ * new pages; through libc's hooks, then through the userfaultfd.  Then all
+ * of it again with UCX's libucm loaded and its unmap hooks live (patched
+ * over libc's hooks, which patch themselves back on top): both it and the
+ * monitor see each event. */
 #include "vm_env.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -77,7 +80,18 @@ static void write_into(struct run *r, char *dst, size_t len, int seed)
 static char *anon(void *at, size_t len, int flags)
 {
     char *p = mmap(at, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | flags, -1, 0);
-    assert_true(p != MAP_FAILED);
+    if (p == MAP_FAILED) {
+        int err = errno;
+        char line[256];
+        FILE *maps = fopen("/proc/self/maps", "r");
+        while (maps && fgets(line, sizeof line, maps))
+            if (strtoull(line, NULL, 16) <= (uintptr_t)at + len &&
+                strtoull(strchr(line, '-') + 1, NULL, 16) >= (uintptr_t)at)
+                fprintf(stderr, "  %s", line);
+        if (maps)
+            fclose(maps);
+        fail_msg("mmap of %zu bytes at %p: %s", len, at, strerror(err));
+    }
     return p;
 }
 
@@ -260,6 +274,18 @@ static int load_ucm(void)
     return 0;
 }
 
+/* A cache created now says it is monitored that way. */
+static int monitored_by(const char *way)
+{
+    regcache_t *c = vm_cache(dev.pd, VM_ACCESS_ALL, page);
+    const char *why = strstr(regcache_validation_reason(c), "host memory: monitored by");
+    int wrong = !why || !strstr(why, strcmp(way, "libc") == 0 ? "patching libc" : "userfaultfd");
+    if (wrong)
+        fprintf(stderr, "REGCACHE_HOST_MONITOR=%s: %s\n", way, regcache_validation_reason(c));
+    regcache_destroy(c);
+    return wrong;
+}
+
 int main(void)
 {
     page = (size_t)sysconf(_SC_PAGESIZE);
@@ -269,10 +295,19 @@ int main(void)
         cmocka_unit_test_setup_teardown(new_pages_get_the_data, setup, teardown),
         cmocka_unit_test_setup_teardown(brk_shrink_then_grow, setup, teardown),
     };
-    int failed = cmocka_run_group_tests_name("host_monitor", tests, NULL, NULL);
-    if (load_ucm())
-        return 1;
-    failed += cmocka_run_group_tests_name("host_monitor_with_ucm", tests, NULL, NULL);
+    static const char *const ways[] = { "libc", "uffd" };
+    int failed = 0;
+    for (int with_ucm = 0; with_ucm < 2; with_ucm++) {
+        if (with_ucm && load_ucm())
+            return 1;
+        for (size_t w = 0; w < sizeof ways / sizeof ways[0]; w++) {
+            char name[64];
+            snprintf(name, sizeof name, "host_monitor_%s%s", ways[w], with_ucm ? "_with_ucm" : "");
+            setenv("REGCACHE_HOST_MONITOR", ways[w], 1);
+            failed += monitored_by(ways[w]);
+            failed += cmocka_run_group_tests_name(name, tests, NULL, NULL);
+        }
+    }
     if (!atomic_load(&ucm_seen)) {
         fprintf(stderr, "libucm saw no unmap\n");
         failed++;

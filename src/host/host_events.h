@@ -1,0 +1,62 @@
+/* The unmaps the host memory monitor has heard of and not yet handled: a
+ * bounded queue of ranges that any thread may add to - from inside libc,
+ * with its locks held, or from a signal handler - without a lock, a system
+ * call or an allocation, and that one thread at a time drains into the
+ * caches' invalidations.
+ *
+ * The events word counts what was posted (high half) and what is handled
+ * (low half).  A range is queued, then counted; a drain handles what was
+ * counted when it began.  A get of host memory that finds the halves apart
+ * drains first (or waits for the drain under way), so no entry of pages an
+ * unmap took away is served once that unmap has returned. */
+#ifndef RC_HOST_EVENTS_H
+#define RC_HOST_EVENTS_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+struct rc_host_monitor_line {
+    _Atomic uint64_t events;
+    char pad[56];
+} __attribute__((aligned(64)));
+extern struct rc_host_monitor_line rc_host_monitor_line;
+
+static inline bool rc_host_monitor_behind(void)
+{
+    uint64_t w = atomic_load_explicit(&rc_host_monitor_line.events, memory_order_acquire);
+    return (uint32_t)(w >> 32) != (uint32_t)w;
+}
+
+/* Queue [start, end) for invalidation and count it.  Lock-free and
+ * async-signal-safe.  A full queue remembers that it overflowed instead:
+ * the next drain invalidates every watched range. */
+void rc_host_events_post(uintptr_t start, uintptr_t end);
+
+/* Queue every watched range for invalidation, as a full queue does. */
+void rc_host_events_post_all(void);
+
+/* Around a read of the userfaultfd: begin counts an event with no range
+ * yet, before the read that lets an unmapping thread go on; the ranges
+ * read are posted before end.  No drain counts itself done while a read is
+ * between the two. */
+void rc_host_events_read_begin(void);
+void rc_host_events_read_end(void);
+
+/* Whether the queue is half full or more: time to wake a drainer. */
+bool rc_host_events_crowded(void);
+
+/* Handle what was counted: invalidate each range in every cache.  One
+ * drainer at a time: with `wait`, a thread that finds another draining
+ * waits for it, then drains what is left; without, it returns false at
+ * once.  Returns true when it drained.  Never call it from inside a hook. */
+bool rc_host_events_drain(bool wait);
+
+/* Whether this thread is draining (its own invalidations' callbacks must
+ * not drain again). */
+bool rc_host_events_draining(void);
+
+/* The child of a fork starts with nothing queued. */
+void rc_host_events_reset(void);
+
+#endif

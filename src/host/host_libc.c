@@ -1,0 +1,279 @@
+/* The host memory monitor's libc hooks (host_libc.h).
+ *
+ * A hook runs wherever libc's function would: inside malloc with an arena
+ * locked, in a signal handler, in a thread that holds a cache's lock.  So
+ * it takes no lock, allocates nothing and calls nothing but the lock-free
+ * post to the queue (and, when the queue fills, a write to the monitor
+ * thread's eventfd); the invalidation itself, which deregisters and may
+ * free, runs later in a thread of the library's choosing.  The range is
+ * posted before libc unmaps it: once the call returns, a get finds the
+ * queue ahead of the drain and drains first. */
+#include "host_libc.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/shm.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "cuda_seam.h"
+#include "host_events.h"
+#include "host_monitor.h"
+#include "patch_set.h"
+
+#ifndef MADV_DONTNEED_LOCKED
+#define MADV_DONTNEED_LOCKED 24
+#endif
+
+enum { MUNMAP, MREMAP, MMAP, MADVISE, BRK, SBRK, SHMDT, FNS };
+
+typedef int (*munmap_fn)(void *, size_t);
+typedef void *(*mremap_fn)(void *, size_t, size_t, int, ...);
+typedef void *(*mmap_fn)(void *, size_t, int, int, int, off_t);
+typedef int (*madvise_fn)(void *, size_t, int);
+typedef int (*brk_fn)(void *);
+typedef void *(*sbrk_fn)(intptr_t);
+typedef int (*shmdt_fn)(const void *);
+
+static _Atomic(void *) originals[FNS];
+#define REAL(fn, type) ((type)atomic_load_explicit(&originals[fn], memory_order_acquire))
+
+static _Atomic uintptr_t watch_lo = UINTPTR_MAX, watch_hi;
+static uintptr_t page_mask;
+
+/* The self-test's calls: which hooks this thread reached.  Initial-exec:
+ * a hook must never enter the TLS resolver, which may allocate.  Volatile:
+ * the compiler cannot know that a call into libc comes back to a hook. */
+static atomic_int probing;
+static _Thread_local volatile unsigned reached __attribute__((tls_model("initial-exec")));
+
+void rc_host_libc_watch(uintptr_t lo, uintptr_t hi)
+{
+    atomic_store_explicit(&watch_lo, lo, memory_order_relaxed);
+    atomic_store_explicit(&watch_hi, hi, memory_order_release);
+}
+
+static void leaving(int fn, uintptr_t start, uintptr_t end)
+{
+    if (__builtin_expect(atomic_load_explicit(&probing, memory_order_relaxed) != 0, 0))
+        reached |= 1u << fn;
+    if (end < start) /* wrapped: to the top */
+        end = UINTPTR_MAX & ~page_mask;
+    else
+        end = (end + page_mask) & ~page_mask;
+    if (start < atomic_load_explicit(&watch_hi, memory_order_acquire) &&
+        end > atomic_load_explicit(&watch_lo, memory_order_relaxed) && start < end) {
+        rc_host_events_post(start, end);
+        if (rc_host_events_crowded())
+            rc_host_monitor_kick();
+    }
+}
+
+static int hook_munmap(void *addr, size_t len)
+{
+    leaving(MUNMAP, (uintptr_t)addr, (uintptr_t)addr + len);
+    return REAL(MUNMAP, munmap_fn)(addr, len);
+}
+
+/* The old pages leave wherever the mapping goes (even growing in place is
+ * counted: the hook cannot know); MREMAP_FIXED also replaces whatever was
+ * at the new address. */
+static void *hook_mremap(void *old, size_t old_len, size_t new_len, int flags, ...)
+{
+    void *to = NULL;
+    if (flags & MREMAP_FIXED) {
+        va_list ap;
+        va_start(ap, flags);
+        to = va_arg(ap, void *);
+        va_end(ap);
+        leaving(MREMAP, (uintptr_t)to, (uintptr_t)to + new_len);
+    }
+    leaving(MREMAP, (uintptr_t)old, (uintptr_t)old + old_len);
+    return REAL(MREMAP, mremap_fn)(old, old_len, new_len, flags, to);
+}
+
+static void *hook_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+    if (flags & MAP_FIXED)
+        leaving(MMAP, (uintptr_t)addr, (uintptr_t)addr + len);
+    else if (atomic_load_explicit(&probing, memory_order_relaxed))
+        reached |= 1u << MMAP;
+    return REAL(MMAP, mmap_fn)(addr, len, prot, flags, fd, off);
+}
+
+/* The advice that drops pages: the next touch maps new ones. */
+static int hook_madvise(void *addr, size_t len, int advice)
+{
+    if (advice == MADV_DONTNEED || advice == MADV_FREE || advice == MADV_REMOVE ||
+        advice == MADV_DONTNEED_LOCKED)
+        leaving(MADVISE, (uintptr_t)addr, (uintptr_t)addr + len);
+    return REAL(MADVISE, madvise_fn)(addr, len, advice);
+}
+
+/* The break moving down to `to` takes the pages from there to where it is
+ * now. */
+static void break_to(int fn, uintptr_t to)
+{
+    uintptr_t now = to && to < atomic_load_explicit(&watch_hi, memory_order_acquire)
+                        ? (uintptr_t)syscall(SYS_brk, 0)
+                        : 0;
+    leaving(fn, to, to < now ? now : to);
+}
+
+static int hook_brk(void *addr)
+{
+    break_to(BRK, (uintptr_t)addr);
+    return REAL(BRK, brk_fn)(addr);
+}
+
+/* libc's sbrk (and malloc's trimming through it) calls brk; another
+ * patcher's sbrk (UCX's ucm) makes the system call itself. */
+static void *hook_sbrk(intptr_t increment)
+{
+    if (increment < 0)
+        break_to(SBRK, (uintptr_t)syscall(SYS_brk, 0) + (uintptr_t)increment);
+    else if (atomic_load_explicit(&probing, memory_order_relaxed))
+        reached |= 1u << SBRK;
+    return REAL(SBRK, sbrk_fn)(increment);
+}
+
+/* The segment's size is not among the arguments: everything watched from
+ * its start up is counted as leaving. */
+static int hook_shmdt(const void *addr)
+{
+    leaving(SHMDT, (uintptr_t)addr, atomic_load_explicit(&watch_hi, memory_order_acquire));
+    return REAL(SHMDT, shmdt_fn)(addr);
+}
+
+static struct rc_patch_fn fns[FNS] = {
+    [MUNMAP] = { .name = "munmap", .wrapper = (void *)hook_munmap },
+    [MREMAP] = { .name = "mremap", .wrapper = (void *)hook_mremap },
+    [MMAP] = { .name = "mmap", .wrapper = (void *)hook_mmap },
+    [MADVISE] = { .name = "madvise", .wrapper = (void *)hook_madvise },
+    [BRK] = { .name = "brk", .wrapper = (void *)hook_brk },
+    [SBRK] = { .name = "sbrk", .wrapper = (void *)hook_sbrk },
+    [SHMDT] = { .name = "shmdt", .wrapper = (void *)hook_shmdt },
+};
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static char failure[200]; /* empty once installed and proven */
+
+static int patch(char *why, size_t n)
+{
+#if !defined(__x86_64__)
+    snprintf(why, n, "it patches x86-64 code only");
+    return -1;
+#endif
+    rc_dlsym_fn sym = rc_cuda_real_dlsym();
+    void *libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+    if (!sym || !libc) {
+        snprintf(why, n, "cannot find libc.so.6");
+        return -1;
+    }
+    for (int i = 0; i < FNS; i++) {
+        fns[i].entry = sym(libc, fns[i].name);
+        fns[i].original = &originals[i];
+        if (!fns[i].entry) {
+            snprintf(why, n, "libc.so.6 has no %s", fns[i].name);
+            return -1;
+        }
+    }
+    int patched;
+    return rc_patch_set(fns, FNS, &patched, why, n);
+}
+
+/* Each hook reached through libc's export, and free() of a block large
+ * enough for a mapping of its own reaching one of them: libc's internal
+ * calls go where its exports go.  The probe mapping is nobody's. */
+static int prove(char *why, size_t n)
+{
+    size_t page = page_mask + 1;
+    atomic_fetch_add(&probing, 1);
+    reached = 0;
+    char *p = mmap(NULL, page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p != MAP_FAILED) {
+        mmap(p, page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+        madvise(p, page, MADV_DONTNEED);
+        mremap(p, page, page, 0);
+        int saved = errno;
+        shmdt(p); /* not a segment: EINVAL */
+        errno = saved;
+        int moved = brk(sbrk(0)); /* the break where it is: nothing moves */
+        (void)moved;
+        munmap(p, page);
+    }
+    unsigned exported = reached;
+    reached = 0;
+    /* Through a volatile pointer: a compiler may drop a free(malloc()). */
+    void *volatile big = malloc((size_t)64 << 20);
+    free(big);
+    unsigned from_free = reached;
+    atomic_fetch_sub(&probing, 1);
+    for (int i = 0; i < FNS; i++)
+        if (!(exported & (1u << i))) {
+            snprintf(why, n, "%s called through libc does not reach its hook", fns[i].name);
+            return 0;
+        }
+    if (!(from_free & ((1u << MUNMAP) | (1u << BRK) | (1u << MADVISE)))) {
+        snprintf(why, n,
+                 "free() of a 64 MiB block reaches none of libc's unmapping functions "
+                 "(an allocator that unmaps by system call?)");
+        return 0;
+    }
+    return 1;
+}
+
+static void install(void)
+{
+    page_mask = (uintptr_t)sysconf(_SC_PAGESIZE) - 1;
+    char why[sizeof failure - 32];
+    if (patch(why, sizeof why) != 0 || !prove(why, sizeof why))
+        snprintf(failure, sizeof failure, "libc not patched: %s", why);
+}
+
+static pthread_mutex_t repatch_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void rc_host_libc_check(void)
+{
+    if (failure[0])
+        return;
+    pthread_mutex_lock(&repatch_lock);
+    if (!rc_patch_set_lost(fns, FNS)) {
+        pthread_mutex_unlock(&repatch_lock);
+        return;
+    }
+    struct rc_patch_fn again[FNS];
+    bool any = false;
+    for (int i = 0; i < FNS; i++) {
+        again[i] = fns[i];
+        if (!rc_patch_set_lost(&fns[i], 1))
+            again[i].entry = NULL;
+        any |= again[i].entry != NULL;
+    }
+    char why[160];
+    int patched;
+    if (any && rc_patch_set(again, FNS, &patched, why, sizeof why) == 0)
+        for (int i = 0; i < FNS; i++)
+            if (again[i].entry)
+                fns[i] = again[i];
+    pthread_mutex_unlock(&repatch_lock);
+    if (any)
+        rc_host_events_post_all();
+}
+
+int rc_host_libc_ensure(char *why, size_t n)
+{
+    pthread_once(&once, install);
+    if (failure[0]) {
+        snprintf(why, n, "%s", failure);
+        return 0;
+    }
+    return 1;
+}
