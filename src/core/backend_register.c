@@ -144,22 +144,20 @@ static __attribute__((noinline, cold)) int refused(struct regcache *c, struct re
 }
 
 /* Timed here, on the miss path, with whatever eviction it took: what the
- * get that waited for it saw; counted once the decorating callback took it. */
-int rc_register_rail(struct regcache *c, struct regcache_entry *e, unsigned rail, bool speculative)
+ * get that waited for it saw; the caller counts it under the lock. */
+int rc_register_rail(struct regcache *c, struct regcache_entry *e, unsigned rail, bool speculative,
+                     struct rc_reg_time *t)
 {
-    uint64_t begun = rc_stats_clock();
+    t->begun = rc_stats_clock();
     int err = reg_once(c, e, rail);
     int rc = err ? register_after_failure(c, e, rail, speculative, err) : REGCACHE_OK;
     if (rc != REGCACHE_OK)
         return rc;
-    uint64_t took = rc_stats_clock() - begun;
+    t->ended = rc_stats_clock();
     const struct regcache_params *p = &c->opts.params;
-    int ret = p->on_register ? p->on_register(p->callback_arg, rc_counted_handle(e, rail), rail,
-                                              e->handles[rail],
-                                              c->pool.priv_size ? rc_entry_priv(e) : NULL)
-                             : 0;
-    if (ret)
-        return refused(c, e, rail, ret);
-    rc_stats_registered(c, e, rail, took);
-    return REGCACHE_OK;
+    int ret = p->on_register
+                  ? p->on_register(p->callback_arg, rc_counted_handle(e, rail), rail,
+                                   e->handles[rail], c->pool.priv_size ? rc_entry_priv(e) : NULL)
+                  : 0;
+    return ret ? refused(c, e, rail, ret) : REGCACHE_OK;
 }

@@ -53,6 +53,10 @@ struct rc_device {
     /* Set once, before the first entry of the device is registered. */
     atomic_int budget_state; /* 0 unset, 1 being set, 2 set */
     size_t whole_max;        /* largest allocation registered whole */
+    /* Ready entries whose access is not params.access (under the lock):
+     * while there are none, a registration with params.access replaces
+     * nothing of this device (rc_retire_covered_locked skips its walk). */
+    size_t odd_access;
     struct rc_lru lru;
     struct rc_counters n;
 } __attribute__((aligned(64)));
@@ -261,6 +265,12 @@ void rc_want_fini(struct rc_want *w);
  * it overlaps inside its mappings (host_merge.c). */
 void rc_host_merge_locked(struct regcache *c, struct rc_want *w);
 
+/* Is e's access other than params.access (rc_device.odd_access)? */
+static inline bool rc_odd_access(const struct regcache *c, const struct regcache_entry *e)
+{
+    return (e->access & ~RC_ACCESS_DEFAULT) != c->access;
+}
+
 /* Under the lock, after e was published: other ready entries of the same
  * memory that lie inside e's range and whose access e's covers leave the
  * cache (unused ones to *victims, held ones at their last put), so that
@@ -271,10 +281,18 @@ void rc_retire_covered_locked(struct regcache *c, struct regcache_entry *e,
 /* Does the memory at the entry's range still carry its buffer ids? */
 bool rc_entry_memory_current(struct regcache *c, const struct regcache_entry *e);
 
+/* When a registration began and ended (rc_stats_clock()). */
+struct rc_reg_time {
+    uint64_t begun, ended;
+};
+
 /* Without the lock: register e on `rail`, evicting the device's unused
  * entries (only speculative ones for a speculative registration) and
- * retrying while the backend reports exhaustion. */
-int rc_register_rail(struct regcache *c, struct regcache_entry *e, unsigned rail, bool speculative);
+ * retrying while the backend reports exhaustion.  On success *t says when,
+ * for rc_stats_registered() once the lock is back, and for the entry's
+ * birth: the fine clock is dear (stats.h), so each reading serves all. */
+int rc_register_rail(struct regcache *c, struct regcache_entry *e, unsigned rail, bool speculative,
+                     struct rc_reg_time *t);
 
 /* ---- the host memory monitor (host_watch.c) ------------------------------ */
 

@@ -15,7 +15,7 @@ static void broken(const struct regcache *c, const char *what, const void *e)
 
 struct census {
     struct regcache *c;
-    size_t entries[RC_DEVICE_SLOTS], bytes[RC_DEVICE_SLOTS];
+    size_t entries[RC_DEVICE_SLOTS], bytes[RC_DEVICE_SLOTS], odd[RC_DEVICE_SLOTS];
 };
 
 static int check_entry(struct rc_itree_node *n, void *arg)
@@ -41,6 +41,7 @@ static int check_entry(struct rc_itree_node *n, void *arg)
     rc_page_index_check_entry(&k->c->index, e);
     k->entries[e->device_slot]++;
     k->bytes[e->device_slot] += rc_entry_len(e);
+    k->odd[e->device_slot] += rc_odd_access(k->c, e);
     return 0;
 }
 
@@ -62,6 +63,7 @@ void rc_check_locked(struct regcache *c)
         rc_lru_check(&d->lru);
         if (k.entries[i] != atomic_load_explicit(&d->entries, memory_order_relaxed) ||
             k.bytes[i] != atomic_load_explicit(&d->bytes, memory_order_relaxed) ||
+            k.odd[i] != d->odd_access ||
             k.entries[i] != d->lru.count)
             broken(c, "a device's counts disagree with its entries", NULL);
     }

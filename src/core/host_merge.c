@@ -95,7 +95,10 @@ static int covered_visit(struct rc_itree_node *n, void *arg)
 void rc_retire_covered_locked(struct regcache *c, struct regcache_entry *e,
                               struct regcache_entry **victims)
 {
-    if (!pageable(e) && (!e->buffer_id || e->nmore))
+    /* Other memory is replaced only by a wider access: with none but
+     * params.access on the device, there is nothing to look for. */
+    if (!pageable(e) &&
+        (!e->buffer_id || e->nmore || (!rc_odd_access(c, e) && !c->dev[e->device_slot].odd_access)))
         return;
     struct covered cv = { .by = e };
     rc_itree_visit_overlaps(&c->tree, e->node.start, e->node.end, covered_visit, &cv);

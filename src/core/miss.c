@@ -301,6 +301,7 @@ static int publish_locked(struct regcache *c, struct regcache_entry *e, uintptr_
         grow_filter_locked(c);
     size_t len = rc_entry_len(e);
     rc_add_locked(&d->entries, 1);
+    d->odd_access += rc_odd_access(c, e);
     rc_add_locked(&d->bytes, len);
     rc_add_locked(&c->total_bytes, len);
     raise_peak(&d->n.peak_bytes, atomic_load_explicit(&d->bytes, memory_order_relaxed));
@@ -358,7 +359,8 @@ static int register_new(struct regcache *c, struct rc_want *w, uint64_t seq, uns
     /* Watched before it is registered: an unmap in between is seen. */
     struct rc_host_claim *claim = rc_host_watch(c, w, e);
 
-    int rc = room || !speculative ? rc_register_rail(c, e, rail, speculative) : RC_NO_ROOM;
+    struct rc_reg_time t;
+    int rc = room || !speculative ? rc_register_rail(c, e, rail, speculative, &t) : RC_NO_ROOM;
 
     rc_lock(&c->lock);
     rc_host_watch_set_locked(c, e, w, claim);
@@ -370,7 +372,8 @@ static int register_new(struct regcache *c, struct rc_want *w, uint64_t seq, uns
     if (rc == REGCACHE_OK) {
         rail_ready_locked(e, rail);
         rc_count_locked(&d->n.registrations);
-        e->born_ns = rc_stats_coarse_clock();
+        rc_stats_registered(c, e, rail, t.ended - t.begun);
+        e->born_ns = t.ended;
     }
     enum regcache_reason why = e->reason; /* the detacher's, if any */
     if (rc == REGCACHE_OK && !detached &&
@@ -423,7 +426,8 @@ static int register_rail(struct regcache *c, struct regcache_entry *e, unsigned 
     e->registrants[rail] = self_token();
     rc_unlock(&c->lock);
 
-    rc = rc_register_rail(c, e, rail, !out);
+    struct rc_reg_time t;
+    rc = rc_register_rail(c, e, rail, !out, &t);
 
     rc_lock(&c->lock);
     e->rails_pending &= ~(1u << rail);
@@ -435,6 +439,7 @@ static int register_rail(struct regcache *c, struct regcache_entry *e, unsigned 
         if (out)
             rc_count_locked(&c->dev[e->device_slot].n.misses);
         rc_count_locked(&c->dev[e->device_slot].n.registrations);
+        rc_stats_registered(c, e, rail, t.ended - t.begun);
     }
     registration_ended(c);
     unlock_leaving(c);

@@ -56,13 +56,19 @@ static unsigned bucket_of(uint64_t ns)
     return b < RC_LATENCY_BUCKETS ? b : RC_LATENCY_BUCKETS - 1;
 }
 
+/* A counter that only holders of the cache lock change (rc_add_locked). */
+static void add_locked(atomic_uint_fast64_t *n, uint64_t delta)
+{
+    atomic_store_explicit(n, load(n) + delta, memory_order_relaxed);
+}
+
 void rc_stats_registered(struct regcache *c, const struct regcache_entry *e, unsigned rail,
                          uint64_t ns)
 {
     struct rc_rail_counters *r = rc_rail_counters(&c->stats, e->device_slot, rail);
-    rc_count(&r->registrations);
-    rc_count(&r->latency[bucket_of(ns)]);
-    atomic_fetch_add_explicit(&r->bytes, rc_entry_len(e), memory_order_relaxed);
+    rc_count_locked(&r->registrations);
+    rc_count_locked(&r->latency[bucket_of(ns)]);
+    add_locked(&r->bytes, rc_entry_len(e));
 }
 
 void rc_stats_failed(struct regcache *c, const struct regcache_entry *e, unsigned rail)
@@ -75,8 +81,7 @@ void rc_stats_deregistering(struct regcache *c, const struct regcache_entry *e)
     unsigned rails = atomic_load_explicit(&e->rails_ready, memory_order_relaxed);
     for (unsigned r = 0; rails; r++, rails >>= 1)
         if (rails & 1)
-            atomic_fetch_sub_explicit(&rc_rail_counters(&c->stats, e->device_slot, r)->bytes,
-                                      rc_entry_len(e), memory_order_relaxed);
+            add_locked(&rc_rail_counters(&c->stats, e->device_slot, r)->bytes, -rc_entry_len(e));
 }
 
 bool rc_stats_seen(const struct regcache *c, int slot)

@@ -14,7 +14,11 @@
 
 #define RC_LATENCY_BUCKETS REGCACHE_LATENCY_BUCKETS
 
-/* One rail of one device.  Bumped without the cache lock: atomics. */
+/* One rail of one device.  Readers take no lock.  A failure is counted
+ * where the backend's reg returns, without the cache lock: an atomic add.
+ * The rest change with what the miss that registered does under the lock
+ * anyway (the entry's rails_ready, the device's counters): plain stores,
+ * where atomic adds would cost every miss a locked instruction each. */
 struct rc_rail_counters {
     atomic_uint_fast64_t registrations, failures;
     atomic_uint_fast64_t bytes; /* registered now: added at reg, taken at dereg */
@@ -49,22 +53,24 @@ static inline struct rc_rail_counters *rc_rail_counters(const struct rc_stats *s
     return &st->rails[(size_t)slot * RC_MAX_RAILS + rail];
 }
 
-/* The monotonic clock in ns (misses only). */
+/* The monotonic clock in ns (misses only): a registration's start and end,
+ * the end also its entry's birth. */
 uint64_t rc_stats_clock(void);
 
 /* The same to the kernel's tick (a few ms), at a fraction of the cost where
- * the fine clock is no vDSO read (virtual machines): ages and the
- * statistics segment's pace, every miss. */
+ * the fine clock is no vDSO read (virtual machines): ages (their now) and
+ * the statistics segment's pace, every miss. */
 uint64_t rc_stats_coarse_clock(void);
 
-/* A registration of e on `rail` took ns and succeeded. */
+/* Under the lock: a registration of e on `rail` took ns and succeeded. */
 void rc_stats_registered(struct regcache *c, const struct regcache_entry *e, unsigned rail,
                          uint64_t ns);
 
 /* A reg call of e on `rail` failed. */
 void rc_stats_failed(struct regcache *c, const struct regcache_entry *e, unsigned rail);
 
-/* e's registrations (rails_ready) are about to be deregistered. */
+/* Under the lock: e's registrations (rails_ready) are about to be
+ * deregistered. */
 void rc_stats_deregistering(struct regcache *c, const struct regcache_entry *e);
 
 /* Whether the cache has seen the device slot (its budget is set). */
