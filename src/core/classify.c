@@ -131,6 +131,25 @@ static int choose_pageable_range(struct regcache *c, struct rc_want *w)
     return REGCACHE_OK;
 }
 
+/* Pageable memory up to the request's last byte: a request from it into
+ * CUDA memory (a GPU allocation mapped right after a host mapping) is no
+ * one registration.  Its last page asked, when that is not the first. */
+static int pageable_to_the_end(struct regcache *c, struct rc_want *w)
+{
+    uintptr_t last = w->end - 1;
+    if ((last ^ w->start) < c->host_page)
+        return REGCACHE_OK;
+    struct regcache_mem_info info;
+    int rc = query(c, last, 1, &info);
+    if (rc != REGCACHE_OK)
+        return rc;
+    if (info.type == REGCACHE_MEM_HOST && !info.buffer_id)
+        return REGCACHE_OK;
+    return rc_fail(REGCACHE_ERR_RANGE,
+                   "[%p, %p) runs from pageable host memory into CUDA memory at %p",
+                   (void *)w->start, (void *)w->end, (void *)last);
+}
+
 static int classify_host(struct regcache *c, struct rc_want *w,
                          const struct regcache_mem_info *info)
 {
@@ -145,8 +164,10 @@ static int classify_host(struct regcache *c, struct rc_want *w,
     /* Pinned memory (cuMemAllocHost) is an allocation with a buffer id, and
      * the driver packs small ones into one page: clip to it as for GPU
      * memory.  Pageable memory is known by its mappings. */
-    if (!info->buffer_id)
-        return choose_pageable_range(c, w);
+    if (!info->buffer_id) {
+        int rc = pageable_to_the_end(c, w);
+        return rc != REGCACHE_OK ? rc : choose_pageable_range(c, w);
+    }
     if (w->start < info->base || w->end > info->base + info->size)
         return rc_fail(REGCACHE_ERR_RANGE,
                        "[%p, %p) is not inside the pinned allocation [%#jx, %#jx)",

@@ -108,7 +108,13 @@ static void notice_of_each_reason(void **state)
     struct fx *f = *state;
     const struct reason_case *rc = f->param;
     struct notes *ns = listen(f);
-    fx_device_allocs(f, 2);
+    if (rc->reason == REGCACHE_REASON_FREED_MONITOR) {
+        /* The monitor's reason is for pageable host memory only. */
+        f->p.host_memory = 1;
+        fx_pageable_alloc(f, A, MiB);
+    } else {
+        fx_device_allocs(f, 2);
+    }
     if (rc->reason == REGCACHE_REASON_EVICT_BUDGET)
         f->p.max_entries = 1;
     if (rc->reason == REGCACHE_REASON_FREED_TAG)

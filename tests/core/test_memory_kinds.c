@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -67,4 +68,22 @@ static void pinned_host_memory_is_tag_checked(void **state)
     regcache_put(f->c, e);
 }
 
-FX_MAIN(managed_and_host_memory, host_memory_when_enabled, pinned_host_memory_is_tag_checked)
+/* A request from pageable host memory into a GPU allocation right after it
+ * (how eager registration first asks for a new allocation, a byte early)
+ * is no one registration: refused, nothing registered. */
+static void pageable_into_device_memory_is_refused(void **state)
+{
+    struct fx *f = *state;
+    fake_alloc(&f->fb, FX_ALLOC(1), MiB, 0, REGCACHE_MEM_DEVICE);
+    f->p.host_memory = 1;
+    fx_create(f);
+    fx_get_fails(f, FX_ALLOC(1) - 1, MiB + 1, REGCACHE_ERR_RANGE);
+    assert_non_null(strstr(regcache_last_error(), "into CUDA memory"));
+    assert_int_equal(atomic_load(&f->fb.regs), 0);
+    fx_use(f, FX_ALLOC(1), MiB);
+    fx_use(f, FX_ALLOC(1) - 100, 100);
+    fx_assert_stats(f, FX_STAT(entries, 2), NULL);
+}
+
+FX_MAIN(managed_and_host_memory, host_memory_when_enabled, pinned_host_memory_is_tag_checked,
+        pageable_into_device_memory_is_refused)
