@@ -362,8 +362,11 @@ static void shm_detach(void **state)
  * own; the parent's goes on.  Only where glibc allocates: TSan cannot
  * follow a thread started in the child of a process with threads (it takes
  * the new thread for the parent's, whose stack glibc hands to it), and
- * under ASan that thread was seen waiting on a futex from its start, so
- * the child's unmap, which waits for it to read, never returned. */
+ * ASan's allocator (gcc 12) does not take its locks around fork(): a lock
+ * of one of its size classes held by a parent thread at the fork (the
+ * monitor thread, freeing as it invalidates) stays held in the child, whose
+ * own monitor thread waits on it at its first allocation, and the child's
+ * unmap, which waits for that thread to read, never returns. */
 #if GLIBC_MALLOC
 static void fork_child_monitors_its_own(void **state)
 {
