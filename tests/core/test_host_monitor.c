@@ -363,9 +363,9 @@ static void shm_detach(void **state)
  * follow a thread started in the child of a process with threads (it takes
  * the new thread for the parent's, whose stack glibc hands to it), and
  * ASan's allocator (gcc 12) does not take its locks around fork(): a lock
- * of one of its size classes held by a parent thread at the fork (the
- * monitor thread, freeing as it invalidates) stays held in the child, whose
- * own monitor thread waits on it at its first allocation, and the child's
+ * of one of its size classes held by a parent thread at the fork stays
+ * held in the child (its monitor thread was seen waiting on a futex in
+ * ASan's allocator region from its start), and the child's
  * unmap, which waits for that thread to read, never returns. */
 #if GLIBC_MALLOC
 static void fork_child_monitors_its_own(void **state)
