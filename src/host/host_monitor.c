@@ -80,7 +80,19 @@ static void install_atfork(void)
     pthread_atfork(NULL, NULL, atfork_child);
 }
 
-static bool open_kick_locked(void);
+/* Under life_lock: the eventfd that wakes the thread, opened with the
+ * first cache that watches (as the userfaultfd is), not at its first
+ * range. */
+static bool open_kick_locked(void)
+{
+    if (atomic_load(&kick_fd) < 0) {
+        int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (fd < 0)
+            return false;
+        atomic_store(&kick_fd, fd);
+    }
+    return true;
+}
 
 #define LIBC_WAYS                                                                       \
     "munmap, mremap, MAP_FIXED, madvise, brk, shmdt, and libc's own unmapping in free " \
@@ -153,20 +165,6 @@ static void *monitor(void *arg)
         if (rc_host_monitor_behind())
             rc_host_events_drain(false);
     }
-}
-
-/* Under life_lock: the eventfd that wakes the thread, opened with the
- * first cache that watches (as the userfaultfd is), not at its first
- * range. */
-static bool open_kick_locked(void)
-{
-    if (atomic_load(&kick_fd) < 0) {
-        int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-        if (fd < 0)
-            return false;
-        atomic_store(&kick_fd, fd);
-    }
-    return true;
 }
 
 /* Under life_lock: the thread, with every signal blocked (the

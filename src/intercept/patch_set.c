@@ -99,12 +99,12 @@ int rc_patch_set(struct rc_patch_fn *fns, size_t count, int *patched, char *why,
     if (!page)
         return -1;
     memset(page, 0xcc, size); /* int3 between the pieces */
-    if (build_page(fns, count, code, prologue, page, why, n) != 0) {
+    /* Nothing leads into the page until it is sealed. */
+    if (build_page(fns, count, code, prologue, page, why, n) != 0 ||
+        rc_patch_seal(page, size, why, n) != 0) {
         munmap(page, size);
         return -1;
     }
-    if (rc_patch_seal(page, size, why, n) != 0)
-        return -1;
     for (size_t i = 0; i < count; i++)
         if (fns[i].entry)
             atomic_store_explicit(fns[i].original, page + i * SLOT + TRAMPOLINE_AT,

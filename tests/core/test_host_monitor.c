@@ -87,6 +87,14 @@ static void unmap(char *p, size_t len)
     assert_int_equal(munmap(p, len), 0);
 }
 
+/* The cache goes before the memory its entries were registered over. */
+static void destroy_then_unmap(struct fx *f, char *p, size_t len)
+{
+    regcache_destroy(f->c);
+    f->c = NULL;
+    unmap(p, len);
+}
+
 static char *munmap_then_mmap(char *p, size_t len)
 {
     unmap(p, len);
@@ -278,9 +286,7 @@ static void held_entry_goes_at_its_put(void **state)
     assert_int_equal(atomic_load(&f->fb.live), 2);
     regcache_put(f->c, held);
     assert_int_equal(atomic_load(&f->fb.live), 1);
-    regcache_destroy(f->c);
-    f->c = NULL;
-    unmap(p, LEN);
+    destroy_then_unmap(f, p, LEN);
 }
 
 /* The monitor drops pageable host entries only: device memory that the
@@ -303,9 +309,7 @@ static void device_entries_are_not_the_monitors(void **state)
     fx_use(f, (uintptr_t)gpu, LEN);
     fx_assert_stats(f, FX_STAT(misses, 3), FX_STAT(hits, 2), FX_STAT(invalidations_monitor, 0),
                     FX_STAT(deregistrations, 0), NULL);
-    regcache_destroy(f->c);
-    f->c = NULL;
-    unmap(p, 3 * LEN);
+    destroy_then_unmap(f, p, 3 * LEN);
 }
 
 /* Merged host ranges: the union of two entries is watched as a whole, and
@@ -321,9 +325,7 @@ static void merged_union_stays_watched(void **state)
     dontneed(p, page);
     fx_use(f, (uintptr_t)p, LEN);
     fx_assert_stats(f, FX_STAT(invalidations_monitor, 1), FX_STAT(deregistrations, 2), NULL);
-    regcache_destroy(f->c);
-    f->c = NULL;
-    unmap(p, LEN);
+    destroy_then_unmap(f, p, LEN);
 }
 
 /* System V shared memory: libc's hooks see its detach; the kernel reports
@@ -401,9 +403,7 @@ static void fork_child_monitors_its_own(void **state)
     map_fixed_over(p, LEN);
     fx_use(f, (uintptr_t)p, LEN);
     fx_assert_stats(f, FX_STAT(misses, 2), FX_STAT(invalidations_monitor, 1), NULL);
-    regcache_destroy(f->c);
-    f->c = NULL;
-    unmap(p, LEN);
+    destroy_then_unmap(f, p, LEN);
 }
 #endif
 
@@ -455,9 +455,7 @@ static void coexists_with_ucm(void **state)
     fx_assert_stats(f, FX_STAT(misses, 2), FX_STAT(invalidations_monitor, 1), NULL);
     ucm_unset(1 << 17, count_unmapped, &seen);
     ucm_unset = NULL;
-    regcache_destroy(f->c);
-    f->c = NULL;
-    unmap(p, LEN);
+    destroy_then_unmap(f, p, LEN);
 }
 #endif
 
@@ -492,9 +490,7 @@ static void off_keeps_the_explicit_contract(void **state)
     fx_assert_stats(f, FX_STAT(hits, 1), FX_STAT(deregistrations, 0), NULL);
     assert_int_equal(regcache_invalidate(f->c, p, LEN), REGCACHE_OK);
     fx_assert_stats(f, FX_STAT(host_unmonitored, 0), NULL);
-    regcache_destroy(f->c);
-    f->c = NULL;
-    unmap(p, LEN);
+    destroy_then_unmap(f, p, LEN);
 }
 
 /* Whether the way asked for is there: libc cannot be patched where a
