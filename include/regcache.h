@@ -490,7 +490,10 @@ REGCACHE_API void regcache_destroy(regcache_t *cache);
  * never enters the cache and is deregistered at its put.  A get of a range
  * whose background registration (regcache_prefetch()) is in flight waits
  * for it; one whose background registration failed returns that failure
- * once (one of the statuses below).
+ * once (one of the statuses below).  A get made while the application
+ * captures a CUDA graph, in any capture mode and on any thread, never
+ * breaks the capture: the cache's own driver calls run in the RELAXED
+ * capture mode (man regcache_get).
  * Errors: INVALID (NULL cache/addr/entry, len 0, addr+len wraps), NOT_GPU,
  * MANAGED, RANGE, NOT_RDMA_CAPABLE, TOO_LARGE, NO_SPACE, BACKEND, CUDA,
  * NO_MEMORY, FORKED, HOLD_LIMIT, REENTRANT, BAD_ADDRESS (host memory), CALLBACK.  On
