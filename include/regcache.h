@@ -258,7 +258,7 @@ enum regcache_validation {
                                         creating the cache installs; where
                                         neither can be had, regcache_create()
                                         fails with UNSUPPORTED */
-    REGCACHE_VALIDATE_NOTIFY = 3     /* (0.4) trust the application, which
+    REGCACHE_VALIDATE_NOTIFY = 3     /* (since 0.4) trust the application, which
                                         calls regcache_notify_free() before
                                         each free and regcache_notify_alloc()
                                         after each allocation itself; nothing

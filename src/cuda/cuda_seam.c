@@ -59,6 +59,8 @@ static const struct rc_cuda_api *raw(void)
 #define WRAPPER(field, name, version, how, params, args) WRAPPER_##how(field, params, args)
 RC_CUDA_ENTRIES(WRAPPER)
 #undef WRAPPER
+#undef WRAPPER_relaxed
+#undef WRAPPER_as_is
 
 /* What callers get of `api`: its as_is functions, and the wrappers. */
 static void face(struct rc_cuda_api *facing, const struct rc_cuda_api *api)
@@ -68,6 +70,8 @@ static void face(struct rc_cuda_api *facing, const struct rc_cuda_api *api)
 #define FACE(field, name, version, how, params, args) facing->field = FACE_##how(field);
     RC_CUDA_ENTRIES(FACE)
 #undef FACE
+#undef FACE_relaxed
+#undef FACE_as_is
 }
 
 static char load_error[256];
