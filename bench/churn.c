@@ -35,7 +35,7 @@ static int open_cycle(struct cycle *c, struct bench_row *r, const struct bench_s
 {
     char why[160];
     *c = (struct cycle){ .use.counter = offsetof(struct regcache_stats, misses), .base = s->base };
-    c->use.cache = bench_cache(s, NULL, REGCACHE_VALIDATE_HOOKS, by_bytes ? 0 : BUDGET,
+    c->use.cache = bench_cache(s, NULL, REGCACHE_VALIDATE_NOTIFY, by_bytes ? 0 : BUDGET,
                                by_bytes ? BUDGET * BENCH_REGION : 0, why, sizeof(why));
     if (!c->use.cache) {
         bench_note(r, "failed: %s", why);
@@ -152,7 +152,7 @@ static void churn_beside_idle_threads(const struct bench_src *s)
                                    .source = s->name,
                                    .impl = "regcache",
                                    .what = what[i],
-                                   .asked = bench_mode_name(REGCACHE_VALIDATE_HOOKS),
+                                   .asked = bench_mode_name(REGCACHE_VALIDATE_NOTIFY),
                                    .entries = BUDGET };
         if (open_cycle(&a[i].cycle, &r[i], s, 0) != 0)
             break;
@@ -179,7 +179,7 @@ void bench_churn(const struct bench_src *s)
                                .source = s->name,
                                .impl = "regcache",
                                .what = by_bytes ? "max_bytes" : "max_entries",
-                               .asked = bench_mode_name(REGCACHE_VALIDATE_HOOKS),
+                               .asked = bench_mode_name(REGCACHE_VALIDATE_NOTIFY),
                                .entries = BUDGET };
         struct cycle c;
         if (open_cycle(&c, &r, s, by_bytes) != 0)

@@ -48,7 +48,7 @@ void bench_invalidation(const struct bench_src *s)
                                .source = s->name,
                                .impl = "regcache",
                                .what = "none",
-                               .asked = bench_mode_name(REGCACHE_VALIDATE_HOOKS),
+                               .asked = bench_mode_name(REGCACHE_VALIDATE_NOTIFY),
                                .entries = counts[k] };
         struct inval v = { { .counter = offsetof(struct regcache_stats, invalidations_notify) },
                            s->base,
@@ -58,7 +58,7 @@ void bench_invalidation(const struct bench_src *s)
         struct bench_op drop = { drop_run, recache, bench_use_check, &v };
         char why[160];
         /* notify_free reaches every cache in the process: this is the only one. */
-        v.use.cache = bench_cache(s, NULL, REGCACHE_VALIDATE_HOOKS, 0, 0, why, sizeof(why));
+        v.use.cache = bench_cache(s, NULL, REGCACHE_VALIDATE_NOTIFY, 0, 0, why, sizeof(why));
         if (!v.use.cache || bench_populate(&v.use, s->base, counts[k], why, sizeof(why))) {
             bench_note(&r, "failed: %s", why);
             regcache_destroy(v.use.cache);

@@ -1,14 +1,15 @@
 /* The library merely linked, as most programs use it: validation AUTO, no
  * LD_PRELOAD.  In-process interception is meant to resolve AUTO to HOOKS
  * here; the rows record the mode the cache really used, and the report
- * compares them with HOOKS rows measured interleaved with them (the hit at
+ * compares them with NOTIFY rows (the same hits, trusting the bench's own
+ * notices, nothing patched) measured interleaved with them (the hit at
  * 1k entries in blocks of samples, the shared set in one series), when it is
  * HOOKS. */
 #include "bench.h"
 
 void bench_linked(const struct bench_src *s)
 {
-    static const int modes[2] = { REGCACHE_VALIDATE_HOOKS, REGCACHE_VALIDATE_AUTO };
+    static const int modes[2] = { REGCACHE_VALIDATE_NOTIFY, REGCACHE_VALIDATE_AUTO };
     struct bench_target t[2];
     struct bench_row hit[2], shared[2];
     struct bench_arm arms[2];

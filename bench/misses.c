@@ -62,7 +62,7 @@ static int miss_open(struct miss *m, const struct bench_row *r, const struct ben
 {
     static const char *const what[ROWS] = { "reg+dereg", "miss", "hit" };
     char why[160];
-    regcache_t *cache = bench_cache(s, p, REGCACHE_VALIDATE_HOOKS, 0, 0, why, sizeof(why));
+    regcache_t *cache = bench_cache(s, p, REGCACHE_VALIDATE_NOTIFY, 0, 0, why, sizeof(why));
     *m = (struct miss){ { .cache = cache, .counter = offsetof(struct regcache_stats, misses) },
                         p,
                         s->base,
@@ -82,7 +82,7 @@ static int miss_open(struct miss *m, const struct bench_row *r, const struct ben
         return -1;
     }
     for (size_t i = 1; i < ROWS; i++) {
-        m->row[i].asked = bench_mode_name(REGCACHE_VALIDATE_HOOKS);
+        m->row[i].asked = bench_mode_name(REGCACHE_VALIDATE_NOTIFY);
         m->row[i].mode = regcache_validation_mode(m->use.cache);
     }
     return 0;

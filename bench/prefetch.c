@@ -66,7 +66,7 @@ static void hit_rows(const struct bench_src *s)
     char why[160];
     h.row[0].what = "hit";
     h.row[1].what = "hit after prefetch";
-    h.use.cache = bench_cache(s, NULL, REGCACHE_VALIDATE_HOOKS, 0, 0, why, sizeof(why));
+    h.use.cache = bench_cache(s, NULL, REGCACHE_VALIDATE_NOTIFY, 0, 0, why, sizeof(why));
     h.use.counter = offsetof(struct regcache_stats, misses);
     h.base[0] = s->base;
     h.base[1] = s->base + SET * BENCH_REGION;
@@ -83,7 +83,7 @@ static void hit_rows(const struct bench_src *s)
     else {
         for (int i = 0; i < 2; i++) {
             h.row[i].impl = "regcache";
-            h.row[i].asked = bench_mode_name(REGCACHE_VALIDATE_HOOKS);
+            h.row[i].asked = bench_mode_name(REGCACHE_VALIDATE_NOTIFY);
             h.row[i].mode = regcache_validation_mode(h.use.cache);
             h.op[i] = (struct bench_op){ i ? hit_prefetched : hit_got, NULL, bench_use_check, &h };
         }
@@ -142,14 +142,14 @@ static void nonblock_rows(const struct bench_src *s)
     regcache_params_init(&defaults);
     b.access = defaults.access;
     char why[160];
-    b.use.cache = bench_cache(s, NULL, REGCACHE_VALIDATE_HOOKS, 0, 0, why, sizeof(why));
+    b.use.cache = bench_cache(s, NULL, REGCACHE_VALIDATE_NOTIFY, 0, 0, why, sizeof(why));
     b.use.counter = offsetof(struct regcache_stats, prefetches);
     if (!b.use.cache) {
         bench_note(&r, "failed: %s", why);
         return;
     }
     r.impl = "regcache";
-    r.asked = bench_mode_name(REGCACHE_VALIDATE_HOOKS);
+    r.asked = bench_mode_name(REGCACHE_VALIDATE_NOTIFY);
     r.mode = regcache_validation_mode(b.use.cache);
     b.op = (struct bench_op){ nonblock_run, nonblock_reset, bench_use_check, &b };
     /* Each sample's ranges are new: a range whose registration just ended
@@ -219,14 +219,14 @@ static void batch_rows(const struct bench_src *s)
                                       .entries = ALLOCS,
                                       .threads = 0 };
         b[n] = (struct batch){ .ranges = ranges };
-        b[n].use.cache = bench_cache(s, p, REGCACHE_VALIDATE_HOOKS, 0, 0, why, sizeof(why));
+        b[n].use.cache = bench_cache(s, p, REGCACHE_VALIDATE_NOTIFY, 0, 0, why, sizeof(why));
         b[n].use.counter = offsetof(struct regcache_stats, registrations);
         if (!b[n].use.cache) {
             bench_note(&rows[n], "failed: %s", why);
             continue;
         }
         rows[n].impl = "regcache";
-        rows[n].asked = bench_mode_name(REGCACHE_VALIDATE_HOOKS);
+        rows[n].asked = bench_mode_name(REGCACHE_VALIDATE_NOTIFY);
         rows[n].mode = regcache_validation_mode(b[n].use.cache);
         b[n].op = (struct bench_op){ batch_run, batch_reset, bench_use_check, &b[n] };
         arms[n] = (struct bench_arm){ &rows[n], &b[n].op, ALLOCS, 0 };

@@ -165,9 +165,9 @@ class Report:
         f, m = self.find, self.median
         cores = self.needs(cores=SCALING_CORES)
         for n in (1, 1000, 100000, 1000000):
-            self.pair("HOOKS hit >= 2.5x faster than UCX, %s entries" % label(n),
+            self.pair("NOTIFY hit >= 2.5x faster than UCX, %s entries" % label(n),
                       f(workload="ucx", what="hit", entries=n),
-                      f(workload="hits", source="null", asked="HOOKS", entries=n), "ratio", 2.5,
+                      f(workload="hits", source="null", asked="NOTIFY", entries=n), "ratio", 2.5,
                       source="ucx")
         bare = paired(*(f(workload="threads", impl="tag", threads=t) for t in (16, 1)),
                       operator.truediv)
@@ -199,12 +199,12 @@ class Report:
         self.below("miss overhead beyond the backend <= 150 ns",
                    overhead and overhead["median"], 150)
         for what, threads in (("hit", 0), ("shared", 16)):
-            auto, hooks = (f(workload="linked", what=what, threads=threads, asked=a)
-                           for a in ("AUTO", "HOOKS"))
+            auto, notify = (f(workload="linked", what=what, threads=threads, asked=a)
+                           for a in ("AUTO", "NOTIFY"))
             why = "AUTO resolved to %s" % auto["mode"] if auto and auto["mode"] != "HOOKS" else \
                 cores if threads else None
-            self.pair("cuda linked (AUTO) %s%s = HOOKS within noise" % (
-                what, ", 16 threads" if threads else ""), auto, hooks, "same",
+            self.pair("cuda linked (AUTO) %s%s = NOTIFY within noise" % (
+                what, ", 16 threads" if threads else ""), auto, notify, "same",
                 unit="Mops/s" if threads else "ns", source="cuda", why=why)
         for source in ("null", "cuda"):
             self.pair("%s hit with the ledger on = off within noise" % source,

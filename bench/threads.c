@@ -1,4 +1,4 @@
-/* Aggregate hit throughput at 1 to 32 threads (HOOKS mode): all threads on
+/* Aggregate hit throughput at 1 to 32 threads (NOTIFY mode): all threads on
  * one shared set of entries, whose lines every core reads; and each thread
  * on a set of its own, as a transport with buffers per queue pair uses the
  * cache.  Beside them, what the machine itself allows: the bare null tag
@@ -29,11 +29,11 @@ void bench_threads(const struct bench_src *s)
         ops[n] = s->tag;
         ops[n++].ctx = &span;
     }
-    if (bench_target_open(&t[0], &shared, s, REGCACHE_VALIDATE_HOOKS, BENCH_SET, 0) == 0) {
+    if (bench_target_open(&t[0], &shared, s, REGCACHE_VALIDATE_NOTIFY, BENCH_SET, 0) == 0) {
         protos[n] = shared;
         ops[n++] = t[0].op;
     }
-    if (bench_target_open(&t[1], &own, s, REGCACHE_VALIDATE_HOOKS, (size_t)most * BENCH_SET,
+    if (bench_target_open(&t[1], &own, s, REGCACHE_VALIDATE_NOTIFY, (size_t)most * BENCH_SET,
                           BENCH_SET) == 0) {
         protos[n] = own;
         ops[n++] = t[1].op;

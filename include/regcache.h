@@ -77,7 +77,8 @@ typedef struct regcache_entry regcache_entry_t;
  *   ERR_CUDA           a CUDA driver call failed unexpectedly.
  *   ERR_UNSUPPORTED    the requested method is not available here (no
  *                      nvidia-peermem, no dmabuf support in the GPU or the
- *                      verbs provider, no CUDA driver).
+ *                      verbs provider, no CUDA driver), or validation HOOKS
+ *                      where no hook can see the process's CUDA frees.
  *   ERR_FORKED         the cache was created before fork() and used in the
  *                      child: its registrations belong to the parent.
  *   ERR_RANGE          the range is not one contiguous piece of mapped memory
@@ -120,7 +121,7 @@ typedef struct regcache_entry regcache_entry_t;
     X(ERR_NO_SPACE, -5, "registration resources exhausted (BAR1 or pinned memory)")         \
     X(ERR_BACKEND, -6, "the registration backend failed")                                   \
     X(ERR_CUDA, -7, "a CUDA driver call failed")                                            \
-    X(ERR_UNSUPPORTED, -8, "registration method not available on this system")              \
+    X(ERR_UNSUPPORTED, -8, "registration method or validation mode not available here")     \
     X(ERR_FORKED, -9, "cache was inherited across fork(); create a new cache in the child") \
     X(ERR_RANGE, -10, "range is not one contiguous piece of mapped memory")                 \
     X(ERR_HOLD_LIMIT, -11, "entry has too many holders (gets without put)")                 \
@@ -252,10 +253,16 @@ enum regcache_validation {
                                         the cache installs (README) - else
                                         TAG_CHECK */
     REGCACHE_VALIDATE_TAG_CHECK = 1, /* re-read the buffer id on every hit */
-    REGCACHE_VALIDATE_HOOKS = 2      /* trust regcache_notify_free() before
+    REGCACHE_VALIDATE_HOOKS = 2,     /* trust the hooks: the preload hook, or
+                                        the in-process interception, which
+                                        creating the cache installs; where
+                                        neither can be had, regcache_create()
+                                        fails with UNSUPPORTED */
+    REGCACHE_VALIDATE_NOTIFY = 3     /* (since 0.4) trust the application, which
+                                        calls regcache_notify_free() before
                                         each free and regcache_notify_alloc()
-                                        after each allocation (from the hooks
-                                        or the application) */
+                                        after each allocation itself; nothing
+                                        is installed */
 };
 
 /*
@@ -429,16 +436,18 @@ typedef struct regcache regcache_t;
  * Create a cache.  The built-in backend needs params->pd (or params->pds
  * for several rails); it selects the method now and fails with
  * REGCACHE_ERR_UNSUPPORTED (and a message from regcache_last_error()) if
- * none is available.  With validation AUTO and without the preload hook,
- * the first call patches libcuda's memory functions in-process (once per
- * process, unless REGCACHE_HOOKS=off) and every call checks that the
- * patches see every free; when they cannot, the cache uses TAG_CHECK and
- * regcache_last_error() says why, although the call succeeds.
+ * none is available.  With validation AUTO or HOOKS and without the preload
+ * hook, the first call patches libcuda's memory functions in-process (once
+ * per process, unless REGCACHE_HOOKS=off) and every call checks that the
+ * patches see every free; when they cannot, an AUTO cache uses TAG_CHECK and
+ * regcache_last_error() says why, although the call succeeds, and a HOOKS
+ * cache is refused (UNSUPPORTED; NOTIFY is the application's own notices).
  * Errors: INVALID (NULL, unknown params size, alignment not a power of two
  * between 4096 and 1 GiB, method/validation out of range, rails outside
  * 1..REGCACHE_MAX_RAILS, priv_size over 4096, no pd for the built-in backend,
  * backend without reg or dereg, a name that is not one, a REGCACHE_*
- * variable that does not parse), NO_MEMORY, UNSUPPORTED.  The process's
+ * variable that does not parse), NO_MEMORY, UNSUPPORTED (no method for the
+ * built-in backend; validation HOOKS where no hook can be had).  The process's
  * first cache creates its statistics segment for regcache-stat (README);
  * where that cannot be made the cache works without it, and the
  * REGCACHE_STATS dump says why.
@@ -481,7 +490,10 @@ REGCACHE_API void regcache_destroy(regcache_t *cache);
  * never enters the cache and is deregistered at its put.  A get of a range
  * whose background registration (regcache_prefetch()) is in flight waits
  * for it; one whose background registration failed returns that failure
- * once (one of the statuses below).
+ * once (one of the statuses below).  A get made while the application
+ * captures a CUDA graph, in any capture mode and on any thread, never
+ * breaks the capture: the cache's own driver calls run in the RELAXED
+ * capture mode (man regcache_get).
  * Errors: INVALID (NULL cache/addr/entry, len 0, addr+len wraps), NOT_GPU,
  * MANAGED, RANGE, NOT_RDMA_CAPABLE, TOO_LARGE, NO_SPACE, BACKEND, CUDA,
  * NO_MEMORY, FORKED, HOLD_LIMIT, REENTRANT, BAD_ADDRESS (host memory), CALLBACK.  On
@@ -675,12 +687,12 @@ REGCACHE_API void regcache_notify_free(const void *addr, size_t len);
  * regcache_notify_free() before a free and the free itself finds the old
  * memory still there and may cache its registration; only this notice,
  * after the next allocation at that address, tells the cache that the
- * memory is gone.  An application or custom backend that validates with
- * REGCACHE_VALIDATE_HOOKS and notifies by itself therefore calls
- * regcache_notify_free() before each free and regcache_notify_alloc() after
- * each allocation, before the new memory is used; the preload hook and the
- * in-process interception do both.  Costs and rules as
- * regcache_notify_free().  Thread safe.
+ * memory is gone.  An application or custom backend that notifies by
+ * itself (REGCACHE_VALIDATE_NOTIFY) therefore calls regcache_notify_free()
+ * before each free and regcache_notify_alloc() after each allocation,
+ * before the new memory is used; the preload hook and the in-process
+ * interception do both.  Costs and rules as regcache_notify_free().
+ * Thread safe.
  */
 REGCACHE_API void regcache_notify_alloc(const void *addr, size_t len);
 
@@ -936,8 +948,8 @@ REGCACHE_API int regcache_print_entries(regcache_t *cache, FILE *out);
 REGCACHE_API const char *regcache_name(const regcache_t *cache);
 
 /*
- * The validation mode the cache actually uses (AUTO resolved), or
- * REGCACHE_ERR_INVALID for NULL.  A cache whose HOOKS rest on the
+ * The validation mode the cache actually uses (AUTO resolved: TAG_CHECK,
+ * HOOKS or NOTIFY), or REGCACHE_ERR_INVALID for NULL.  A cache whose HOOKS rest on the
  * in-process interception turns to TAG_CHECK for good when a miss finds
  * that another patcher rewrote libcuda's patched entries (README).
  * Thread safe.

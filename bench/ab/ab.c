@@ -106,7 +106,7 @@ static int open_build(struct build *b, const char *mode, const struct run *r)
     b->params_init(&params);
     params.backend = &backend;
     params.validation =
-        strcmp(mode, "tag") == 0 ? REGCACHE_VALIDATE_TAG_CHECK : REGCACHE_VALIDATE_HOOKS;
+        strcmp(mode, "tag") == 0 ? REGCACHE_VALIDATE_TAG_CHECK : REGCACHE_VALIDATE_NOTIFY;
     b->get_access = (int (*)(regcache_t *, unsigned, const void *, size_t, int, unsigned,
                              regcache_entry_t **))dlsym(h, "regcache_get_access");
     if (!b->get_access) {
@@ -123,7 +123,13 @@ static int open_build(struct build *b, const char *mode, const struct run *r)
     params.whole_allocation = 0;
     params.max_bytes = (size_t)1 << 56;
     params.max_entries = r->churn ? r->n : 0;
-    if (b->create(&params, &b->cache) != REGCACHE_OK)
+    int rc = b->create(&params, &b->cache);
+    /* Before 0.4 the cache that trusts its user's notices was HOOKS. */
+    if (rc == REGCACHE_ERR_INVALID && params.validation == REGCACHE_VALIDATE_NOTIFY) {
+        params.validation = REGCACHE_VALIDATE_HOOKS;
+        rc = b->create(&params, &b->cache);
+    }
+    if (rc != REGCACHE_OK)
         return fail(b->path, "regcache_create failed");
     for (size_t i = 0; i < r->span; i++)
         if (get_put(b, i) != 0)

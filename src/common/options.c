@@ -71,7 +71,8 @@ bool rc_parse_bool(const char *s, int *out)
     return true;
 }
 static const char *const method_words[] = { "auto", "dmabuf", "peermem", NULL };
-static const char *const validation_words[] = { "auto", "tag_check", "hooks", NULL };
+/* In the order of enum regcache_validation. */
+static const char *const validation_words[] = { "auto", "tag_check", "hooks", "notify", NULL };
 /* In the order of enum rc_dmabuf_mapping and enum rc_data_direct. */
 static const char *const mapping_words[] = { "auto", "pcie", "default", NULL };
 static const char *const data_direct_words[] = { "auto", "on", "off", NULL };
@@ -105,7 +106,7 @@ static const struct env_option {
     { "REGCACHE_METHOD", WORD, FIELD(params.method), method_words, "auto, dmabuf or peermem",
       REGCACHE_METHOD_AUTO, "auto", "how GPU memory is registered" },
     { "REGCACHE_VALIDATION", WORD, FIELD(params.validation), validation_words,
-      "auto, tag_check or hooks", REGCACHE_VALIDATE_AUTO, "auto",
+      "auto, tag_check, hooks or notify", REGCACHE_VALIDATE_AUTO, "auto",
       "how the cache learns that memory was freed" },
     { "REGCACHE_ALIGNMENT", SIZE, FIELD(params.alignment), NULL,
       "a power of two from 4K to 1G, e.g. 64K", 65536, "64K",
@@ -265,7 +266,7 @@ static int check(const struct rc_options *o, unsigned from_env)
     if ((unsigned)p->method > REGCACHE_METHOD_PEERMEM)
         return rc_fail(REGCACHE_ERR_INVALID, "params.method %d is not a regcache_method",
                        (int)p->method);
-    if ((unsigned)p->validation > REGCACHE_VALIDATE_HOOKS)
+    if ((unsigned)p->validation > REGCACHE_VALIDATE_NOTIFY)
         return rc_fail(REGCACHE_ERR_INVALID, "params.validation %d is not a regcache_validation",
                        (int)p->validation);
     if ((unsigned)p->host_monitor > REGCACHE_HOST_MONITOR_UFFD)

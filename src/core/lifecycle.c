@@ -17,35 +17,56 @@
 
 /* Trusting frees is only safe when every one of them is provably seen: by
  * the preload hook, or by the in-process interception once its self-test
- * has reached every patched function. */
+ * has reached every patched function, or by the application (NOTIFY).
+ * AUTO falls back to TAG_CHECK where no hook can be had; HOOKS, which its
+ * user asked for to be spared the tag checks, is refused there instead of
+ * serving registrations of freed memory. */
 static int resolve_validation(struct regcache *c)
 {
     struct rc_options *o = &c->opts;
     char *why = o->validation_reason;
     size_t n = sizeof o->validation_reason;
-    if (o->params.validation != REGCACHE_VALIDATE_AUTO) {
+    int asked = o->params.validation;
+    c->validation = asked;
+    if (asked == REGCACHE_VALIDATE_TAG_CHECK) {
         snprintf(why, n, "set by params.validation or REGCACHE_VALIDATION");
-        return o->params.validation;
+        return REGCACHE_OK;
     }
+    if (asked == REGCACHE_VALIDATE_NOTIFY) {
+        snprintf(why, n,
+                 "set by params.validation or REGCACHE_VALIDATION: the application calls "
+                 "regcache_notify_free() and regcache_notify_alloc()");
+        return REGCACHE_OK;
+    }
+    c->validation = REGCACHE_VALIDATE_HOOKS;
     if (rc_hook_active()) {
         snprintf(why, n, "libregcache-hook.so is preloaded and sees every CUDA free");
-        return REGCACHE_VALIDATE_HOOKS;
+        return REGCACHE_OK;
     }
     /* Not a failure: no GPU memory can be freed behind the cache's back. */
     if (rc_memory_host_only(&c->mem)) {
         snprintf(why, n, "host memory only: no CUDA driver, nothing to validate on the GPU side");
-        return REGCACHE_VALIDATE_TAG_CHECK;
+        if (asked == REGCACHE_VALIDATE_AUTO)
+            c->validation = REGCACHE_VALIDATE_TAG_CHECK;
+        return REGCACHE_OK;
     }
-    if (!o->intercept) {
+    if (!o->intercept)
         snprintf(why, n, "REGCACHE_HOOKS=off: no in-process interception");
-        return REGCACHE_VALIDATE_TAG_CHECK;
-    }
-    if (rc_intercept_ensure(why, n)) {
+    else if (rc_intercept_ensure(why, n)) {
         c->watch_patches = true;
-        return REGCACHE_VALIDATE_HOOKS;
+        return REGCACHE_OK;
     }
-    rc_set_error("validation TAG_CHECK: %s", why);
-    return REGCACHE_VALIDATE_TAG_CHECK;
+    if (asked == REGCACHE_VALIDATE_HOOKS)
+        return rc_fail(REGCACHE_ERR_UNSUPPORTED,
+                       "validation HOOKS: no hook sees every CUDA free (%s); an application "
+                       "that calls regcache_notify_free() and regcache_notify_alloc() itself "
+                       "asks for REGCACHE_VALIDATE_NOTIFY (REGCACHE_VALIDATION=notify), else "
+                       "TAG_CHECK or AUTO",
+                       why);
+    c->validation = REGCACHE_VALIDATE_TAG_CHECK;
+    if (o->intercept)
+        rc_set_error("validation TAG_CHECK: %s", why);
+    return REGCACHE_OK;
 }
 
 /* A validation reason goes on with what the host memory monitor does. */
@@ -163,7 +184,11 @@ int regcache_create(const struct regcache_params *params, regcache_t **out)
                                       : SIZE_MAX;
     c->host_page = (size_t)sysconf(_SC_PAGESIZE);
     rc_memory_select(p->backend ? &c->backend.user : NULL, &c->mem);
-    c->validation = resolve_validation(c);
+    rc = resolve_validation(c);
+    if (rc != REGCACHE_OK) {
+        free_cache(c, true);
+        return rc;
+    }
     rc_host_watch_setup(c);
     if (p->host_memory)
         snprintf(c->host_reason, sizeof c->host_reason, "; host memory: %s", c->host_note);

@@ -83,9 +83,10 @@ void rc_stats_dump(const struct regcache *c)
             s.evictions, s.invalidations_tag, s.invalidations_notify, s.invalidations_explicit,
             s.invalidations_monitor, s.reg_failures, s.one_shots, s.entries, s.bytes, s.peak_bytes, s.fds, s.mrs,
             s.reg_latency_p50_ns, s.reg_latency_p99_ns);
+    /* In the order of enum regcache_validation; AUTO is always resolved. */
+    static const char *const modes[] = { "AUTO", "TAG_CHECK", "HOOKS", "NOTIFY" };
     fprintf(stderr, PREFIX "validation %s: %s\n", c->opts.name, (const void *)c,
-            regcache_validation_mode(c) == REGCACHE_VALIDATE_HOOKS ? "HOOKS" : "TAG_CHECK",
-            regcache_validation_reason(c));
+            modes[regcache_validation_mode(c)], regcache_validation_reason(c));
     if (c->opts.params.host_memory)
         fprintf(stderr, PREFIX "host memory: %s; %" PRIu64 " host entries unmonitored now\n",
                 c->opts.name, (const void *)c, c->host_note, s.host_unmonitored);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "capture_mode.h"
 #include "last_error.h"
 #include "regcache.h"
 
@@ -23,35 +24,58 @@ static const struct entry {
     const char *name;
     int version;
 } entries[] = {
-#define ENTRY(field, name, version)                        \
-    {                                                      \
-        offsetof(struct rc_cuda_api, field), name, version \
-    }
-    ENTRY(Init, "cuInit", 2000),
-    ENTRY(GetErrorName, "cuGetErrorName", 6000),
-    ENTRY(PointerGetAttribute, "cuPointerGetAttribute", 4000),
-    ENTRY(PointerGetAttributes, "cuPointerGetAttributes", 7000),
-    ENTRY(PointerSetAttribute, "cuPointerSetAttribute", 6000),
-    ENTRY(MemGetHandleForAddressRange, "cuMemGetHandleForAddressRange", 11070),
-    ENTRY(DeviceGet, "cuDeviceGet", 2000),
-    ENTRY(DeviceGetCount, "cuDeviceGetCount", 2000),
-    ENTRY(DeviceGetAttribute, "cuDeviceGetAttribute", 2000),
-    ENTRY(DeviceGetPCIBusId, "cuDeviceGetPCIBusId", 4010),
-    ENTRY(DeviceGetUuid, "cuDeviceGetUuid", 11040),
-    ENTRY(DeviceTotalMem, "cuDeviceTotalMem", 3020),
-    ENTRY(CtxGetCurrent, "cuCtxGetCurrent", 4000),
-    ENTRY(CtxPushCurrent, "cuCtxPushCurrent", 4000),
-    ENTRY(CtxPopCurrent, "cuCtxPopCurrent", 4000),
-    ENTRY(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 7000),
-    ENTRY(DevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease", 11000),
+#define ENTRY(field, name, version, how, params, args) \
+    { offsetof(struct rc_cuda_api, field), name, version },
+    RC_CUDA_ENTRIES(ENTRY)
 #undef ENTRY
 };
 
-static struct rc_cuda_api driver_api;
+static struct rc_cuda_api driver_api;    /* the driver's functions */
+static struct rc_cuda_api driver_facing; /* what rc_cuda_api() hands out */
 static const struct rc_cuda_api *loaded; /* written once, under load_once */
+static _Atomic(const struct rc_cuda_api *) override_api;
+static struct rc_cuda_api override_facing;       /* of override_api */
+static const struct rc_cuda_api *override_faced; /* the api override_facing was made of */
+
+/* The functions the relaxed entries reach: a test's, or the driver's. */
+static const struct rc_cuda_api *raw(void)
+{
+    const struct rc_cuda_api *api = atomic_load_explicit(&override_api, memory_order_acquire);
+    return api ? api : &driver_api;
+}
+
+/* One wrapper per relaxed entry: the call between two exchanges of the
+ * calling thread's capture mode, restored whatever the call returned. */
+#define WRAPPER_as_is(field, params, args)
+#define WRAPPER_relaxed(field, params, args)                                     \
+    static CUresult relaxed_##field params                                       \
+    {                                                                            \
+        const struct rc_cuda_api *api = raw();                                   \
+        struct rc_relaxed mode = rc_relax(api->ThreadExchangeStreamCaptureMode); \
+        CUresult r = api->field args;                                            \
+        rc_unrelax(api->ThreadExchangeStreamCaptureMode, &mode);                 \
+        return r;                                                                \
+    }
+#define WRAPPER(field, name, version, how, params, args) WRAPPER_##how(field, params, args)
+RC_CUDA_ENTRIES(WRAPPER)
+#undef WRAPPER
+#undef WRAPPER_relaxed
+#undef WRAPPER_as_is
+
+/* What callers get of `api`: its as_is functions, and the wrappers. */
+static void face(struct rc_cuda_api *facing, const struct rc_cuda_api *api)
+{
+#define FACE_as_is(field) api->field
+#define FACE_relaxed(field) relaxed_##field
+#define FACE(field, name, version, how, params, args) facing->field = FACE_##how(field);
+    RC_CUDA_ENTRIES(FACE)
+#undef FACE
+#undef FACE_relaxed
+#undef FACE_as_is
+}
+
 static char load_error[256];
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
-static _Atomic(const struct rc_cuda_api *) override_api;
 
 /* The preload hook interposes dlsym to hand out wrappers of
  * cuGetProcAddress; the library must reach the real driver, so it looks
@@ -119,21 +143,21 @@ static void load(void)
     memcpy(&get_proc, &gp, sizeof get_proc);
     if (!load_entries(get_proc))
         return;
-    CUresult r = driver_api.Init(0);
+    face(&driver_facing, &driver_api);
+    CUresult r = driver_facing.Init(0);
     if (r != CUDA_SUCCESS) {
         const char *name = "unknown error";
         driver_api.GetErrorName(r, &name);
         snprintf(load_error, sizeof load_error, "cuInit failed: %s (%d)", name, (int)r);
         return;
     }
-    loaded = &driver_api;
+    loaded = &driver_facing;
 }
 
 const struct rc_cuda_api *rc_cuda_api(void)
 {
-    const struct rc_cuda_api *api = atomic_load_explicit(&override_api, memory_order_acquire);
-    if (api)
-        return api;
+    if (atomic_load_explicit(&override_api, memory_order_acquire))
+        return &override_facing;
     pthread_once(&load_once, load);
     if (!loaded)
         rc_set_error("%s", load_error);
@@ -142,6 +166,11 @@ const struct rc_cuda_api *rc_cuda_api(void)
 
 void rc_cuda_api_override(const struct rc_cuda_api *api)
 {
+    /* Made once per table, so that a table in use is never rewritten. */
+    if (api && api != override_faced) {
+        face(&override_facing, api);
+        override_faced = api;
+    }
     atomic_store_explicit(&override_api, api, memory_order_release);
 }
 

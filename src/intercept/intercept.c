@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "capture_mode.h"
 #include "cuda_seam.h"
 #include "patch_set.h"
 #include "wrap.h"
@@ -59,12 +60,13 @@ static const struct row {
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static rc_dlsym_fn sym;
 static void *driver;                /* libcuda.so.1, never closed */
+static rc_exchange_fn exchange;     /* its cuThreadExchangeStreamCaptureMode */
 static void *entries[ICPT_SYMBOLS]; /* libcuda's exports; NULL where it has none */
 static int patched;                 /* how many */
 /* Each entry as patched: what a later patcher must leave alone for the
  * wrapper to see every call. */
 static struct rc_patch_fn fns[ICPT_SYMBOLS];
-static char install_failure[256];   /* empty once installed */
+static char install_failure[256]; /* empty once installed */
 
 void *rc_wrap_driver_symbol(const char *symbol)
 {
@@ -107,6 +109,7 @@ static int patch_all(char *why, size_t n)
         snprintf(why, n, "cannot load libcuda.so.1: %s", dlerror());
         return -1;
     }
+    exchange = (rc_exchange_fn)sym(driver, "cuThreadExchangeStreamCaptureMode");
     bool any = false;
     for (int i = 0; i < ICPT_SYMBOLS; i++) {
         entries[i] = sym(driver, rows[i].symbol);
@@ -243,9 +246,13 @@ int rc_intercept_ensure(char *why, size_t n)
         snprintf(why, n, "%s", install_failure);
         return 0;
     }
+    /* The probes call cuMemAlloc and cuMemFree, which a stream capture in
+     * progress on any thread would refuse, and be invalidated by. */
+    struct rc_relaxed mode = rc_relax(exchange);
     rc_intercept_quiet(true);
     int live = probe_exports(why, n) && probe_proc_addresses(why, n);
     rc_intercept_quiet(false);
+    rc_unrelax(exchange, &mode);
     if (live)
         snprintf(why, n,
                  "in-process interception: %d libcuda functions patched, each "

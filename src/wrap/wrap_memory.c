@@ -1,6 +1,7 @@
 /* The body of each kind of wrapper (see wrap.h). */
 #include <stdint.h>
 
+#include "capture_mode.h"
 #include "regcache.h"
 #include "wrap.h"
 
@@ -40,18 +41,25 @@ static void notify_everything(void)
 
 /* The allocation holding ptr goes away.  cuMemGetAddressRange places
  * device, pool and pinned host memory alike (measured on the GPU machine);
- * when it cannot, everything goes. */
+ * when it cannot, everything goes.  A stream-ordered free may be captured
+ * into a graph: the query runs in the RELAXED capture mode, so that it
+ * never breaks the capture (capture_mode.h). */
 static void notify_allocation(CUdeviceptr ptr)
 {
-    static _Atomic(void *) range;
+    static _Atomic(void *) range, exchange;
     /* Frees in a process without a cache cost one load, not a driver call. */
     if (regcache_cache_count() == 0)
         return;
     address_range_fn fn =
         (address_range_fn)rc_wrap_driver_function(&range, "cuMemGetAddressRange_v2");
+    rc_exchange_fn relax =
+        (rc_exchange_fn)rc_wrap_driver_function(&exchange, "cuThreadExchangeStreamCaptureMode");
     CUdeviceptr base;
     size_t size;
-    if (fn && fn(&base, &size, ptr) == CUDA_SUCCESS)
+    struct rc_relaxed mode = rc_relax(relax);
+    bool found = fn && fn(&base, &size, ptr) == CUDA_SUCCESS;
+    rc_unrelax(relax, &mode);
+    if (found)
         notify_range(base, size);
     else
         notify_everything();

@@ -22,10 +22,36 @@ struct drv_alloc *drv_alloc_at(uintptr_t p)
     return NULL;
 }
 
+/* The calling thread's capture interaction mode; 0 is GLOBAL. */
+static _Thread_local CUstreamCaptureMode thread_mode;
+
+/* Whether a capture restricts the calling thread (fake_driver.h); with
+ * `invalidate`, those that do are invalidated. */
+static int restricted(int invalidate)
+{
+    int found = 0;
+    if (thread_mode == CU_STREAM_CAPTURE_MODE_RELAXED)
+        return 0;
+    for (int i = 0; i < DRV_MAX_CAPTURES; i++) {
+        struct drv_capture *c = &drv.captures[i];
+        int own = c->owner == &thread_mode;
+        if (c->active && ((own && c->mode != CU_STREAM_CAPTURE_MODE_RELAXED) ||
+                          (!own && thread_mode == CU_STREAM_CAPTURE_MODE_GLOBAL &&
+                           c->mode == CU_STREAM_CAPTURE_MODE_GLOBAL))) {
+            found = 1;
+            if (invalidate)
+                c->invalidated = 1;
+        }
+    }
+    return found;
+}
+
 /* Count the call; the injected error for it, or CUDA_SUCCESS. */
 static CUresult enter(enum drv_call c)
 {
     drv.calls[c]++;
+    if (restricted(0))
+        drv.unrelaxed[c]++;
     return drv.fail[c];
 }
 
@@ -37,6 +63,16 @@ static CUresult enter(enum drv_call c)
             return injected_;          \
     } while (0)
 
+/* ENTER for a call that a capture refuses (fake_driver.h). */
+#define ENTER_UNSAFE(c)                                   \
+    do {                                                  \
+        ENTER(c);                                         \
+        if (restricted(1)) {                              \
+            drv.refused++;                                \
+            return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; \
+        }                                                 \
+    } while (0)
+
 static CUresult drv_init(unsigned int flags)
 {
     (void)flags;
@@ -45,6 +81,7 @@ static CUresult drv_init(unsigned int flags)
 
 static CUresult drv_get_error_name(CUresult error, const char **name)
 {
+    ENTER(FC_ERROR_NAME);
     static const struct {
         CUresult code;
         const char *name;
@@ -59,6 +96,7 @@ static CUresult drv_get_error_name(CUresult error, const char **name)
         { CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY" },
         { CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN" },
         { CUDA_ERROR_OPERATING_SYSTEM, "CUDA_ERROR_OPERATING_SYSTEM" },
+        { CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED" },
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         if (names[i].code == error) {
@@ -146,7 +184,7 @@ static CUresult drv_pointer_get_attributes(unsigned int count, CUpointer_attribu
 static CUresult drv_pointer_set_attribute(const void *value, CUpointer_attribute attr,
                                           CUdeviceptr p)
 {
-    ENTER(FC_SET_ATTRIBUTE);
+    ENTER_UNSAFE(FC_SET_ATTRIBUTE);
     struct drv_alloc *a = drv_alloc_at(p);
     if (!a || attr != CU_POINTER_ATTRIBUTE_SYNC_MEMOPS)
         return CUDA_ERROR_INVALID_VALUE;
@@ -166,6 +204,10 @@ static CUresult drv_mem_get_handle(void *handle, CUdeviceptr p, size_t size,
     drv.export_flags = flags;
     if (r != CUDA_SUCCESS)
         return r;
+    if (restricted(1)) {
+        drv.refused++;
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
     if (flags == CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE) {
         drv.pcie_exports++;
         if (drv.pcie_answer != CUDA_SUCCESS)
@@ -204,6 +246,7 @@ static CUresult drv_device_get(CUdevice *device, int ordinal)
 
 static CUresult drv_device_get_count(int *count)
 {
+    ENTER(FC_DEVICE_COUNT);
     *count = drv.device_count;
     return CUDA_SUCCESS;
 }
@@ -258,7 +301,7 @@ static CUresult drv_ctx_get_current(CUcontext *ctx)
 
 static CUresult drv_ctx_push_current(CUcontext ctx)
 {
-    ENTER(FC_CTX_PUSH);
+    ENTER_UNSAFE(FC_CTX_PUSH);
     drv.current = ctx;
     drv.pushed++;
     return CUDA_SUCCESS;
@@ -267,7 +310,7 @@ static CUresult drv_ctx_push_current(CUcontext ctx)
 /* One level deep: the thread had no context before the push. */
 static CUresult drv_ctx_pop_current(CUcontext *ctx)
 {
-    ENTER(FC_CTX_POP);
+    ENTER_UNSAFE(FC_CTX_POP);
     *ctx = drv.current;
     drv.current = NULL;
     drv.pushed--;
@@ -276,7 +319,7 @@ static CUresult drv_ctx_pop_current(CUcontext *ctx)
 
 static CUresult drv_primary_ctx_retain(CUcontext *ctx, CUdevice device)
 {
-    ENTER(FC_PRIMARY_RETAIN);
+    ENTER_UNSAFE(FC_PRIMARY_RETAIN);
     if (no_device(device))
         return CUDA_ERROR_INVALID_DEVICE;
     *ctx = DRV_PRIMARY_CTX;
@@ -286,10 +329,21 @@ static CUresult drv_primary_ctx_retain(CUcontext *ctx, CUdevice device)
 
 static CUresult drv_primary_ctx_release(CUdevice device)
 {
-    ENTER(FC_PRIMARY_RELEASE);
+    ENTER_UNSAFE(FC_PRIMARY_RELEASE);
     if (no_device(device))
         return CUDA_ERROR_INVALID_DEVICE;
     drv.retained--;
+    return CUDA_SUCCESS;
+}
+
+static CUresult drv_exchange_capture_mode(CUstreamCaptureMode *mode)
+{
+    drv.calls[FC_EXCHANGE]++;
+    if (drv.fail[FC_EXCHANGE] != CUDA_SUCCESS)
+        return drv.fail[FC_EXCHANGE];
+    CUstreamCaptureMode was = thread_mode;
+    thread_mode = *mode;
+    *mode = was;
     return CUDA_SUCCESS;
 }
 
@@ -311,6 +365,7 @@ static const struct rc_cuda_api drv_api = {
     .CtxPopCurrent = drv_ctx_pop_current,
     .DevicePrimaryCtxRetain = drv_primary_ctx_retain,
     .DevicePrimaryCtxRelease = drv_primary_ctx_release,
+    .ThreadExchangeStreamCaptureMode = drv_exchange_capture_mode,
 };
 
 void drv_install(void)
@@ -334,12 +389,18 @@ void drv_install(void)
     drv.dmabuf_supported[0] = 1;
     drv.export_fd = -1;
     drv.current = DRV_PRIMARY_CTX;
+    thread_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
     rc_cuda_api_override(&drv_api);
 }
 
 void drv_uninstall(void)
 {
     rc_cuda_api_override(NULL);
+}
+
+const struct rc_cuda_api *drv_raw_api(void)
+{
+    return &drv_api;
 }
 
 uintptr_t drv_addr(size_t offset)
@@ -435,6 +496,37 @@ void drv_realloc(int i)
     drv.allocs[i].live = 1;
     drv.allocs[i].id = drv.next_id++;
     drv.allocs[i].sync_memops = 0;
+}
+
+int drv_capture_begin(CUstreamCaptureMode mode)
+{
+    for (int i = 0; i < DRV_MAX_CAPTURES; i++)
+        if (!drv.captures[i].active) {
+            drv.captures[i] = (struct drv_capture){
+                .active = 1, .mode = mode, .owner = &thread_mode, .invalidated = 0
+            };
+            return i;
+        }
+    abort();
+}
+
+CUresult drv_capture_end(int i)
+{
+    drv.captures[i].active = 0;
+    return drv.captures[i].invalidated ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_SUCCESS;
+}
+
+CUstreamCaptureMode drv_thread_mode(void)
+{
+    return thread_mode;
+}
+
+unsigned int drv_unrelaxed_calls(void)
+{
+    unsigned int n = 0;
+    for (int c = 0; c < FC_COUNT; c++)
+        n += drv.unrelaxed[c];
+    return n;
 }
 
 int drv_open_fds(void)

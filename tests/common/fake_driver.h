@@ -2,9 +2,9 @@
  * verbs tests, and the VM test of the method choice): allocations of every
  * kind (legacy, pool, VMM, managed, pinned host) laid out in one reserved,
  * never-touched address range, GPUs that can or cannot export dmabuf, an
- * error to inject per driver call, call counts, and a current-context model.
- * dmabuf exports hand out real file descriptors so that leaks show up in
- * /proc/self/fd.  Single-threaded.
+ * error to inject per driver call, call counts, a current-context model, and
+ * stream capture (below).  dmabuf exports hand out real file descriptors so
+ * that leaks show up in /proc/self/fd.  One thread calls it at a time.
  *
  * (tests/common/fake_libcuda.c is another thing: a libcuda.so.1 whose
  * exported entry points the hooks wrap and patch.) */
@@ -30,7 +30,31 @@ enum drv_call {
     FC_CTX_POP,
     FC_PRIMARY_RETAIN,
     FC_PRIMARY_RELEASE,
+    FC_ERROR_NAME,
+    FC_DEVICE_COUNT,
+    FC_EXCHANGE, /* cuThreadExchangeStreamCaptureMode */
     FC_COUNT
+};
+
+/*
+ * Stream capture, as cuThreadExchangeStreamCaptureMode documents it.  Each
+ * thread has a capture interaction mode (GLOBAL until it exchanges it).  A
+ * thread whose mode is not RELAXED is restricted while it has a capture of
+ * its own in progress begun in another mode than RELAXED, and, when its
+ * mode is GLOBAL, while any other thread has a capture begun in GLOBAL mode.
+ * A restricted thread's call of a function the driver deems unsafe fails
+ * with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates the captures
+ * that restrict it.  Unsafe here: cuPointerSetAttribute (measured on driver
+ * 580 for SYNC_MEMOPS), and, strictly, since the driver documents no list,
+ * the export and the context calls.  Queries are answered, and counted in
+ * drv.unrelaxed when they ran restricted.
+ */
+#define DRV_MAX_CAPTURES 4
+struct drv_capture {
+    int active;
+    CUstreamCaptureMode mode; /* it was begun in */
+    const void *owner;        /* the thread that began it */
+    int invalidated;
 };
 
 #define DRV_MAX_ALLOCS 8
@@ -80,9 +104,14 @@ struct drv_state {
      * CUDA_ERROR_NOT_SUPPORTED); CUDA_SUCCESS, the default, takes it. */
     CUresult pcie_answer;
     unsigned int pcie_exports; /* exports asked for the PCIe mapping */
+    struct drv_capture captures[DRV_MAX_CAPTURES];
+    unsigned int unrelaxed[FC_COUNT]; /* calls made while restricted */
+    unsigned int refused;             /* of them, refused for the capture */
 };
 
 extern struct drv_state drv;
+
+struct rc_cuda_api;
 
 /* Contexts the fake driver hands out. */
 #define DRV_PRIMARY_CTX ((CUcontext)&drv.allocs[0])
@@ -92,6 +121,8 @@ extern struct drv_state drv;
  * allocations, and route the library's driver calls here. */
 void drv_install(void);
 void drv_uninstall(void);
+/* The fake's own functions, as the seam is given them. */
+const struct rc_cuda_api *drv_raw_api(void);
 
 /* Allocations, `offset` bytes into the arena.  Each gets a new buffer id and
  * returns its index in drv.allocs. */
@@ -113,6 +144,15 @@ struct drv_alloc *drv_alloc_at(uintptr_t addr);
 
 /* Address `offset` bytes into the arena. */
 uintptr_t drv_addr(size_t offset);
+
+/* Begin a capture on the calling thread, in `mode`; its index. */
+int drv_capture_begin(CUstreamCaptureMode mode);
+/* End capture i: CUDA_SUCCESS, or CUDA_ERROR_STREAM_CAPTURE_INVALIDATED. */
+CUresult drv_capture_end(int i);
+/* The calling thread's capture interaction mode (no call counted). */
+CUstreamCaptureMode drv_thread_mode(void);
+/* The calls counted in drv.unrelaxed, all kinds together. */
+unsigned int drv_unrelaxed_calls(void);
 
 /* Open file descriptors of this process. */
 int drv_open_fds(void);

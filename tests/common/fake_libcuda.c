@@ -41,10 +41,86 @@ static uint64_t next_id = 1;
 static struct fakecuda_event events[FAKECUDA_EVENTS];
 static size_t n_events;
 
+/* Stream capture (fake_libcuda.h): each thread's interaction mode, 0 being
+ * GLOBAL, and the captures in progress. */
+static _Thread_local CUstreamCaptureMode thread_mode;
+static struct {
+    int active, invalidated;
+    CUstreamCaptureMode mode;
+    const void *owner;
+} captures[4];
+static int refusals;
+
+/* A restricted thread's call of an unsafe function: refused, and the
+ * captures that restrict the thread invalidated. */
+static int refused_by_capture(void)
+{
+    int refused = 0;
+    if (thread_mode == CU_STREAM_CAPTURE_MODE_RELAXED)
+        return 0;
+    for (size_t i = 0; i < sizeof captures / sizeof captures[0]; i++) {
+        int own = captures[i].owner == &thread_mode;
+        if (captures[i].active && ((own && captures[i].mode != CU_STREAM_CAPTURE_MODE_RELAXED) ||
+                                   (!own && thread_mode == CU_STREAM_CAPTURE_MODE_GLOBAL &&
+                                    captures[i].mode == CU_STREAM_CAPTURE_MODE_GLOBAL))) {
+            captures[i].invalidated = 1;
+            refused = 1;
+        }
+    }
+    refusals += refused;
+    return refused;
+}
+
+#define UNSAFE()                                          \
+    do {                                                  \
+        if (refused_by_capture())                         \
+            return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; \
+    } while (0)
+
+int fakecuda_capture_begin(int mode)
+{
+    for (int i = 0; i < (int)(sizeof captures / sizeof captures[0]); i++)
+        if (!captures[i].active) {
+            captures[i].active = 1;
+            captures[i].invalidated = 0;
+            captures[i].mode = (CUstreamCaptureMode)mode;
+            captures[i].owner = &thread_mode;
+            return i;
+        }
+    return -1;
+}
+
+int fakecuda_capture_end(int i)
+{
+    captures[i].active = 0;
+    return captures[i].invalidated ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_SUCCESS;
+}
+
+int fakecuda_thread_mode(void)
+{
+    return thread_mode;
+}
+
+int fakecuda_capture_refusals(void)
+{
+    return refusals;
+}
+
+API CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
+{
+    CUstreamCaptureMode was = thread_mode;
+    thread_mode = *mode;
+    *mode = was;
+    return CUDA_SUCCESS;
+}
+
 void fakecuda_reset(void)
 {
     memset(slots, 0, sizeof slots);
     n_events = 0;
+    memset(captures, 0, sizeof captures);
+    refusals = 0;
+    thread_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
 }
 
 size_t fakecuda_events(const struct fakecuda_event **out)
@@ -183,6 +259,7 @@ API CUresult cuDriverGetVersion(int *version)
 /* Device and pinned host memory alike, as the real driver answers. */
 API CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr ptr)
 {
+    UNSAFE();
     uintptr_t b;
     uint64_t id;
     int host;
@@ -194,16 +271,19 @@ API CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdevicept
 
 API CUresult cuMemFree(unsigned int ptr)
 {
+    UNSAFE();
     return free_logged(__func__, ptr);
 }
 
 PATCHED(cuMemFree_v2, (CUdeviceptr ptr))
 {
+    UNSAFE();
     return free_logged("cuMemFree_v2", ptr);
 }
 
 PATCHED(cuIpcCloseMemHandle, (CUdeviceptr ptr))
 {
+    UNSAFE();
     return free_logged("cuIpcCloseMemHandle", ptr);
 }
 
@@ -221,17 +301,19 @@ PATCHED(cuMemFreeAsync_ptsz, (CUdeviceptr ptr, CUstream stream))
 
 PATCHED(cuMemFreeHost, (void *ptr))
 {
+    UNSAFE();
     return free_logged("cuMemFreeHost", (uintptr_t)ptr);
 }
 
 PATCHED(cuMemHostUnregister, (void *ptr))
 {
+    UNSAFE();
     return free_logged("cuMemHostUnregister", (uintptr_t)ptr);
 }
 
-
 PATCHED(cuMemUnmap, (CUdeviceptr ptr, size_t size))
 {
+    UNSAFE();
     (void)size;
     return free_logged("cuMemUnmap", ptr);
 }
@@ -239,6 +321,7 @@ PATCHED(cuMemUnmap, (CUdeviceptr ptr, size_t size))
 API CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
                                  unsigned long long flags)
 {
+    UNSAFE();
     (void)alignment, (void)addr, (void)flags;
     if (size > FAKECUDA_SLOT_SIZE)
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -253,6 +336,7 @@ API CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment
 
 PATCHED(cuMemAddressFree, (CUdeviceptr ptr, size_t size))
 {
+    UNSAFE();
     struct slot *s = slot_of(ptr);
     if (!s || !s->reserved || s->live)
         return CUDA_ERROR_INVALID_VALUE;
@@ -264,6 +348,7 @@ PATCHED(cuMemAddressFree, (CUdeviceptr ptr, size_t size))
 PATCHED(cuMemMap, (CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
                    unsigned long long flags))
 {
+    UNSAFE();
     (void)offset, (void)handle, (void)flags;
     struct slot *s = slot_of(ptr);
     if (!s || !s->reserved || s->live || size > FAKECUDA_SLOT_SIZE)
@@ -275,42 +360,50 @@ PATCHED(cuMemMap, (CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllo
 
 PATCHED(cuCtxDestroy, (CUcontext ctx))
 {
+    UNSAFE();
     return ctx ? context_gone("cuCtxDestroy") : CUDA_ERROR_INVALID_VALUE;
 }
 
 PATCHED(cuCtxDestroy_v2, (CUcontext ctx))
 {
+    UNSAFE();
     return ctx ? context_gone("cuCtxDestroy_v2") : CUDA_ERROR_INVALID_VALUE;
 }
 
 PATCHED(cuDevicePrimaryCtxReset, (CUdevice device))
 {
+    UNSAFE();
     return device >= 0 ? context_gone("cuDevicePrimaryCtxReset") : CUDA_ERROR_INVALID_DEVICE;
 }
 
 PATCHED(cuDevicePrimaryCtxReset_v2, (CUdevice device))
 {
+    UNSAFE();
     return device >= 0 ? context_gone("cuDevicePrimaryCtxReset_v2") : CUDA_ERROR_INVALID_DEVICE;
 }
 
 PATCHED(cuDevicePrimaryCtxRelease, (CUdevice device))
 {
+    UNSAFE();
     return device >= 0 ? context_gone("cuDevicePrimaryCtxRelease") : CUDA_ERROR_INVALID_DEVICE;
 }
 
 PATCHED(cuDevicePrimaryCtxRelease_v2, (CUdevice device))
 {
+    UNSAFE();
     return device >= 0 ? context_gone("cuDevicePrimaryCtxRelease_v2") : CUDA_ERROR_INVALID_DEVICE;
 }
 
 API CUresult cuMemAlloc(unsigned int *ptr, unsigned int size)
 {
+    UNSAFE();
     (void)ptr, (void)size;
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 
 PATCHED(cuMemAlloc_v2, (CUdeviceptr * ptr, size_t size))
 {
+    UNSAFE();
     return alloc_logged("cuMemAlloc_v2", ptr, size);
 }
 
@@ -343,17 +436,20 @@ PATCHED(cuMemAllocFromPoolAsync_ptsz,
 /* The 32-bit ABI of CUDA < 3.2, which the hook hands out unwrapped. */
 API CUresult cuMemAllocHost(void **ptr, unsigned int size)
 {
+    UNSAFE();
     (void)ptr, (void)size;
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 
 PATCHED(cuMemAllocHost_v2, (void **ptr, size_t size))
 {
+    UNSAFE();
     return host_alloc_logged("cuMemAllocHost_v2", ptr, size);
 }
 
 PATCHED(cuMemHostAlloc, (void **ptr, size_t size, unsigned int flags))
 {
+    UNSAFE();
     (void)flags;
     return host_alloc_logged("cuMemHostAlloc", ptr, size);
 }
@@ -379,12 +475,14 @@ int fakecuda_other_patcher_calls(void)
  * moves the cmp before the sub, to +6: the jump written over it then
  * crosses an 8-byte boundary. */
 #ifdef FAKECUDA_CMP_AFTER_PUSHES
-#define FRAME "push %rbp\nmov %rsp,%rbp\npush %r12\ncmpl $0x321cba00,tools_flag(%rip)\nsub $8,%rsp\n"
+#define FRAME \
+    "push %rbp\nmov %rsp,%rbp\npush %r12\ncmpl $0x321cba00,tools_flag(%rip)\nsub $8,%rsp\n"
 #else
-#define FRAME "push %rbp\nmov %rsp,%rbp\npush %r12\nsub $8,%rsp\ncmpl $0x321cba00,tools_flag(%rip)\n"
+#define FRAME \
+    "push %rbp\nmov %rsp,%rbp\npush %r12\nsub $8,%rsp\ncmpl $0x321cba00,tools_flag(%rip)\n"
 #endif
-#define MEASURED(name)                                          \
-    __asm__(ENTRY_START(name) FRAME "call " #name "_body\n"     \
+#define MEASURED(name)                                      \
+    __asm__(ENTRY_START(name) FRAME "call " #name "_body\n" \
                                     "add $8,%rsp\npop %r12\npop %rbp\nret\n" ENTRY_END(name));
 
 MEASURED(cuMemFree_v2)
@@ -438,6 +536,7 @@ static const struct proc {
     void *fn;
 } procs[] = {
     { "cuInit", 2000, 0, (void *)cuInit },
+    { "cuThreadExchangeStreamCaptureMode", 10010, 0, (void *)cuThreadExchangeStreamCaptureMode },
     { "cuMemGetAddressRange", 3020, 0, (void *)cuMemGetAddressRange_v2 },
     { "cuGetProcAddress", 11030, 0, (void *)cuGetProcAddress },
     { "cuGetProcAddress", 12000, 0, (void *)cuGetProcAddress_v2 },

@@ -4,6 +4,18 @@
  * cache let go of a range before the driver freed it.  Addresses are made
  * up and never touched.  Single-threaded.
  *
+ * Stream capture is modelled as the driver documents it (and as
+ * fake_driver.h models it behind the seam): a thread whose interaction mode
+ * (cuThreadExchangeStreamCaptureMode; GLOBAL at first) is not RELAXED is
+ * restricted while it has a capture of its own begun in another mode than
+ * RELAXED and, in GLOBAL mode, while any other thread has one begun in
+ * GLOBAL mode.  A restricted thread's call of any function but the
+ * stream-ordered ones (cuMemAllocAsync, cuMemFreeAsync and their kin),
+ * cuInit, cuDriverGetVersion, cuGetProcAddress and the exchange fails with
+ * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates those captures:
+ * strict, since the driver publishes no list, so that every call a hook
+ * makes on its own behalf must run relaxed.
+ *
  * Built with FAKECUDA_MEASURED_PROLOGUE (x86-64), the functions the
  * in-process interception patches start with the bytes measured at
  * libcuda's entries, except cuMemFreeHost, which starts with another
@@ -33,7 +45,8 @@ struct fakecuda_event {
     int live; /* FAKECUDA_DEREG: was addr still allocated at that moment */
 };
 
-/* Forget every allocation and event. */
+/* Forget every allocation, event and capture; the calling thread's capture
+ * mode is GLOBAL again. */
 void fakecuda_reset(void);
 /* The log so far; returns its length. */
 size_t fakecuda_events(const struct fakecuda_event **events);
@@ -47,6 +60,17 @@ void fakecuda_free_unhooked(uintptr_t addr);
 /* The allocation holding addr: 0 and its base, size, buffer id and whether
  * it is host memory, or -1 when addr is not allocated. */
 int fakecuda_describe(uintptr_t addr, uintptr_t *base, size_t *size, uint64_t *id, int *host);
+
+/* Begin a capture in `mode` (a CUstreamCaptureMode) on the calling thread:
+ * its index, or -1 when four are in progress.  End capture i: CUDA_SUCCESS,
+ * or CUDA_ERROR_STREAM_CAPTURE_INVALIDATED when a refused call invalidated
+ * it. */
+int fakecuda_capture_begin(int mode);
+int fakecuda_capture_end(int i);
+/* The calling thread's interaction mode, and how many calls were refused
+ * for a capture so far. */
+int fakecuda_thread_mode(void);
+int fakecuda_capture_refusals(void);
 
 /* The fake's own definition of an exported name (never a wrapper). */
 void *fakecuda_own(const char *symbol);

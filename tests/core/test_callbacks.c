@@ -96,7 +96,7 @@ static void blocked_dereg_stalls_nothing(void **state)
     gate_init(&b.dereg_gate);
     fx_device_allocs(f, 3);
     f->p.validation =
-        bc->source == BY_TAG_CHECK ? REGCACHE_VALIDATE_TAG_CHECK : REGCACHE_VALIDATE_HOOKS;
+        bc->source == BY_TAG_CHECK ? REGCACHE_VALIDATE_TAG_CHECK : REGCACHE_VALIDATE_NOTIFY;
     if (bc->source == BY_EVICTION)
         f->p.max_entries = 1;
     f->fb.during_dereg = block_dereg_of_a;

@@ -70,7 +70,7 @@ static void app_init(struct app *a, struct fx *f)
     pthread_mutex_init(&a->lock, NULL);
     fake_alloc(&f->fb, X, MiB, 0, REGCACHE_MEM_DEVICE);
     fake_alloc(&f->fb, Y, MiB, 0, REGCACHE_MEM_DEVICE);
-    f->p.validation = REGCACHE_VALIDATE_HOOKS;
+    f->p.validation = REGCACHE_VALIDATE_NOTIFY;
     f->fb.during_dereg = dereg_of_x_takes_app_lock;
     f->fb.during_dereg_arg = a;
 }

@@ -112,7 +112,7 @@ static void a_barrier_that_keeps_failing_makes_every_side_fence(void **state)
     f->p.validation = REGCACHE_VALIDATE_TAG_CHECK;
     fx_create(f);
     struct regcache_params hooks = f->p;
-    hooks.validation = REGCACHE_VALIDATE_HOOKS;
+    hooks.validation = REGCACHE_VALIDATE_NOTIFY;
     regcache_t *h;
     assert_int_equal(regcache_create(&hooks, &h), REGCACHE_OK);
     assert_false(put_fences(f->c));

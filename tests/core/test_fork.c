@@ -193,7 +193,7 @@ static int use_own_cache(void)
     fake_init(&fb);
     fake_alloc(&fb, FX_ALLOC(HELD), MiB, 0, REGCACHE_MEM_DEVICE);
     fake_params(&fb, &p);
-    p.validation = REGCACHE_VALIDATE_HOOKS;
+    p.validation = REGCACHE_VALIDATE_NOTIFY;
     if (regcache_create(&p, &c) != REGCACHE_OK)
         return OWN_CACHE_FAILED;
     int fault = 0;
@@ -256,7 +256,7 @@ static void fork_amid_every_lock(void **state)
     pthread_rwlock_init(&w.quiesce, &attr);
     for (int i = 0; i < CHURN + NCHURN; i++)
         fx_device_alloc(f, i);
-    f->p.validation = REGCACHE_VALIDATE_HOOKS;
+    f->p.validation = REGCACHE_VALIDATE_NOTIFY;
     /* Many entries, each a 64 KiB page, under a limit that misses and puts
      * keep reaching: the tree and the heaps change all the time. */
     f->p.whole_allocation = 0;

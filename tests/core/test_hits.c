@@ -1,6 +1,6 @@
 /* Hits and misses through the public API: a repeated request is served by
  * the registration its miss made, concurrent misses of one range register
- * it once, and what a hit checks before it serves - nothing in HOOKS mode,
+ * it once, and what a hit checks before it serves - nothing in NOTIFY mode,
  * the buffer id in TAG_CHECK mode, which catches memory freed and
  * reallocated behind the cache's back, in both orders of its look and
  * query. */
@@ -88,7 +88,7 @@ static void hooks_mode_skips_the_tag_check(void **state)
 {
     struct fx *f = *state;
     fx_device_alloc(f, 0);
-    f->p.validation = REGCACHE_VALIDATE_HOOKS;
+    f->p.validation = REGCACHE_VALIDATE_NOTIFY;
     fx_create(f);
     fx_use(f, FX_ALLOC(0), 10);
     long queries = atomic_load(&f->fb.queries);

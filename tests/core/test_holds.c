@@ -90,7 +90,7 @@ static void release(struct fx *f, struct holds *h)
 static struct regcache_entry *held_once(struct fx *f, regcache_entry_t **first)
 {
     fx_device_alloc(f, 0);
-    f->p.validation = REGCACHE_VALIDATE_HOOKS;
+    f->p.validation = REGCACHE_VALIDATE_NOTIFY;
     fx_create(f);
     *first = get_counted_hold(f->c, X, 10);
     assert_non_null(*first);

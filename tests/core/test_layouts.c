@@ -3,7 +3,7 @@
  * when a request runs across both: one registration, which then serves
  * requests anywhere inside either mapping, leaves with the free of either
  * one, and is caught when one of them is replaced - by the tag check on a
- * hit (TAG_CHECK) or by the next miss that meets it (HOOKS).  A hole after a
+ * hit (TAG_CHECK) or by the next miss that meets it (NOTIFY).  A hole after a
  * mapping, or an allocation that is no mapping, ends the span with
  * REGCACHE_ERR_RANGE. */
 #include <setjmp.h>
@@ -45,7 +45,7 @@ static void two_mappings(struct fx *f, int validation)
 static void one_registration_serves_both_mappings(void **state)
 {
     struct fx *f = *state;
-    two_mappings(f, REGCACHE_VALIDATE_HOOKS);
+    two_mappings(f, REGCACHE_VALIDATE_NOTIFY);
     regcache_entry_t *e = fx_get(f, ACROSS, 200);
     struct fake_handle *h = fx_handle(e);
     assert_int_equal(h->start, M1);
@@ -68,7 +68,7 @@ static void one_registration_serves_both_mappings(void **state)
 static void free_of_either_mapping_drops_the_entry(void **state)
 {
     struct fx *f = *state;
-    two_mappings(f, REGCACHE_VALIDATE_HOOKS);
+    two_mappings(f, REGCACHE_VALIDATE_NOTIFY);
     const uintptr_t freed[] = { M1, M2 };
     for (int i = 0; i < 2; i++) {
         fx_use(f, ACROSS, 200);
@@ -120,7 +120,7 @@ static void replaced_mapping_is_caught_by_the_tag_check_in_a_new_epoch(void **st
 static void replaced_mapping_is_stale_to_a_miss(void **state)
 {
     struct fx *f = *state;
-    two_mappings(f, REGCACHE_VALIDATE_HOOKS);
+    two_mappings(f, REGCACHE_VALIDATE_NOTIFY);
     fx_use(f, ACROSS, 200);
     uint64_t id = fake_realloc(&f->fb, M2);
     /* A request inside the new M2 that no hit has served yet: the miss

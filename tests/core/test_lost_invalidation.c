@@ -159,7 +159,7 @@ static void invalidation_while_another_get_waits(void **state)
     struct waiting w = { .f = f };
     gate_init(&w.reg_gate);
     fake_alloc(&f->fb, X, X_SIZE, 0, REGCACHE_MEM_DEVICE);
-    f->p.validation = REGCACHE_VALIDATE_HOOKS;
+    f->p.validation = REGCACHE_VALIDATE_NOTIFY;
     f->fb.during_reg = block_first_reg;
     f->fb.during_reg_arg = &w;
     fx_create(f);
@@ -214,7 +214,7 @@ static void every_miss_leaves(void **state)
     struct armed a = { .f = f };
     unsigned begun = 0;
     fake_alloc(&f->fb, X, X_SIZE, 0, REGCACHE_MEM_DEVICE);
-    f->p.validation = REGCACHE_VALIDATE_HOOKS;
+    f->p.validation = REGCACHE_VALIDATE_NOTIFY;
     f->p.rails = 2;
     f->p.whole_allocation = 1;
     fx_create(f);
@@ -253,7 +253,7 @@ static void every_miss_leaves(void **state)
 
 /* (a) right after the query, (b) during the registration, (c) the notify
  * before the real free with the reallocation later, (e) pageable host
- * memory under TAG_CHECK, (f) GPU memory under HOOKS: every combination of
+ * memory under TAG_CHECK, (f) GPU memory under NOTIFY: every combination of
  * moment, memory, mode and reallocation time; and a free during the
  * registration in the default mode (AUTO). */
 #define CASE(w, m, v, later)                                                        \
@@ -261,8 +261,8 @@ static void every_miss_leaves(void **state)
         .name = #w ", " #m ", " #v ", realloc later: " #later, .when = w, .mem = m, \
         .validation = REGCACHE_VALIDATE_##v, .realloc_later = later                 \
     }
-#define CASES(w, m)                                                                  \
-    CASE(w, m, HOOKS, false), CASE(w, m, HOOKS, true), CASE(w, m, TAG_CHECK, false), \
+#define CASES(w, m)                                                                    \
+    CASE(w, m, NOTIFY, false), CASE(w, m, NOTIFY, true), CASE(w, m, TAG_CHECK, false), \
         CASE(w, m, TAG_CHECK, true)
 static const struct race_case cases[] = {
     CASES(AT_QUERY, GPU),           CASES(AT_REG, GPU),

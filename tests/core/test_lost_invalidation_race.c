@@ -1,12 +1,12 @@
 /* Issue 9 item 1, under load: getter threads against a thread that frees
- * and reallocates memory the way HOOKS mode needs it reported -
+ * and reallocates memory the way NOTIFY mode needs it reported -
  * notify_free before the free, the reallocation (a new buffer id),
  * notify_alloc after the allocation - and then publishes the id that lives
  * there now.  Every get
  * that starts after an id was published must be served a registration of
  * that id or a newer one (the fake backend records the id at reg time).
  * Run for GPU memory and pageable host memory (which has no buffer id the
- * cache could check), in HOOKS and TAG_CHECK mode.
+ * cache could check), in NOTIFY and TAG_CHECK mode.
  *
  * (With only the notify before the free, as an application reports free()
  * of pageable memory, no such claim can be made under load: a get that
@@ -163,7 +163,7 @@ static void run(struct fx *f, bool pageable, int validation)
     printf("# %s %s: %ld gets in %.2f s, %ld reallocations; hits %llu, misses %llu, one-shots "
            "%llu, dropped by notify %llu, stale entries met by misses %llu; stale gets %ld\n",
            pageable ? "pageable" : "GPU",
-           validation == REGCACHE_VALIDATE_HOOKS ? "HOOKS" : "TAG_CHECK", atomic_load(&r->gets),
+           validation == REGCACHE_VALIDATE_NOTIFY ? "NOTIFY" : "TAG_CHECK", atomic_load(&r->gets),
            seconds_since(&t0), atomic_load(&r->reallocs), (unsigned long long)s.hits,
            (unsigned long long)s.misses, (unsigned long long)s.one_shots,
            (unsigned long long)s.invalidations_notify, (unsigned long long)s.invalidations_tag,
@@ -181,10 +181,10 @@ static void run(struct fx *f, bool pageable, int validation)
     {                                                    \
         run(*state, pageable, REGCACHE_VALIDATE_##mode); \
     }
-RUN(gpu_hooks, false, HOOKS)
+RUN(gpu_notify, false, NOTIFY)
 RUN(gpu_tag_check, false, TAG_CHECK)
-RUN(pageable_hooks, true, HOOKS)
+RUN(pageable_notify, true, NOTIFY)
 RUN(pageable_tag_check, true, TAG_CHECK)
 #undef RUN
 
-FX_MAIN(gpu_hooks, gpu_tag_check, pageable_hooks, pageable_tag_check)
+FX_MAIN(gpu_notify, gpu_tag_check, pageable_notify, pageable_tag_check)

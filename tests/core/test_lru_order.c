@@ -44,7 +44,7 @@ static void hot_set_survives_a_thousand_one_offs(void **state)
     for (int i = 0; i < HOT + ONE_OFFS; i++)
         fx_device_alloc(f, i);
     f->p.max_entries = HOT + 1;
-    f->p.validation = REGCACHE_VALIDATE_HOOKS;
+    f->p.validation = REGCACHE_VALIDATE_NOTIFY;
     watch_deregs(f, &log);
     fx_create(f);
     for (int k = 0; k < HOT; k++)

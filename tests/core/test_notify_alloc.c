@@ -1,4 +1,4 @@
-/* What HOOKS mode asks of an application that notifies by itself:
+/* What NOTIFY mode asks of an application that notifies by itself:
  * regcache_notify_free() before each free, regcache_notify_alloc() after
  * each allocation.  A get that runs between the first notice and the free
  * itself registers the old memory, still there; the free and a
@@ -94,8 +94,8 @@ static void get_racing_a_free(void **state)
         .pageable = p                                                                         \
     }
 static const struct moment_case cases[] = {
-    CASE(WHILE_REGISTERING, HOOKS, false),    CASE(AFTER_THE_GET, HOOKS, false),
-    CASE(WHILE_REGISTERING, HOOKS, true),     CASE(AFTER_THE_GET, HOOKS, true),
+    CASE(WHILE_REGISTERING, NOTIFY, false),   CASE(AFTER_THE_GET, NOTIFY, false),
+    CASE(WHILE_REGISTERING, NOTIFY, true),    CASE(AFTER_THE_GET, NOTIFY, true),
     CASE(WHILE_REGISTERING, TAG_CHECK, true), CASE(AFTER_THE_GET, TAG_CHECK, true),
 };
 #undef CASE

@@ -86,11 +86,11 @@ static void max_entries_and_bytes(void **state)
 static void validation_alignment_whole(void **state)
 {
     (void)state;
-    setenv("REGCACHE_VALIDATION", "hooks", 1);
+    setenv("REGCACHE_VALIDATION", "notify", 1);
     setenv("REGCACHE_ALIGNMENT", "4096", 1);
     setenv("REGCACHE_WHOLE_ALLOCATION", "off", 1);
     regcache_t *c = create_with_env();
-    assert_int_equal(regcache_validation_mode(c), REGCACHE_VALIDATE_HOOKS);
+    assert_int_equal(regcache_validation_mode(c), REGCACHE_VALIDATE_NOTIFY);
     regcache_entry_t *e;
     assert_int_equal(regcache_get(c, (void *)(ALLOC(0) + 5000), 10, &e), REGCACHE_OK);
     uintptr_t start;
@@ -217,7 +217,8 @@ static void stats_dump_at_destroy(void **state)
     assert_non_null(strstr(buf, "validation TAG_CHECK: "));
 }
 
-/* REGCACHE_HOOKS=off keeps AUTO from patching libcuda, and says so. */
+/* REGCACHE_HOOKS=off keeps AUTO from patching libcuda, and says so; a
+ * HOOKS cache, which would have nothing to see frees, is refused. */
 static void hooks_off(void **state)
 {
     (void)state;
@@ -226,6 +227,15 @@ static void hooks_off(void **state)
     assert_int_equal(regcache_validation_mode(c), REGCACHE_VALIDATE_TAG_CHECK);
     assert_non_null(strstr(regcache_validation_reason(c), "REGCACHE_HOOKS=off"));
     regcache_destroy(c);
+    setenv("REGCACHE_VALIDATION", "hooks", 1);
+    struct regcache_params p;
+    fake_params(&fb, &p);
+    c = (regcache_t *)1;
+    assert_int_equal(regcache_create(&p, &c), REGCACHE_ERR_UNSUPPORTED);
+    assert_null(c);
+    assert_non_null(strstr(regcache_last_error(), "validation HOOKS: no hook sees every CUDA "
+                                                  "free (REGCACHE_HOOKS=off"));
+    assert_non_null(strstr(regcache_last_error(), "REGCACHE_VALIDATION=notify"));
 }
 
 int main(void)

@@ -121,7 +121,7 @@ static void prefetch_racing_free(void **state)
 {
     struct fx *f = *state;
     fx_device_allocs(f, 1);
-    f->p.validation = REGCACHE_VALIDATE_HOOKS;
+    f->p.validation = REGCACHE_VALIDATE_NOTIFY;
     f->fb.during_reg = free_during_prefetch;
     f->fb.during_reg_arg = f;
     fx_create(f);

@@ -45,7 +45,7 @@ static void both_rails_hit(struct fx *f)
 static void one_entry_a_registration_per_rail(void **state)
 {
     struct fx *f = *state;
-    two_rails(f, REGCACHE_VALIDATE_HOOKS);
+    two_rails(f, REGCACHE_VALIDATE_NOTIFY);
     regcache_entry_t *r0 = fx_get(f, A + 10, 10);
     assert_int_equal(fx_handle(r0)->rail, 0);
     assert_int_equal(atomic_load(&f->fb.regs), 1); /* rail 1 only when asked */
@@ -61,7 +61,7 @@ static void one_entry_a_registration_per_rail(void **state)
 
 /* A second rail's registration of an entry the hit path finds costs no
  * memory query beyond the hit's own: the tag check in TAG_CHECK mode, none
- * in HOOKS mode.  The entry is known; describing its memory again would be
+ * in NOTIFY mode.  The entry is known; describing its memory again would be
  * a second query per rail. */
 static void second_rail_costs_one_query(int validation, struct fx *f)
 {
@@ -84,7 +84,7 @@ static void second_rail_costs_one_query(int validation, struct fx *f)
 
 static void second_rail_costs_one_query_hooks(void **state)
 {
-    second_rail_costs_one_query(REGCACHE_VALIDATE_HOOKS, *state);
+    second_rail_costs_one_query(REGCACHE_VALIDATE_NOTIFY, *state);
 }
 
 static void second_rail_costs_one_query_tag_check(void **state)
@@ -125,7 +125,7 @@ static void every_rail_goes_with_the_entry(void **state)
     f->fb.during_dereg = note_rail;
     f->fb.during_dereg_arg = &seen;
     f->p.max_entries = 1;
-    two_rails(f, REGCACHE_VALIDATE_HOOKS);
+    two_rails(f, REGCACHE_VALIDATE_NOTIFY);
     both_rails(f, A);
     regcache_notify_free((const void *)A, MiB);
     assert_both_rails_released(&seen);
@@ -145,7 +145,7 @@ static void every_rail_goes_with_the_entry(void **state)
 static void exhaustion_on_one_rail_evicts_and_retries(void **state)
 {
     struct fx *f = *state;
-    two_rails(f, REGCACHE_VALIDATE_HOOKS);
+    two_rails(f, REGCACHE_VALIDATE_NOTIFY);
     fx_use(f, A, 10); /* unused, least recently used */
     regcache_entry_t *b0 = fx_get(f, B, 10);
     f->fb.fail_rail = 1;
@@ -161,7 +161,7 @@ static void exhaustion_on_one_rail_evicts_and_retries(void **state)
 static void rail_out_of_space_leaves_the_others_serving(void **state)
 {
     struct fx *f = *state;
-    two_rails(f, REGCACHE_VALIDATE_HOOKS);
+    two_rails(f, REGCACHE_VALIDATE_NOTIFY);
     regcache_entry_t *a0 = fx_get(f, A, 10);
     struct fake_handle *h0 = fx_handle(a0);
     f->fb.fail_rail = 1;
@@ -187,7 +187,7 @@ static void rail_out_of_space_leaves_the_others_serving(void **state)
 static void rail_out_of_range_is_invalid(void **state)
 {
     struct fx *f = *state;
-    two_rails(f, REGCACHE_VALIDATE_HOOKS);
+    two_rails(f, REGCACHE_VALIDATE_NOTIFY);
     regcache_entry_t *e = (regcache_entry_t *)(uintptr_t)1;
     assert_int_equal(regcache_get_rail(f->c, 2, (const void *)A, 10, &e), REGCACHE_ERR_INVALID);
     assert_null(e);
@@ -260,7 +260,7 @@ static void other_rail_of_pending_entry_does_not_wait(void **state)
     struct fx *f = *state;
     struct rail_get held;
     regcache_entry_t *e1;
-    two_rails(f, REGCACHE_VALIDATE_HOOKS);
+    two_rails(f, REGCACHE_VALIDATE_NOTIFY);
     assert_int_equal(get_beside_held_registration(f, 0, 1, A + 20, &held, &e1), REGCACHE_OK);
     assert_int_equal(held.rc, REGCACHE_OK);
     assert_int_equal(fx_handle(e1)->rail, 1);
@@ -282,7 +282,7 @@ static void other_rail_of_ready_entry_does_not_wait(uintptr_t other_addr, struct
     regcache_entry_t *e1;
     fx_device_allocs(f, 1);
     f->p.rails = 3;
-    f->p.validation = REGCACHE_VALIDATE_HOOKS;
+    f->p.validation = REGCACHE_VALIDATE_NOTIFY;
     fx_create(f);
     regcache_put(f->c, fx_get_rail(f, 2, A, 10));
     assert_int_equal(get_beside_held_registration(f, 0, 1, other_addr, &held, &e1), REGCACHE_OK);
@@ -312,7 +312,7 @@ static void first_registration_fails_beside_another_rail(void **state)
     struct fx *f = *state;
     struct rail_get held;
     regcache_entry_t *e1;
-    two_rails(f, REGCACHE_VALIDATE_HOOKS);
+    two_rails(f, REGCACHE_VALIDATE_NOTIFY);
     f->fb.fail_rail = 0;
     f->fb.fail_errno = EINVAL;
     f->fb.fail_count = 1;

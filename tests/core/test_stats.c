@@ -30,7 +30,7 @@ static void two_rails(struct fx *f)
 {
     fx_device_allocs(f, 3);
     f->p.rails = 2;
-    f->p.validation = REGCACHE_VALIDATE_HOOKS;
+    f->p.validation = REGCACHE_VALIDATE_NOTIFY;
     fx_create(f);
 }
 
@@ -103,7 +103,7 @@ static void leaves_by_reason(void **state)
 {
     struct fx *f = *state;
     fx_device_allocs(f, 3);
-    f->p.validation = REGCACHE_VALIDATE_HOOKS;
+    f->p.validation = REGCACHE_VALIDATE_NOTIFY;
     f->p.max_entries = 2;
     fx_create(f);
     fx_use(f, A, 10);
@@ -159,7 +159,7 @@ static void reset_restarts_counters_only(void **state)
 {
     struct fx *f = *state;
     fx_device_allocs(f, 2);
-    f->p.validation = REGCACHE_VALIDATE_HOOKS;
+    f->p.validation = REGCACHE_VALIDATE_NOTIFY;
     fx_create(f);
     fx_use(f, A, 10);
     fx_use(f, A, 10);

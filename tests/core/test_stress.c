@@ -129,7 +129,7 @@ static void run(bool notify, int validation)
 static void invalidations_by_notify_race_lookups(void **state)
 {
     (void)state;
-    run(true, REGCACHE_VALIDATE_HOOKS);
+    run(true, REGCACHE_VALIDATE_NOTIFY);
 }
 
 static void reallocations_caught_by_tag_checks(void **state)

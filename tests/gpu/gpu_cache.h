@@ -27,6 +27,7 @@
 
 #include "bar1_budget.h"
 #include "cache.h"
+#include "capture_mode.h"
 #include "cuda_seam.h"
 #include "dmabuf_export.h"
 #include "dmabuf_reg.h"
@@ -35,18 +36,21 @@
 
 #define MIB ((size_t)1 << 20)
 
-#define MIB ((size_t)1 << 20)
-
 /* Each field is named and typed after the cuda.h declaration its name
  * expands to (cuMemAlloc is cuMemAlloc_v2), and loaded by that name. */
-#define DRIVER_CALLS(X)                                                                         \
-    X(cuInit)                                                                                   \
-    X(cuGetErrorName) X(cuDeviceGet) X(cuDeviceGetCount) X(cuDevicePrimaryCtxRetain)            \
-        X(cuCtxSetCurrent) X(cuMemAlloc) X(cuMemFree) X(cuMemAllocHost) X(cuMemFreeHost)        \
-            X(cuMemAllocManaged) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)    \
-                X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuMemAddressReserve) X(cuMemAddressFree) \
-                    X(cuMemCreate) X(cuMemRelease) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess)  \
-                        X(cuMemGetAllocationGranularity) X(cuPointerGetAttribute)
+#define DRIVER_CALLS(X)                                                                            \
+    X(cuInit)                                                                                      \
+    X(cuGetErrorName)                                                                              \
+    X(cuDeviceGet) X(cuDeviceGetCount) X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent)              \
+        X(cuMemAlloc) X(cuMemFree) X(cuMemAllocHost) X(cuMemFreeHost) X(cuMemAllocManaged)         \
+            X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuMemAllocAsync)         \
+                X(cuMemFreeAsync) X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemCreate)        \
+                    X(cuMemRelease) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess)                    \
+                        X(cuMemGetAllocationGranularity) X(cuPointerGetAttribute)                  \
+                            X(cuThreadExchangeStreamCaptureMode) X(cuStreamBeginCapture)           \
+                                X(cuStreamEndCapture) X(cuStreamIsCapturing) X(cuGraphInstantiate) \
+                                    X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy)       \
+                                        X(cuMemsetD32Async) X(cuMemcpyDtoH)
 #define FIELD(f) __typeof__(&f) f;
 struct cu_calls {
     DRIVER_CALLS(FIELD)
@@ -90,6 +94,8 @@ const char *driver_missing(void);
 unsigned long long buffer_id(uintptr_t addr);
 unsigned int sync_memops_of(uintptr_t addr);
 regcache_t *new_cache(size_t max_bytes);
+/* A cache in `validation`, or NULL with why printed. */
+regcache_t *new_cache_validated(size_t max_bytes, enum regcache_validation validation);
 int reset(void **state);
 int release_handles(void **state);
 struct handle *get_checked(regcache_t *c, uintptr_t addr, size_t len, regcache_entry_t **e);

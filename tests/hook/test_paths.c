@@ -134,6 +134,25 @@ static void unplaceable_free_drops_everything(void **state)
     regcache_destroy(cache);
 }
 
+/* A stream-ordered free captured into a graph while the thread captures in
+ * GLOBAL mode: the wrapper's range query runs relaxed, so the capture stays
+ * intact and the cache lets go of that allocation alone. */
+static void captured_free_leaves_the_capture_intact(void **state)
+{
+    (void)state;
+    regcache_t *cache = fixture_cache();
+    uintptr_t kept = fixture_cached_alloc(cache, 0), freed = fixture_cached_alloc(cache, 0);
+    int capture = fakecuda_capture_begin(CU_STREAM_CAPTURE_MODE_GLOBAL);
+    assert_int_equal(cuMemFreeAsync(freed, NULL), CUDA_SUCCESS);
+    assert_int_equal(fakecuda_thread_mode(), CU_STREAM_CAPTURE_MODE_GLOBAL);
+    assert_int_equal(fakecuda_capture_refusals(), 0);
+    assert_int_equal(fakecuda_capture_end(capture), CUDA_SUCCESS);
+    fixture_assert_dereg_before(freed, "cuMemFreeAsync", freed);
+    assert_int_equal(fixture_dereg_at(kept), -1);
+    assert_int_equal(fixture_notified(cache), 1);
+    regcache_destroy(cache);
+}
+
 /* RTLD_NEXT and RTLD_DEFAULT still search from the caller's object: from the
  * program, "next" is the preloaded hook. */
 static void pseudo_handles_keep_the_caller(void **state)
@@ -155,6 +174,7 @@ int main(void)
         cmocka_unit_test(symbols_called_directly),
         cmocka_unit_test(wrapping_is_exact),
         cmocka_unit_test(unplaceable_free_drops_everything),
+        cmocka_unit_test(captured_free_leaves_the_capture_intact),
         cmocka_unit_test(pseudo_handles_keep_the_caller),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

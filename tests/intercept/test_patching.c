@@ -290,9 +290,8 @@ static void restore_unmap(void)
             size_t site = prologue_of(i).site;
             char why[160];
             /* The site lies in one 8-byte word: no detour needed. */
-            assert_int_equal(rc_patch_site((uintptr_t)site_of(i), original[i] + site, 0, why,
-                                           sizeof why),
-                             0);
+            assert_int_equal(
+                rc_patch_site((uintptr_t)site_of(i), original[i] + site, 0, why, sizeof why), 0);
         }
 }
 
@@ -336,6 +335,44 @@ static void miss_sees_a_lost_patch(void **state)
     assert_non_null(strstr(buf, "validation TAG_CHECK: in-process interception lost: "));
 }
 
+/* A cache created while the thread captures a stream in GLOBAL mode: the
+ * self-test's probes (cuMemFree, cuMemAlloc... with arguments the driver
+ * rejects), which a capture refuses, run relaxed and leave it intact. */
+static void creation_leaves_a_capture_intact(void **state)
+{
+    (void)state;
+    fakecuda_reset();
+    int capture = fakecuda_capture_begin(CU_STREAM_CAPTURE_MODE_GLOBAL);
+    regcache_t *c = create();
+    assert_int_equal(regcache_validation_mode(c), REGCACHE_VALIDATE_HOOKS);
+    assert_int_equal(fakecuda_thread_mode(), CU_STREAM_CAPTURE_MODE_GLOBAL);
+    assert_int_equal(fakecuda_capture_refusals(), 0);
+    assert_int_equal(fakecuda_capture_end(capture), CUDA_SUCCESS);
+    regcache_destroy(c);
+}
+
+/* A stream-ordered free captured into a graph: the wrapper's range query
+ * runs relaxed, so the capture stays intact and the cache lets go of that
+ * allocation alone, before the driver frees it. */
+static void captured_free_leaves_the_capture_intact(void **state)
+{
+    (void)state;
+    regcache_t *c = fixture_cache();
+    uintptr_t kept = fixture_cached_alloc(c, 0);
+    uintptr_t freed = fixture_cached_alloc(c, 0);
+    int capture = fakecuda_capture_begin(CU_STREAM_CAPTURE_MODE_GLOBAL);
+    CUresult (*free_async)(CUdeviceptr, CUstream) =
+        (CUresult(*)(CUdeviceptr, CUstream))dlsym(fixture_driver(), "cuMemFreeAsync");
+    assert_int_equal(free_async(freed, NULL), CUDA_SUCCESS);
+    assert_int_equal(fakecuda_thread_mode(), CU_STREAM_CAPTURE_MODE_GLOBAL);
+    assert_int_equal(fakecuda_capture_refusals(), 0);
+    assert_int_equal(fakecuda_capture_end(capture), CUDA_SUCCESS);
+    fixture_assert_dereg_before(freed, "cuMemFreeAsync", freed);
+    assert_int_equal(fixture_dereg_at(kept), -1);
+    assert_int_equal(fixture_notified(c), 1);
+    regcache_destroy(c);
+}
+
 /* The self-test of the next cache finds the path unreported and falls
  * back to TAG_CHECK. */
 static void self_test_sees_a_lost_patch(void **state)
@@ -349,6 +386,27 @@ static void self_test_sees_a_lost_patch(void **state)
     assert_reason(c, why);
     assert_non_null(strstr(regcache_last_error(), why));
     regcache_destroy(c);
+}
+
+/* A cache that asks for HOOKS where nothing can see frees is refused, with
+ * why; one whose application notifies by itself (NOTIFY) patches nothing. */
+static void hooks_refused_and_notify_patches_nothing(const char *why)
+{
+    struct regcache_params p;
+    fixture_params(&p);
+    p.validation = REGCACHE_VALIDATE_HOOKS;
+    regcache_t *c = (regcache_t *)1;
+    assert_int_equal(regcache_create(&p, &c), REGCACHE_ERR_UNSUPPORTED);
+    assert_null(c);
+    assert_non_null(
+        strstr(regcache_last_error(), "validation HOOKS: no hook sees every CUDA free"));
+    assert_non_null(strstr(regcache_last_error(), why));
+    assert_non_null(strstr(regcache_last_error(), "REGCACHE_VALIDATE_NOTIFY"));
+    p.validation = REGCACHE_VALIDATE_NOTIFY;
+    assert_int_equal(regcache_create(&p, &c), REGCACHE_OK);
+    assert_int_equal(regcache_validation_mode(c), REGCACHE_VALIDATE_NOTIFY);
+    regcache_destroy(c);
+    assert_unpatched();
 }
 
 /* cuMemUnmap's entry is refused: nothing is patched, and every cache says
@@ -372,6 +430,7 @@ static void unrecognised_entry_patches_nothing(void **state)
     }
     unsetenv("REGCACHE_STATS");
     assert_unpatched();
+    hooks_refused_and_notify_patches_nothing(why);
 }
 
 /* REGCACHE_HOOKS=off: nothing is patched until a cache is created without
@@ -386,15 +445,71 @@ static void off_patches_nothing(void **state)
     assert_string_equal(regcache_last_error(), "");
     regcache_destroy(c);
     assert_unpatched();
+    hooks_refused_and_notify_patches_nothing("REGCACHE_HOOKS=off");
     unsetenv("REGCACHE_HOOKS");
     c = create();
     assert_int_equal(regcache_validation_mode(c), REGCACHE_VALIDATE_HOOKS);
     regcache_destroy(c);
 }
 
+/* validation HOOKS asked for by the first cache of a process without the
+ * preload hook: creating it installs the interception, so a VMM range
+ * unmapped and mapped again over new memory is registered anew. */
+static void explicit_hooks_installs_the_interception(void **state)
+{
+    (void)state;
+    snapshot(original);
+    fakecuda_reset();
+    struct regcache_params p;
+    fixture_params(&p);
+    p.validation = REGCACHE_VALIDATE_HOOKS;
+    regcache_t *c = NULL;
+    assert_int_equal(regcache_create(&p, &c), REGCACHE_OK);
+    void *lib = fixture_driver();
+    CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long) =
+        (CUresult(*)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long))dlsym(
+            lib, "cuMemAddressReserve");
+    CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long) =
+        (CUresult(*)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+                     unsigned long long))dlsym(lib, "cuMemMap");
+    CUresult (*unmap)(CUdeviceptr, size_t) =
+        (CUresult(*)(CUdeviceptr, size_t))dlsym(lib, "cuMemUnmap");
+    CUdeviceptr va;
+    assert_int_equal(reserve(&va, FIXTURE_SIZE, 0, 0, 0), CUDA_SUCCESS);
+    assert_int_equal(map(va, FIXTURE_SIZE, 0, 1, 0), CUDA_SUCCESS);
+    fixture_cache_range(c, va, FIXTURE_SIZE);
+    uintptr_t base;
+    size_t size;
+    uint64_t first, second;
+    int host;
+    assert_int_equal(fakecuda_describe(va, &base, &size, &first, &host), 0);
+    assert_int_equal(unmap(va, FIXTURE_SIZE), CUDA_SUCCESS);
+    assert_int_equal(map(va, FIXTURE_SIZE, 0, 2, 0), CUDA_SUCCESS);
+    assert_int_equal(fakecuda_describe(va, &base, &size, &second, &host), 0);
+    assert_int_not_equal(first, second);
+    fixture_cache_range(c, va, FIXTURE_SIZE);
+    struct regcache_stats s;
+    assert_int_equal(regcache_get_stats(c, &s), REGCACHE_OK);
+    print_message("  buffer id %llu -> %llu: %llu registrations, %llu hits\n",
+                  (unsigned long long)first, (unsigned long long)second,
+                  (unsigned long long)s.registrations, (unsigned long long)s.hits);
+    assert_int_equal(s.registrations, 2);
+    assert_int_equal(s.hits, 0);
+    fixture_assert_dereg_before(va, "cuMemUnmap", va);
+    assert_int_equal(regcache_validation_mode(c), REGCACHE_VALIDATE_HOOKS);
+    assert_non_null(strstr(regcache_validation_reason(c),
+                           "in-process interception: 22 libcuda functions patched"));
+    regcache_destroy(c);
+}
+
 int main(void)
 {
     const char *mode = getenv("INTERCEPT_TEST_MODE");
+    if (mode && strcmp(mode, "hooks") == 0) {
+        const struct CMUnitTest tests[] = { cmocka_unit_test(
+            explicit_hooks_installs_the_interception) };
+        return cmocka_run_group_tests_name("hooks", tests, NULL, NULL);
+    }
     if (mode && strcmp(mode, "unrecognised") == 0) {
         const struct CMUnitTest tests[] = { cmocka_unit_test(unrecognised_entry_patches_nothing) };
         return cmocka_run_group_tests_name("unrecognised", tests, NULL, NULL);
@@ -412,6 +527,8 @@ int main(void)
         cmocka_unit_test(code_protections_are_restored),
         cmocka_unit_test(reason_error_and_stats),
         cmocka_unit_test(quiet_calls_are_not_reported),
+        cmocka_unit_test(creation_leaves_a_capture_intact),
+        cmocka_unit_test(captured_free_leaves_the_capture_intact),
         cmocka_unit_test(miss_sees_a_lost_patch),
         cmocka_unit_test(self_test_sees_a_lost_patch),
     };
