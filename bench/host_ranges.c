@@ -29,7 +29,7 @@ static void one_alignment(char *const map[2], size_t alignment)
     struct bench_row r = {
         .workload = "host_ranges", .source = "null", .impl = "regcache", .size = alignment
     };
-    struct regcache_backend b = { bench_null_reg, bench_null_dereg, NULL, NULL };
+    struct regcache_backend b = { .reg = bench_null_reg, .dereg = bench_null_dereg };
     struct regcache_params p;
     regcache_t *c;
     regcache_params_init(&p);

@@ -157,7 +157,7 @@ static void release(void *b)
 int main(void)
 {
     static struct peer peer;
-    struct regcache_backend standin = { standin_reg, standin_dereg, NULL, NULL };
+    struct regcache_backend standin = { .reg = standin_reg, .dereg = standin_dereg };
     struct ibv_device **devs = ibv_get_device_list(NULL);
     struct ibv_context *ctx = devs && devs[0] ? ibv_open_device(devs[0]) : NULL;
     struct ibv_pd *pd = ctx ? ibv_alloc_pd(ctx) : NULL;
