@@ -21,6 +21,7 @@
 #include "last_error.h"
 #include "ledger_segment.h"
 #include "options.h"
+#include "symver.h"
 
 #define DEFAULT_ACCESS (1 | 2 | 4) /* IBV_ACCESS_LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ */
 /* Larger alignments buy nothing (registrations are 64 KiB BAR pages at
@@ -179,18 +180,44 @@ static void store(void *base, const struct env_option *e, uint64_t v)
  * its offset in the params. */
 _Static_assert(offsetof(struct rc_options, params) == 0, "params first");
 
-int regcache_params_init(struct regcache_params *p)
+/* The size of the params layouts of 0.1 and 0.2, before the fields added
+ * since: a program built against one keeps working, with those fields'
+ * defaults. */
+#define PARAMS_0_1 (offsetof(struct regcache_params, backend) + sizeof(void *))
+/* And of 0.2, before the fields added in 0.3. */
+#define PARAMS_0_2 offsetof(struct regcache_params, eager_min_bytes)
+/* And of 0.3, before the fields added in 0.4. */
+#define PARAMS_0_3 offsetof(struct regcache_params, host_merge)
+
+/* The defaults in the first `size` bytes of *p: a program's struct of
+ * that layout. */
+static int params_init(struct regcache_params *p, size_t size)
 {
     if (!p)
         return rc_fail(REGCACHE_ERR_INVALID, "regcache_params_init: params is NULL");
-    memset(p, 0, sizeof(*p));
-    p->size = sizeof(*p);
+    memset(p, 0, size);
+    p->size = size;
     p->access = DEFAULT_ACCESS;
     p->rails = 1;
     for (size_t i = 0; i < N_ENV; i++)
-        if (env_options[i].width && env_options[i].offset < sizeof(*p))
+        if (env_options[i].width && env_options[i].offset + env_options[i].width <= size)
             store(p, &env_options[i], env_options[i].value);
     return REGCACHE_OK;
+}
+
+/* Programs built against 0.4 and later. */
+RC_SYMVER(rc_params_init, regcache_params_init, "@@REGCACHE_0.4");
+int rc_params_init(struct regcache_params *p)
+{
+    return params_init(p, sizeof(*p));
+}
+
+/* Programs linked before 0.4 (the function was in the 0.2 node alone):
+ * those of 0.3 pass the 0.3 struct, which must not be written past. */
+RC_SYMVER(rc_params_init_0_3, regcache_params_init, "@REGCACHE_0.2");
+int rc_params_init_0_3(struct regcache_params *p)
+{
+    return params_init(p, PARAMS_0_3);
 }
 
 /* The defaults of the fields beyond the params. */
@@ -306,15 +333,6 @@ static int check(const struct rc_options *o, unsigned from_env)
     return REGCACHE_OK;
 }
 
-/* The size of the params layouts of 0.1 and 0.2, before the fields added
- * since: a program built against one keeps working, with those fields'
- * defaults. */
-#define PARAMS_0_1 (offsetof(struct regcache_params, backend) + sizeof(void *))
-/* And of 0.2, before the fields added in 0.3. */
-#define PARAMS_0_2 offsetof(struct regcache_params, eager_min_bytes)
-/* And of 0.3, before the fields added in 0.4. */
-#define PARAMS_0_3 offsetof(struct regcache_params, host_merge)
-
 /* params.name, else REGCACHE_NAME, else "cache<N>" (the process's N-th). */
 static int resolve_name(struct rc_options *o)
 {
@@ -348,7 +366,7 @@ int rc_options_resolve(const struct regcache_params *in, struct rc_options *out)
                        "params.size %zu is not sizeof(struct regcache_params) = %zu: "
                        "call regcache_params_init()",
                        in->size, sizeof(struct regcache_params));
-    regcache_params_init(&out->params);
+    rc_params_init(&out->params);
     memcpy(&out->params, in, in->size);
     out->params.size = sizeof(out->params);
     defaults_beyond_params(out);
