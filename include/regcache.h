@@ -339,14 +339,15 @@ struct regcache_params {
     int host_monitor; /* enum regcache_host_monitor: whether host memory
                          (host_memory=1) is watched for unmapping (default
                          AUTO; docs/design.md "Host memory monitor") */
-    /* The callbacks decorate whichever
-     * backend registers (built-in or custom); each is optional, and all
-     * receive callback_arg.  They run under the rules of backend
-     * callbacks ("What callbacks may do" above): no cache lock held, from
-     * several threads at once (for different entries), and they may call
-     * any regcache function but regcache_destroy() of this cache; a get
-     * from on_register overlapping the entry being registered fails with
-     * REGCACHE_ERR_REENTRANT. */
+    /* The callbacks decorate whichever backend registers (built-in or
+     * custom); each is optional, and all receive callback_arg.  Their
+     * contract is regcache_callbacks(3).  They run under the rules of
+     * backend callbacks ("What callbacks may do" above): no cache lock
+     * held, from several threads at once (for different entries: the
+     * getting thread, the background workers, the host memory monitor's
+     * thread), and they may call any regcache function but
+     * regcache_destroy() of this cache; a get from on_register overlapping
+     * the entry being registered fails with REGCACHE_ERR_REENTRANT. */
     size_t priv_size; /* bytes of private data per entry
                          (regcache_entry_priv()), 0 (none) to 4096: 64-byte
                          aligned, zeroed before the entry's first
@@ -356,30 +357,35 @@ struct regcache_params {
      * what the backend returned (the struct ibv_mr * of the built-in one),
      * `priv` the entry's private data (NULL when priv_size is 0), `entry`
      * a token valid during the call for regcache_entry_*() (it is no hold:
-     * never put it).  Return 0, or a non-zero value to refuse the
-     * registration: it is deregistered (on_deregister is not called for
-     * it) and the get fails with REGCACHE_ERR_CALLBACK, with the value in
-     * regcache_last_error(). */
+     * never put it; the registering get holds the entry meanwhile, so
+     * regcache_entry_hold() and regcache_entry_invalidate() take it).
+     * Return 0, or a non-zero value to refuse the registration: it is
+     * deregistered (on_deregister is not called for it) and the get fails
+     * with REGCACHE_ERR_CALLBACK, with the value in regcache_last_error(). */
     int (*on_register)(void *arg, regcache_entry_t *entry, unsigned rail, void *handle, void *priv);
     /* Before each registration that on_register accepted is deregistered
-     * (per rail): release what on_register set up. */
+     * (per rail), still registered: release what on_register set up.
+     * `entry` names an entry on its way out (the accessors work on it). */
     void (*on_deregister)(void *arg, regcache_entry_t *entry, unsigned rail, void *handle,
                           void *priv);
     /* An entry left the cache (struct regcache_leave says why): called once
      * per entry whose registration on_register accepted (on every rail it
-     * had), never on a hit or put.  For an entry that nobody holds it comes
-     * just before its deregistration.  For an entry that is held it comes
-     * when the entry leaves, not at its last put: the registration is still
-     * valid during the call (priv too) and stays so until the last put,
-     * but the memory may be gone, so a transport revokes the keys it gave
-     * out now.  A registration handed out once (its memory was
-     * invalidated while it was being registered) is noticed before its get
-     * returns, with the reason of that invalidation.  Called without the
-     * cache lock by the thread whose call made the entry leave (the one
-     * that invalidated, evicted, flushed or destroyed) before that call
-     * returns, or by another thread releasing entries of the cache at the
-     * same time.  During regcache_destroy() (REGCACHE_REASON_DESTROY) no
-     * callback may call functions of the cache being destroyed. */
+     * had), never on a hit.  Unused: just before its deregistration.  Held,
+     * its memory gone (freed, unmapped as the host memory monitor saw, a
+     * tag changed, invalidated): at once, held = 1, while the registration
+     * is still valid (priv too), which it stays until the last put; a
+     * transport revokes the keys it gave out now.  Held, replaced or
+     * merged: at its last put, just before its deregistration.  Handed out
+     * once (its memory was invalidated while it was being registered):
+     * before its get returns, with the reason of that invalidation.
+     * Called without the cache lock by the thread whose call made the
+     * entry leave (the one that invalidated, evicted, flushed, made room,
+     * put last or destroyed) before that call returns, or by another
+     * thread releasing entries of the cache at the same time; for the host
+     * memory monitor's unmaps, in the next get of host memory or on its
+     * thread regcache-mon, never the unmapping thread.  During
+     * regcache_destroy() (REGCACHE_REASON_DESTROY) no callback may call
+     * functions of the cache being destroyed. */
     void (*on_leave)(void *arg, const struct regcache_leave *leave);
     void *callback_arg;
     const char *name; /* what the statistics dump, regcache-stat and
