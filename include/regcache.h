@@ -715,7 +715,8 @@ REGCACHE_API int regcache_get_access(regcache_t *cache, unsigned rail, const voi
  * lacks), the way UCX's rcache passes the arg of its get to mem_reg; a
  * get that waits for another's registration, or is served by one, passes
  * nothing.  Background registrations (the queue of a non-blocking get
- * included) pass NULL.  Errors and cost: those of regcache_get_access().
+ * included) pass NULL.  Errors: those of regcache_get_access().  Cost:
+ * that of regcache_get_access() and three stores to thread-local memory.
  * Thread safe.
  */
 REGCACHE_API int regcache_get_with_arg(regcache_t *cache, unsigned rail, const void *addr,
@@ -757,7 +758,8 @@ REGCACHE_API int regcache_entry_hold(regcache_t *cache, const regcache_entry_t *
  * The registration of `entry`, a token the caller holds, leaves the cache
  * now: no get is served from it any more (a later get of its memory
  * registers anew), params.on_leave is told (REGCACHE_REASON_INVALIDATE,
- * held), and it is deregistered at the put of its last token.  Then -
+ * held; an entry that had left already was told then), and it is
+ * deregistered at the put of its last token.  Then -
  * after its deregistration on every rail, without any cache lock, on the
  * thread of that put - cb(arg) runs, exactly once; cb may be NULL.
  * The caller's token stays what it was: the registration, its handle,
