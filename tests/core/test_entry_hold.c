@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "cache_fixture.h"
+#include "entry.h"
 #include "test_sync.h"
 #include "threads.h"
 
@@ -211,6 +212,29 @@ static void no_hold_from_on_deregister(void **state)
     assert_int_equal(atomic_load(&f->fb.live), 0);
 }
 
+/* A counted token's entry whose count is full: refused cleanly, the count
+ * as it was (set through the handle, as core_holds does: 2^31-1 real holds
+ * would take too long). */
+static void hold_limit(void **state)
+{
+    struct fx *f = *state;
+    fx_device_allocs(f, 1);
+    fx_create(f);
+    regcache_entry_t *c = get_counted_hold(f->c, A, 4096);
+    assert_non_null(c);
+    struct regcache_entry *e = (struct regcache_entry *)((uintptr_t)c & ~RC_HOLD_RAIL_MASK);
+    unsigned refs = atomic_load(&e->refs);
+    atomic_store(&e->refs, (refs & ~RC_COUNT_MASK) | RC_COUNT_MASK);
+    regcache_entry_t *t = (regcache_entry_t *)(uintptr_t)1;
+    assert_int_equal(regcache_entry_hold(f->c, c, &t), REGCACHE_ERR_HOLD_LIMIT);
+    assert_null(t);
+    fx_assert_error_says("holders", NULL);
+    assert_int_equal(atomic_load(&e->refs) & RC_COUNT_MASK, RC_COUNT_MASK);
+    atomic_store(&e->refs, refs);
+    regcache_put(f->c, c);
+    assert_unheld(f);
+}
+
 static void bad_input(void **state)
 {
     struct fx *f = *state;
@@ -248,4 +272,5 @@ static void bad_input(void **state)
 }
 
 FX_MAIN(second_token_of_a_hit, counted_tokens, tokens_keep_an_invalidated_entry,
-        tokens_put_by_other_threads, hold_from_on_register, no_hold_from_on_deregister, bad_input)
+        tokens_put_by_other_threads, hold_from_on_register, no_hold_from_on_deregister, hold_limit,
+        bad_input)
