@@ -68,7 +68,9 @@ regcache_t *bench_cache(const struct bench_src *s, const struct bench_pinner *p,
                         size_t max_entries, size_t max_bytes, char *why, size_t len)
 {
     /* The cache keeps its own copy of the backend. */
-    struct regcache_backend b = { reg, dereg, (void *)p, s->driver ? NULL : bench_null_query };
+    struct regcache_backend b = {
+        .reg = reg, .dereg = dereg, .arg = (void *)p, .query = s->driver ? NULL : bench_null_query
+    };
     struct regcache_params params;
     regcache_t *c;
     regcache_params_init(&params);

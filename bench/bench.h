@@ -265,6 +265,9 @@ void bench_emit(const struct bench_row *r);
  * a part that did not run at all. */
 void bench_note(struct bench_row *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int bench_json_close(const struct bench_machine *m);
+/* A row of r's kind that is one count, not a time: `value` in `unit`, its
+ * own median and p99 (host_ranges.c, host_merge.c). */
+void bench_emit_count(const struct bench_row *r, const char *what, const char *unit, double value);
 
 /* ---- the workloads, one file each ----------------------------------------- */
 
@@ -281,6 +284,10 @@ void bench_prefetch(const struct bench_src *s);
 /* host_ranges.c: registrations and pinned bytes of random sub-range gets
  * over host mappings (counts, not times). */
 void bench_host_ranges(void);
+/* host_merge.c: registrations, pinned bytes and keys revoked by merges
+ * under each params.host_merge, for a transport's neighbouring buffers
+ * and for random sub-ranges (counts, not times). */
+void bench_host_merge(void);
 /* host_monitor.c: munmap+mmap of a watched and of an unwatched cached host
  * range, and a host hit with the monitor on and off. */
 void bench_host_monitor(void);

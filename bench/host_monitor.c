@@ -72,7 +72,7 @@ static void hit_run(void *ctx, struct bench_lane *l, uint64_t n)
 
 static regcache_t *host_cache(enum regcache_host_monitor monitor)
 {
-    static struct regcache_backend b = { bench_null_reg, bench_null_dereg, NULL, NULL };
+    static struct regcache_backend b = { .reg = bench_null_reg, .dereg = bench_null_dereg };
     struct regcache_params p;
     regcache_t *c = NULL;
     regcache_params_init(&p);

@@ -10,26 +10,12 @@
 #define MAPPING ((size_t)16 << 20)
 #define GETS 400
 
-static void emit(struct bench_row *r, const char *what, const char *unit, double value)
-{
-    struct bench_row row = *r;
-    double sample = value;
-    size_t slot = 0;
-    row.what = what;
-    row.unit = unit;
-    row.median = row.p99 = value;
-    row.nsamples = 1;
-    row.samples = &sample;
-    row.slots = &slot;
-    bench_emit(&row);
-}
-
 static void one_alignment(char *const map[2], size_t alignment)
 {
     struct bench_row r = {
         .workload = "host_ranges", .source = "null", .impl = "regcache", .size = alignment
     };
-    struct regcache_backend b = { bench_null_reg, bench_null_dereg, NULL, NULL };
+    struct regcache_backend b = { .reg = bench_null_reg, .dereg = bench_null_dereg };
     struct regcache_params p;
     regcache_t *c;
     regcache_params_init(&p);
@@ -60,9 +46,9 @@ static void one_alignment(char *const map[2], size_t alignment)
     }
     struct regcache_stats s;
     regcache_get_stats(c, &s);
-    emit(&r, "entries", "count", (double)s.entries);
-    emit(&r, "registrations", "count", (double)s.registrations);
-    emit(&r, "pinned_peak", "MiB", (double)s.peak_bytes / (1 << 20));
+    bench_emit_count(&r, "entries", "count", (double)s.entries);
+    bench_emit_count(&r, "registrations", "count", (double)s.registrations);
+    bench_emit_count(&r, "pinned_peak", "MiB", (double)s.peak_bytes / (1 << 20));
     regcache_destroy(c);
 }
 

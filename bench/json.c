@@ -114,3 +114,17 @@ int bench_json_close(const struct bench_machine *m)
     fputs("}}\n", out);
     return fclose(out) == 0 ? 0 : -1;
 }
+
+void bench_emit_count(const struct bench_row *r, const char *what, const char *unit, double value)
+{
+    struct bench_row row = *r;
+    double sample = value;
+    size_t slot = 0;
+    row.what = what;
+    row.unit = unit;
+    row.median = row.p99 = value;
+    row.nsamples = 1;
+    row.samples = &sample;
+    row.slots = &slot;
+    bench_emit(&row);
+}

@@ -58,6 +58,7 @@ int main(int argc, char **argv)
     bench_misses(&cpu);
     bench_prefetch(&cpu);
     bench_host_ranges();
+    bench_host_merge();
     bench_host_monitor();
     if (bench_cuda_open(&gpu, &m) == 0) {
         bench_hits(&gpu);

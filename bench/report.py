@@ -231,6 +231,15 @@ class Report:
             self.goal("host sub-ranges of 2 x 16 MiB (2M alignment): %s <= %d" % (unit, limit),
                       "-" if v is None else "%g %s" % (v, unit),
                       None if v is None else v <= limit, self.why_missing("null"))
+        merge = dict(workload="host_merge", source="null")
+        revoked = m(what="transport revoked_by_merges auto", **merge)
+        self.goal("transport buffers, default host_merge: keys revoked by merges = 0",
+                  "-" if revoked is None else "%g keys" % revoked,
+                  None if revoked is None else revoked == 0, self.why_missing("null"))
+        regs = [m(what="transport registrations %s" % p, **merge) for p in ("auto", "all")]
+        self.goal("transport buffers, default host_merge: registrations <= 2x all's",
+                  "-" if None in regs else "%g vs %g" % tuple(regs),
+                  None if None in regs else regs[0] <= 2 * regs[1], self.why_missing("null"))
 
     def print_all(self, plot_files=None):
         m, s = self.machine, self.settings

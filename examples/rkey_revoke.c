@@ -1,6 +1,6 @@
 /*
  * rkey_revoke: how a transport keeps its own state per registration in the
- * cache and revokes the keys it handed to a peer when the memory goes.
+ * cache and revokes the keys it handed to a peer.
  *
  * A "register once, send the key to the peer" transport (an rkey cache, a
  * registered-buffer API) packs each registration's remote key into the
@@ -10,6 +10,17 @@
  * (params.on_leave): freed, invalidated, evicted.  The peer here is a
  * table in this process standing for the other side's key cache.
  *
+ * The application frees its buffers with plain munmap(): the cache's host
+ * memory monitor sees the pages go, and the notice comes before any get
+ * can be served from them - at the latest in the next get of host memory,
+ * or earlier on the monitor's own thread, which is why the peer's table
+ * has a lock.  Where the monitor cannot watch (REGCACHE_HOST_MONITOR=off,
+ * or memory it cannot follow), the example says so and keeps the explicit
+ * contract: regcache_notify_free() before the munmap().  Last, the peer
+ * asks for a key to be revoked while a transfer holds it:
+ * regcache_entry_invalidate() takes the registration out of the cache at
+ * once and says when its last hold is gone.
+ *
  * With an RDMA device (soft-RoCE is enough) the built-in verbs backend
  * registers, and the callbacks decorate it; without one, a stand-in
  * backend makes up keys, so the example runs anywhere.  It exits non-zero
@@ -18,6 +29,7 @@
 #include <regcache.h>
 
 #include <infiniband/verbs.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,34 +46,58 @@ struct packed_key {
     int sent; /* the peer has it */
 };
 
-/* The peer's view: the keys it may use, and how many it was told to drop. */
+/* The peer's view: the keys it may use, and how many it was told to drop.
+ * on_leave may run on the monitor's thread: the lock. */
 struct peer {
+    pthread_mutex_t lock;
     uint32_t rkeys[PEER_KEYS];
     int n, revoked;
 };
 
 static void peer_add(struct peer *p, uint32_t rkey)
 {
+    pthread_mutex_lock(&p->lock);
     if (p->n < PEER_KEYS)
         p->rkeys[p->n++] = rkey;
+    pthread_mutex_unlock(&p->lock);
 }
 
-static int peer_has(const struct peer *p, uint32_t rkey)
+static int peer_has(struct peer *p, uint32_t rkey)
 {
+    int has = 0;
+    pthread_mutex_lock(&p->lock);
     for (int i = 0; i < p->n; i++)
-        if (p->rkeys[i] == rkey)
-            return 1;
-    return 0;
+        has |= p->rkeys[i] == rkey;
+    pthread_mutex_unlock(&p->lock);
+    return has;
 }
 
 static void peer_drop(struct peer *p, uint32_t rkey)
 {
+    pthread_mutex_lock(&p->lock);
     for (int i = 0; i < p->n; i++)
         if (p->rkeys[i] == rkey) {
             p->rkeys[i] = p->rkeys[--p->n];
             p->revoked++;
-            return;
+            break;
         }
+    pthread_mutex_unlock(&p->lock);
+}
+
+static int peer_revoked(struct peer *p)
+{
+    pthread_mutex_lock(&p->lock);
+    int n = p->revoked;
+    pthread_mutex_unlock(&p->lock);
+    return n;
+}
+
+static int peer_keys(struct peer *p)
+{
+    pthread_mutex_lock(&p->lock);
+    int n = p->n;
+    pthread_mutex_unlock(&p->lock);
+    return n;
 }
 
 /* ---- the stand-in backend, without an RDMA device ----------------------- */
@@ -118,8 +154,9 @@ static void revoke(void *arg, const struct regcache_leave *l)
 /* ---- a transfer ----------------------------------------------------------- */
 
 /* What the transport does before the peer writes into buf: a held
- * registration with the access the peer needs, and its key sent once. */
-static int expose(regcache_t *cache, struct peer *p, void *buf, uint32_t *rkey)
+ * registration with the access the peer needs, and its key sent once.
+ * The hold is the caller's to put when the transfer completes. */
+static regcache_entry_t *expose(regcache_t *cache, struct peer *p, void *buf, uint32_t *rkey)
 {
     regcache_entry_t *e;
     int rc = regcache_get_access(cache, 0, buf, BUF_LEN,
@@ -127,7 +164,7 @@ static int expose(regcache_t *cache, struct peer *p, void *buf, uint32_t *rkey)
     if (rc != REGCACHE_OK) {
         fprintf(stderr, "rkey_revoke: get: %s (%s)\n", regcache_strerror(rc),
                 regcache_last_error());
-        return -1;
+        return NULL;
     }
     struct packed_key *k = regcache_entry_priv(e);
     if (!k->sent) {
@@ -135,9 +172,16 @@ static int expose(regcache_t *cache, struct peer *p, void *buf, uint32_t *rkey)
         k->sent = 1;
     }
     *rkey = k->rkey;
+    return e;
+}
+
+/* A transfer: exposed, written by the peer, completed. */
+static int transfer(regcache_t *cache, struct peer *p, void *buf, uint32_t *rkey)
+{
+    regcache_entry_t *e = expose(cache, p, buf, rkey);
     /* ... the peer writes, the completion comes ... */
     regcache_put(cache, e);
-    return 0;
+    return e ? 0 : -1;
 }
 
 static void *buffer(void)
@@ -146,18 +190,33 @@ static void *buffer(void)
     return b == MAP_FAILED ? NULL : b;
 }
 
-/* The application frees: the cache hears of it first (the preload hook
- * does this for CUDA memory; host memory tells it so). */
-static void release(void *b)
+/* Does the host memory monitor watch the cache's host entries?  It
+ * counts those it cannot (host_unmonitored). */
+static int watched(regcache_t *cache)
 {
-    regcache_notify_free(b, BUF_LEN);
+    struct regcache_stats s;
+    return regcache_get_stats(cache, &s) == REGCACHE_OK && s.host_unmonitored == 0;
+}
+
+/* The application frees.  With the monitor watching, munmap() is all; the
+ * cache hears of it by itself. */
+static void release(regcache_t *cache, void *b)
+{
+    if (!watched(cache))
+        regcache_notify_free(b, BUF_LEN);
     munmap(b, BUF_LEN);
+}
+
+/* The registration whose key the peer asked to revoke is gone. */
+static void gone(void *arg)
+{
+    ++*(int *)arg;
 }
 
 int main(void)
 {
-    static struct peer peer;
-    struct regcache_backend standin = { standin_reg, standin_dereg, NULL, NULL };
+    static struct peer peer = { .lock = PTHREAD_MUTEX_INITIALIZER };
+    struct regcache_backend standin = { .reg = standin_reg, .dereg = standin_dereg };
     struct ibv_device **devs = ibv_get_device_list(NULL);
     struct ibv_context *ctx = devs && devs[0] ? ibv_open_device(devs[0]) : NULL;
     struct ibv_pd *pd = ctx ? ibv_alloc_pd(ctx) : NULL;
@@ -186,24 +245,44 @@ int main(void)
     int bad = 0;
     uint32_t first, again, after;
     void *buf = buffer();
-    if (!buf || expose(cache, &peer, buf, &first) || expose(cache, &peer, buf, &again))
+    if (!buf || transfer(cache, &peer, buf, &first) || transfer(cache, &peer, buf, &again))
         return 1;
     /* The second use was a hit: the same key, sent once. */
-    bad |= again != first || peer.n != 1;
+    bad |= again != first || peer_keys(&peer) != 1;
+    printf("rkey_revoke: %s\n", watched(cache)
+                                    ? "the host memory monitor watches the buffers: munmap() "
+                                      "is all it takes"
+                                    : "the buffers are not monitored: regcache_notify_free() "
+                                      "before munmap()");
 
-    release(buf);
-    bad |= peer_has(&peer, first) || peer.revoked != 1;
-
+    release(cache, buf);
     buf = buffer(); /* mostly the same address again */
-    if (!buf || expose(cache, &peer, buf, &after))
+    /* Served from the new pages, never the old registration: the notice
+     * came first. */
+    if (!buf || transfer(cache, &peer, buf, &after))
         return 1;
+    bad |= peer_has(&peer, first) || peer_revoked(&peer) != 1;
     bad |= after == first || !peer_has(&peer, after);
     printf("rkey_revoke: rkey %#x sent, revoked when freed; new memory got rkey %#x\n", first,
            after);
 
-    release(buf);
+    /* The peer asks to revoke `after` while a transfer holds it: out of
+     * the cache now (the notice revokes it), gone at the transfer's put. */
+    int freed = 0;
+    uint32_t held;
+    regcache_entry_t *e = expose(cache, &peer, buf, &held);
+    if (!e || regcache_entry_invalidate(cache, e, gone, &freed) != REGCACHE_OK)
+        return 1;
+    bad |= peer_has(&peer, held) || freed != 0;
+    /* ... the transfer in flight completes with the key it had ... */
+    regcache_put(cache, e);
+    bad |= freed != 1;
+    printf("rkey_revoke: rkey %#x revoked at the peer's request, deregistered at its put\n",
+           held);
+
+    release(cache, buf);
     regcache_destroy(cache);
-    bad |= peer.n != 0;
+    bad |= peer_keys(&peer) != 0;
     if (pd)
         ibv_dealloc_pd(pd);
     if (ctx)

@@ -42,7 +42,7 @@ extern "C" {
 #endif
 
 #define REGCACHE_VERSION_MAJOR 0
-#define REGCACHE_VERSION_MINOR 3
+#define REGCACHE_VERSION_MINOR 4
 #define REGCACHE_VERSION_PATCH 0
 
 struct ibv_pd;
@@ -111,6 +111,10 @@ typedef struct regcache_entry regcache_entry_t;
  *   ERR_CALLBACK       params.on_register returned non-zero for the
  *                      registration: it was undone (regcache_last_error()
  *                      gives the value).
+ *   ERR_NOT_CACHED     a lookup (regcache_get_access() with
+ *                      REGCACHE_GET_LOOKUP) found no cached registration
+ *                      that covers the range with the access on the rail:
+ *                      nothing was registered or queued.
  */
 #define REGCACHE_STATUS_TABLE(X)                                                            \
     X(OK, 0, "success")                                                                     \
@@ -131,7 +135,8 @@ typedef struct regcache_entry regcache_entry_t;
     X(ERR_TOO_LARGE, -15, "range is larger than the NIC's largest memory region")          \
     X(ERR_AGAIN, -16, "not registered yet: being registered in the background")             \
     X(ERR_QUEUE_FULL, -17, "the background registration queue is full")                      \
-    X(ERR_CALLBACK, -18, "params.on_register refused the registration")
+    X(ERR_CALLBACK, -18, "params.on_register refused the registration")                     \
+    X(ERR_NOT_CACHED, -19, "no cached registration covers the range (lookup)")
 
 #define REGCACHE_STATUS_ENUM(name, value, message) REGCACHE_##name = value,
 enum regcache_status { REGCACHE_STATUS_TABLE(REGCACHE_STATUS_ENUM) };
@@ -225,12 +230,25 @@ struct regcache_mem_info {
  * registered, which fails with REGCACHE_ERR_REENTRANT instead of waiting for
  * itself.  An invalidation from reg of its own range is honoured: the
  * registration is then handed out once and deregistered at its put.
+ *
+ * reg_access (added in 0.4): optional.  When set it is called instead of
+ * reg, with two more arguments: `access`, the IBV_ACCESS_* set the entry
+ * is registered for (the union of the gets it serves, as
+ * regcache_entry_access() reports it), and `get_arg`, the argument of the
+ * regcache_get_with_arg() whose miss made the registration (NULL for other
+ * gets and for background registrations); reg may then be NULL.  The
+ * cache reads this member only from programs built against a 0.4 header
+ * or later (params.size says which): an older program's struct ends
+ * before it.
  */
 struct regcache_backend {
     int (*reg)(void *arg, void *addr, size_t len, int device, int rail, void **handle);
     void (*dereg)(void *arg, void *handle);
     void *arg;
     int (*query)(void *arg, const void *addr, size_t len, struct regcache_mem_info *info);
+    /* Added in 0.4. */
+    int (*reg_access)(void *arg, void *addr, size_t len, int device, int rail, int access,
+                      void *get_arg, void **handle);
 };
 
 /* ------------------------------------------------------------------------ */
@@ -328,14 +346,15 @@ struct regcache_params {
     int host_monitor; /* enum regcache_host_monitor: whether host memory
                          (host_memory=1) is watched for unmapping (default
                          AUTO; docs/design.md "Host memory monitor") */
-    /* The callbacks decorate whichever
-     * backend registers (built-in or custom); each is optional, and all
-     * receive callback_arg.  They run under the rules of backend
-     * callbacks ("What callbacks may do" above): no cache lock held, from
-     * several threads at once (for different entries), and they may call
-     * any regcache function but regcache_destroy() of this cache; a get
-     * from on_register overlapping the entry being registered fails with
-     * REGCACHE_ERR_REENTRANT. */
+    /* The callbacks decorate whichever backend registers (built-in or
+     * custom); each is optional, and all receive callback_arg.  Their
+     * contract is regcache_callbacks(3).  They run under the rules of
+     * backend callbacks ("What callbacks may do" above): no cache lock
+     * held, from several threads at once (for different entries: the
+     * getting thread, the background workers, the host memory monitor's
+     * thread), and they may call any regcache function but
+     * regcache_destroy() of this cache; a get from on_register overlapping
+     * the entry being registered fails with REGCACHE_ERR_REENTRANT. */
     size_t priv_size; /* bytes of private data per entry
                          (regcache_entry_priv()), 0 (none) to 4096: 64-byte
                          aligned, zeroed before the entry's first
@@ -345,30 +364,35 @@ struct regcache_params {
      * what the backend returned (the struct ibv_mr * of the built-in one),
      * `priv` the entry's private data (NULL when priv_size is 0), `entry`
      * a token valid during the call for regcache_entry_*() (it is no hold:
-     * never put it).  Return 0, or a non-zero value to refuse the
-     * registration: it is deregistered (on_deregister is not called for
-     * it) and the get fails with REGCACHE_ERR_CALLBACK, with the value in
-     * regcache_last_error(). */
+     * never put it; the registering get holds the entry meanwhile, so
+     * regcache_entry_hold() and regcache_entry_invalidate() take it).
+     * Return 0, or a non-zero value to refuse the registration: it is
+     * deregistered (on_deregister is not called for it) and the get fails
+     * with REGCACHE_ERR_CALLBACK, with the value in regcache_last_error(). */
     int (*on_register)(void *arg, regcache_entry_t *entry, unsigned rail, void *handle, void *priv);
     /* Before each registration that on_register accepted is deregistered
-     * (per rail): release what on_register set up. */
+     * (per rail), still registered: release what on_register set up.
+     * `entry` names an entry on its way out (the accessors work on it). */
     void (*on_deregister)(void *arg, regcache_entry_t *entry, unsigned rail, void *handle,
                           void *priv);
     /* An entry left the cache (struct regcache_leave says why): called once
      * per entry whose registration on_register accepted (on every rail it
-     * had), never on a hit or put.  For an entry that nobody holds it comes
-     * just before its deregistration.  For an entry that is held it comes
-     * when the entry leaves, not at its last put: the registration is still
-     * valid during the call (priv too) and stays so until the last put,
-     * but the memory may be gone, so a transport revokes the keys it gave
-     * out now.  A registration handed out once (its memory was
-     * invalidated while it was being registered) is noticed before its get
-     * returns, with the reason of that invalidation.  Called without the
-     * cache lock by the thread whose call made the entry leave (the one
-     * that invalidated, evicted, flushed or destroyed) before that call
-     * returns, or by another thread releasing entries of the cache at the
-     * same time.  During regcache_destroy() (REGCACHE_REASON_DESTROY) no
-     * callback may call functions of the cache being destroyed. */
+     * had), never on a hit.  Unused: just before its deregistration.  Held,
+     * its memory gone (freed, unmapped as the host memory monitor saw, a
+     * tag changed, invalidated): at once, held = 1, while the registration
+     * is still valid (priv too), which it stays until the last put; a
+     * transport revokes the keys it gave out now.  Held, replaced or
+     * merged: at its last put, just before its deregistration.  Handed out
+     * once (its memory was invalidated while it was being registered):
+     * before its get returns, with the reason of that invalidation.
+     * Called without the cache lock by the thread whose call made the
+     * entry leave (the one that invalidated, evicted, flushed, made room,
+     * put last or destroyed) before that call returns, or by another
+     * thread releasing entries of the cache at the same time; for the host
+     * memory monitor's unmaps, in the next get of host memory or on its
+     * thread regcache-mon, never the unmapping thread.  During
+     * regcache_destroy() (REGCACHE_REASON_DESTROY) no callback may call
+     * functions of the cache being destroyed. */
     void (*on_leave)(void *arg, const struct regcache_leave *leave);
     void *callback_arg;
     const char *name; /* what the statistics dump, regcache-stat and
@@ -377,6 +401,9 @@ struct regcache_params {
                          _.:@+-/ (copied; else create fails with INVALID).
                          NULL = the REGCACHE_NAME variable, else
                          "cache<N>" for the process's N-th cache */
+    /* Fields below were added in 0.4. */
+    int host_merge; /* enum regcache_host_merge: which cached pageable host
+                       entries a miss merges with (default AUTO) */
 };
 
 /*
@@ -414,6 +441,34 @@ enum regcache_host_monitor {
     REGCACHE_HOST_MONITOR_OFF = 1,
     REGCACHE_HOST_MONITOR_LIBC = 2,
     REGCACHE_HOST_MONITOR_UFFD = 3,
+};
+
+/*
+ * regcache_params.host_merge.  A miss of pageable host memory whose range,
+ * rounded to params.alignment, overlaps cached entries of the same
+ * mappings may register the union of them once; the entries it covers
+ * then leave the cache (REGCACHE_REASON_MERGED) and a transport revokes
+ * the keys it gave out for them.  Gets of random sub-ranges of a mapping
+ * so converge to one registration; a transport's neighbouring buffers so
+ * churn each other's keys.
+ *   OFF          never merge: a miss registers its own rounded range, and
+ *                replaces only an entry of exactly that range whose access
+ *                it widens (REGCACHE_REASON_REPLACED).
+ *   SAME_ACCESS  merge only with entries of the same access; an entry of
+ *                other access is widened only when a get needs more.
+ *   ALL          merge with every overlapping entry, their access united.
+ *   AUTO         (the default) OFF when the cache tells a transport of its
+ *                registrations (params.on_register or params.on_leave is
+ *                set), else ALL.
+ * REGCACHE_HOST_MERGE=auto|off|same_access|all overrides the field.  GPU
+ * memory and pinned host memory never merge (their entries are clipped to
+ * an allocation).
+ */
+enum regcache_host_merge {
+    REGCACHE_HOST_MERGE_AUTO = 0,
+    REGCACHE_HOST_MERGE_OFF = 1,
+    REGCACHE_HOST_MERGE_SAME_ACCESS = 2,
+    REGCACHE_HOST_MERGE_ALL = 3,
 };
 
 /* The longest cache name, with its terminating NUL. */
@@ -515,12 +570,17 @@ REGCACHE_API int regcache_get(regcache_t *cache, const void *addr, size_t len,
 REGCACHE_API int regcache_get_rail(regcache_t *cache, unsigned rail, const void *addr, size_t len,
                                    regcache_entry_t **entry);
 
-/* regcache_get_access() flags. */
+/* regcache_get_access() flags (at most one of them). */
 enum regcache_get_flags {
     /* Never wait for a registration: a get that is no hit queues the
      * range for a background registration (regcache_prefetch()) and
      * returns REGCACHE_ERR_AGAIN at once. */
-    REGCACHE_GET_NONBLOCK = 1
+    REGCACHE_GET_NONBLOCK = 1,
+    /* Only look (added in 0.4): a held entry when a cached registration
+     * covers the range on the rail with the access, else
+     * REGCACHE_ERR_NOT_CACHED; registers nothing, queues nothing, never
+     * waits for a registration. */
+    REGCACHE_GET_LOOKUP = 2
 };
 
 /*
@@ -554,6 +614,20 @@ enum regcache_get_flags {
 REGCACHE_API int regcache_prefetch(regcache_t *cache, unsigned rail, const void *addr, size_t len);
 
 /*
+ * regcache_prefetch() for the IBV_ACCESS_* set the range will be used with
+ * instead of params.access, under the rule of regcache_get_access(): an
+ * entry whose access covers it serves (the range costs a worker a lookup),
+ * else the worker registers the union of this access and that of the
+ * narrower entries of the same memory, which leave the cache.  A send
+ * buffer prefetched for IBV_ACCESS_REMOTE_READ is registered for that
+ * alone.  The same range with another access is queued apart.
+ * Errors: those of regcache_prefetch(); INVALID for a negative access.
+ * Thread safe.
+ */
+REGCACHE_API int regcache_prefetch_access(regcache_t *cache, unsigned rail, const void *addr,
+                                          size_t len, int access);
+
+/*
  * Wait until every range queued for a background registration (by any
  * thread) is registered, failed or dropped.  Errors: INVALID (NULL),
  * FORKED, REENTRANT (from a backend callback of a background
@@ -580,6 +654,26 @@ struct regcache_range {
 REGCACHE_API int regcache_prefetch_batch(regcache_t *cache, const struct regcache_range *ranges,
                                          size_t n, size_t *queued);
 
+/* A range to register with the access it will be used with
+ * (regcache_prefetch_batch_access()). */
+struct regcache_access_range {
+    const void *addr;
+    size_t len;
+    unsigned rail;
+    int access; /* IBV_ACCESS_* set, as for regcache_prefetch_access() */
+};
+
+/*
+ * regcache_prefetch_batch() of ranges that each carry their access:
+ * regcache_prefetch_access() of each, in order, until one fails; *queued
+ * (if not NULL) says how many were queued.
+ * Errors: those of regcache_prefetch_access(); INVALID for NULL ranges
+ * with n > 0.  Thread safe.
+ */
+REGCACHE_API int regcache_prefetch_batch_access(regcache_t *cache,
+                                                const struct regcache_access_range *ranges,
+                                                size_t n, size_t *queued);
+
 /*
  * regcache_get_rail() for the access this transfer needs instead of
  * params.access: an IBV_ACCESS_* set (IBV_ACCESS_REMOTE_READ alone, say,
@@ -595,9 +689,19 @@ REGCACHE_API int regcache_prefetch_batch(regcache_t *cache, const struct regcach
  * where the rail's provider takes it: one that refuses it (EINVAL, an old
  * provider or kernel) gets the registration without it, and from then on
  * that rail is not asked again; such a registration still serves gets
- * that ask for it.  Custom backends are not told the access (their reg
- * has no such argument): entries still serve gets by it.
- * flags: 0 or REGCACHE_GET_NONBLOCK.  With REGCACHE_GET_NONBLOCK a hit
+ * that ask for it.  A custom backend learns the access through its
+ * reg_access callback; one with reg alone is not told it, and entries
+ * still serve gets by it.
+ * flags: 0, REGCACHE_GET_NONBLOCK or REGCACHE_GET_LOOKUP.
+ * With REGCACHE_GET_LOOKUP a hit costs what it costs without; anything
+ * else - no cached entry covering the range with the access, none
+ * registered on `rail`, a registration of the range in flight - returns
+ * REGCACHE_ERR_NOT_CACHED with *entry NULL, having registered nothing and
+ * queued nothing.  It never waits for a registration; where the hit path
+ * cannot serve (the range not yet indexed under its page, or every hold
+ * slot of the thread in use) it looks under the cache's lock, and in
+ * TAG_CHECK mode queries the memory's buffer ids as a hit does.
+ * With REGCACHE_GET_NONBLOCK a hit
  * costs what it costs without; anything else - no entry covering the
  * access, an entry without a registration on `rail` yet, a registration of
  * the range in flight - returns REGCACHE_ERR_AGAIN with *entry NULL, after
@@ -609,12 +713,27 @@ REGCACHE_API int regcache_prefetch_batch(regcache_t *cache, const struct regcach
  * regcache_prefetch()).
  * Hit cost: that of regcache_get() and one comparison.
  * Errors: those of regcache_get_rail(); INVALID for a negative access or
- * an unknown flag; with REGCACHE_GET_NONBLOCK, AGAIN, and QUEUE_FULL and
- * NO_MEMORY (workers could not start) for a get that could not queue.
+ * an unknown flag (or both flags); with REGCACHE_GET_NONBLOCK, AGAIN, and
+ * QUEUE_FULL and NO_MEMORY (workers could not start) for a get that could
+ * not queue; with REGCACHE_GET_LOOKUP, NOT_CACHED (and HOLD_LIMIT).
  * Thread safe.
  */
 REGCACHE_API int regcache_get_access(regcache_t *cache, unsigned rail, const void *addr, size_t len,
                                      int access, unsigned flags, regcache_entry_t **entry);
+
+/*
+ * regcache_get_access() that hands `get_arg` to a custom backend's
+ * reg_access callback when the get registers (a miss, or a rail the entry
+ * lacks), the way UCX's rcache passes the arg of its get to mem_reg; a
+ * get that waits for another's registration, or is served by one, passes
+ * nothing.  Background registrations (the queue of a non-blocking get
+ * included) pass NULL.  Errors: those of regcache_get_access().  Cost:
+ * that of regcache_get_access() and three stores to thread-local memory.
+ * Thread safe.
+ */
+REGCACHE_API int regcache_get_with_arg(regcache_t *cache, unsigned rail, const void *addr,
+                                       size_t len, int access, unsigned flags, void *get_arg,
+                                       regcache_entry_t **entry);
 
 /*
  * Release an entry from regcache_get().  It stays registered and becomes the
@@ -626,6 +745,54 @@ REGCACHE_API int regcache_get_access(regcache_t *cache, unsigned rail, const voi
  * builds abort).  Thread safe, from any thread.
  */
 REGCACHE_API void regcache_put(regcache_t *cache, regcache_entry_t *entry);
+
+/*
+ * Another hold on the registration of `entry`, a token the caller holds:
+ * *token is a new token of its own, for the same registration and rail,
+ * released by its own regcache_put(); the two tokens may be put in either
+ * order, from any thread.  Nothing is looked up, registered or waited
+ * for: for a token of a hit, a hold slot of the calling thread where one
+ * is free (no lock, no locked instruction), else a counted hold under the
+ * cache's lock.  An entry that already left the cache (invalidated while
+ * held) can be held again too: its registration then lives until the last
+ * of its tokens is put.  The token params.on_register is given may be held
+ * so (the registering get holds the entry during the call); that of
+ * params.on_deregister may not.
+ * Errors: INVALID (NULL cache, entry or token; an entry of another cache;
+ * a token already put, where that can be seen: its hold slot is empty, or
+ * its entry has no holder; the on_deregister token), FORKED, HOLD_LIMIT.
+ * On error *token is NULL.  Thread safe.
+ */
+REGCACHE_API int regcache_entry_hold(regcache_t *cache, const regcache_entry_t *entry,
+                                     regcache_entry_t **token);
+
+/*
+ * The registration of `entry`, a token the caller holds, leaves the cache
+ * now: no get is served from it any more (a later get of its memory
+ * registers anew), params.on_leave is told (REGCACHE_REASON_INVALIDATE,
+ * held; an entry that had left already was told then), and it is
+ * deregistered at the put of its last token.  Then -
+ * after its deregistration on every rail, without any cache lock, on the
+ * thread of that put - cb(arg) runs, exactly once; cb may be NULL.
+ * The caller's token stays what it was: the registration, its handle,
+ * keys, range and private data stay valid until the token's put, which
+ * the caller still owes, exactly once; regcache_entry_hold() of it gives
+ * further tokens of the same (uncached) registration.  An entry that
+ * already left the cache (evicted while held, replaced, invalidated, its
+ * memory freed) gets the callback all the same, at its last put; each
+ * call's cb runs once.  During regcache_destroy() the callbacks of entries
+ * still held run with their deregistration, and may call no function of
+ * that cache.
+ * From params.on_register, its token invalidates the entry being
+ * registered: the get is served the registration once (as a get racing a
+ * free), and cb runs at that get's put.
+ * Errors: INVALID (NULL cache or entry, an entry of another cache, a token
+ * already put where that can be seen, the token passed to on_deregister),
+ * NO_MEMORY (for cb's record; nothing changed), FORKED.
+ * Thread safe.
+ */
+REGCACHE_API int regcache_entry_invalidate(regcache_t *cache, regcache_entry_t *entry,
+                                           void (*cb)(void *arg), void *arg);
 
 /* The backend's handle for a held entry on the rail it was got on (the
  * struct ibv_mr * for the built-in backend); NULL for a NULL entry.
@@ -830,16 +997,23 @@ enum regcache_reason {
     REGCACHE_REASON_FREED_MONITOR,    /* host memory unmapped or replaced, seen by the
                                          memory monitor */
     REGCACHE_REASON_FREED_TAG,        /* a tag check found the buffer replaced */
-    REGCACHE_REASON_INVALIDATE,       /* regcache_invalidate() */
+    REGCACHE_REASON_INVALIDATE,       /* regcache_invalidate(),
+                                         regcache_entry_invalidate() */
     REGCACHE_REASON_DESTROY,          /* regcache_destroy() */
-    REGCACHE_REASON_REPLACED,         /* replaced by a wider registration (merged host
-                                         ranges, an access upgrade) */
+    REGCACHE_REASON_REPLACED,         /* replaced by a registration with wider access
+                                         that covers it (an access upgrade) */
+    REGCACHE_REASON_MERGED,           /* pageable host memory: replaced by a
+                                         registration of a wider range that merged it
+                                         (params.host_merge).  Added in 0.4: programs
+                                         built against an older header are told
+                                         REGCACHE_REASON_REPLACED instead */
     REGCACHE_REASON_COUNT
 };
 
 /* The reason's short name: "evict-budget", "evict-exhausted", "flush",
  * "freed-hook", "freed-monitor", "freed-tag", "invalidate", "destroy",
- * "replaced"; "unknown" for other values; never NULL.  Thread safe. */
+ * "replaced", "merged"; "unknown" for other values; never NULL.  Thread
+ * safe. */
 REGCACHE_API const char *regcache_reason_name(int reason);
 
 /* What params.on_leave is told of an entry that left the cache.  Valid

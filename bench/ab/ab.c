@@ -101,7 +101,9 @@ static int open_build(struct build *b, const char *mode, const struct run *r)
     if (p == MAP_FAILED)
         return fail(b->path, "mmap failed");
     b->base = (char *)(((uintptr_t)p + BENCH_REGION - 1) & ~(uintptr_t)(BENCH_REGION - 1));
-    struct regcache_backend backend = { bench_null_reg, bench_null_dereg, NULL, bench_null_query };
+    struct regcache_backend backend = { .reg = bench_null_reg,
+                                        .dereg = bench_null_dereg,
+                                        .query = bench_null_query };
     struct regcache_params params;
     b->params_init(&params);
     params.backend = &backend;

@@ -52,7 +52,7 @@ int main(int argc, char **argv)
         fputs("regcache-driver-tag: no GPU (libcuda, a device or its memory is missing)\n", stderr);
         return 1;
     }
-    struct regcache_backend backend = { bench_null_reg, bench_null_dereg, NULL, NULL };
+    struct regcache_backend backend = { .reg = bench_null_reg, .dereg = bench_null_dereg };
     struct regcache_params params;
     regcache_params_init(&params);
     params.backend = &backend;

@@ -21,6 +21,7 @@
 #include "last_error.h"
 #include "ledger_segment.h"
 #include "options.h"
+#include "symver.h"
 
 #define DEFAULT_ACCESS (1 | 2 | 4) /* IBV_ACCESS_LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ */
 /* Larger alignments buy nothing (registrations are 64 KiB BAR pages at
@@ -78,6 +79,8 @@ static const char *const mapping_words[] = { "auto", "pcie", "default", NULL };
 static const char *const data_direct_words[] = { "auto", "on", "off", NULL };
 /* In the order of enum regcache_host_monitor. */
 static const char *const host_monitor_words[] = { "auto", "off", "libc", "uffd", NULL };
+/* In the order of enum regcache_host_merge. */
+static const char *const host_merge_words[] = { "auto", "off", "same_access", "all", NULL };
 
 /* NAME is a ledger namespace.  Variables without a field (width 0) are
  * process-wide and read where they act (the BAR1 reading, the ledger)
@@ -125,6 +128,10 @@ static const struct env_option {
     { "REGCACHE_HOST_MONITOR", WORD, FIELD(params.host_monitor), host_monitor_words,
       "auto, off, libc or uffd", REGCACHE_HOST_MONITOR_AUTO, "auto",
       "watch cached pageable host memory for unmapping; off: invalidate it yourself" },
+    { "REGCACHE_HOST_MERGE", WORD, FIELD(params.host_merge), host_merge_words,
+      "auto, off, same_access or all", REGCACHE_HOST_MERGE_AUTO, "auto",
+      "which overlapping pageable host entries a miss merges; auto: off for a cache with "
+      "on_register or on_leave, else all" },
     { "REGCACHE_DMABUF_MAPPING", WORD, FIELD(dmabuf_mapping), mapping_words,
       "auto, pcie or default", 0, "auto", "the dmabuf mapping asked of the driver" },
     { "REGCACHE_DATA_DIRECT", WORD, FIELD(data_direct), data_direct_words, "auto, on or off", 0,
@@ -174,18 +181,44 @@ static void store(void *base, const struct env_option *e, uint64_t v)
  * its offset in the params. */
 _Static_assert(offsetof(struct rc_options, params) == 0, "params first");
 
-int regcache_params_init(struct regcache_params *p)
+/* The size of the params layouts of 0.1 and 0.2, before the fields added
+ * since: a program built against one keeps working, with those fields'
+ * defaults. */
+#define PARAMS_0_1 (offsetof(struct regcache_params, backend) + sizeof(void *))
+/* And of 0.2, before the fields added in 0.3. */
+#define PARAMS_0_2 offsetof(struct regcache_params, eager_min_bytes)
+/* And of 0.3, before the fields added in 0.4. */
+#define PARAMS_0_3 offsetof(struct regcache_params, host_merge)
+
+/* The defaults in the first `size` bytes of *p: a program's struct of
+ * that layout. */
+static int params_init(struct regcache_params *p, size_t size)
 {
     if (!p)
         return rc_fail(REGCACHE_ERR_INVALID, "regcache_params_init: params is NULL");
-    memset(p, 0, sizeof(*p));
-    p->size = sizeof(*p);
+    memset(p, 0, size);
+    p->size = size;
     p->access = DEFAULT_ACCESS;
     p->rails = 1;
     for (size_t i = 0; i < N_ENV; i++)
-        if (env_options[i].width && env_options[i].offset < sizeof(*p))
+        if (env_options[i].width && env_options[i].offset + env_options[i].width <= size)
             store(p, &env_options[i], env_options[i].value);
     return REGCACHE_OK;
+}
+
+/* Programs built against 0.4 and later. */
+RC_SYMVER(rc_params_init, regcache_params_init, "@@REGCACHE_0.4");
+int rc_params_init(struct regcache_params *p)
+{
+    return params_init(p, sizeof(*p));
+}
+
+/* Programs linked before 0.4 (the function was in the 0.2 node alone):
+ * those of 0.3 pass the 0.3 struct, which must not be written past. */
+RC_SYMVER(rc_params_init_0_3, regcache_params_init, "@REGCACHE_0.2");
+int rc_params_init_0_3(struct regcache_params *p)
+{
+    return params_init(p, PARAMS_0_3);
 }
 
 /* The defaults of the fields beyond the params. */
@@ -272,11 +305,16 @@ static int check(const struct rc_options *o, unsigned from_env)
     if ((unsigned)p->host_monitor > REGCACHE_HOST_MONITOR_UFFD)
         return rc_fail(REGCACHE_ERR_INVALID,
                        "params.host_monitor %d is not a regcache_host_monitor", p->host_monitor);
+    if ((unsigned)p->host_merge > REGCACHE_HOST_MERGE_ALL)
+        return rc_fail(REGCACHE_ERR_INVALID, "params.host_merge %d is not a regcache_host_merge",
+                       p->host_merge);
     if (p->rails < 1 || p->rails > RC_MAX_RAILS)
         return rc_fail(REGCACHE_ERR_INVALID, "params.rails %zu is outside 1..%d", p->rails,
                        RC_MAX_RAILS);
-    if (p->backend && (!p->backend->reg || !p->backend->dereg))
-        return rc_fail(REGCACHE_ERR_INVALID, "the custom backend needs both reg and dereg");
+    if (p->backend && ((!p->backend->reg && !(o->header_minor >= 4 && p->backend->reg_access)) ||
+                       !p->backend->dereg))
+        return rc_fail(REGCACHE_ERR_INVALID,
+                       "the custom backend needs dereg, and reg (or, from 0.4, reg_access)");
     if (p->priv_size > RC_MAX_PRIV)
         return rc_fail(REGCACHE_ERR_INVALID, "params.priv_size %zu is larger than %d", p->priv_size,
                        RC_MAX_PRIV);
@@ -295,13 +333,6 @@ static int check(const struct rc_options *o, unsigned from_env)
         return rc_fail(REGCACHE_ERR_INVALID, "the built-in verbs backend needs params.pd");
     return REGCACHE_OK;
 }
-
-/* The size of the params layouts of 0.1 and 0.2, before the fields added
- * since: a program built against one keeps working, with those fields'
- * defaults. */
-#define PARAMS_0_1 (offsetof(struct regcache_params, backend) + sizeof(void *))
-/* And of 0.2, before the fields added in 0.3. */
-#define PARAMS_0_2 offsetof(struct regcache_params, eager_min_bytes)
 
 /* params.name, else REGCACHE_NAME, else "cache<N>" (the process's N-th). */
 static int resolve_name(struct rc_options *o)
@@ -325,16 +356,22 @@ static int resolve_name(struct rc_options *o)
 
 int rc_options_resolve(const struct regcache_params *in, struct rc_options *out)
 {
-    if (in->size != PARAMS_0_1 && in->size != PARAMS_0_2 &&
-        in->size != sizeof(struct regcache_params))
+    static const size_t layouts[] = { PARAMS_0_1, PARAMS_0_2, PARAMS_0_3,
+                                      sizeof(struct regcache_params) };
+    const unsigned n = sizeof(layouts) / sizeof(layouts[0]);
+    unsigned layout = 0;
+    while (layout < n && in->size != layouts[layout])
+        layout++;
+    if (layout == n)
         return rc_fail(REGCACHE_ERR_INVALID,
                        "params.size %zu is not sizeof(struct regcache_params) = %zu: "
                        "call regcache_params_init()",
                        in->size, sizeof(struct regcache_params));
-    regcache_params_init(&out->params);
+    rc_params_init(&out->params);
     memcpy(&out->params, in, in->size);
     out->params.size = sizeof(out->params);
     defaults_beyond_params(out);
+    out->header_minor = 1 + layout;
 
     unsigned from_env = 0;
     for (size_t i = 0; i < N_ENV; i++) {

@@ -13,6 +13,7 @@ const char *regcache_reason_name(int reason)
         [REGCACHE_REASON_INVALIDATE] = "invalidate",
         [REGCACHE_REASON_DESTROY] = "destroy",
         [REGCACHE_REASON_REPLACED] = "replaced",
+        [REGCACHE_REASON_MERGED] = "merged",
     };
     return reason >= 0 && reason < REGCACHE_REASON_COUNT ? names[reason] : "unknown";
 }

@@ -8,6 +8,7 @@
 #ifndef RC_BACKEND_H
 #define RC_BACKEND_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -15,9 +16,10 @@
 
 struct rc_backend {
     /* 0 or an errno value, as regcache_backend.reg; `access` is the
-     * IBV_ACCESS_* set the entry needs (a user's backend is not told). */
+     * IBV_ACCESS_* set the entry needs, `get_arg` that of the get whose
+     * miss registers (regcache_get_with_arg()), or NULL. */
     int (*reg)(void *arg, uintptr_t addr, size_t len, int device, unsigned rail, int access,
-               void **handle);
+               void *get_arg, void **handle);
     void (*dereg)(void *arg, void *handle);
     /* Optional: file descriptors the backend holds now (statistics). */
     uint64_t (*fds_held)(const void *arg);
@@ -35,7 +37,9 @@ struct rc_backend {
     struct regcache_backend user;
 };
 
-/* Adapt a user's backend: `b->arg` points back at b, so b must not move. */
-void rc_backend_adapt(struct rc_backend *b, const struct regcache_backend *user);
+/* Adapt a user's backend: `b->arg` points back at b, so b must not move.
+ * has_reg_access: the caller's header has that member (0.4 on). */
+void rc_backend_adapt(struct rc_backend *b, const struct regcache_backend *user,
+                      bool has_reg_access);
 
 #endif

@@ -59,12 +59,13 @@ static __attribute__((cold)) int bad_address(const struct regcache_entry *e, uns
 
 /* One call of the backend's reg for e on `rail`: its status (an errno),
  * and on success the handle in place. */
-static inline int reg_once(struct regcache *c, struct regcache_entry *e, unsigned rail)
+static inline int reg_once(struct regcache *c, struct regcache_entry *e, unsigned rail,
+                           void *get_arg)
 {
     void *handle = NULL;
     rc_clear_error();
     int err = c->backend.reg(c->backend.arg, e->node.start, rc_entry_len(e), e->device, rail,
-                             (int)(e->access & ~RC_ACCESS_DEFAULT), &handle);
+                             (int)(e->access & ~RC_ACCESS_DEFAULT), get_arg, &handle);
     if (err)
         return err;
     e->handles[rail] = handle; /* counted by the caller, under the lock */
@@ -77,7 +78,7 @@ static inline int reg_once(struct regcache *c, struct regcache_entry *e, unsigne
 static __attribute__((noinline, cold)) int register_after_failure(struct regcache *c,
                                                                   struct regcache_entry *e,
                                                                   unsigned rail, bool speculative,
-                                                                  int err)
+                                                                  void *get_arg, int err)
 {
     struct rc_device *d = &c->dev[e->device_slot];
     size_t len = rc_entry_len(e);
@@ -125,7 +126,7 @@ static __attribute__((noinline, cold)) int register_after_failure(struct regcach
                            "all held; %zu evicted before)",
                            len, (uintmax_t)e->node.start, rail, strerror(err), left, evicted);
         evicted += now;
-        err = reg_once(c, e, rail);
+        err = reg_once(c, e, rail, get_arg);
         if (!err)
             return REGCACHE_OK;
     }
@@ -146,11 +147,11 @@ static __attribute__((noinline, cold)) int refused(struct regcache *c, struct re
 /* Timed here, on the miss path, with whatever eviction it took: what the
  * get that waited for it saw; the caller counts it under the lock. */
 int rc_register_rail(struct regcache *c, struct regcache_entry *e, unsigned rail, bool speculative,
-                     struct rc_reg_time *t)
+                     void *get_arg, struct rc_reg_time *t)
 {
     t->begun = rc_stats_clock();
-    int err = reg_once(c, e, rail);
-    int rc = err ? register_after_failure(c, e, rail, speculative, err) : REGCACHE_OK;
+    int err = reg_once(c, e, rail, get_arg);
+    int rc = err ? register_after_failure(c, e, rail, speculative, get_arg, err) : REGCACHE_OK;
     if (rc != REGCACHE_OK)
         return rc;
     t->ended = rc_stats_clock();

@@ -131,6 +131,7 @@ struct regcache {
     size_t max_reg; /* the longest registration the NICs take (SIZE_MAX: any) */
     struct rc_options opts;
     unsigned access; /* params.access, the access of regcache_get() */
+    int host_merge;  /* params.host_merge resolved: OFF, SAME_ACCESS or ALL */
     /* Entries whose params.on_leave is due, each with a counted hold that
      * keeps it registered until the notice is given (release.c). */
     _Atomic(struct regcache_entry *) notices;
@@ -226,6 +227,37 @@ static inline unsigned rc_access_of(const struct regcache *c, unsigned want);
 /* Not a status: a background registration found no room (see above). */
 #define RC_NO_ROOM 2
 
+/* ---- looking without registering (lookup.c) ----------------------------- */
+
+/* Set around a get with REGCACHE_GET_LOOKUP: the paths a hit leaves for
+ * read it, so that a hit costs what it does without. */
+extern __thread bool rc_get_lookup __attribute__((tls_model("initial-exec")));
+
+/* A lookup the hit path did not serve: a held entry that covers [start,
+ * end) with rq's access and rail, found under the lock, or
+ * REGCACHE_ERR_NOT_CACHED.  Registers and queues nothing. */
+int rc_lookup_cached(struct regcache *c, uintptr_t start, uintptr_t end, struct rc_req rq,
+                     regcache_entry_t **out);
+
+/* regcache_get_with_arg(): its argument for the backend, and the entry
+ * pointer of that get, so that only its own miss takes the argument, not
+ * a get that a callback makes meanwhile on the same thread.  Set around
+ * that get only: other gets never write it, and hits never read it. */
+struct rc_get_arg {
+    void *arg;
+    regcache_entry_t **out;
+};
+extern __thread struct rc_get_arg rc_get_arg __attribute__((tls_model("initial-exec")));
+
+/* The argument of the get that hands out `out`, taken (it is passed to
+ * one registration), or NULL. */
+static inline void *rc_take_get_arg(regcache_entry_t **out)
+{
+    if (__builtin_expect(!rc_get_arg.out, 1) || rc_get_arg.out != out)
+        return NULL;
+    rc_get_arg.out = NULL;
+    return rc_get_arg.arg;
+}
 
 /* Not a status: the hit path could not serve and the slow path must (no
  * entry, no free slot, tag changed, the entry left meanwhile). */
@@ -253,6 +285,7 @@ struct rc_want {
     /* The access to register (rc_access_of()): the get's, and that of the
      * narrower entries of the same memory it replaces. */
     unsigned access;
+    void *get_arg; /* for the backend (rc_take_get_arg()) */
 };
 
 /* Describe [start, end) with the memory query and decide what to register.
@@ -260,9 +293,13 @@ struct rc_want {
 int rc_classify(struct regcache *c, struct rc_want *w);
 void rc_want_fini(struct rc_want *w);
 
+/* At create: params.host_merge resolved (AUTO by the callbacks). */
+void rc_host_merge_setup(struct regcache *c);
+
 /* Under the lock, on a miss of pageable host memory that no entry serves:
  * w's registration grows to the union of it and the ready pageable entries
- * it overlaps inside its mappings (host_merge.c). */
+ * it overlaps inside its mappings that c->host_merge lets it merge
+ * (host_merge.c). */
 void rc_host_merge_locked(struct regcache *c, struct rc_want *w);
 
 /* Is e's access other than params.access (rc_device.odd_access)? */
@@ -274,7 +311,9 @@ static inline bool rc_odd_access(const struct regcache *c, const struct regcache
 /* Under the lock, after e was published: other ready entries of the same
  * memory that lie inside e's range and whose access e's covers leave the
  * cache (unused ones to *victims, held ones at their last put), so that
- * merged pageable entries and access upgrades converge to one. */
+ * merged pageable entries (REGCACHE_REASON_MERGED) and access upgrades
+ * (REPLACED) converge to one; pageable entries only as c->host_merge
+ * lets them. */
 void rc_retire_covered_locked(struct regcache *c, struct regcache_entry *e,
                               struct regcache_entry **victims);
 
@@ -286,13 +325,14 @@ struct rc_reg_time {
     uint64_t begun, ended;
 };
 
-/* Without the lock: register e on `rail`, evicting the device's unused
- * entries (only speculative ones for a speculative registration) and
- * retrying while the backend reports exhaustion.  On success *t says when,
+/* Without the lock: register e on `rail` (get_arg for the backend, see
+ * rc_take_get_arg()), evicting the device's unused entries (only
+ * speculative ones for a speculative registration) and retrying while the
+ * backend reports exhaustion.  On success *t says when,
  * for rc_stats_registered() once the lock is back, and for the entry's
  * birth: the fine clock is dear (stats.h), so each reading serves all. */
 int rc_register_rail(struct regcache *c, struct regcache_entry *e, unsigned rail, bool speculative,
-                     struct rc_reg_time *t);
+                     void *get_arg, struct rc_reg_time *t);
 
 /* ---- the host memory monitor (host_watch.c) ------------------------------ */
 
@@ -445,6 +485,11 @@ void rc_pool_return_locked(struct regcache *c, struct regcache_entry *list);
 
 /* A holder let go of a detached entry: release it if nobody holds it. */
 void rc_release_if_unheld(struct regcache *c, struct regcache_entry *e);
+
+/* Without the lock, once e is deregistered (entry_token.c): the callbacks
+ * regcache_entry_invalidate() left on it run, each once, and are freed
+ * (in a fork child, whose registrations were the parent's, only freed). */
+void rc_entry_complete(struct regcache *c, struct regcache_entry *e);
 
 /* Under the lock: an entry from the pool, or NULL when memory ran out. */
 struct regcache_entry *rc_entry_new_locked(struct regcache *c);

@@ -38,6 +38,7 @@
 #include "interval_tree.h"
 
 struct regcache;
+struct rc_completion;
 struct rc_page_index;
 
 #define RC_DETACHED 0x80000000u
@@ -136,6 +137,9 @@ struct regcache_entry {
     bool unwatched;
     /* Zombie list, or a caller's list of victims to deregister. */
     struct regcache_entry *link_next, *link_prev;
+    /* Callbacks of regcache_entry_invalidate() due after its
+     * deregistration (entry_token.c); NULL in the pool. */
+    struct rc_completion *completions;
 } __attribute__((aligned(64)));
 
 /* Its private data (params.priv_size bytes), right after it in the pool. */

@@ -459,35 +459,53 @@ int regcache_get_rail(regcache_t *c, unsigned rail, const void *addr, size_t len
     return get(c, (struct rc_req){ rail, RC_ACCESS_DEFAULT }, addr, len, out);
 }
 
+#define GET_FLAGS ((unsigned)(REGCACHE_GET_NONBLOCK | REGCACHE_GET_LOOKUP))
+
 static COLD int bad_access(int access, unsigned flags, regcache_entry_t **out)
 {
     if (out)
         *out = NULL;
     return rc_fail(REGCACHE_ERR_INVALID, "regcache_get_access: %s %#x",
-                   access < 0 ? "negative access" : "unknown flags",
+                   access < 0           ? "negative access"
+                   : flags & ~GET_FLAGS ? "unknown flags"
+                                        : "flags that exclude each other",
                    access < 0 ? (unsigned)access : flags);
 }
 
-/* The flag lives in a thread-local that only the miss paths read, so that
- * a hit costs what a blocking one does. */
-static COLD int get_nonblocking(regcache_t *c, struct rc_req rq, const void *addr, size_t len,
-                                regcache_entry_t **out)
+/* The flag lives in a thread-local that only the paths a hit leaves read,
+ * so that a hit costs what one without it does. */
+static COLD int get_flagged(regcache_t *c, struct rc_req rq, const void *addr, size_t len,
+                            unsigned flags, regcache_entry_t **out)
 {
-    rc_get_nonblocking = true;
+    if (flags == GET_FLAGS)
+        return bad_access((int)rq.want, flags, out);
+    bool *mode = flags == REGCACHE_GET_LOOKUP ? &rc_get_lookup : &rc_get_nonblocking;
+    *mode = true;
     int rc = get(c, rq, addr, len, out);
-    rc_get_nonblocking = false;
+    *mode = false;
     return rc;
 }
 
 int regcache_get_access(regcache_t *c, unsigned rail, const void *addr, size_t len, int access,
                         unsigned flags, regcache_entry_t **out)
 {
-    if (__builtin_expect(access < 0 || flags & ~(unsigned)REGCACHE_GET_NONBLOCK, 0))
+    if (__builtin_expect(access < 0 || flags & ~GET_FLAGS, 0))
         return bad_access(access, flags, out);
     struct rc_req rq = { rail, (unsigned)access };
     if (__builtin_expect(flags != 0, 0))
-        return get_nonblocking(c, rq, addr, len, out);
+        return get_flagged(c, rq, addr, len, flags, out);
     return get(c, rq, addr, len, out);
+}
+
+/* Out of the way of the other gets: they never write the argument, and
+ * the miss that takes it knows this get by its out (cache.h). */
+int regcache_get_with_arg(regcache_t *c, unsigned rail, const void *addr, size_t len, int access,
+                          unsigned flags, void *get_arg, regcache_entry_t **out)
+{
+    rc_get_arg = (struct rc_get_arg){ get_arg, out };
+    int rc = regcache_get_access(c, rail, addr, len, access, flags, out);
+    rc_get_arg.out = NULL;
+    return rc;
 }
 
 /* ------------------------------------------------------------------------ */

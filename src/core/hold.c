@@ -32,7 +32,7 @@ regcache_entry_t *rc_counted_handle(struct regcache_entry *e, unsigned rail)
     return (regcache_entry_t *)((uintptr_t)e | ((uintptr_t)rail << 1));
 }
 
-regcache_entry_t *rc_slot_hold_locked(struct regcache *c, struct regcache_entry *e, unsigned rail)
+regcache_entry_t *rc_slot_hold(struct regcache *c, struct regcache_entry *e, unsigned rail)
 {
     struct rc_thread *t = rc_thread_current;
     _Atomic uintptr_t *slot = t ? rc_free_slot(t) : NULL;
@@ -50,6 +50,16 @@ regcache_entry_t *rc_slot_hold_locked(struct regcache *c, struct regcache_entry 
     rc_stamp(e, now);
     *rc_hold_note_of(slot) = (struct rc_hold_note){ (uint32_t)now, (uint32_t)e->device_slot };
     return rc_slot_handle(slot);
+}
+
+int rc_hold_locked(struct regcache *c, struct regcache_entry *e, unsigned rail,
+                   regcache_entry_t **out)
+{
+    regcache_entry_t *h = rc_slot_hold(c, e, rail);
+    int rc = h ? REGCACHE_OK : rc_entry_try_hold(e);
+    if (rc == REGCACHE_OK)
+        *out = h ? h : rc_counted_handle(e, rail);
+    return rc;
 }
 
 int rc_hold_limit(const struct regcache_entry *e)
@@ -90,8 +100,7 @@ void rc_put_counted(struct regcache *cache, struct regcache_entry *e, const void
     rc_after_put(c, d);
 }
 
-/* The entry and rail a live handle stands for. */
-static struct regcache_entry *decode(const regcache_entry_t *h, unsigned *rail)
+struct regcache_entry *rc_handle_decode(const regcache_entry_t *h, unsigned *rail)
 {
     uintptr_t v = (uintptr_t)h;
     if (v & RC_HANDLE_SLOT)
@@ -105,21 +114,21 @@ static struct regcache_entry *decode(const regcache_entry_t *h, unsigned *rail)
 void *regcache_entry_handle(const regcache_entry_t *h)
 {
     unsigned rail;
-    struct regcache_entry *e = h ? decode(h, &rail) : NULL;
+    struct regcache_entry *e = h ? rc_handle_decode(h, &rail) : NULL;
     return e ? e->handles[rail] : NULL;
 }
 
 struct ibv_mr *regcache_entry_mr(const regcache_entry_t *h)
 {
     unsigned rail;
-    struct regcache_entry *e = h ? decode(h, &rail) : NULL;
+    struct regcache_entry *e = h ? rc_handle_decode(h, &rail) : NULL;
     return e && e->cache->builtin ? e->handles[rail] : NULL;
 }
 
 void regcache_entry_range(const regcache_entry_t *h, uintptr_t *start, size_t *len)
 {
     unsigned rail;
-    struct regcache_entry *e = h ? decode(h, &rail) : NULL;
+    struct regcache_entry *e = h ? rc_handle_decode(h, &rail) : NULL;
     if (start)
         *start = e ? e->node.start : 0;
     if (len)
@@ -129,13 +138,13 @@ void regcache_entry_range(const regcache_entry_t *h, uintptr_t *start, size_t *l
 int regcache_entry_access(const regcache_entry_t *h)
 {
     unsigned rail;
-    struct regcache_entry *e = h ? decode(h, &rail) : NULL;
+    struct regcache_entry *e = h ? rc_handle_decode(h, &rail) : NULL;
     return e ? (int)(e->access & ~RC_ACCESS_DEFAULT) : 0;
 }
 
 void *regcache_entry_priv(const regcache_entry_t *h)
 {
     unsigned rail;
-    struct regcache_entry *e = h ? decode(h, &rail) : NULL;
+    struct regcache_entry *e = h ? rc_handle_decode(h, &rail) : NULL;
     return e && e->cache->pool.priv_size ? rc_entry_priv(e) : NULL;
 }

@@ -128,11 +128,26 @@ static inline void rc_after_put(struct regcache *c, struct rc_device *d)
 /* The handle of a counted hold of e on `rail`. */
 regcache_entry_t *rc_counted_handle(struct regcache_entry *e, unsigned rail);
 
-/* Under the lock: a slot hold of the calling thread on e, ready and in the
- * cache, stamped as used now; NULL when the thread has no free slot (or no
- * record).  No evictor or invalidator scans the slots meanwhile: they hold
- * the lock. */
-regcache_entry_t *rc_slot_hold_locked(struct regcache *c, struct regcache_entry *e, unsigned rail);
+/* A slot hold of the calling thread on e, stamped as used now; NULL when
+ * the thread has no free slot (or no record).  Either under the lock, on
+ * e ready and in the cache (no evictor or invalidator scans the slots
+ * meanwhile: they hold the lock), or on an e that a slot hold of the
+ * caller's keeps (regcache_entry_hold()): then e can be neither evicted
+ * nor released before this hold is visible to whoever looks, since that
+ * hold is put after this call returns. */
+regcache_entry_t *rc_slot_hold(struct regcache *c, struct regcache_entry *e, unsigned rail);
+
+/* Under the lock: a hold on e, ready and in the cache, for the caller.  A
+ * slot of its own where one is free, as a hit takes (its put then needs no
+ * locked instruction; evictors and invalidators, which scan the slots,
+ * hold the lock and so see it), else a counted hold.  REGCACHE_OK or
+ * ERR_HOLD_LIMIT (without a message: rc_hold_limit() gives it). */
+int rc_hold_locked(struct regcache *c, struct regcache_entry *e, unsigned rail,
+                   regcache_entry_t **out);
+
+/* The entry and rail a live handle stands for; NULL for a slot handle
+ * whose slot is empty (its hold was put). */
+struct regcache_entry *rc_handle_decode(const regcache_entry_t *h, unsigned *rail);
 
 /* Let go of a counted hold of e (handle: what the caller was given, for
  * misuse reports).  Releases e if it left the cache and this was its last

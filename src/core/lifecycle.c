@@ -99,7 +99,7 @@ static int make_backend(struct regcache *c)
 {
     const struct regcache_params *p = &c->opts.params;
     if (p->backend) {
-        rc_backend_adapt(&c->backend, p->backend);
+        rc_backend_adapt(&c->backend, p->backend, c->opts.header_minor >= 4);
         return REGCACHE_OK;
     }
     c->builtin = true;
@@ -179,6 +179,7 @@ int regcache_create(const struct regcache_params *params, regcache_t **out)
     const struct regcache_params *p = &c->opts.params;
     c->rails = (unsigned)p->rails;
     c->access = (unsigned)p->access;
+    rc_host_merge_setup(c);
     c->max_reg = c->opts.max_mr_size ? c->opts.max_mr_size
                  : c->backend.max_len ? c->backend.max_len
                                       : SIZE_MAX;

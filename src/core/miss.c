@@ -26,6 +26,8 @@
 #include "prefetch.h"
 #include "threads.h"
 
+__thread struct rc_get_arg rc_get_arg __attribute__((tls_model("initial-exec")));
+
 /* The thread a registration belongs to: the address of a thread-local is
  * unique among live threads and needs no record. */
 static const void *self_token(void)
@@ -178,20 +180,6 @@ static struct regcache_entry *lookup_locked(struct regcache *c, struct rc_want *
         w->access = rc_access_of(c, (w->access & ~RC_ACCESS_DEFAULT) | l.narrower);
     *busy = l.found ? NULL : l.busy;
     return l.found;
-}
-
-/* Under the lock: a hold on e, ready and in the cache, for the caller.  A
- * slot of its own where one is free, as a hit takes (its put then needs no
- * locked instruction; evictors and invalidators, which scan the slots,
- * hold the lock and so see it), else a counted hold. */
-static int hold_locked(struct regcache *c, struct regcache_entry *e, unsigned rail,
-                       regcache_entry_t **out)
-{
-    regcache_entry_t *h = rc_slot_hold_locked(c, e, rail);
-    int rc = h ? REGCACHE_OK : rc_entry_try_hold(e);
-    if (rc == REGCACHE_OK)
-        *out = h ? h : rc_counted_handle(e, rail);
-    return rc;
 }
 
 static COLD int reentrant(const struct rc_want *w)
@@ -360,7 +348,8 @@ static int register_new(struct regcache *c, struct rc_want *w, uint64_t seq, uns
     struct rc_host_claim *claim = rc_host_watch(c, w, e);
 
     struct rc_reg_time t;
-    int rc = room || !speculative ? rc_register_rail(c, e, rail, speculative, &t) : RC_NO_ROOM;
+    int rc = room || !speculative ? rc_register_rail(c, e, rail, speculative, w->get_arg, &t)
+                                  : RC_NO_ROOM;
 
     rc_lock(&c->lock);
     rc_host_watch_set_locked(c, e, w, claim);
@@ -385,7 +374,7 @@ static int register_new(struct regcache *c, struct rc_want *w, uint64_t seq, uns
          * slot instead (a count below the full one never fills). */
         atomic_fetch_sub_explicit(&e->refs, 1, memory_order_relaxed);
         if (!speculative)
-            (void)hold_locked(c, e, rail, out);
+            (void)rc_hold_locked(c, e, rail, out);
     } else {
         if (!detached)
             rc_itree_remove(&c->tree, &e->node);
@@ -414,7 +403,7 @@ static int register_new(struct regcache *c, struct rc_want *w, uint64_t seq, uns
  * flight: register it there, holding the entry.  If the entry's first
  * registration fails or is handed out once meanwhile, this one goes with
  * the entry at its last put. */
-static int register_rail(struct regcache *c, struct regcache_entry *e, unsigned rail,
+static int register_rail(struct regcache *c, struct regcache_entry *e, unsigned rail, void *get_arg,
                          regcache_entry_t **out)
 {
     int rc = rc_entry_try_hold(e);
@@ -427,7 +416,7 @@ static int register_rail(struct regcache *c, struct regcache_entry *e, unsigned 
     rc_unlock(&c->lock);
 
     struct rc_reg_time t;
-    rc = rc_register_rail(c, e, rail, !out, &t);
+    rc = rc_register_rail(c, e, rail, !out, get_arg, &t);
 
     rc_lock(&c->lock);
     e->rails_pending &= ~(1u << rail);
@@ -455,7 +444,7 @@ int rc_add_rail(struct regcache *c, struct regcache_entry *e, struct rc_req rq,
 {
     unsigned rail = rq.rail;
     /* Set before the entry's first registration: the slot holds it. */
-    if (!rc_access_covers(e->access, rq.want))
+    if (!rc_access_covers(e->access, rq.want) || __builtin_expect(rc_get_lookup, 0))
         return RC_NOT_HIT;
     if (__builtin_expect(rc_get_nonblocking, 0))
         return rc_nonblock_miss(c, e->match_start, e->match_end, rq);
@@ -481,11 +470,11 @@ int rc_add_rail(struct regcache *c, struct regcache_entry *e, struct rc_req rq,
     }
     if (atomic_load_explicit(&e->rails_ready, memory_order_relaxed) >> rail & 1) {
         /* Registered by the thread this one waited for. */
-        int rc = hold_locked(c, e, rail, out);
+        int rc = rc_hold_locked(c, e, rail, out);
         unlock_leaving(c);
         return rc == REGCACHE_OK ? rc : rc_hold_limit(e);
     }
-    return register_rail(c, e, rail, out);
+    return register_rail(c, e, rail, rc_take_get_arg(out), out);
 }
 
 /* With the memory described: serve w from the cache, waiting for a
@@ -513,7 +502,7 @@ static int serve(struct regcache *c, struct rc_want *w, uint64_t seq, unsigned r
         rc_host_merge_locked(c, w);
         rc = register_new(c, w, seq, rail, out, &victims);
     } else if (!(atomic_load_explicit(&e->rails_ready, memory_order_relaxed) >> rail & 1)) {
-        rc = register_rail(c, e, rail, out);
+        rc = register_rail(c, e, rail, w->get_arg, out);
     } else if (!out) {
         /* Registered already: a background registration only lists it
          * under this request's page, as a get would. */
@@ -536,7 +525,7 @@ static int serve(struct regcache *c, struct rc_want *w, uint64_t seq, unsigned r
     } else {
         /* Registered by a thread this one waited for, or not yet indexed
          * under this request's page. */
-        rc = hold_locked(c, e, rail, out);
+        rc = rc_hold_locked(c, e, rail, out);
         if (rc == REGCACHE_OK) {
             rc_page_index_add(&c->index, e, w->start);
             rc_count_locked(&c->dev[e->device_slot].n.slow_hits);
@@ -553,6 +542,8 @@ int rc_slow_get(struct regcache *c, uintptr_t start, uintptr_t end, struct rc_re
                 regcache_entry_t **out)
 {
     unsigned rail = rq.rail;
+    if (__builtin_expect(rc_get_lookup, 0))
+        return rc_lookup_cached(c, start, end, rq, out);
     if (__builtin_expect(rc_get_nonblocking, 0)) {
         *out = NULL;
         return rc_nonblock_miss(c, start, end, rq);
@@ -564,7 +555,10 @@ int rc_slow_get(struct regcache *c, uintptr_t start, uintptr_t end, struct rc_re
             return failed;
         }
     }
-    struct rc_want w = { .start = start, .end = end, .access = rc_access_of(c, rq.want) };
+    struct rc_want w = { .start = start,
+                         .end = end,
+                         .access = rc_access_of(c, rq.want),
+                         .get_arg = rc_take_get_arg(out) };
     /* An unmap the monitor read but did not yet handle leaves entries of
      * its memory in the cache: not to be served, nor merged. */
     if (rc_host_monitor_behind())

@@ -119,10 +119,18 @@ void rc_notice_due_locked(struct regcache *c, struct regcache_entry *e)
                                                     memory_order_relaxed));
 }
 
+/* The reason as the caller's header knows it: MERGED came in 0.4. */
+static int reason_told(const struct regcache *c, const struct regcache_entry *e)
+{
+    return e->reason == REGCACHE_REASON_MERGED && c->opts.header_minor < 4
+               ? REGCACHE_REASON_REPLACED
+               : e->reason;
+}
+
 static void notify(struct regcache *c, struct regcache_entry *e, bool held)
 {
     struct regcache_leave l = {
-        .reason = e->reason,
+        .reason = reason_told(c, e),
         .start = e->node.start,
         .len = rc_entry_len(e),
         .rails = atomic_load_explicit(&e->rails_ready, memory_order_relaxed),
@@ -220,6 +228,7 @@ static void deregister(struct regcache *c, struct regcache_entry *e)
     free((void *)e->more);
     e->more = NULL;
     e->nmore = 0;
+    rc_entry_complete(c, e);
 }
 
 void rc_victim_push(struct regcache *c, struct regcache_entry **victims, struct regcache_entry *e)

@@ -58,9 +58,10 @@ static int reg_with(struct verbs_backend *b, uintptr_t addr, size_t len, int dev
  * it, EOPNOTSUPP from some) is asked again without it, and not asked for
  * it again on that rail. */
 static int verbs_reg(void *arg, uintptr_t addr, size_t len, int device, unsigned rail, int access,
-                     void **handle)
+                     void *get_arg, void **handle)
 {
     struct verbs_backend *b = arg;
+    (void)get_arg; /* for custom backends only */
     struct ibv_mr *mr = NULL;
     bool relaxed = access & IBV_ACCESS_RELAXED_ORDERING;
     if (relaxed && atomic_load_explicit(&b->no_relaxed, memory_order_relaxed) >> rail & 1) {

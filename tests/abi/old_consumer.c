@@ -2,7 +2,10 @@
  * linked against the unversioned library (old_library.c), run against the
  * real one.  The stats functions it reaches, by its unversioned references
  * and by dlvsym(REGCACHE_0.2), fill the 0.2 struct and not a byte past it;
- * dlvsym(REGCACHE_0.3) reaches the functions that fill the whole struct. */
+ * dlvsym(REGCACHE_0.3) reaches the functions that fill the whole struct.
+ * regcache_params_init, which programs linked before 0.4 reach by that
+ * same unversioned reference (0.3's among them), fills the 0.3 params
+ * struct and not a byte past it; dlvsym(REGCACHE_0.4) the whole one. */
 #include <dlfcn.h>
 #include <regcache.h>
 #include <stddef.h>
@@ -31,6 +34,10 @@ struct new_frame {
     uint64_t after[2];
 };
 
+/* The params struct as the 0.3 header declared it: up to host_merge. */
+#define PARAMS_0_3 offsetof(struct regcache_params, host_merge)
+
+typedef int params_init_fn(struct regcache_params *);
 typedef int get_stats_fn(const regcache_t *, struct regcache_stats *);
 typedef int get_device_stats_fn(const regcache_t *, int, struct regcache_stats *);
 
@@ -95,9 +102,25 @@ static void *versioned(void *lib, const char *name, const char *version)
     return fn;
 }
 
+/* params_init writes the layout `size` and nothing past it. */
+static void params_layout(const char *what, params_init_fn *init, size_t size)
+{
+    unsigned char frame[sizeof(struct regcache_params) + 16];
+    memset(frame, 0xa5, sizeof(frame));
+    expect(init((struct regcache_params *)frame) == REGCACHE_OK, what, "failed");
+    size_t reported;
+    memcpy(&reported, frame + offsetof(struct regcache_params, size), sizeof(reported));
+    expect(reported == size, what, "did not record the layout's size");
+    int untouched = 1;
+    for (size_t i = size; i < sizeof(frame); i++)
+        untouched &= frame[i] == 0xa5;
+    expect(untouched, what, "wrote past the layout (the caller's canary is overwritten)");
+}
+
 int main(void)
 {
     struct regcache_backend backend = { .reg = reg, .dereg = dereg, .query = query };
+    params_layout("regcache_params_init", regcache_params_init, PARAMS_0_3);
     struct regcache_params p;
     regcache_t *c;
     regcache_entry_t *e;
@@ -128,8 +151,10 @@ int main(void)
     get_stats_fn *all = versioned(lib, "regcache_get_stats", "REGCACHE_0.2");
     get_device_stats_fn *device = versioned(lib, "regcache_get_device_stats", "REGCACHE_0.2");
     get_stats_fn *all_0_3 = versioned(lib, "regcache_get_stats", "REGCACHE_0.3");
-    if (!all || !device || !all_0_3)
+    params_init_fn *init_0_4 = versioned(lib, "regcache_params_init", "REGCACHE_0.4");
+    if (!all || !device || !all_0_3 || !init_0_4)
         return 1;
+    params_layout("regcache_params_init@REGCACHE_0.4", init_0_4, sizeof(struct regcache_params));
     old_struct("regcache_get_stats@REGCACHE_0.2", c, all, NULL);
     old_struct("regcache_get_device_stats@REGCACHE_0.2", c, NULL, device);
 
@@ -152,6 +177,7 @@ int main(void)
     regcache_destroy(c);
     if (failures)
         return 1;
-    printf("0.2 callers get the 0.2 struct and answers, 0.3 callers the whole one\n");
+    printf("0.2 callers get the 0.2 struct and answers, 0.3 callers the whole one; callers "
+           "linked before 0.4 get the 0.3 params\n");
     return 0;
 }

@@ -6,9 +6,10 @@
 
 #define HANDLE_MAGIC 0x5ca1ab1eu
 
-static int fake_reg(void *arg, void *addr, size_t len, int device, int rail, void **handle)
+/* reg and reg_access alike; access -1 where reg was not told it. */
+static int reg_common(struct fake_backend *f, void *addr, size_t len, int device, int rail,
+                      int access, void *get_arg, void **handle)
 {
-    struct fake_backend *f = arg;
     if (f->during_reg)
         f->during_reg(f->during_reg_arg);
     pthread_mutex_lock(&f->lock);
@@ -32,6 +33,8 @@ static int fake_reg(void *arg, void *addr, size_t len, int device, int rail, voi
     h->device = device;
     h->rail = rail;
     h->sync_memops = 0;
+    h->access = access;
+    h->get_arg = get_arg;
     h->magic = HANDLE_MAGIC;
     if (f->on_handle)
         f->on_handle(f->on_handle_arg, h);
@@ -40,6 +43,23 @@ static int fake_reg(void *arg, void *addr, size_t len, int device, int rail, voi
     atomic_fetch_add(&f->live_bytes[slot], len);
     *handle = h;
     return 0;
+}
+
+static int fake_reg(void *arg, void *addr, size_t len, int device, int rail, void **handle)
+{
+    return reg_common(arg, addr, len, device, rail, -1, NULL, handle);
+}
+
+static int fake_reg_access(void *arg, void *addr, size_t len, int device, int rail, int access,
+                           void *get_arg, void **handle)
+{
+    return reg_common(arg, addr, len, device, rail, access, get_arg, handle);
+}
+
+void fake_tell_access(struct fake_backend *f)
+{
+    f->ops.reg = NULL;
+    f->ops.reg_access = fake_reg_access;
 }
 
 static void fake_dereg(void *arg, void *handle)

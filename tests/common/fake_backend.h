@@ -31,6 +31,9 @@ struct fake_handle {
     int device, rail;
     unsigned sync_memops; /* recorded by an on_handle hook that asks a
                              driver (drv_cache.c), else 0 */
+    int access;           /* what reg_access was told (fake_tell_access()),
+                             else -1 */
+    void *get_arg;        /* the get's argument reg_access was given */
     unsigned magic;
 };
 
@@ -79,6 +82,10 @@ void fake_free(struct fake_backend *f, uintptr_t base);
 uint64_t fake_realloc(struct fake_backend *f, uintptr_t base);
 /* The buffer id now at addr, 0 if none. */
 uint64_t fake_id_at(struct fake_backend *f, uintptr_t addr);
+/* From now on the backend has reg_access instead of reg: each handle
+ * records the access and the get's argument it was told.  Before
+ * fake_params() or fx_create(). */
+void fake_tell_access(struct fake_backend *f);
 /* Fill params with defaults and this backend. */
 void fake_params(struct fake_backend *f, struct regcache_params *p);
 

@@ -45,7 +45,7 @@ static int query(void *arg, const void *addr, size_t len, struct regcache_mem_in
     return REGCACHE_OK;
 }
 
-static const struct regcache_backend backend = { reg, dereg, NULL, query };
+static const struct regcache_backend backend = { .reg = reg, .dereg = dereg, .query = query };
 
 void fixture_params(struct regcache_params *p)
 {

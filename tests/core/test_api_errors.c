@@ -209,7 +209,7 @@ static void reason_names(void **state)
     (void)state;
     static const char *const expect[REGCACHE_REASON_COUNT] = {
         "evict-budget", "evict-exhausted", "flush",   "freed-hook", "freed-monitor",
-        "freed-tag",    "invalidate",      "destroy", "replaced",
+        "freed-tag",    "invalidate",      "destroy", "replaced",   "merged",
     };
     for (int r = 0; r < REGCACHE_REASON_COUNT; r++)
         assert_string_equal(regcache_reason_name(r), expect[r]);

@@ -262,7 +262,7 @@ static void nonblocking_get(void **state)
     regcache_put(f->c, e);
     assert_int_equal(f->fb.regs, 2);
     fx_assert_stats(f, FX_STAT(hits, 2), FX_STAT(misses, 0), NULL);
-    assert_int_equal(regcache_get_access(f->c, 0, (void *)A, 4096, f->p.access, 2, &e),
+    assert_int_equal(regcache_get_access(f->c, 0, (void *)A, 4096, f->p.access, 4, &e),
                      REGCACHE_ERR_INVALID);
     /* More access than the entry has: queued with that access, then a hit
      * on the wider registration. */

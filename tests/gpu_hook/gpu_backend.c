@@ -462,8 +462,10 @@ static int query(UNUSED void *arg, const void *addr, UNUSED size_t len,
     return REGCACHE_OK;
 }
 
-static const struct regcache_backend counting_query = { reg, dereg, NULL, query };
-static const struct regcache_backend driver_query = { reg, dereg, NULL, NULL };
+static const struct regcache_backend counting_query = { .reg = reg,
+                                                        .dereg = dereg,
+                                                        .query = query };
+static const struct regcache_backend driver_query = { .reg = reg, .dereg = dereg };
 
 static int create(const struct regcache_backend *backend, int validation, int host_memory,
                   size_t max_bytes, regcache_t **cache)

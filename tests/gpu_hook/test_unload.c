@@ -28,7 +28,7 @@ static void dereg(void *arg, void *handle)
     (void)arg, (void)handle;
 }
 
-static const struct regcache_backend backend = { reg, dereg, NULL, NULL };
+static const struct regcache_backend backend = { .reg = reg, .dereg = dereg };
 
 static void print_entry(const char *when)
 {

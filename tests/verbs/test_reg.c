@@ -59,7 +59,7 @@ static void *gpu_addr(size_t offset)
 static int reg(void *addr, size_t len, int device, struct ibv_mr **mr)
 {
     void *handle = NULL;
-    int err = be.reg(be.arg, (uintptr_t)addr, len, device, 0, ACCESS, &handle);
+    int err = be.reg(be.arg, (uintptr_t)addr, len, device, 0, ACCESS, NULL, &handle);
     *mr = handle;
     /* Nothing stays open after a registration, failed or not. */
     assert_int_equal(be.fds_held(be.arg), 0);

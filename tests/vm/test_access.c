@@ -1,9 +1,10 @@
 /* Access per get and the leave notice on a real provider: a read-only
- * mapping registered for remote read and read by the peer, a remote atomic
- * on a registration got with atomic access, and an rkey sent to the peer
- * revoked through the notice when its memory goes (the peer's next access
- * with it fails at the responder; a fresh get gives a new rkey that
- * works). */
+ * mapping registered for remote read and read by the peer, a send buffer
+ * prefetched for remote read alone (the peer reads it, its write is
+ * refused), a remote atomic on a registration got with atomic access, and
+ * an rkey sent to the peer revoked through the notice when its memory goes
+ * (the peer's next access with it fails at the responder; a fresh get
+ * gives a new rkey that works). */
 #include "vm_env.h"
 
 #include <setjmp.h>
@@ -67,7 +68,10 @@ static int setup(void **state)
     struct fixture *f = calloc(1, sizeof(*f));
     assert_non_null(f);
     struct regcache_params p;
-    vm_params_init(&p, VM_ACCESS_ALL, 0);
+    /* Registered to the page: the test's buffers, mapped side by side,
+     * never share a registration (rounded to 64 KiB, one would reach into
+     * its neighbour, and an invalidation of one revoke both keys). */
+    vm_params_init(&p, VM_ACCESS_ALL, 4096);
     p.pd = dev.pd;
     p.priv_size = sizeof(struct packed_key);
     p.on_register = pack_rkey;
@@ -129,6 +133,44 @@ static void read_only_mapping_read_by_the_peer(void **state)
     regcache_put(f->cache, re);
     regcache_put(f->cache, le);
     vm_pages_free(ro, LEN);
+}
+
+/* A send buffer prefetched for remote read alone is registered with
+ * exactly that access: a lookup finds it (nothing registered since the
+ * prefetch), the peer reads it, and the provider refuses the peer's
+ * write. */
+static void prefetched_for_remote_read_alone(void **state)
+{
+    struct fixture *f = *state;
+    char *send = vm_pages(LEN);
+    vm_fill(send, LEN, 5);
+    assert_int_equal(regcache_prefetch_access(f->cache, 0, send, LEN, IBV_ACCESS_REMOTE_READ),
+                     REGCACHE_OK);
+    assert_int_equal(regcache_prefetch_wait(f->cache), REGCACHE_OK);
+    struct regcache_stats s = vm_stats(f->cache);
+    assert_int_equal(s.registrations, 1);
+    assert_int_equal(s.prefetch_failures, 0);
+
+    regcache_entry_t *re = NULL;
+    assert_int_equal(regcache_get_access(f->cache, 0, send, LEN, IBV_ACCESS_REMOTE_READ,
+                                         REGCACHE_GET_LOOKUP, &re),
+                     REGCACHE_OK);
+    assert_int_equal(regcache_entry_access(re), IBV_ACCESS_REMOTE_READ);
+    assert_int_equal(vm_stats(f->cache).registrations, 1);
+    /* Its key is the one on_register packed as the registration was made. */
+    uint32_t rkey = ((const struct packed_key *)regcache_entry_priv(re))->rkey;
+    assert_int_equal(rkey, vm_rkey(re));
+
+    regcache_entry_t *le = get_access(f, f->local, LEN, IBV_ACCESS_LOCAL_WRITE);
+    memset(f->local, 0, LEN);
+    assert_int_equal(vm_rdma(&f->lb, IBV_WR_RDMA_READ, f->local, vm_lkey(le), send, rkey, LEN),
+                     IBV_WC_SUCCESS);
+    assert_memory_equal(f->local, send, LEN);
+    /* Last on this pair (the refusal moves the QP to the error state). */
+    vm_write_refused(&f->lb, f->local, vm_lkey(le), send, rkey, 4096);
+    regcache_put(f->cache, re);
+    regcache_put(f->cache, le);
+    vm_pages_free(send, LEN);
 }
 
 static int atomic_op(struct loopback *lb, enum ibv_wr_opcode op, uint64_t *result, uint32_t lkey,
@@ -263,6 +305,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(read_only_mapping_read_by_the_peer, setup, teardown),
+        cmocka_unit_test_setup_teardown(prefetched_for_remote_read_alone, setup, teardown),
         cmocka_unit_test_setup_teardown(remote_atomic_on_an_atomic_registration, setup, teardown),
         cmocka_unit_test_setup_teardown(rkey_revoked_after_invalidate, setup, teardown),
         cmocka_unit_test_setup_teardown(rkey_revoked_after_free, setup, teardown),
