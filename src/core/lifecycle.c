@@ -198,6 +198,9 @@ void regcache_destroy(regcache_t *c)
     /* A fork child's registry no longer lists inherited caches. */
     if (!child)
         rc_registry_remove(c);
+    /* Features on the edge go first: they may register through the cache
+     * and use its workers. */
+    rc_listeners_call_destroy(c);
     /* The workers register through the cache: they stop before it goes. */
     rc_prefetch_stop(c);
     /* A parent thread that held the cache lock at the fork may have been
