@@ -290,6 +290,9 @@ static int check(const struct rc_options *o, unsigned from_env)
         return rc_fail(REGCACHE_ERR_INVALID, "%s=%zu: expected 1 to 1M",
                        source(from_env, "REGCACHE_PREFETCH_QUEUE", "params.prefetch_queue"),
                        p->prefetch_queue);
+    if ((unsigned)p->device_keys > 1)
+        return rc_fail(REGCACHE_ERR_INVALID, "params.device_keys %d: expected 0 or 1",
+                       p->device_keys);
     if (!p->backend && !p->pd && !p->pds)
         return rc_fail(REGCACHE_ERR_INVALID, "the built-in verbs backend needs params.pd");
     return REGCACHE_OK;
@@ -301,6 +304,8 @@ static int check(const struct rc_options *o, unsigned from_env)
 #define PARAMS_0_1 (offsetof(struct regcache_params, backend) + sizeof(void *))
 /* And of 0.2, before the fields added in 0.3. */
 #define PARAMS_0_2 offsetof(struct regcache_params, eager_min_bytes)
+/* And of 0.3, before the fields added in 0.4. */
+#define PARAMS_0_3 offsetof(struct regcache_params, device_keys)
 
 /* params.name, else REGCACHE_NAME, else "cache<N>" (the process's N-th). */
 static int resolve_name(struct rc_options *o)
@@ -324,7 +329,7 @@ static int resolve_name(struct rc_options *o)
 
 int rc_options_resolve(const struct regcache_params *in, struct rc_options *out)
 {
-    if (in->size != PARAMS_0_1 && in->size != PARAMS_0_2 &&
+    if (in->size != PARAMS_0_1 && in->size != PARAMS_0_2 && in->size != PARAMS_0_3 &&
         in->size != sizeof(struct regcache_params))
         return rc_fail(REGCACHE_ERR_INVALID,
                        "params.size %zu is not sizeof(struct regcache_params) = %zu: "

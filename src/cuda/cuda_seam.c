@@ -44,6 +44,16 @@ static const struct entry {
     ENTRY(CtxPopCurrent, "cuCtxPopCurrent", 4000),
     ENTRY(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 7000),
     ENTRY(DevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease", 11000),
+    /* Device key tables. */
+    ENTRY(MemAlloc, "cuMemAlloc", 3020),
+    ENTRY(MemFree, "cuMemFree", 3020),
+    ENTRY(MemHostAlloc, "cuMemHostAlloc", 2020),
+    ENTRY(MemFreeHost, "cuMemFreeHost", 2000),
+    ENTRY(MemHostGetDevicePointer, "cuMemHostGetDevicePointer", 3020),
+    ENTRY(StreamCreate, "cuStreamCreate", 2000),
+    ENTRY(StreamDestroy, "cuStreamDestroy", 4000),
+    ENTRY(MemcpyHtoDAsync, "cuMemcpyHtoDAsync", 3020),
+    ENTRY(StreamSynchronize, "cuStreamSynchronize", 2000),
 #undef ENTRY
 };
 

@@ -30,6 +30,17 @@ struct rc_cuda_api {
     CUresult (*CtxPopCurrent)(CUcontext *ctx);
     CUresult (*DevicePrimaryCtxRetain)(CUcontext *ctx, CUdevice device);
     CUresult (*DevicePrimaryCtxRelease)(CUdevice device);
+    /* Device key tables (device_memory.h): their device and host-mapped
+     * memory, and the copies that write them. */
+    CUresult (*MemAlloc)(CUdeviceptr *dptr, size_t bytes);
+    CUresult (*MemFree)(CUdeviceptr dptr);
+    CUresult (*MemHostAlloc)(void **p, size_t bytes, unsigned int flags);
+    CUresult (*MemFreeHost)(void *p);
+    CUresult (*MemHostGetDevicePointer)(CUdeviceptr *dptr, void *p, unsigned int flags);
+    CUresult (*StreamCreate)(CUstream *stream, unsigned int flags);
+    CUresult (*StreamDestroy)(CUstream stream);
+    CUresult (*MemcpyHtoDAsync)(CUdeviceptr dst, const void *src, size_t bytes, CUstream stream);
+    CUresult (*StreamSynchronize)(CUstream stream);
 };
 
 /* The driver's table, loaded once (thread safe), or NULL when libcuda.so.1

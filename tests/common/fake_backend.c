@@ -33,9 +33,9 @@ static int fake_reg(void *arg, void *addr, size_t len, int device, int rail, voi
     h->rail = rail;
     h->sync_memops = 0;
     h->magic = HANDLE_MAGIC;
+    h->serial = (uint32_t)atomic_fetch_add(&f->regs, 1) + 1;
     if (f->on_handle)
         f->on_handle(f->on_handle_arg, h);
-    atomic_fetch_add(&f->regs, 1);
     atomic_fetch_add(&f->live, 1);
     atomic_fetch_add(&f->live_bytes[slot], len);
     *handle = h;

@@ -31,6 +31,8 @@ struct fake_handle {
     int device, rail;
     unsigned sync_memops; /* recorded by an on_handle hook that asks a
                              driver (drv_cache.c), else 0 */
+    uint32_t serial;      /* the backend's registrations so far, this one
+                             included: a key that names the registration */
     unsigned magic;
 };
 
