@@ -162,23 +162,23 @@ REGCACHE_DEVICE_FN void regcache_device_fence_acquire_(void)
 REGCACHE_DEVICE_FN uint64_t regcache_device_load_seq_(const uint64_t *p)
 {
     uint64_t v;
-    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    asm volatile("ld.relaxed.gpu.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
     return v;
 }
 /* Host-mapped words: read and written at system scope. */
 REGCACHE_DEVICE_FN uint64_t regcache_device_load_sys_(const uint64_t *p)
 {
     uint64_t v;
-    asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    asm volatile("ld.acquire.sys.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
     return v;
 }
 REGCACHE_DEVICE_FN void regcache_device_store_sys_(uint64_t *p, uint64_t v)
 {
-    asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+    asm volatile("st.release.sys.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 REGCACHE_DEVICE_FN void regcache_device_store_sys_32_(uint32_t *p, uint32_t v)
 {
-    asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+    asm volatile("st.release.sys.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 REGCACHE_DEVICE_FN void regcache_device_fence_sys_(void)
 {
@@ -359,11 +359,14 @@ REGCACHE_DEVICE_FN void regcache_device_hold_end(const struct regcache_device_ta
 
 /*
  * Ask the host to register [addr, addr+len) on `rail` and put it in the
- * table.  Warp-collective: every active lane calls it, those without a
- * miss with need 0.  The lowest lane with need posts its range, once for
- * the warp; the lanes asking for the same range share its ticket
- * (REGCACHE_DEVICE_POSTED, *ticket set); the others get
- * REGCACHE_DEVICE_NOT_POSTED and ask again after it.  A post costs an
+ * table.  Warp-collective: every lane of the converged warp calls it, those
+ * without a miss with need 0.  The lowest lane with need posts its range,
+ * once for the warp, and every lane with need gets its ticket in *ticket:
+ * REGCACHE_DEVICE_POSTED where the range posted is the lane's own,
+ * REGCACHE_DEVICE_NOT_POSTED where it is another (wait for the ticket all
+ * the same: the registration posted may cover this lane's range too, as a
+ * whole allocation does; look up again, and ask again if not).  A lane
+ * without need gets REGCACHE_DEVICE_NOT_POSTED and no ticket.  A post costs an
  * atomic add in device memory and three stores to host memory with a
  * system fence; when all ring cells are taken it waits for the host to
  * read one.  Call it outside hold sections: the host may wait for those
@@ -407,10 +410,8 @@ REGCACHE_DEVICE_FN int regcache_device_request(const struct regcache_device_tabl
 #if defined(__CUDA_ARCH__)
     tk = __shfl_sync(needing, tk, leader);
 #endif
-    if (la != a || ln != n || lr != rail)
-        return REGCACHE_DEVICE_NOT_POSTED;
     *ticket = tk;
-    return REGCACHE_DEVICE_POSTED;
+    return la == a && ln == n && lr == rail ? REGCACHE_DEVICE_POSTED : REGCACHE_DEVICE_NOT_POSTED;
 }
 
 /*
@@ -443,8 +444,10 @@ REGCACHE_DEVICE_FN int regcache_device_wait(const struct regcache_device_table *
 /*
  * Lookup, and on a miss the request and the wait, then a second lookup:
  * REGCACHE_DEVICE_HIT with *key, or REGCACHE_DEVICE_MISS (take the
- * fallback).  Warp-collective (every active lane calls it); outside hold
- * sections, with a section opened after it returns before the key is used.
+ * fallback).  Warp-collective (the converged warp calls it): lanes that
+ * miss the same allocation cost one post for the warp, lanes that miss
+ * different ones one post per round.  Call it outside hold sections, and
+ * open a section (then look up again) before the key is used.
  * A miss costs the host's registration (a round trip of tens of
  * microseconds, more for memory never registered) or max_polls reads.
  */
@@ -463,11 +466,13 @@ REGCACHE_DEVICE_FN int regcache_device_get_key(const struct regcache_device_tabl
             break;
 #endif
         uint64_t ticket = 0;
-        if (regcache_device_request(t, addr, len, rail, need, &ticket) == REGCACHE_DEVICE_POSTED) {
+        int posted = regcache_device_request(t, addr, len, rail, need, &ticket);
+        if (need) {
             if (regcache_device_wait(t, ticket, max_polls, NULL) != REGCACHE_DEVICE_DONE)
                 return REGCACHE_DEVICE_MISS;
             rc = regcache_device_lookup(t, addr, len, rail, key);
-            if (rc != REGCACHE_DEVICE_HIT)
+            /* Its own range was registered and still misses: no room. */
+            if (rc != REGCACHE_DEVICE_HIT && posted == REGCACHE_DEVICE_POSTED)
                 return REGCACHE_DEVICE_MISS;
         }
     }
