@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <vector>
 
+#define KB_WATCHDOG_S 170
+
 #include "keys_backend.h"
 #include "regcache_device.h"
 
@@ -131,6 +133,7 @@ static void device_rows(void)
         kb_host_key(c, bases[b], 64);
     }
     KB_OK(regcache_device_keys_sync(c, 0));
+    kb_enter("lookups/s");
     unsigned long long *dbases, *table, *ns;
     uint32_t *out;
     size_t table_bytes =
@@ -165,6 +168,7 @@ static void device_rows(void)
     printf("row lookups/s, %d SMs, %u entries (%zu MiB table): %.3g, plain L2 loads %.3g "
            "(%.2f of them)\n",
            sms, n, table_bytes >> 20, median(lk), median(ld), median(lk) / median(ld));
+    kb_enter("single-warp latency");
     const int chain = 20000;
     std::vector<double> lc, lo;
     for (int round = 0; round < 5; round++) {
@@ -195,7 +199,9 @@ static void miss_rows(uint64_t poll_ns)
     KB_CHECK(cudaMalloc(&lkey, 4));
     std::vector<double> us;
     int hits = 0;
+    kb_enter("misses");
     for (int i = 0; i < m; i++) {
+        kb_step = i;
         void *p;
         KB_CHECK(cudaMalloc(&p, 1 << 20));
         miss_once<<<1, 32>>>(t, (uintptr_t)p, lkey, ns);
@@ -234,7 +240,9 @@ static void host_rows(void)
     regcache_device_table t;
     regcache_t *mirrored = kb_cache(REGCACHE_VALIDATE_AUTO, 0, &kp, &t);
     std::vector<double> miss[2], inval[2];
+    kb_enter("host miss and invalidation");
     for (int r = 0; r < rounds; r++) {
+        kb_step = r;
         for (int which = 0; which < 2; which++) {
             regcache_t *c = which ? mirrored : plain;
             uint64_t t0 = host_ns();

@@ -105,7 +105,9 @@ int rc_dtable_create(struct rc_dtable **out, regcache_t *cache, int device,
     t->want = malloc(p->records * sizeof *t->want);
     t->copies = malloc((chunks + 2) * sizeof *t->copies);
     t->given_up = calloc(p->hold_slots, sizeof *t->given_up);
-    if (rc == REGCACHE_OK && (!t->want || !t->copies || !t->given_up))
+    t->open = malloc(p->hold_slots * sizeof *t->open);
+    pthread_mutex_init(&t->drain_lock, NULL);
+    if (rc == REGCACHE_OK && (!t->want || !t->copies || !t->given_up || !t->open))
         rc = rc_fail(REGCACHE_ERR_NO_MEMORY, "out of memory for a device key table");
     struct layout l = layout_of(p);
     if (rc == REGCACHE_OK)
@@ -136,6 +138,8 @@ void rc_dtable_destroy(struct rc_dtable *t, bool child)
     free(t->want);
     free(t->copies);
     free(t->given_up);
+    free(t->open);
+    pthread_mutex_destroy(&t->drain_lock);
     pthread_mutex_destroy(&t->writer);
     free(t);
 }

@@ -49,6 +49,12 @@ struct rc_dtable {
     atomic_uint_fast64_t drained; /* removals whose sections ended */
     uint32_t *given_up;           /* per hold slot: a section a drain
                                      waited for in vain (+1), or 0 */
+    /* A drain's list of the sections open when it began (one drain at a
+     * time: each waits at most for the sections open then). */
+    pthread_mutex_t drain_lock;
+    struct open {
+        uint32_t slot, seq;
+    } * open;
 
     /* The ring's reader. */
     pthread_t thread;

@@ -5,7 +5,10 @@
  * device first (the record's number changed), so a section opened after
  * that cannot have found the key; the drain waits for each section open
  * then to end - its slot to read anything else - for at most
- * drain_timeout_ns.  A section that outlasts that is given up on: the
+ * drain_timeout_ns.  The slots are read all at once first: a section
+ * opened while the drain waits for another needs no wait, and waiting for
+ * each slot in turn, as it reads then, would wait for nearly every warp of
+ * a busy kernel once.  A section that outlasts that is given up on: the
  * registration goes, counted, and later drains do not wait for that same
  * section again (a kernel that hangs must not stall every
  * deregistration). */
@@ -37,6 +40,19 @@ static void raise_max(atomic_uint_fast64_t *max, uint64_t v)
         ;
 }
 
+/* The slots whose sections are open now (and not given up on): their
+ * numbers in open[], how many returned. */
+static size_t open_sections(struct rc_dtable *t, struct open *open)
+{
+    size_t n = 0;
+    for (size_t s = 0; s < t->p.hold_slots; s++) {
+        uint32_t v = __atomic_load_n(&t->holds[s], __ATOMIC_ACQUIRE);
+        if ((v & 1) && __atomic_load_n(&t->given_up[s], __ATOMIC_RELAXED) != v + 1)
+            open[n++] = (struct open){ (uint32_t)s, v };
+    }
+    return n;
+}
+
 void rc_dtable_drain(struct rc_dtable *t, uint64_t removal)
 {
     if (atomic_load_explicit(&t->drained, memory_order_acquire) >= removal)
@@ -44,16 +60,13 @@ void rc_dtable_drain(struct rc_dtable *t, uint64_t removal)
     uint64_t written = atomic_load_explicit(&t->flushed, memory_order_acquire);
     /* The removal's copy is done; the slots are read after it. */
     atomic_thread_fence(memory_order_seq_cst);
-    uint64_t begun = 0, deadline = 0;
+    pthread_mutex_lock(&t->drain_lock);
+    size_t n = open_sections(t, t->open);
+    uint64_t begun = n ? rc_dtable_clock() : 0, deadline = begun + t->p.drain_timeout_ns;
     bool timed_out = false;
-    for (size_t s = 0; s < t->p.hold_slots; s++) {
-        uint32_t v = __atomic_load_n(&t->holds[s], __ATOMIC_ACQUIRE);
-        if (!(v & 1) || __atomic_load_n(&t->given_up[s], __ATOMIC_RELAXED) == v + 1)
-            continue;
-        if (!begun) {
-            begun = rc_dtable_clock();
-            deadline = begun + t->p.drain_timeout_ns;
-        }
+    for (size_t i = 0; i < n; i++) {
+        size_t s = t->open[i].slot;
+        uint32_t v = t->open[i].seq;
         for (unsigned round = 0; __atomic_load_n(&t->holds[s], __ATOMIC_ACQUIRE) == v; round++) {
             if (timed_out || rc_dtable_clock() >= deadline) {
                 timed_out = true;
@@ -63,6 +76,7 @@ void rc_dtable_drain(struct rc_dtable *t, uint64_t removal)
             pause_for(round);
         }
     }
+    pthread_mutex_unlock(&t->drain_lock);
     if (begun) {
         uint64_t ns = rc_dtable_clock() - begun;
         atomic_fetch_add_explicit(&t->drains, 1, memory_order_relaxed);

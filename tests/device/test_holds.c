@@ -74,6 +74,38 @@ static void deregistration_waits_for_section(void **state)
     assert_int_equal(s.drain_timeouts, 0);
 }
 
+static bool sleeping(const void *arg)
+{
+    return await_sleeping(dthread_tid((struct dthread *)arg), 0.001);
+}
+
+/* A section opened while the drain waits for another is not waited for:
+ * the drain waits for the sections open when it began, at most. */
+static void later_sections_not_waited_for(void **state)
+{
+    struct kx *k = *state;
+    k->kp.drain_timeout_ns = 60ull * 1000 * 1000 * 1000;
+    fx_device_allocs(&k->fx, 1);
+    kx_attach(k);
+    kx_assert_agrees(k, A, 64, 0);
+    struct holder h = { .k = k, .slot = 0 };
+    gate_init(&h.got);
+    gate_init(&h.end);
+    gate_open(&h.got);
+    struct dthread holder, invalidator;
+    dthread_start(&holder, hold_a, &h);
+    assert_true(gate_await(&h.end, 1, HANG_SECONDS)); /* its section is open */
+    dthread_start(&invalidator, invalidate_a, k);
+    assert_true(wait_until(a_gone, k, HANG_SECONDS));
+    assert_true(wait_until(sleeping, &invalidator, HANG_SECONDS)); /* waiting for slot 0 */
+    regcache_device_hold_begin(&k->t, 1);
+    gate_open(&h.end);
+    assert_true(dthread_join(&holder, HANG_SECONDS));
+    assert_true(dthread_join(&invalidator, HANG_SECONDS));
+    assert_int_equal(kx_stats(k).drain_timeouts, 0);
+    regcache_device_hold_end(&k->t, 1);
+}
+
 /* Sections that ended, and sections opened after the record left, are
  * not waited for. */
 static void closed_sections_cost_nothing(void **state)
@@ -123,4 +155,5 @@ static void stuck_section_given_up(void **state)
     regcache_device_hold_end(&k->t, 7);
 }
 
-KX_MAIN(deregistration_waits_for_section, closed_sections_cost_nothing, stuck_section_given_up)
+KX_MAIN(deregistration_waits_for_section, later_sections_not_waited_for,
+        closed_sections_cost_nothing, stuck_section_given_up)

@@ -10,6 +10,9 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <errno.h>
+#include <signal.h>
+#include <string.h>
+#include <unistd.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +20,9 @@
 #include "regcache.h"
 
 #define KB_MAX_REGS (1u << 22)
+#ifndef KB_WATCHDOG_S
+#define KB_WATCHDOG_S 90
+#endif
 
 struct kb_life {
     uintptr_t start;
@@ -99,9 +105,34 @@ static const regcache_backend kb_backend = { kb_reg, kb_dereg, NULL, NULL };
         }                                                                                         \
     } while (0)
 
-// Skip (77) without a GPU; set up the log and the clock.
+// What the program is doing, for the watchdog's report.
+static const char *volatile kb_phase = "starting";
+static volatile long kb_step;
+
+static void kb_watchdog(int sig)
+{
+    (void)sig;
+    char line[256];
+    int n = snprintf(line, sizeof line, "HANG: no end after %d s, in phase \"%s\", step %ld\n",
+                     KB_WATCHDOG_S, kb_phase, kb_step);
+    if (n > 0)
+        write(1, line, (size_t)n);
+    _exit(3);
+}
+
+static void kb_enter(const char *phase)
+{
+    kb_phase = phase;
+    printf("phase: %s\n", phase);
+}
+
+// Skip (77) without a GPU; set up the log and the clock, and the watchdog
+// that turns a hang into a report (KB_WATCHDOG_S seconds).
 static void kb_init(void)
 {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    signal(SIGALRM, kb_watchdog);
+    alarm(KB_WATCHDOG_S);
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
         printf("skipped: no CUDA device\n");
@@ -129,9 +160,11 @@ static regcache_t *kb_cache(int validation, size_t max_entries,
     p.max_entries = max_entries;
     p.device_keys = 1;
     regcache_t *c = NULL;
+    kb_enter("create");
     KB_OK(regcache_create(&p, &c));
     regcache_device_keys_params q = *kp;
     q.lkey = kb_lkey;
+    kb_enter("attach");
     KB_OK(regcache_device_keys_attach(c, 0, &q, t));
     return c;
 }

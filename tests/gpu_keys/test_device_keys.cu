@@ -129,6 +129,7 @@ static int race(const char *how)
         return seed;
     };
     std::vector<size_t> index(nbuf);
+    kb_enter("allocate and register");
     for (int b = 0; b < nbuf; b++) {
         size_t size = (size_t)(64 + next() % 960) << 10;
         void *p;
@@ -140,14 +141,17 @@ static int race(const char *how)
         addrs[b] = (uintptr_t)p;
         kb_host_key(c, (uintptr_t)p, 64);
     }
+    kb_enter("sync");
     KB_OK(regcache_device_keys_sync(c, 0));
     const unsigned long long cap = 1ull << 21;
     use *log;
     KB_CHECK(cudaMalloc(&log, cap * sizeof(use)));
     race_kernel<<<blocks, threads, 0, ks>>>(t, addrs, sizes, nbuf, kb.dtick, stop, log, cap, count);
     KB_CHECK(cudaGetLastError());
+    kb_enter("churn beside the kernel");
     int reallocs = 0;
     for (int i = 0; i < churn; i++) {
+        kb_step = i;
         int b = (int)(next() % nbuf);
         alloc_life &old = allocs[index[b]];
         if (next() % 2 == 0) {
@@ -166,10 +170,13 @@ static int race(const char *how)
         kb_host_key(c, now.base + next() % now.size, 64);
     }
     __atomic_store_n(stop, 1ull, __ATOMIC_RELEASE);
+    kb_enter("stopping the kernel");
     KB_CHECK(cudaStreamSynchronize(ks));
     struct regcache_device_keys_stats ks_stats;
     KB_OK(regcache_device_keys_stats(c, 0, &ks_stats));
+    kb_enter("destroy");
     regcache_destroy(c); // every life ends
+    kb_enter("check");
     unsigned long long n = 0;
     KB_CHECK(cudaMemcpy(&n, count, 8, cudaMemcpyDeviceToHost));
     n = std::min(n, cap);
@@ -243,7 +250,9 @@ static int agree(void)
         seed ^= seed << 5;
         return seed;
     };
+    kb_enter("allocate and register");
     for (int b = 0; b < nbuf; b++) {
+        kb_step = b;
         size[b] = 256 + next() % (256 << 10); // many packed into shared pages
         void *p;
         KB_CHECK(cudaMalloc(&p, size[b]));
@@ -266,12 +275,14 @@ static int agree(void)
     KB_CHECK(cudaMalloc(&dbytes, n * 8));
     KB_CHECK(cudaMalloc(&dkeys, n * 4));
     KB_CHECK(cudaMemcpy(daddrs, addrs.data(), n * 8, cudaMemcpyHostToDevice));
+    kb_enter("kernel lookups");
     lookup_kernel<<<264, 256>>>(t, daddrs, n, dkeys, dbytes);
     KB_CHECK(cudaDeviceSynchronize());
     std::vector<uint32_t> keys(n);
     std::vector<unsigned long long> bytes(n);
     KB_CHECK(cudaMemcpy(keys.data(), dkeys, n * 4, cudaMemcpyDeviceToHost));
     KB_CHECK(cudaMemcpy(bytes.data(), dbytes, n * 8, cudaMemcpyDeviceToHost));
+    kb_enter("host gets to compare");
     long hits = 0, same = 0, beyond = 0;
     for (size_t i = 0; i < n; i++) {
         if (!keys[i])
@@ -329,6 +340,7 @@ static int ring(void)
     KB_CHECK(cudaMalloc(&dns, warps * 8));
     KB_CHECK(cudaMalloc(&dkeys, warps * 32 * 4));
     KB_CHECK(cudaMemcpy(dbufs, bufs.data(), warps * 8, cudaMemcpyHostToDevice));
+    kb_enter("first-touch kernel");
     first_touch_kernel<<<warps, 32>>>(t, dbufs, dkeys, dns);
     KB_CHECK(cudaDeviceSynchronize());
     std::vector<uint32_t> keys(warps * 32);
