@@ -779,7 +779,7 @@ REGCACHE_API int regcache_device_keys_attach(regcache_t *cache, int device,
 REGCACHE_API int regcache_device_keys_detach(regcache_t *cache, int device);
 
 /* The table on `device`, as kernels take it, into *table.  Errors: INVALID
- * (NULL, no table on device).  Thread safe. */
+ * (NULL, no table on device), FORKED.  Thread safe. */
 REGCACHE_API int regcache_device_keys_table(const regcache_t *cache, int device,
                                             struct regcache_device_table *table);
 
@@ -809,7 +809,7 @@ struct regcache_device_keys_stats {
 };
 
 /* The counters of the table on `device`.  Errors: INVALID (NULL, no table
- * on device).  Thread safe. */
+ * on device), FORKED.  Thread safe. */
 REGCACHE_API int regcache_device_keys_stats(const regcache_t *cache, int device,
                                             struct regcache_device_keys_stats *stats);
 

@@ -401,9 +401,14 @@ int regcache_device_keys_detach(regcache_t *c, int device)
 }
 
 /* The table of a device, under a read lock of users (unlock with
- * pthread_rwlock_unlock(&f->users) when not NULL). */
+ * pthread_rwlock_unlock(&f->users) when not NULL).  A fork child has none:
+ * the parent's locks may have been held at the fork. */
 static struct rc_dtable *table_of(struct rc_device_keys *f, int device, const char *call)
 {
+    if (forked(f)) {
+        rc_fail(REGCACHE_ERR_FORKED, "%s: the cache was created before fork()", call);
+        return NULL;
+    }
     if (device_ok(device, call) != REGCACHE_OK)
         return NULL;
     pthread_rwlock_rdlock(&f->users);
@@ -425,7 +430,7 @@ int regcache_device_keys_table(const regcache_t *c, int device, struct regcache_
         return rc_fail(REGCACHE_ERR_INVALID, "%s: table is NULL", call);
     struct rc_dtable *t = table_of(f, device, call);
     if (!t)
-        return REGCACHE_ERR_INVALID;
+        return forked(f) ? REGCACHE_ERR_FORKED : REGCACHE_ERR_INVALID;
     *table = t->desc;
     pthread_rwlock_unlock(&f->users);
     return REGCACHE_OK;
@@ -437,11 +442,9 @@ int regcache_device_keys_sync(regcache_t *c, int device)
     struct rc_device_keys *f = feature_of(c, call);
     if (!f)
         return REGCACHE_ERR_INVALID;
-    if (forked(f))
-        return rc_fail(REGCACHE_ERR_FORKED, "%s: the cache was created before fork()", call);
     struct rc_dtable *t = table_of(f, device, call);
     if (!t)
-        return REGCACHE_ERR_INVALID;
+        return forked(f) ? REGCACHE_ERR_FORKED : REGCACHE_ERR_INVALID;
     int rc = rc_dtable_flush(t);
     pthread_rwlock_unlock(&f->users);
     return rc;
@@ -463,7 +466,7 @@ int regcache_device_keys_stats(const regcache_t *c, int device,
         return rc_fail(REGCACHE_ERR_INVALID, "%s: stats is NULL", call);
     struct rc_dtable *t = table_of(f, device, call);
     if (!t)
-        return REGCACHE_ERR_INVALID;
+        return forked(f) ? REGCACHE_ERR_FORKED : REGCACHE_ERR_INVALID;
     memset(s, 0, sizeof *s);
     pthread_mutex_lock(&t->kt.lock);
     s->records = t->kt.live;
