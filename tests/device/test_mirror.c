@@ -5,7 +5,7 @@
  * reallocated at the same address gets its new key, never the old; packed
  * allocations in one page each get their own; a table without room counts
  * what it leaves out and never answers wrong; entries registered for less
- * than params.access are left out. */
+ * than params.access are left out; registration ahead of use fills it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -43,6 +43,27 @@ static void attach_holds_what_is_cached(void **state)
     struct regcache_device_keys_stats s = kx_stats(k);
     assert_int_equal(s.records, 1);
     assert_int_equal(s.published, 1);
+}
+
+/* Registration ahead of use fills the table before a kernel runs:
+ * regcache_prefetch(), and eager registration of a new allocation. */
+static void prefetch_and_eager_fill_it(void **state)
+{
+    struct kx *k = *state;
+    k->fx.p.eager_min_bytes = MiB;
+    fx_device_allocs(&k->fx, 2);
+    kx_attach(k);
+    assert_int_equal(regcache_prefetch(k->fx.c, 0, (void *)A, MiB), REGCACHE_OK);
+    regcache_notify_alloc((void *)B, MiB);
+    assert_int_equal(regcache_prefetch_wait(k->fx.c), REGCACHE_OK);
+    assert_int_equal(regcache_device_keys_sync(k->fx.c, 0), REGCACHE_OK);
+    struct regcache_device_key a, b;
+    assert_int_equal(kx_lookup(k, A, 64, 0, &a), REGCACHE_DEVICE_HIT);
+    assert_int_equal(kx_lookup(k, B, 64, 0, &b), REGCACHE_DEVICE_HIT);
+    assert_int_not_equal(a.lkey, b.lkey);
+    fx_assert_stats(&k->fx, FX_STAT(misses, 0), FX_STAT(registrations, 2), NULL);
+    kx_assert_agrees(k, A, 64, 0);
+    kx_assert_agrees(k, B, 64, 0);
 }
 
 /* Every 64 KiB page of an entry hits, and says how far the entry goes. */
@@ -246,6 +267,7 @@ static void detach_and_again(void **state)
     assert_ptr_equal(old.slots, k->t.slots);
 }
 
-KX_MAIN(attach_holds_what_is_cached, every_page_and_bytes_left, thread_writes_new_entries,
-        leaving_entries_are_gone_at_once, reallocated_memory_gets_its_new_key, packed_allocations,
-        rails, no_room, probe_of_one, narrower_access_is_left_out, detach_and_again)
+KX_MAIN(attach_holds_what_is_cached, prefetch_and_eager_fill_it, every_page_and_bytes_left,
+        thread_writes_new_entries, leaving_entries_are_gone_at_once,
+        reallocated_memory_gets_its_new_key, packed_allocations, rails, no_room, probe_of_one,
+        narrower_access_is_left_out, detach_and_again)
