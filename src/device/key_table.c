@@ -217,15 +217,15 @@ static void maybe_rehash(struct rc_key_table *t)
 
 /* ---- publishing and leaving ---------------------------------------------- */
 
-bool rc_kt_publish_locked(struct rc_key_table *t, const void *id, uint64_t start, uint64_t end,
+void rc_kt_publish_locked(struct rc_key_table *t, const void *id, uint64_t start, uint64_t end,
                           uint32_t rails, const uint32_t *lkey)
 {
     struct rc_kt_member *m = member_find(t, id);
     if (m && m->removal)
-        return true; /* left already: nothing of it is published again */
+        return; /* left already: nothing of it is published again */
     if (!m && !(m = member_add(t, id))) {
         t->unmirrored++;
-        return false;
+        return;
     }
     if (!m->queued) {
         if (t->nqueue == t->queue_cap) {
@@ -235,7 +235,7 @@ bool rc_kt_publish_locked(struct rc_key_table *t, const void *id, uint64_t start
                 if (!m->record)
                     member_drop(t, m);
                 t->unmirrored++;
-                return false;
+                return;
             }
             t->queue = q;
             t->queue_cap = cap;
@@ -245,7 +245,6 @@ bool rc_kt_publish_locked(struct rc_key_table *t, const void *id, uint64_t start
     struct rc_kt_insert *in = &t->queue[m->queued - 1];
     *in = (struct rc_kt_insert){ .id = id, .start = start, .end = end, .rails = rails };
     memcpy(in->lkey, lkey, sizeof in->lkey);
-    return true;
 }
 
 uint64_t rc_kt_leave_locked(struct rc_key_table *t, const void *id)

@@ -72,9 +72,9 @@ int rc_kt_init(struct rc_key_table *t, unsigned slot_bits, unsigned max_probe, u
 void rc_kt_fini(struct rc_key_table *t);
 
 /* Under t->lock.  The entry id, serving [start, end) with keys lkey[r] for
- * each rail r in rails, was published (or gained a rail): queued.  false
- * when the queue could not grow (the entry is then counted unmirrored). */
-bool rc_kt_publish_locked(struct rc_key_table *t, const void *id, uint64_t start, uint64_t end,
+ * each rail r in rails, was published (or gained a rail): queued, or -
+ * when the queue cannot grow - counted unmirrored. */
+void rc_kt_publish_locked(struct rc_key_table *t, const void *id, uint64_t start, uint64_t end,
                           uint32_t rails, const uint32_t *lkey);
 
 /* Under t->lock.  The entry left the cache: its record reads empty from

@@ -14,7 +14,6 @@
 struct fake_gpu {
     int devices;
     atomic_long allocs, host_allocs, streams, retained; /* live now */
-    atomic_long copies, syncs;
     /* Failure injection: the next alloc (device memory) or copy fails. */
     atomic_int fail_alloc, fail_copy;
 };

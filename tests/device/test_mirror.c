@@ -112,8 +112,12 @@ static void leaving_entries_are_gone_at_once(void **state)
     fx_device_allocs(&k->fx, 3);
     kx_attach(k);
     kx_assert_agrees(k, A, 64, 0);
+    struct regcache_device_key old;
+    assert_int_equal(kx_lookup(k, A, 64, 0, &old), REGCACHE_DEVICE_HIT);
+    assert_true(regcache_device_key_current(&k->t, &old));
     assert_int_equal(regcache_invalidate(k->fx.c, (void *)A, 64), REGCACHE_OK);
     misses(k, A, 0);
+    assert_false(regcache_device_key_current(&k->t, &old));
 
     regcache_entry_t *held = fx_get(&k->fx, B, 64);
     assert_int_equal(regcache_device_keys_sync(k->fx.c, 0), REGCACHE_OK);
