@@ -5,7 +5,8 @@ include(CMakePackageConfigHelpers)
 install(TARGETS regcache EXPORT regcacheTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   PUBLIC_HEADER DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-install(FILES ${PROJECT_SOURCE_DIR}/include/regcache.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(FILES ${PROJECT_SOURCE_DIR}/include/regcache.h ${PROJECT_SOURCE_DIR}/include/regcache_device.h
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 
 install(EXPORT regcacheTargets NAMESPACE regcache::
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/regcache)

@@ -404,6 +404,9 @@ struct regcache_params {
     /* Fields below were added in 0.4. */
     int host_merge; /* enum regcache_host_merge: which cached pageable host
                        entries a miss merges with (default AUTO) */
+    int device_keys; /* 1: the cache may mirror its registrations into key
+                        tables on GPUs (regcache_device_keys_attach()); 0
+                        (default): it never does, and pays nothing */
 };
 
 /*
@@ -885,6 +888,108 @@ REGCACHE_API int regcache_cache_count(void);
  * Errors: INVALID (NULL), FORKED.  Thread safe.
  */
 REGCACHE_API int regcache_flush(regcache_t *cache);
+
+/* ------------------------------------------------------------------------ */
+/* Keys for GPU kernels (include/regcache_device.h)                          */
+/* ------------------------------------------------------------------------ */
+
+struct regcache_device_table;
+
+/* The table's shape; start from regcache_device_keys_params_init(). */
+struct regcache_device_keys_params {
+    size_t size;          /* sizeof(struct regcache_device_keys_params) */
+    size_t page_slots;    /* slots, one per 64 KiB page of each registration:
+                             a power of two, 1024 to 2^28; default 2^20
+                             (16 MiB of GPU memory, 16 bytes each) */
+    size_t records;       /* registrations mirrored at most, 2 to 2^24;
+                             default 65536 (64 bytes each) */
+    unsigned max_probe;   /* slots a lookup reads at most, 1 to 64;
+                             default 16 */
+    size_t hold_slots;    /* hold sections open at once, 1 to 2^20;
+                             default 1024 */
+    size_t ring_slots;    /* misses posted and unread at once: a power of
+                             two, 2 to 2^20; default 1024 */
+    uint64_t drain_timeout_ns; /* the longest a deregistration waits for hold
+                                  sections; default 1 s */
+    uint64_t poll_ns;     /* the longest the table's thread sleeps between
+                             looks at the ring; default 100 us */
+    /* The local key of a registration handle on a rail; NULL: the built-in
+     * backend's (struct ibv_mr *)->lkey.  Required with a custom backend.
+     * Called under the cache lock: return at once. */
+    uint32_t (*lkey)(void *arg, void *handle, unsigned rail);
+    void *lkey_arg;
+};
+
+/* Fill *params with every default.  Errors: INVALID (NULL).  Thread safe. */
+REGCACHE_API int regcache_device_keys_params_init(struct regcache_device_keys_params *params);
+
+/*
+ * Mirror the cache's registrations into a key table on CUDA device
+ * `device`, for kernels (regcache_device.h), and start the table's thread
+ * (regcache-keys), which serves the misses kernels post.  The table holds
+ * every registration the cache has now and every one it makes later whose
+ * access covers params.access; it is written before this call returns, and
+ * a registration made later is written within poll_ns (or at
+ * regcache_device_keys_sync()).  Before a registration the table mirrored
+ * is deregistered, its record leaves the table and the hold sections open
+ * then end (at most drain_timeout_ns).  *table receives the table as
+ * kernels take it.  params may be NULL (every default).
+ * Needs every CUDA free seen: a cache in HOOKS mode, or one whose frees the
+ * preload hook or the in-process interception reports (this call installs
+ * the interception if it can).
+ * Errors: INVALID (NULL cache or table, params of an unknown size or out of
+ * range, a cache created without params.device_keys, a device out of range
+ * or already attached, a custom backend without params.lkey), FORKED,
+ * UNSUPPORTED (no CUDA driver, or frees not seen), NO_SPACE (no GPU memory
+ * for the table), NO_MEMORY, CUDA.  Thread safe.
+ */
+REGCACHE_API int regcache_device_keys_attach(regcache_t *cache, int device,
+                                             const struct regcache_device_keys_params *params,
+                                             struct regcache_device_table *table);
+
+/*
+ * Take the table off `device`: its thread stops, every record leaves, the
+ * hold sections open end (at most drain_timeout_ns), and its memory is
+ * freed; kernels must not use it afterwards.  regcache_destroy() detaches
+ * every table.  Errors: INVALID (NULL, no table on device), FORKED.  Thread
+ * safe.
+ */
+REGCACHE_API int regcache_device_keys_detach(regcache_t *cache, int device);
+
+/* The table on `device`, as kernels take it, into *table.  Errors: INVALID
+ * (NULL, no table on device), FORKED.  Thread safe. */
+REGCACHE_API int regcache_device_keys_table(const regcache_t *cache, int device,
+                                            struct regcache_device_table *table);
+
+/* Write to the table on `device` every registration made so far (eager
+ * registration and regcache_prefetch() fill a table so before the first
+ * kernel runs), and return once written.  Errors: INVALID (NULL, no table
+ * on device), FORKED, CUDA.  Thread safe. */
+REGCACHE_API int regcache_device_keys_sync(regcache_t *cache, int device);
+
+struct regcache_device_keys_stats {
+    uint64_t records;          /* registrations in the table now */
+    uint64_t published;        /* records written (a registration, or one
+                                  more of its rails) */
+    uint64_t removed;          /* records taken out */
+    uint64_t unmirrored;       /* registrations or pages without room */
+    uint64_t flushes;          /* writes to the device */
+    uint64_t flush_failures;   /* writes the driver failed */
+    uint64_t requests;         /* misses kernels posted */
+    uint64_t request_failures; /* of them, answered with an error */
+    uint64_t drains;           /* deregistrations that waited for hold
+                                  sections */
+    uint64_t drain_ns_total;   /* how long they waited, in all */
+    uint64_t drain_ns_max;     /* the longest wait */
+    uint64_t drain_timeouts;   /* waits that reached drain_timeout_ns: the
+                                  registration went with sections open */
+    uint64_t reserved[4];
+};
+
+/* The counters of the table on `device`.  Errors: INVALID (NULL, no table
+ * on device), FORKED.  Thread safe. */
+REGCACHE_API int regcache_device_keys_stats(const regcache_t *cache, int device,
+                                            struct regcache_device_keys_stats *stats);
 
 /* ------------------------------------------------------------------------ */
 /* Introspection                                                             */

@@ -329,6 +329,9 @@ static int check(const struct rc_options *o, unsigned from_env)
         return rc_fail(REGCACHE_ERR_INVALID, "%s=%zu: expected 1 to 1M",
                        source(from_env, "REGCACHE_PREFETCH_QUEUE", "params.prefetch_queue"),
                        p->prefetch_queue);
+    if ((unsigned)p->device_keys > 1)
+        return rc_fail(REGCACHE_ERR_INVALID, "params.device_keys %d: expected 0 or 1",
+                       p->device_keys);
     if (!p->backend && !p->pd && !p->pds)
         return rc_fail(REGCACHE_ERR_INVALID, "the built-in verbs backend needs params.pd");
     return REGCACHE_OK;

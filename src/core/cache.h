@@ -14,6 +14,7 @@
 #include "entry.h"
 #include "entry_pool.h"
 #include "interval_tree.h"
+#include "listeners.h"
 #include "lru.h"
 #include "mem_query.h"
 #include "options.h"
@@ -111,6 +112,9 @@ struct regcache {
      * (prefetch.h): changed under its lock, read by every miss and by
      * notices, which read this line anyway. */
     atomic_uint prefetch_failures_kept;
+    /* Listeners with work an invalidation must see done (listeners.h):
+     * read by the same notices. */
+    atomic_uint listeners_pending;
     atomic_uint_fast64_t inval_seq;
     struct {
         uintptr_t start, end;
@@ -173,6 +177,9 @@ struct regcache {
 
     /* Background registrations (prefetch.h). */
     struct rc_prefetch pf;
+
+    /* The features that stand on the cache (listeners.h). */
+    struct rc_listeners listeners;
 
     _Atomic(struct regcache *) registry_next;
     /* Unlinked, its destroy waiting for walkers (cache_registry.c): the next
@@ -522,6 +529,35 @@ static inline unsigned rc_access_of(const struct regcache *c, unsigned want)
 static inline bool rc_prefetch_failures_kept(struct regcache *c)
 {
     return atomic_load_explicit(&c->prefetch_failures_kept, memory_order_relaxed) != 0;
+}
+
+/* ---- the edge (listeners.h) --------------------------------------------- */
+
+static inline void rc_listeners_registered_locked(struct regcache *c,
+                                                  const struct regcache_entry *e)
+{
+    if (__builtin_expect(c->listeners.n != 0, 0))
+        rc_listeners_call_registered(c, e);
+}
+
+/* Published entries only: a pending one never was. */
+static inline void rc_listeners_leave_locked(struct regcache *c, const struct regcache_entry *e,
+                                             enum regcache_reason why)
+{
+    if (__builtin_expect(c->listeners.n != 0, 0) && e->state == RC_READY)
+        rc_listeners_call_leave(c, e, why);
+}
+
+static inline void rc_listeners_deregistering(struct regcache *c, const struct regcache_entry *e)
+{
+    if (__builtin_expect(c->listeners.n != 0, 0))
+        rc_listeners_call_deregister(c, e);
+}
+
+static inline void rc_listeners_invalidated(struct regcache *c, uintptr_t start, uintptr_t end)
+{
+    if (__builtin_expect(atomic_load_explicit(&c->listeners_pending, memory_order_acquire) != 0, 0))
+        rc_listeners_call_invalidate(c, start, end);
 }
 
 /* ---- statistics, checks ------------------------------------------------- */

@@ -104,6 +104,7 @@ void rc_cache_invalidate(struct regcache *c, uintptr_t start, uintptr_t end,
     rc_unlock(&c->lock);
     rc_prefetch_forget(c, start, end);
     rc_release_victims(c, victims);
+    rc_listeners_invalidated(c, start, end);
 }
 
 /* Why reading the filter without the lock is enough: an entry is added to
@@ -116,8 +117,13 @@ void rc_cache_invalidate(struct regcache *c, uintptr_t start, uintptr_t end,
 void rc_cache_notify(struct regcache *c, uintptr_t start, uintptr_t end, enum regcache_reason why)
 {
     if (!misses_in_flight(c) && !rc_filter_may_overlap(&c->filter, start, end) &&
-        !rc_prefetch_failures_kept(c))
+        !rc_prefetch_failures_kept(c)) {
+        /* An entry that left before this notice looked may still be on its
+         * way out through a listener (rc_listener_pending). */
+        atomic_thread_fence(memory_order_acquire);
+        rc_listeners_invalidated(c, start, end);
         return;
+    }
     rc_cache_invalidate(c, start, end, why);
 }
 

@@ -6,6 +6,7 @@
 
 #include "asym_fence.h"
 #include "cache.h"
+#include "feature_list.h"
 #include "stat_publish.h"
 #include "hook_detect.h"
 #include "host_monitor.h"
@@ -205,6 +206,12 @@ int regcache_create(const struct regcache_params *params, regcache_t **out)
     c->hit_id = rc_thread_claim_hit_id();
     c->hit_offset = rc_thread_hits_offset(c->hit_id);
     c->fork_generation = rc_fork_generation();
+    rc = rc_features_open(c);
+    if (rc != REGCACHE_OK) {
+        rc_listeners_call_destroy(c);
+        free_cache(c, true);
+        return rc;
+    }
     rc_registry_add(c);
     rc_statseg_attach(c);
     /* A switch to real fences that went through the registry before the
@@ -224,6 +231,9 @@ void regcache_destroy(regcache_t *c)
     /* A fork child's registry no longer lists inherited caches. */
     if (!child)
         rc_registry_remove(c);
+    /* Features on the edge go first: they may register through the cache
+     * and use its workers. */
+    rc_listeners_call_destroy(c);
     /* The workers register through the cache: they stop before it goes. */
     rc_prefetch_stop(c);
     /* A parent thread that held the cache lock at the fork may have been

@@ -298,6 +298,7 @@ static int publish_locked(struct regcache *c, struct regcache_entry *e, uintptr_
     rc_budget_note_locked(c, d);
     /* The hit path finds it from now on (a failure only costs hits). */
     rc_page_index_add(&c->index, e, start);
+    rc_listeners_registered_locked(c, e);
     return REGCACHE_OK;
 }
 
@@ -423,8 +424,10 @@ static int register_rail(struct regcache *c, struct regcache_entry *e, unsigned 
     if (rc == REGCACHE_OK) {
         rail_ready_locked(e, rail);
         /* A pending entry enters the index with every rail ready then. */
-        if (e->state == RC_READY)
+        if (e->state == RC_READY) {
             rc_page_index_refresh(&c->index, e);
+            rc_listeners_registered_locked(c, e);
+        }
         if (out)
             rc_count_locked(&c->dev[e->device_slot].n.misses);
         rc_count_locked(&c->dev[e->device_slot].n.registrations);

@@ -67,6 +67,7 @@ static void zombie_unlink(struct regcache *c, struct regcache_entry *e)
 void rc_leave_locked(struct regcache *c, struct regcache_entry *e, enum regcache_reason why)
 {
     struct rc_counters *n = &c->dev[e->device_slot].n;
+    rc_listeners_leave_locked(c, e, why);
     e->reason = (uint8_t)why;
     rc_count_locked(&n->leaves[why]);
     switch (why) {
@@ -213,6 +214,8 @@ static void deregister(struct regcache *c, struct regcache_entry *e)
     const struct regcache_params *p = &c->opts.params;
     if (!child && notice_due(c, e))
         notify(c, e, false);
+    if (!child)
+        rc_listeners_deregistering(c, e);
     for (unsigned r = 0; rails; r++, rails >>= 1) {
         if (!(rails & 1))
             continue;

@@ -53,7 +53,26 @@
     X(DevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease", 11000, relaxed, (CUdevice device), \
       (device))                                                                                \
     X(ThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode", 10010, as_is,      \
-      (CUstreamCaptureMode * mode), (mode))
+      (CUstreamCaptureMode * mode), (mode))                                                    \
+    RC_CUDA_DEVICE_KEY_ENTRIES(X)
+
+/* Device key tables (device_memory.h): their device and host-mapped memory,
+ * and the copies that write them. */
+#define RC_CUDA_DEVICE_KEY_ENTRIES(X)                                                              \
+    X(MemAlloc, "cuMemAlloc", 3020, relaxed, (CUdeviceptr * dptr, size_t bytes), (dptr, bytes))    \
+    X(MemFree, "cuMemFree", 3020, relaxed, (CUdeviceptr dptr), (dptr))                             \
+    X(MemHostAlloc, "cuMemHostAlloc", 2020, relaxed, (void **p, size_t bytes, unsigned int flags), \
+      (p, bytes, flags))                                                                           \
+    X(MemFreeHost, "cuMemFreeHost", 2000, relaxed, (void *p), (p))                                 \
+    X(MemHostGetDevicePointer, "cuMemHostGetDevicePointer", 3020, relaxed,                         \
+      (CUdeviceptr * dptr, void *p, unsigned int flags), (dptr, p, flags))                         \
+    X(StreamCreate, "cuStreamCreate", 2000, relaxed, (CUstream * stream, unsigned int flags),      \
+      (stream, flags))                                                                             \
+    X(StreamDestroy, "cuStreamDestroy", 4000, relaxed, (CUstream stream), (stream))                \
+    X(MemcpyHtoDAsync, "cuMemcpyHtoDAsync", 3020, relaxed,                                         \
+      (CUdeviceptr dst, const void *src, size_t bytes, CUstream stream),                           \
+      (dst, src, bytes, stream))                                                                   \
+    X(StreamSynchronize, "cuStreamSynchronize", 2000, relaxed, (CUstream stream), (stream))
 
 #define RC_CUDA_FIELD(field, name, version, how, params, args) CUresult(*field) params;
 struct rc_cuda_api {

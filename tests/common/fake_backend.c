@@ -36,9 +36,9 @@ static int reg_common(struct fake_backend *f, void *addr, size_t len, int device
     h->access = access;
     h->get_arg = get_arg;
     h->magic = HANDLE_MAGIC;
+    h->serial = (uint32_t)atomic_fetch_add(&f->regs, 1) + 1;
     if (f->on_handle)
         f->on_handle(f->on_handle_arg, h);
-    atomic_fetch_add(&f->regs, 1);
     atomic_fetch_add(&f->live, 1);
     atomic_fetch_add(&f->live_bytes[slot], len);
     *handle = h;

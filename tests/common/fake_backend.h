@@ -34,6 +34,8 @@ struct fake_handle {
     int access;           /* what reg_access was told (fake_tell_access()),
                              else -1 */
     void *get_arg;        /* the get's argument reg_access was given */
+    uint32_t serial;      /* the backend's registrations so far, this one
+                             included: a key that names the registration */
     unsigned magic;
 };
 

@@ -1,0 +1,278 @@
+// regcache-bench-keys: the device key table's rows (bench/README.md), on
+// one GPU, with the counting backend of the device tests (no NIC):
+//   - lookups/s from every SM, against a kernel of plain L2 loads at random
+//     places of an array as large as the table;
+//   - one warp's hit latency (a chain of dependent lookups), against a chain
+//     of dependent L2 loads;
+//   - a miss's round trip through the ring, as the kernel waits for it;
+//   - what the mirror adds to a host miss (get + put of memory never
+//     registered) and to an invalidation, caches with and without a table
+//     taking turns.
+// Prints one line per row.  Exits 77 without a GPU.
+#include <algorithm>
+#include <vector>
+
+#define KB_WATCHDOG_S 170
+
+#include "keys_backend.h"
+#include "regcache_device.h"
+
+static __device__ __forceinline__ uint32_t rnd(uint32_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 17;
+    *s ^= *s << 5;
+    return *s;
+}
+
+static __device__ __forceinline__ unsigned long long clock_ns(void)
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+__global__ void lookups(regcache_device_table t, const unsigned long long *bases, uint32_t n,
+                        int iters, uint32_t *out)
+{
+    uint32_t seed = 0x9e3779b9u ^ (blockIdx.x * blockDim.x + threadIdx.x) * 2654435761u, acc = 0;
+    for (int i = 0; i < iters; i++) {
+        uint32_t b = rnd(&seed) % n;
+        regcache_device_key key;
+        if (regcache_device_lookup(&t, (const void *)(bases[b] + (rnd(&seed) & 0xffff)), 1, 0,
+                                   &key) == REGCACHE_DEVICE_HIT)
+            acc += key.lkey;
+    }
+    out[blockIdx.x * blockDim.x + threadIdx.x] = acc;
+}
+
+__global__ void loads(const unsigned long long *table, uint32_t words,
+                      const unsigned long long *bases, uint32_t n, int iters, uint32_t *out)
+{
+    uint32_t seed = 0x9e3779b9u ^ (blockIdx.x * blockDim.x + threadIdx.x) * 2654435761u, acc = 0;
+    for (int i = 0; i < iters; i++) {
+        uint32_t b = rnd(&seed) % n;
+        acc += (uint32_t)bases[b] + (uint32_t)__ldcg(&table[rnd(&seed) % words]);
+    }
+    out[blockIdx.x * blockDim.x + threadIdx.x] = acc;
+}
+
+__global__ void lookup_chain(regcache_device_table t, const unsigned long long *bases, uint32_t n,
+                             int iters, unsigned long long *ns)
+{
+    uint32_t b = 1;
+    unsigned long long t0 = clock_ns();
+    for (int i = 0; i < iters; i++) {
+        regcache_device_key key;
+        regcache_device_lookup(&t, (const void *)(bases[b] + 64), 1, 0, &key);
+        b = (key.lkey * 2654435761u + (uint32_t)i) % n;
+    }
+    *ns = clock_ns() - t0 + b; // b keeps the chain alive; it is < n, noise
+}
+
+__global__ void load_chain(const unsigned long long *table, uint32_t words,
+                           const unsigned long long *bases, uint32_t n, int iters,
+                           unsigned long long *ns)
+{
+    uint32_t b = 1, w = 1;
+    unsigned long long t0 = clock_ns();
+    for (int i = 0; i < iters; i++) {
+        unsigned long long v = __ldcg(&table[(w + (uint32_t)bases[b]) % words]);
+        w = (uint32_t)(v * 2654435761u + (uint32_t)i) % words;
+        b = w % n;
+    }
+    *ns = clock_ns() - t0 + (b & 1);
+}
+
+__global__ void miss_once(regcache_device_table t, unsigned long long buf, uint32_t *lkey,
+                          unsigned long long *ns)
+{
+    unsigned long long t0 = clock_ns();
+    regcache_device_key key;
+    int rc = regcache_device_get_key(&t, (const void *)buf, 64, 0, 1ull << 26, &key);
+    unsigned long long t1 = clock_ns();
+    if (threadIdx.x == 0) {
+        *lkey = rc == REGCACHE_DEVICE_HIT ? key.lkey : 0;
+        *ns = t1 - t0;
+    }
+}
+
+static double seconds(cudaEvent_t a, cudaEvent_t b)
+{
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    return ms / 1e3;
+}
+
+static uint64_t host_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static double median(std::vector<double> v)
+{
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+// Device rows: a table of n entries of 64 KiB each.
+static void device_rows(void)
+{
+    const uint32_t n = 10000;
+    regcache_device_keys_params kp;
+    regcache_device_keys_params_init(&kp);
+    regcache_device_table t;
+    regcache_t *c = kb_cache(REGCACHE_VALIDATE_AUTO, 0, &kp, &t);
+    std::vector<unsigned long long> bases(n);
+    for (uint32_t b = 0; b < n; b++) {
+        void *p;
+        KB_CHECK(cudaMalloc(&p, 64 << 10));
+        bases[b] = (uintptr_t)p;
+        kb_host_key(c, bases[b], 64);
+    }
+    KB_OK(regcache_device_keys_sync(c, 0));
+    kb_enter("lookups/s");
+    unsigned long long *dbases, *table, *ns;
+    uint32_t *out;
+    size_t table_bytes =
+        kp.page_slots * sizeof(regcache_device_slot) + kp.records * sizeof(regcache_device_record);
+    uint32_t words = (uint32_t)(table_bytes / 8);
+    int sms = 0;
+    KB_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    const int blocks = sms * 8, threads = 256, iters = 2000;
+    KB_CHECK(cudaMalloc(&dbases, n * 8));
+    KB_CHECK(cudaMalloc(&table, table_bytes));
+    KB_CHECK(cudaMemset(table, 1, table_bytes));
+    KB_CHECK(cudaMalloc(&ns, 8));
+    KB_CHECK(cudaMalloc(&out, (size_t)blocks * threads * 4));
+    KB_CHECK(cudaMemcpy(dbases, bases.data(), n * 8, cudaMemcpyHostToDevice));
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    double per = (double)blocks * threads * iters;
+    std::vector<double> lk, ld;
+    for (int round = 0; round < 5; round++) {
+        cudaEventRecord(e0);
+        lookups<<<blocks, threads>>>(t, dbases, n, iters, out);
+        cudaEventRecord(e1);
+        KB_CHECK(cudaEventSynchronize(e1));
+        lk.push_back(per / seconds(e0, e1));
+        cudaEventRecord(e0);
+        loads<<<blocks, threads>>>(table, words, dbases, n, iters, out);
+        cudaEventRecord(e1);
+        KB_CHECK(cudaEventSynchronize(e1));
+        ld.push_back(per / seconds(e0, e1));
+    }
+    printf("row lookups/s, %d SMs, %u entries (%zu MiB table): %.3g, plain L2 loads %.3g "
+           "(%.2f of them)\n",
+           sms, n, table_bytes >> 20, median(lk), median(ld), median(lk) / median(ld));
+    kb_enter("single-warp latency");
+    const int chain = 20000;
+    std::vector<double> lc, lo;
+    for (int round = 0; round < 5; round++) {
+        unsigned long long v;
+        lookup_chain<<<1, 1>>>(t, dbases, n, chain, ns);
+        KB_CHECK(cudaMemcpy(&v, ns, 8, cudaMemcpyDeviceToHost));
+        lc.push_back((double)v / chain);
+        load_chain<<<1, 1>>>(table, words, dbases, n, chain, ns);
+        KB_CHECK(cudaMemcpy(&v, ns, 8, cudaMemcpyDeviceToHost));
+        lo.push_back((double)v / chain);
+    }
+    printf("row single-warp hit latency: %.0f ns a lookup, a dependent L2 load %.0f ns\n",
+           median(lc), median(lo));
+    regcache_destroy(c);
+}
+
+static void miss_rows(uint64_t poll_ns)
+{
+    const int m = 200;
+    regcache_device_keys_params kp;
+    regcache_device_keys_params_init(&kp);
+    kp.poll_ns = poll_ns;
+    regcache_device_table t;
+    regcache_t *c = kb_cache(REGCACHE_VALIDATE_AUTO, 0, &kp, &t);
+    unsigned long long *ns;
+    uint32_t *lkey;
+    KB_CHECK(cudaMalloc(&ns, 8));
+    KB_CHECK(cudaMalloc(&lkey, 4));
+    std::vector<double> us;
+    int hits = 0;
+    kb_enter("misses");
+    for (int i = 0; i < m; i++) {
+        kb_step = i;
+        void *p;
+        KB_CHECK(cudaMalloc(&p, 1 << 20));
+        miss_once<<<1, 32>>>(t, (uintptr_t)p, lkey, ns);
+        unsigned long long v;
+        uint32_t k;
+        KB_CHECK(cudaMemcpy(&v, ns, 8, cudaMemcpyDeviceToHost));
+        KB_CHECK(cudaMemcpy(&k, lkey, 4, cudaMemcpyDeviceToHost));
+        hits += k != 0;
+        us.push_back(v / 1e3);
+    }
+    std::sort(us.begin(), us.end());
+    printf("row miss round trip (poll_ns %llu us), %d misses, %d answered: median %.1f us, "
+           "p99 %.1f us\n",
+           (unsigned long long)(poll_ns / 1000), m, hits, us[m / 2], us[m * 99 / 100]);
+    regcache_destroy(c);
+}
+
+// A host miss (get + put of memory never registered) and an invalidation,
+// in a cache without a table and in one with: rounds taking turns.
+static void host_rows(void)
+{
+    const int n = 2000, rounds = 7;
+    std::vector<uintptr_t> bufs(n);
+    for (int i = 0; i < n; i++) {
+        void *p;
+        KB_CHECK(cudaMalloc(&p, 64 << 10));
+        bufs[i] = (uintptr_t)p;
+    }
+    regcache_params p;
+    regcache_params_init(&p);
+    p.backend = &kb_backend;
+    regcache_t *plain = NULL;
+    KB_OK(regcache_create(&p, &plain));
+    regcache_device_keys_params kp;
+    regcache_device_keys_params_init(&kp);
+    regcache_device_table t;
+    regcache_t *mirrored = kb_cache(REGCACHE_VALIDATE_AUTO, 0, &kp, &t);
+    std::vector<double> miss[2], inval[2];
+    kb_enter("host miss and invalidation");
+    for (int r = 0; r < rounds; r++) {
+        kb_step = r;
+        for (int which = 0; which < 2; which++) {
+            regcache_t *c = which ? mirrored : plain;
+            uint64_t t0 = host_ns();
+            for (int i = 0; i < n; i++)
+                kb_host_key(c, bufs[i], 64);
+            uint64_t t1 = host_ns();
+            for (int i = 0; i < n; i++)
+                regcache_invalidate(c, (void *)bufs[i], 64);
+            uint64_t t2 = host_ns();
+            miss[which].push_back((double)(t1 - t0) / n);
+            inval[which].push_back((double)(t2 - t1) / n);
+        }
+    }
+    double m0 = median(miss[0]), m1 = median(miss[1]), i0 = median(inval[0]), i1 = median(inval[1]);
+    printf("row host miss (get+put, counting backend): %.0f ns without a table, %.0f ns with "
+           "(+%.0f ns, %+.0f%%)\n",
+           m0, m1, m1 - m0, 100 * (m1 - m0) / m0);
+    printf("row invalidation of one entry: %.0f ns without a table, %.0f ns with (+%.0f ns, "
+           "%+.0f%%)\n",
+           i0, i1, i1 - i0, 100 * (i1 - i0) / i0);
+    regcache_destroy(mirrored);
+    regcache_destroy(plain);
+}
+
+int main(void)
+{
+    kb_init();
+    device_rows();
+    miss_rows(100000);
+    miss_rows(10000);
+    host_rows();
+    return 0;
+}

@@ -1,0 +1,486 @@
+/*
+ * regcache_device.h -- the keys of the cache's registrations, for GPU kernels.
+ *
+ * A cache created with params.device_keys mirrors its registrations into a
+ * key table in GPU memory (regcache_device_keys_attach(), regcache.h), so
+ * that a kernel building RDMA work requests finds the local key of any
+ * buffer the cache holds without asking the host.  This header is what a
+ * kernel uses: CUDA C++, header-only, nothing to link.  Compiled by a host
+ * C or C++ compiler, the same functions run over host memory laid out the
+ * same way (the library's tests use them so); the warp-collective ones then
+ * act for one thread.
+ *
+ * A kernel's life with the table (regcache_device_keys(3) says the whole
+ * contract and what each step costs):
+ *
+ *   regcache_device_hold_begin(&t, slot);          keys are good from here
+ *   if (regcache_device_lookup(&t, p, n, rail, &k) == REGCACHE_DEVICE_HIT)
+ *       post a WQE of min(n, k.bytes) bytes with k.lkey;
+ *   ... poll the completions of what was posted ...
+ *   regcache_device_hold_end(&t, slot);            ... to here
+ *
+ * and, outside a hold section, for what missed: regcache_device_request()
+ * (at most one post to the host per warp) and regcache_device_wait(), then
+ * look up again, or take a fallback (a bounce buffer the table holds).
+ *
+ * Never a stale key: a registration's record leaves the table (its
+ * sequence number changes) before the host deregisters it, and the host
+ * then waits for every hold section that was open to end (at most
+ * drain_timeout_ns) before it deregisters.  A lookup re-checks the
+ * record's sequence number after reading it, so it never returns a key of
+ * a record being changed.
+ */
+#ifndef REGCACHE_DEVICE_H
+#define REGCACHE_DEVICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The layout's version, in struct regcache_device_table.abi. */
+#define REGCACHE_DEVICE_ABI 1
+
+/* Pages the table is keyed by: 64 KiB, the GPU's BAR page. */
+#define REGCACHE_DEVICE_PAGE_SHIFT 16
+
+/* Rails a record holds keys of (REGCACHE_MAX_RAILS). */
+#define REGCACHE_DEVICE_RAILS 8
+
+/* A page slot's key: the page << REGCACHE_DEVICE_RECORD_BITS | record.  A
+ * slot whose key is 0 is empty (seq 0: never used, which ends a search;
+ * seq 1: deleted). */
+#define REGCACHE_DEVICE_RECORD_BITS 24
+
+struct regcache_device_slot {
+    uint64_t key;
+    uint64_t seq; /* the record's sequence number when this slot was written */
+};
+
+/* One registration: 64 bytes, one aligned line. */
+struct regcache_device_record {
+    /* Even: the record holds the registration below, as of this number;
+     * odd: empty or being changed.  It grows with every change. */
+    uint64_t seq;
+    uint64_t start, end; /* the memory its keys serve: [start, end) */
+    uint32_t rails;      /* bit r: lkey[r] is a key */
+    uint32_t reserved;
+    uint32_t lkey[REGCACHE_DEVICE_RAILS];
+};
+
+/* A miss posted to the host (a ring cell in host memory mapped to the
+ * device).  seq == ticket: the cell is free for that ticket's poster;
+ * ticket + 1: posted. */
+struct regcache_device_request {
+    uint64_t seq;
+    uint64_t addr, len;
+    uint32_t rail;
+    uint32_t reserved;
+};
+
+/*
+ * The table as kernels see it: filled by regcache_device_keys_attach() and
+ * regcache_device_keys_table() on the host, passed to kernels by value (a
+ * kernel argument) or copied to device memory.  Every pointer is valid on
+ * the table's device; the host-mapped ones point to pinned host memory.
+ */
+struct regcache_device_table {
+    uint32_t abi;                                    /* REGCACHE_DEVICE_ABI */
+    uint32_t slot_bits;                              /* page slots: 1 << slot_bits */
+    uint32_t max_probe;                              /* slots a search looks at, at most */
+    uint32_t records;                                /* records (1 .. records-1 are used) */
+    uint32_t hold_slots;                             /* hold sections open at once, at most */
+    uint32_t ring_slots;                             /* ring cells, a power of two */
+    const struct regcache_device_slot *slots;        /* device memory */
+    const struct regcache_device_record *records_at; /* device memory */
+    uint32_t *holds;                      /* host-mapped: per hold slot, odd while open */
+    uint32_t *hold_counts;                /* device memory: sections per hold slot */
+    struct regcache_device_request *ring; /* host-mapped cells */
+    unsigned long long *ring_tail;        /* device memory: tickets handed out */
+    uint64_t *status;                     /* host-mapped: per cell, ticket << 16 | -status */
+    uint64_t *completed;                  /* host-mapped: tickets below it are answered */
+};
+
+/* What the device functions return. */
+enum regcache_device_result {
+    REGCACHE_DEVICE_HIT = 0,        /* lookup: *key is good (in a hold section) */
+    REGCACHE_DEVICE_MISS = 1,       /* lookup: not in the table */
+    REGCACHE_DEVICE_POSTED = 2,     /* request: this thread's range is posted */
+    REGCACHE_DEVICE_NOT_POSTED = 3, /* request: another thread's range of the warp
+                                       was posted: ask again after it */
+    REGCACHE_DEVICE_DONE = 4,       /* wait: registered and in the table */
+    REGCACHE_DEVICE_PENDING = 5,    /* wait: no answer within the polls allowed */
+    REGCACHE_DEVICE_FAILED = 6      /* wait: the host could not register it or
+                                       had no room in the table (*status says) */
+};
+
+/* A key found by a lookup. */
+struct regcache_device_key {
+    uint32_t lkey;
+    uint32_t record; /* the record it came from */
+    uint64_t bytes;  /* from the address looked up to the end of what the
+                        key serves: clip a work request there */
+    uint64_t seq;    /* the record's sequence number then */
+};
+
+/* ------------------------------------------------------------------------ */
+/* How memory is read: L2 on the device (the host writes the table by DMA,  */
+/* which no L1 sees), atomics on the host.                                   */
+/* ------------------------------------------------------------------------ */
+
+#if defined(__CUDACC__)
+#define REGCACHE_DEVICE_FN static __device__ __forceinline__
+#else
+#define REGCACHE_DEVICE_FN static inline
+#endif
+
+#if defined(__CUDA_ARCH__)
+/* A slot, whole or torn: either half may be older (the lookup validates
+ * the record it names, so a torn slot costs a miss at most). */
+REGCACHE_DEVICE_FN void regcache_device_load_slot_(const struct regcache_device_slot *s,
+                                                   uint64_t *key, uint64_t *seq)
+{
+    ulonglong2 v = __ldcg((const ulonglong2 *)s);
+    *key = v.x;
+    *seq = v.y;
+}
+REGCACHE_DEVICE_FN uint64_t regcache_device_load_l2_(const uint64_t *p)
+{
+    return __ldcg((const unsigned long long *)p);
+}
+REGCACHE_DEVICE_FN uint32_t regcache_device_load_l2_32_(const uint32_t *p)
+{
+    return __ldcg(p);
+}
+/* Loads before it are done before loads after it. */
+REGCACHE_DEVICE_FN void regcache_device_fence_acquire_(void)
+{
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+}
+REGCACHE_DEVICE_FN uint64_t regcache_device_load_seq_(const uint64_t *p)
+{
+    uint64_t v;
+    asm volatile("ld.relaxed.gpu.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+/* Host-mapped words: read and written at system scope. */
+REGCACHE_DEVICE_FN uint64_t regcache_device_load_sys_(const uint64_t *p)
+{
+    uint64_t v;
+    asm volatile("ld.acquire.sys.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+REGCACHE_DEVICE_FN void regcache_device_store_sys_(uint64_t *p, uint64_t v)
+{
+    asm volatile("st.release.sys.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+REGCACHE_DEVICE_FN void regcache_device_store_sys_32_(uint32_t *p, uint32_t v)
+{
+    asm volatile("st.release.sys.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+REGCACHE_DEVICE_FN void regcache_device_fence_sys_(void)
+{
+    __threadfence_system();
+}
+REGCACHE_DEVICE_FN unsigned long long regcache_device_next_ticket_(unsigned long long *tail)
+{
+    return atomicAdd(tail, 1ull);
+}
+#else
+REGCACHE_DEVICE_FN void regcache_device_load_slot_(const struct regcache_device_slot *s,
+                                                   uint64_t *key, uint64_t *seq)
+{
+    /* Acquire: what the record held when the slot was written is seen. */
+    *key = __atomic_load_n(&s->key, __ATOMIC_ACQUIRE);
+    *seq = __atomic_load_n(&s->seq, __ATOMIC_ACQUIRE);
+}
+REGCACHE_DEVICE_FN uint64_t regcache_device_load_l2_(const uint64_t *p)
+{
+    return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+REGCACHE_DEVICE_FN uint32_t regcache_device_load_l2_32_(const uint32_t *p)
+{
+    return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+REGCACHE_DEVICE_FN void regcache_device_fence_acquire_(void)
+{
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+}
+REGCACHE_DEVICE_FN uint64_t regcache_device_load_seq_(const uint64_t *p)
+{
+    return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+REGCACHE_DEVICE_FN uint64_t regcache_device_load_sys_(const uint64_t *p)
+{
+    return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+REGCACHE_DEVICE_FN void regcache_device_store_sys_(uint64_t *p, uint64_t v)
+{
+    __atomic_store_n(p, v, __ATOMIC_RELEASE);
+}
+REGCACHE_DEVICE_FN void regcache_device_store_sys_32_(uint32_t *p, uint32_t v)
+{
+    __atomic_store_n(p, v, __ATOMIC_RELEASE);
+}
+REGCACHE_DEVICE_FN void regcache_device_fence_sys_(void)
+{
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
+REGCACHE_DEVICE_FN unsigned long long regcache_device_next_ticket_(unsigned long long *tail)
+{
+    return __atomic_fetch_add(tail, 1ull, __ATOMIC_RELAXED);
+}
+#endif
+
+/* The first slot a page's search looks at. */
+REGCACHE_DEVICE_FN uint32_t regcache_device_slot_of(uint64_t page, uint32_t slot_bits)
+{
+    return (uint32_t)((page * 0x9e3779b97f4a7c15ull) >> (64 - slot_bits));
+}
+
+/* ------------------------------------------------------------------------ */
+/* Lookup                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * The local key of rail `rail` for memory at addr: REGCACHE_DEVICE_HIT with
+ * *key filled, or REGCACHE_DEVICE_MISS.  Where several registrations hold
+ * addr, one that reaches addr + len is preferred; key->bytes says how far
+ * the one returned reaches (it may be less than len: clip the work request
+ * there and look the rest up).  A hit costs, one after the other, the load
+ * of a page slot, the load of the record it names (its line) and the
+ * re-read of the record's sequence number; a miss the slots of the page's
+ * search, up to max_probe.  Any thread, any time; the key may be used in
+ * a work request only while a hold section of the thread's warp is open
+ * (regcache_device_hold_begin()), or after regcache_device_key_current()
+ * said yes where the work request's failure is acceptable.
+ */
+REGCACHE_DEVICE_FN int regcache_device_lookup(const struct regcache_device_table *t,
+                                              const void *addr, size_t len, unsigned rail,
+                                              struct regcache_device_key *key)
+{
+    uint64_t a = (uint64_t)(uintptr_t)addr;
+    uint64_t page = a >> REGCACHE_DEVICE_PAGE_SHIFT;
+    uint32_t mask = (1u << t->slot_bits) - 1;
+    uint32_t at = regcache_device_slot_of(page, t->slot_bits);
+    struct regcache_device_key best = { 0, 0, 0, 0 };
+    if (rail >= REGCACHE_DEVICE_RAILS)
+        return REGCACHE_DEVICE_MISS;
+    for (uint32_t probe = 0; probe < t->max_probe; probe++, at = (at + 1) & mask) {
+        uint64_t k, seq;
+        regcache_device_load_slot_(&t->slots[at], &k, &seq);
+        if (k == 0) {
+            if (seq == 0)
+                break; /* never used: the page has no more slots */
+            continue;  /* deleted */
+        }
+        if (k >> REGCACHE_DEVICE_RECORD_BITS != page)
+            continue;
+        uint32_t r = (uint32_t)(k & ((1u << REGCACHE_DEVICE_RECORD_BITS) - 1));
+        if (r == 0 || r >= t->records || (seq & 1))
+            continue;
+        const struct regcache_device_record *rec = &t->records_at[r];
+        uint64_t start = regcache_device_load_l2_(&rec->start);
+        uint64_t end = regcache_device_load_l2_(&rec->end);
+        uint32_t rails = regcache_device_load_l2_32_(&rec->rails);
+        uint32_t lkey = regcache_device_load_l2_32_(&rec->lkey[rail]);
+        /* The record was what the slot says while it was read: written
+         * before the slot (the host writes records, then slots), and not
+         * changed since (the number is the same after the reads). */
+        regcache_device_fence_acquire_();
+        if (regcache_device_load_seq_(&rec->seq) != seq)
+            continue;
+        if (a < start || a >= end || !(rails >> rail & 1))
+            continue;
+        if (end - a > best.bytes) {
+            best.lkey = lkey;
+            best.record = r;
+            best.bytes = end - a;
+            best.seq = seq;
+        }
+        if (end - a >= len)
+            break;
+    }
+    if (!best.bytes)
+        return REGCACHE_DEVICE_MISS;
+    *key = best;
+    return REGCACHE_DEVICE_HIT;
+}
+
+/* Does the record a key came from still hold it (1) or has it left or
+ * changed since (0)?  One load.  A kernel that posts without a hold section
+ * asks after posting: 0 means the registration may be gone, and the work
+ * request may complete in error. */
+REGCACHE_DEVICE_FN int regcache_device_key_current(const struct regcache_device_table *t,
+                                                   const struct regcache_device_key *key)
+{
+    return regcache_device_load_seq_(&t->records_at[key->record].seq) == key->seq;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Hold sections: how a kernel says it is done with its keys                */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Open a hold section on hold slot `slot` (0 .. hold_slots-1), one lane of
+ * the warp (or block) that owns the slot: no other warp may use the slot
+ * until regcache_device_hold_end().  Keys looked up from now on stay
+ * registered until the section ends: the host, before deregistering a
+ * registration whose record left the table, waits for every section open
+ * then.  Costs one store to host memory and a system-scope fence (about a
+ * PCIe round trip): open one per batch of work requests, not per lookup.
+ */
+REGCACHE_DEVICE_FN void regcache_device_hold_begin(const struct regcache_device_table *t,
+                                                   unsigned slot)
+{
+    uint32_t n = t->hold_counts[slot] + 1;
+    t->hold_counts[slot] = n;
+    regcache_device_store_sys_32_(&t->holds[slot], 2 * n + 1);
+    /* The host reads the slot after the records it changed: either it sees
+     * this section open, or this section's lookups see the change. */
+    regcache_device_fence_sys_();
+}
+
+/*
+ * End the section: every work request posted with its keys has completed
+ * (its completion polled).  One store to host memory.
+ */
+REGCACHE_DEVICE_FN void regcache_device_hold_end(const struct regcache_device_table *t,
+                                                 unsigned slot)
+{
+    regcache_device_store_sys_32_(&t->holds[slot], 2 * t->hold_counts[slot] + 2);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Misses: asking the host                                                   */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Ask the host to register [addr, addr+len) on `rail` and put it in the
+ * table.  Warp-collective: every lane of the converged warp calls it, those
+ * without a miss with need 0.  The lowest lane with need posts its range,
+ * once for the warp, and every lane with need gets its ticket in *ticket:
+ * REGCACHE_DEVICE_POSTED where the range posted is the lane's own,
+ * REGCACHE_DEVICE_NOT_POSTED where it is another (wait for the ticket all
+ * the same: the registration posted may cover this lane's range too, as a
+ * whole allocation does; look up again, and ask again if not).  A lane
+ * without need gets REGCACHE_DEVICE_NOT_POSTED and no ticket.  A post costs an
+ * atomic add in device memory and three stores to host memory with a
+ * system fence; when all ring cells are taken it waits for the host to
+ * read one.  Call it outside hold sections: the host may wait for those
+ * before it can serve the request.
+ */
+REGCACHE_DEVICE_FN int regcache_device_request(const struct regcache_device_table *t,
+                                               const void *addr, size_t len, unsigned rail,
+                                               int need, uint64_t *ticket)
+{
+    uint64_t a = (uint64_t)(uintptr_t)addr, n = len;
+#if defined(__CUDA_ARCH__)
+    unsigned active = __activemask();
+    unsigned needing = __ballot_sync(active, need);
+    if (!needing || !need)
+        return REGCACHE_DEVICE_NOT_POSTED;
+    int leader = __ffs(needing) - 1;
+    uint64_t la = __shfl_sync(needing, a, leader);
+    uint64_t ln = __shfl_sync(needing, n, leader);
+    unsigned lr = __shfl_sync(needing, rail, leader);
+    int lane;
+    asm("mov.u32 %0, %%laneid;" : "=r"(lane));
+#else
+    int leader = 0, lane = 0;
+    uint64_t la = a, ln = n;
+    unsigned lr = rail;
+    if (!need)
+        return REGCACHE_DEVICE_NOT_POSTED;
+#endif
+    uint64_t tk = 0;
+    if (lane == leader) {
+        tk = regcache_device_next_ticket_(t->ring_tail);
+        struct regcache_device_request *cell = &t->ring[tk & (t->ring_slots - 1)];
+        while (regcache_device_load_sys_(&cell->seq) != tk)
+            ; /* every cell taken: the host reads them in ticket order */
+        cell->addr = la;
+        cell->len = ln;
+        cell->rail = lr;
+        regcache_device_fence_sys_();
+        regcache_device_store_sys_(&cell->seq, tk + 1);
+    }
+#if defined(__CUDA_ARCH__)
+    tk = __shfl_sync(needing, tk, leader);
+#endif
+    *ticket = tk;
+    return la == a && ln == n && lr == rail ? REGCACHE_DEVICE_POSTED : REGCACHE_DEVICE_NOT_POSTED;
+}
+
+/*
+ * Wait for the answer to a ticket, reading host memory at most max_polls
+ * times (each read a PCIe round trip, about a microsecond):
+ * REGCACHE_DEVICE_DONE (look up again: the registration is in the table,
+ * unless it was answered so long before that the ring reused its word),
+ * REGCACHE_DEVICE_FAILED (*status, if not NULL, is the REGCACHE_ERR_* code
+ * of the registration, or REGCACHE_ERR_NO_SPACE when the table had no room
+ * for it), or REGCACHE_DEVICE_PENDING (ask again later, or take the
+ * fallback).  Any thread; outside hold sections.
+ */
+REGCACHE_DEVICE_FN int regcache_device_wait(const struct regcache_device_table *t, uint64_t ticket,
+                                            uint64_t max_polls, int *status)
+{
+    for (uint64_t i = 0; i < max_polls; i++) {
+        if (regcache_device_load_sys_(t->completed) > ticket) {
+            uint64_t s = regcache_device_load_sys_(&t->status[ticket & (t->ring_slots - 1)]);
+            /* Answered so long ago that a later ticket took the word: the
+             * next lookup tells. */
+            int code = s >> 16 == ticket ? -(int)(s & 0xffff) : 0;
+            if (status)
+                *status = code;
+            return code == 0 ? REGCACHE_DEVICE_DONE : REGCACHE_DEVICE_FAILED;
+        }
+    }
+    return REGCACHE_DEVICE_PENDING;
+}
+
+/*
+ * Lookup, and on a miss the request and the wait, then a second lookup:
+ * REGCACHE_DEVICE_HIT with *key, or REGCACHE_DEVICE_MISS (take the
+ * fallback).  Warp-collective (the converged warp calls it): lanes that
+ * miss the same allocation cost one post for the warp, lanes that miss
+ * different ones one post per round.  Call it outside hold sections, and
+ * open a section (then look up again) before the key is used.
+ * A miss costs the host's registration (a round trip of tens of
+ * microseconds, more for memory never registered) or max_polls reads.
+ */
+REGCACHE_DEVICE_FN int regcache_device_get_key(const struct regcache_device_table *t,
+                                               const void *addr, size_t len, unsigned rail,
+                                               uint64_t max_polls, struct regcache_device_key *key)
+{
+    int rc = regcache_device_lookup(t, addr, len, rail, key);
+    for (int round = 0; round < 32; round++) {
+        int need = rc != REGCACHE_DEVICE_HIT;
+#if defined(__CUDA_ARCH__)
+        if (!__any_sync(__activemask(), need))
+            break;
+#else
+        if (!need)
+            break;
+#endif
+        uint64_t ticket = 0;
+        int posted = regcache_device_request(t, addr, len, rail, need, &ticket);
+        if (need) {
+            if (regcache_device_wait(t, ticket, max_polls, NULL) != REGCACHE_DEVICE_DONE)
+                return REGCACHE_DEVICE_MISS;
+            rc = regcache_device_lookup(t, addr, len, rail, key);
+            /* Its own range was registered and still misses: no room. */
+            if (rc != REGCACHE_DEVICE_HIT && posted == REGCACHE_DEVICE_POSTED)
+                return REGCACHE_DEVICE_MISS;
+        }
+    }
+    return rc;
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* REGCACHE_DEVICE_H */

@@ -1,0 +1,127 @@
+/* The listener table at the core's edge (listeners.h). */
+#include "listeners.h"
+
+#include "cache.h"
+
+int rc_listen(struct regcache *c, const struct rc_listener *ops, void *arg)
+{
+    struct rc_listeners *ls = &c->listeners;
+    if (ls->n == RC_LISTENERS)
+        return -1;
+    ls->l[ls->n].ops = ops;
+    ls->l[ls->n].arg = arg;
+    return (int)ls->n++;
+}
+
+void *rc_listener_arg(const struct regcache *c, const struct rc_listener *ops)
+{
+    for (unsigned i = 0; i < c->listeners.n; i++)
+        if (c->listeners.l[i].ops == ops)
+            return c->listeners.l[i].arg;
+    return NULL;
+}
+
+void rc_listener_pending(struct regcache *c, int id, bool on)
+{
+    if (on)
+        atomic_fetch_or_explicit(&c->listeners_pending, 1u << id, memory_order_release);
+    else
+        atomic_fetch_and_explicit(&c->listeners_pending, ~(1u << id), memory_order_release);
+    /* Before the stores that follow (the unlink): a notice that sees those
+     * sees this (its acquire fence, invalidate.c). */
+    atomic_thread_fence(memory_order_release);
+}
+
+static void view_of(const struct regcache_entry *e, enum regcache_reason why,
+                    struct rc_entry_view *v)
+{
+    *v = (struct rc_entry_view){
+        .id = e,
+        .start =
+            atomic_load_explicit(&((struct regcache_entry *)e)->match_start, memory_order_relaxed),
+        .end = atomic_load_explicit(&((struct regcache_entry *)e)->match_end, memory_order_relaxed),
+        .device = e->device,
+        .rails =
+            atomic_load_explicit(&((struct regcache_entry *)e)->rails_ready, memory_order_relaxed),
+        .handles = e->handles,
+        .default_access = (e->access & RC_ACCESS_DEFAULT) != 0,
+        .why = why,
+    };
+}
+
+void rc_listeners_locked(struct regcache *c, void (*fn)(void *arg), void *arg)
+{
+    rc_lock(&c->lock);
+    fn(arg);
+    rc_unlock(&c->lock);
+}
+
+struct each {
+    void (*fn)(void *arg, const struct rc_entry_view *e);
+    void *arg;
+};
+
+static void visit(struct rc_itree_node *n, void *arg)
+{
+    struct each *each = arg;
+    struct regcache_entry *e = rc_entry_of_node(n);
+    if (e->state != RC_READY)
+        return;
+    struct rc_entry_view v;
+    view_of(e, REGCACHE_REASON_COUNT, &v);
+    each->fn(each->arg, &v);
+}
+
+void rc_listeners_each_locked(struct regcache *c,
+                              void (*fn)(void *arg, const struct rc_entry_view *e), void *arg)
+{
+    struct each each = { fn, arg };
+    rc_itree_visit_all(&c->tree, visit, &each);
+}
+
+/* One event to every listener that takes it. */
+#define CALL(c, event, ...)                                         \
+    do {                                                            \
+        struct rc_listeners *ls_ = &(c)->listeners;                 \
+        for (unsigned i_ = 0; i_ < ls_->n; i_++)                    \
+            if (ls_->l[i_].ops->event)                              \
+                ls_->l[i_].ops->event(ls_->l[i_].arg, __VA_ARGS__); \
+    } while (0)
+
+void rc_listeners_call_registered(struct regcache *c, const struct regcache_entry *e)
+{
+    struct rc_entry_view v;
+    view_of(e, REGCACHE_REASON_COUNT, &v);
+    CALL(c, after_register, &v);
+}
+
+void rc_listeners_call_leave(struct regcache *c, const struct regcache_entry *e,
+                             enum regcache_reason why)
+{
+    struct rc_entry_view v;
+    view_of(e, why, &v);
+    CALL(c, on_leave, &v);
+}
+
+void rc_listeners_call_deregister(struct regcache *c, const struct regcache_entry *e)
+{
+    struct rc_entry_view v;
+    view_of(e, (enum regcache_reason)e->reason, &v);
+    CALL(c, before_deregister, &v);
+}
+
+void rc_listeners_call_invalidate(struct regcache *c, uintptr_t start, uintptr_t end)
+{
+    CALL(c, on_invalidate, start, end);
+}
+
+void rc_listeners_call_destroy(struct regcache *c)
+{
+    struct rc_listeners *ls = &c->listeners;
+    for (unsigned i = 0; i < ls->n; i++)
+        if (ls->l[i].ops->on_destroy)
+            ls->l[i].ops->on_destroy(ls->l[i].arg);
+    /* Nobody else uses the cache now (regcache_destroy's rule). */
+    ls->n = 0;
+    atomic_store_explicit(&c->listeners_pending, 0, memory_order_relaxed);
+}

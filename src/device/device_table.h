@@ -1,0 +1,93 @@
+/* One device key table: the host's copy (key_table.h), its image in GPU
+ * memory and how it is written there (key_flush.c), the wait for kernels'
+ * hold sections before a deregistration (key_drain.c), and the thread that
+ * serves the misses kernels post (key_ring.c).
+ *
+ * GPU memory, one block: records | slots | hold counts | ring tail.
+ * Pinned host memory the GPU maps, one block: holds | ring | status |
+ * completed.  A pinned image of the GPU block is what the table's copies
+ * read: it is what the device holds once the last copy is done. */
+#ifndef RC_DEVICE_TABLE_H
+#define RC_DEVICE_TABLE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "device_memory.h"
+#include "key_table.h"
+#include "regcache.h"
+#include "regcache_device.h"
+
+struct rc_dtable {
+    regcache_t *cache;
+    int device;
+    struct regcache_device_keys_params p;
+    struct rc_key_table kt;
+
+    struct rc_devmem mem;
+    uint64_t dev_block; /* GPU memory */
+    size_t dev_bytes;
+    void *image; /* pinned, dev_bytes: what the GPU block holds */
+    struct regcache_device_record *image_records;
+    struct regcache_device_slot *image_slots;
+    void *host_block;   /* pinned, mapped into the GPU */
+    uint64_t host_dptr; /* the same, as the GPU sees it */
+    uint32_t *holds;
+    struct regcache_device_request *ring;
+    uint64_t *status, *completed;
+    struct regcache_device_table desc;
+
+    /* The flush: one at a time; its snapshot of the records and its list
+     * of copies. */
+    pthread_mutex_t writer;
+    struct regcache_device_record *want;
+    struct rc_copy *copies;
+    atomic_bool dirty;            /* published since the last flush */
+    atomic_uint_fast64_t flushed; /* removals written to the device */
+    atomic_uint_fast64_t drained; /* removals whose sections ended */
+    uint32_t *given_up;           /* per hold slot: a section a drain
+                                     waited for in vain (+1), or 0 */
+    /* A drain's list of the sections open when it began (one drain at a
+     * time: each waits at most for the sections open then). */
+    pthread_mutex_t drain_lock;
+    struct open {
+        uint32_t slot, seq;
+    } * open;
+
+    /* The ring's reader. */
+    pthread_t thread;
+    bool started;
+    atomic_bool stop;
+    uint64_t next_ticket;
+
+    atomic_uint_fast64_t flushes, flush_failures, requests, request_failures, drains,
+        drain_ns_total, drain_ns_max, drain_timeouts;
+};
+
+/* Make the table of `device` (params resolved): its memory, written empty.
+ * REGCACHE_OK, or the status of what failed (the last error says why). */
+int rc_dtable_create(struct rc_dtable **out, regcache_t *cache, int device,
+                     const struct regcache_device_keys_params *p);
+
+/* Free it (its thread stopped; nothing uses it any more).  In a fork child
+ * (`child`), the GPU and pinned memory, which are the parent's, are left. */
+void rc_dtable_destroy(struct rc_dtable *t, bool child);
+
+/* Apply what was published and left, and write it to the device; return
+ * once the device holds it.  REGCACHE_OK or ERR_CUDA (counted). */
+int rc_dtable_flush(struct rc_dtable *t);
+
+/* Before a deregistration: removal number `removal` is written (flushed),
+ * and every hold section open then has ended, or drain_timeout_ns passed. */
+void rc_dtable_drain(struct rc_dtable *t, uint64_t removal);
+
+/* Start and stop the thread that serves the ring (regcache-keys). */
+int rc_dtable_start(struct rc_dtable *t);
+void rc_dtable_stop(struct rc_dtable *t);
+
+/* The monotonic clock, in ns. */
+uint64_t rc_dtable_clock(void);
+
+#endif

@@ -1,0 +1,93 @@
+/* Before a registration a table mirrored is deregistered, kernels that may
+ * hold its key must be done with it.  A kernel says so by hold sections
+ * (regcache_device.h): while one is open, its slot in host memory reads an
+ * odd number, new for every section.  The removal was written to the
+ * device first (the record's number changed), so a section opened after
+ * that cannot have found the key; the drain waits for each section open
+ * then to end - its slot to read anything else - for at most
+ * drain_timeout_ns.  The slots are read all at once first: a section
+ * opened while the drain waits for another needs no wait, and waiting for
+ * each slot in turn, as it reads then, would wait for nearly every warp of
+ * a busy kernel once.  A section that outlasts that is given up on: the
+ * registration goes, counted, and later drains do not wait for that same
+ * section again (a kernel that hangs must not stall every
+ * deregistration). */
+#include "device_table.h"
+
+#include <sched.h>
+#include <time.h>
+
+#include "cpu_relax.h"
+
+/* Slot s reads v still: pause, a little longer each time. */
+static void pause_for(unsigned round)
+{
+    if (round < 64) {
+        rc_cpu_relax();
+    } else if (round < 128) {
+        sched_yield();
+    } else {
+        struct timespec ts = { 0, 20000 };
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void raise_max(atomic_uint_fast64_t *max, uint64_t v)
+{
+    uint64_t old = atomic_load_explicit(max, memory_order_relaxed);
+    while (v > old && !atomic_compare_exchange_weak_explicit(max, &old, v, memory_order_relaxed,
+                                                             memory_order_relaxed))
+        ;
+}
+
+/* The slots whose sections are open now (and not given up on): their
+ * numbers in open[], how many returned. */
+static size_t open_sections(struct rc_dtable *t, struct open *open)
+{
+    size_t n = 0;
+    for (size_t s = 0; s < t->p.hold_slots; s++) {
+        uint32_t v = __atomic_load_n(&t->holds[s], __ATOMIC_ACQUIRE);
+        if ((v & 1) && __atomic_load_n(&t->given_up[s], __ATOMIC_RELAXED) != v + 1)
+            open[n++] = (struct open){ (uint32_t)s, v };
+    }
+    return n;
+}
+
+void rc_dtable_drain(struct rc_dtable *t, uint64_t removal)
+{
+    if (atomic_load_explicit(&t->drained, memory_order_acquire) >= removal)
+        return;
+    uint64_t written = atomic_load_explicit(&t->flushed, memory_order_acquire);
+    /* The removal's copy is done; the slots are read after it. */
+    atomic_thread_fence(memory_order_seq_cst);
+    pthread_mutex_lock(&t->drain_lock);
+    size_t n = open_sections(t, t->open);
+    uint64_t begun = n ? rc_dtable_clock() : 0, deadline = begun + t->p.drain_timeout_ns;
+    bool timed_out = false;
+    for (size_t i = 0; i < n; i++) {
+        size_t s = t->open[i].slot;
+        uint32_t v = t->open[i].seq;
+        for (unsigned round = 0; __atomic_load_n(&t->holds[s], __ATOMIC_ACQUIRE) == v; round++) {
+            if (timed_out || rc_dtable_clock() >= deadline) {
+                timed_out = true;
+                __atomic_store_n(&t->given_up[s], v + 1, __ATOMIC_RELAXED);
+                break;
+            }
+            pause_for(round);
+        }
+    }
+    pthread_mutex_unlock(&t->drain_lock);
+    if (begun) {
+        uint64_t ns = rc_dtable_clock() - begun;
+        atomic_fetch_add_explicit(&t->drains, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&t->drain_ns_total, ns, memory_order_relaxed);
+        raise_max(&t->drain_ns_max, ns);
+        if (timed_out)
+            atomic_fetch_add_explicit(&t->drain_timeouts, 1, memory_order_relaxed);
+    }
+    uint64_t old = atomic_load_explicit(&t->drained, memory_order_relaxed);
+    while (written > old &&
+           !atomic_compare_exchange_weak_explicit(&t->drained, &old, written, memory_order_release,
+                                                  memory_order_relaxed))
+        ;
+}

@@ -1,0 +1,105 @@
+/* The host's copy of a device key table: what the table on the GPU must
+ * say (records and page slots, laid out as in regcache_device.h), which
+ * entry each record mirrors, and what changed since the last write to the
+ * GPU.  Plain memory and one mutex; key_flush.c writes it to the device.
+ *
+ * Entries reach the table in two steps, so that the cache lock is never
+ * held for more than a queue append: publishing (under the cache lock)
+ * queues the entry, and the flush applies the queue - a record, and a slot
+ * for every 64 KiB page the entry's range touches.  Leaving (also under the
+ * cache lock) makes the record empty at once in this copy (its sequence
+ * number odd) and numbers the removal, which the deregistration waits for;
+ * the flush then deletes its slots and frees the record.  A record's
+ * sequence number only grows, and every slot carries the number its record
+ * had when the slot was written: a lookup on the device accepts a record
+ * only while it still has that number. */
+#ifndef RC_KEY_TABLE_H
+#define RC_KEY_TABLE_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "regcache_device.h"
+
+/* An entry published and not yet applied. */
+struct rc_kt_insert {
+    const void *id;
+    uint64_t start, end;
+    uint32_t rails;
+    uint32_t lkey[REGCACHE_DEVICE_RAILS];
+    bool cancelled; /* it left before the flush applied it */
+};
+
+/* What the table knows of an entry, by its id. */
+struct rc_kt_member {
+    const void *id;   /* NULL: empty */
+    uint32_t record;  /* its record, or 0: none (queued, or no room) */
+    uint32_t queued;  /* 1 + its insert's index in the queue, or 0 */
+    uint64_t removal; /* left: the number of its removal, else 0 */
+};
+
+struct rc_key_table {
+    pthread_mutex_t lock; /* everything below */
+    uint32_t slot_bits, max_probe, nrecords;
+    size_t nslots;
+    struct regcache_device_slot *slots;     /* [nslots] */
+    struct regcache_device_record *records; /* [nrecords]; 0 is never used */
+    const void **owner;                     /* [nrecords]: the entry mirrored */
+    uint32_t *free_records, nfree;
+    /* Records whose entry left: their slots go and they are freed at the
+     * next apply. */
+    uint32_t *leaving, nleaving;
+    struct rc_kt_member *members; /* open addressing by id */
+    size_t nmembers, member_cap, member_tombs;
+    struct rc_kt_insert *queue;
+    size_t nqueue, queue_cap;
+    /* Changed since the last snapshot: a span of records, and slot chunks. */
+    uint32_t dirty_lo, dirty_hi; /* dirty_lo > dirty_hi: none */
+    uint8_t *chunk_dirty;        /* [nslots / RC_KT_CHUNK] */
+    size_t used_slots, deleted_slots;
+    uint64_t removals;   /* removals numbered so far */
+    uint64_t live;       /* records holding an entry */
+    uint64_t unmirrored; /* entries or pages it had no room for */
+    uint64_t published, removed;
+};
+
+/* Slots per chunk: what a change of one slot rewrites on the device. */
+#define RC_KT_CHUNK 256
+
+int rc_kt_init(struct rc_key_table *t, unsigned slot_bits, unsigned max_probe, uint32_t nrecords);
+void rc_kt_fini(struct rc_key_table *t);
+
+/* Under t->lock.  The entry id, serving [start, end) with keys lkey[r] for
+ * each rail r in rails, was published (or gained a rail): queued, or -
+ * when the queue cannot grow - counted unmirrored. */
+void rc_kt_publish_locked(struct rc_key_table *t, const void *id, uint64_t start, uint64_t end,
+                          uint32_t rails, const uint32_t *lkey);
+
+/* Under t->lock.  The entry left the cache: its record reads empty from
+ * the next write on.  Returns its removal's number, or 0 when the device
+ * never had it (nothing to wait for before its deregistration). */
+uint64_t rc_kt_leave_locked(struct rc_key_table *t, const void *id);
+
+/* Under t->lock.  The entry is being deregistered: forget it; returns the
+ * number rc_kt_leave_locked() gave it, or 0. */
+uint64_t rc_kt_forget_locked(struct rc_key_table *t, const void *id);
+
+/* Under t->lock.  Apply the leaving records and one insert of the queue;
+ * false when the queue is done (each step is short, so the lock can be let
+ * go between them). */
+bool rc_kt_apply_step_locked(struct rc_key_table *t, size_t *next);
+
+/* Under t->lock, after the queue was applied to its end: empty it. */
+void rc_kt_queue_done_locked(struct rc_key_table *t);
+
+/* Under t->lock.  Every record empty, every slot unused (the table is
+ * being detached). */
+void rc_kt_clear_locked(struct rc_key_table *t);
+
+/* Under t->lock.  Whether a record serves [addr, addr+len) on rail, as a
+ * lookup on the device would find it once written. */
+bool rc_kt_serves_locked(const struct rc_key_table *t, uint64_t addr, uint64_t len, unsigned rail);
+
+#endif

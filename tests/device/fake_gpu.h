@@ -1,0 +1,27 @@
+/* The CUDA seam for the device key tables' tests: GPUs whose memory is
+ * host memory, so that threads standing in for kernels read the tables
+ * through regcache_device.h's host build.  Unlike tests/common's fake
+ * driver it is thread safe (the table's thread, the test's threads and the
+ * deregistering ones all call it): contexts are per thread, counts atomic.
+ * A copy writes 8-byte words in address order, each with a release store,
+ * so that a reader may see any prefix of it - the order a kernel may see a
+ * DMA land in least favours the table. */
+#ifndef FAKE_GPU_H
+#define FAKE_GPU_H
+
+#include <stdatomic.h>
+
+struct fake_gpu {
+    int devices;
+    atomic_long allocs, host_allocs, streams, retained; /* live now */
+    /* Failure injection: the next alloc (device memory) or copy fails. */
+    atomic_int fail_alloc, fail_copy;
+};
+
+extern struct fake_gpu fake_gpu;
+
+/* Route the library's driver calls here: `devices` GPUs, nothing live. */
+void fake_gpu_install(int devices);
+void fake_gpu_uninstall(void);
+
+#endif

@@ -1,0 +1,46 @@
+/* A cache with a device key table, for the device tests: the cache
+ * fixture's fake backend (whose handles' serials are the keys: a key names
+ * its registration), validation NOTIFY, params.device_keys, and one fake GPU
+ * (fake_gpu.h) holding the table in host memory, where this thread and
+ * others read it as kernels would, through regcache_device.h. */
+#ifndef KEYS_FIXTURE_H
+#define KEYS_FIXTURE_H
+
+#include "cache_fixture.h"
+#include "regcache_device.h"
+
+struct kx {
+    struct fx fx;
+    struct regcache_device_keys_params kp; /* set fields before kx_attach */
+    struct regcache_device_table t;
+};
+
+/* cmocka setup and teardown: the cache is not created yet; teardown
+ * destroys it and checks that no GPU memory, pinned memory, stream or
+ * context is left. */
+int kx_setup(void **state);
+int kx_teardown(void **state);
+
+/* Create the cache and attach a table on device 0 (must succeed). */
+void kx_attach(struct kx *k);
+
+/* The lkey that params.lkey gives a fake handle: its serial. */
+uint32_t kx_lkey(void *arg, void *handle, unsigned rail);
+
+/* What a kernel's lookup finds: REGCACHE_DEVICE_HIT or _MISS. */
+int kx_lookup(struct kx *k, uintptr_t addr, size_t len, unsigned rail,
+              struct regcache_device_key *key);
+
+/* The key a kernel gets for addr must be that of the host's get (on
+ * rail), after the table is synced. */
+void kx_assert_agrees(struct kx *k, uintptr_t addr, size_t len, unsigned rail);
+
+struct regcache_device_keys_stats kx_stats(struct kx *k);
+
+#define KX_MAIN(...)                                       \
+    int main(void)                                         \
+    {                                                      \
+        return FX_RUN(kx_setup, kx_teardown, __VA_ARGS__); \
+    }
+
+#endif

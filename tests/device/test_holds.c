@@ -1,0 +1,159 @@
+/* Hold sections: a deregistration of an entry the table mirrored waits
+ * for the sections open when its record left the table, and only for
+ * those; a section that outlasts drain_timeout_ns is given up on, counted,
+ * and not waited for again. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "keys_fixture.h"
+#include "test_sync.h"
+
+#define A FX_ALLOC(0)
+#define B FX_ALLOC(1)
+
+struct holder {
+    struct kx *k;
+    unsigned slot;
+    struct gate got, end;
+    uint32_t lkey;
+};
+
+static void hold_a(void *arg)
+{
+    struct holder *h = arg;
+    struct regcache_device_key key;
+    regcache_device_hold_begin(&h->k->t, h->slot);
+    if (kx_lookup(h->k, A, 64, 0, &key) == REGCACHE_DEVICE_HIT)
+        h->lkey = key.lkey;
+    gate_pass(&h->got);
+    gate_pass(&h->end);
+    regcache_device_hold_end(&h->k->t, h->slot);
+}
+
+static void invalidate_a(void *arg)
+{
+    struct kx *k = arg;
+    regcache_invalidate(k->fx.c, (void *)A, 64);
+}
+
+static bool a_gone(const void *arg)
+{
+    struct regcache_device_key key;
+    return kx_lookup((struct kx *)arg, A, 64, 0, &key) == REGCACHE_DEVICE_MISS;
+}
+
+/* The key found in an open section stays registered until it ends. */
+static void deregistration_waits_for_section(void **state)
+{
+    struct kx *k = *state;
+    fx_device_allocs(&k->fx, 1);
+    kx_attach(k);
+    kx_assert_agrees(k, A, 64, 0);
+    struct holder h = { .k = k, .slot = 3 };
+    gate_init(&h.got);
+    gate_init(&h.end);
+    struct dthread holder, invalidator;
+    dthread_start(&holder, hold_a, &h);
+    assert_true(gate_await(&h.got, 1, HANG_SECONDS));
+    assert_int_equal(h.lkey, 1);
+    gate_open(&h.got);
+    dthread_start(&invalidator, invalidate_a, k);
+    /* Out of the table already, still registered: the section is open. */
+    assert_true(wait_until(a_gone, k, HANG_SECONDS));
+    assert_int_equal(atomic_load(&k->fx.fb.deregs), 0);
+    gate_open(&h.end);
+    assert_true(dthread_join(&holder, HANG_SECONDS));
+    assert_true(dthread_join(&invalidator, HANG_SECONDS));
+    assert_int_equal(atomic_load(&k->fx.fb.deregs), 1);
+    struct regcache_device_keys_stats s = kx_stats(k);
+    assert_int_equal(s.drains, 1);
+    assert_int_equal(s.drain_timeouts, 0);
+}
+
+static bool sleeping(const void *arg)
+{
+    return await_sleeping(dthread_tid((struct dthread *)arg), 0.001);
+}
+
+/* A section opened while the drain waits for another is not waited for:
+ * the drain waits for the sections open when it began, at most. */
+static void later_sections_not_waited_for(void **state)
+{
+    struct kx *k = *state;
+    k->kp.drain_timeout_ns = 60ull * 1000 * 1000 * 1000;
+    fx_device_allocs(&k->fx, 1);
+    kx_attach(k);
+    kx_assert_agrees(k, A, 64, 0);
+    struct holder h = { .k = k, .slot = 0 };
+    gate_init(&h.got);
+    gate_init(&h.end);
+    gate_open(&h.got);
+    struct dthread holder, invalidator;
+    dthread_start(&holder, hold_a, &h);
+    assert_true(gate_await(&h.end, 1, HANG_SECONDS)); /* its section is open */
+    dthread_start(&invalidator, invalidate_a, k);
+    assert_true(wait_until(a_gone, k, HANG_SECONDS));
+    assert_true(wait_until(sleeping, &invalidator, HANG_SECONDS)); /* waiting for slot 0 */
+    regcache_device_hold_begin(&k->t, 1);
+    gate_open(&h.end);
+    assert_true(dthread_join(&holder, HANG_SECONDS));
+    assert_true(dthread_join(&invalidator, HANG_SECONDS));
+    assert_int_equal(kx_stats(k).drain_timeouts, 0);
+    regcache_device_hold_end(&k->t, 1);
+}
+
+/* Sections that ended, and sections opened after the record left, are
+ * not waited for. */
+static void closed_sections_cost_nothing(void **state)
+{
+    struct kx *k = *state;
+    fx_device_allocs(&k->fx, 2);
+    kx_attach(k);
+    for (unsigned s = 0; s < 8; s++) {
+        regcache_device_hold_begin(&k->t, s);
+        regcache_device_hold_end(&k->t, s);
+    }
+    kx_assert_agrees(k, A, 64, 0);
+    assert_int_equal(regcache_invalidate(k->fx.c, (void *)A, 64), REGCACHE_OK);
+    assert_int_equal(kx_stats(k).drains, 0);
+    assert_int_equal(atomic_load(&k->fx.fb.deregs), 1);
+}
+
+/* A section that never ends: the wait stops at the bound, the
+ * registration goes, and the next deregistration does not wait for that
+ * section again. */
+static void stuck_section_given_up(void **state)
+{
+    struct kx *k = *state;
+    k->kp.drain_timeout_ns = 20 * 1000 * 1000;
+    fx_device_allocs(&k->fx, 2);
+    kx_attach(k);
+    kx_assert_agrees(k, A, 64, 0);
+    kx_assert_agrees(k, B, 64, 0);
+    regcache_device_hold_begin(&k->t, 7);
+    assert_int_equal(regcache_invalidate(k->fx.c, (void *)A, 64), REGCACHE_OK);
+    assert_int_equal(atomic_load(&k->fx.fb.deregs), 1);
+    struct regcache_device_keys_stats s = kx_stats(k);
+    assert_int_equal(s.drains, 1);
+    assert_int_equal(s.drain_timeouts, 1);
+    assert_true(s.drain_ns_max >= k->kp.drain_timeout_ns);
+    assert_true(s.drain_ns_total >= s.drain_ns_max);
+    assert_int_equal(regcache_invalidate(k->fx.c, (void *)B, 64), REGCACHE_OK);
+    s = kx_stats(k);
+    assert_int_equal(s.drains, 1);
+    assert_int_equal(s.drain_timeouts, 1);
+    /* A new section on the slot is waited for again. */
+    regcache_device_hold_end(&k->t, 7);
+    regcache_device_hold_begin(&k->t, 7);
+    kx_assert_agrees(k, A, 64, 0);
+    assert_int_equal(regcache_invalidate(k->fx.c, (void *)A, 64), REGCACHE_OK);
+    assert_int_equal(kx_stats(k).drain_timeouts, 2);
+    regcache_device_hold_end(&k->t, 7);
+}
+
+KX_MAIN(deregistration_waits_for_section, later_sections_not_waited_for,
+        closed_sections_cost_nothing, stuck_section_given_up)
