@@ -62,7 +62,7 @@ int regcache_entry_hold(regcache_t *c, const regcache_entry_t *h, regcache_entry
     if (!token)
         return rc_fail(REGCACHE_ERR_INVALID, "%s: token is NULL", fn);
     *token = NULL;
-    struct regcache_entry *e;
+    struct regcache_entry *e = NULL;
     unsigned rail;
     int rc = token_entry(c, h, fn, &e, &rail);
     if (rc != REGCACHE_OK)
@@ -93,7 +93,7 @@ int regcache_entry_hold(regcache_t *c, const regcache_entry_t *h, regcache_entry
 int regcache_entry_invalidate(regcache_t *c, regcache_entry_t *h, void (*cb)(void *arg), void *arg)
 {
     static const char fn[] = "regcache_entry_invalidate";
-    struct regcache_entry *e;
+    struct regcache_entry *e = NULL;
     unsigned rail;
     int rc = token_entry(c, h, fn, &e, &rail);
     if (rc != REGCACHE_OK)

@@ -115,8 +115,9 @@ static void kb_watchdog(int sig)
     char line[256];
     int n = snprintf(line, sizeof line, "HANG: no end after %d s, in phase \"%s\", step %ld\n",
                      KB_WATCHDOG_S, kb_phase, kb_step);
-    if (n > 0)
-        write(1, line, (size_t)n);
+    // Nothing is left to do if the write fails: the exit status says it.
+    if (n > 0 && write(1, line, (size_t)n) < 0)
+        _exit(4);
     _exit(3);
 }
 
