@@ -205,8 +205,8 @@ struct rc_host_claim *rc_host_monitor_watch(uintptr_t start, uintptr_t end, enum
     claim->node.start = start;
     claim->node.end = end;
     claim->by_uffd = by == RC_HOST_BY_UFFD;
-    if (by == RC_HOST_BY_LIBC)
-        rc_host_libc_check();
+    if (by == RC_HOST_BY_LIBC && !rc_host_libc_check())
+        by = RC_HOST_BY_NONE; /* the hooks lost the front for good */
     bool first = false;
     pthread_mutex_lock(&life_lock);
     bool ok = by != RC_HOST_BY_NONE && start_locked();

@@ -64,7 +64,7 @@ static int patched;                 /* how many */
 /* Each entry as patched: what a later patcher must leave alone for the
  * wrapper to see every call. */
 static struct rc_patch_fn fns[ICPT_SYMBOLS];
-static char install_failure[256];   /* empty once installed */
+static char install_failure[256]; /* empty once installed */
 
 void *rc_wrap_driver_symbol(const char *symbol)
 {
@@ -122,7 +122,7 @@ static int patch_all(char *why, size_t n)
         snprintf(why, n, "libcuda.so.1 exports none of the memory functions");
         return -1;
     }
-    return rc_patch_set(fns, ICPT_SYMBOLS, &patched, why, n);
+    return rc_patch_set(fns, ICPT_SYMBOLS, NULL, &patched, why, n) == 0 ? 0 : -1;
 }
 
 static void install(void)
