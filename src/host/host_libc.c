@@ -259,8 +259,8 @@ static int patch(char *why, size_t n)
  * volatile pointer: a compiler may drop a free(malloc()). */
 static unsigned reached_by_free(void)
 {
-    reached = 0;
     void *volatile big = malloc((size_t)64 << 20);
+    reached = 0; /* not what malloc reached: growing the heap calls brk */
     free(big);
     return reached;
 }
