@@ -24,7 +24,7 @@
 
 #include "cache_fixture.h"
 #include "crash_child.h"
-#include "libc_entries.h"
+#include "host_case.h"
 #include "syscall_trap.h"
 #include "test_sync.h"
 

@@ -16,7 +16,7 @@
 #include <cmocka.h>
 
 #include "cache_fixture.h"
-#include "libc_entries.h"
+#include "host_case.h"
 
 static void failed_self_test_leaves_libc_as_it_was(void **state)
 {

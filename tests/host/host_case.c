@@ -1,10 +1,12 @@
-/* The libc functions the monitor patches (libc_entries.h). */
-#include "libc_entries.h"
+/* What the host monitor's tests share (host_case.h). */
+#include "host_case.h"
 
 #include <dlfcn.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
