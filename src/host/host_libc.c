@@ -134,11 +134,15 @@ static void *hook_mmap(void *addr, size_t len, int prot, int flags, int fd, off_
     return REAL(MMAP, mmap_fn)(addr, len, prot, flags, fd, off);
 }
 
-/* The advice that drops pages: the next touch maps new ones. */
+bool rc_host_advice_drops(int advice)
+{
+    return advice == MADV_DONTNEED || advice == MADV_FREE || advice == MADV_REMOVE ||
+           advice == MADV_DONTNEED_LOCKED;
+}
+
 static int hook_madvise(void *addr, size_t len, int advice)
 {
-    if (advice == MADV_DONTNEED || advice == MADV_FREE || advice == MADV_REMOVE ||
-        advice == MADV_DONTNEED_LOCKED)
+    if (rc_host_advice_drops(advice))
         leaving(MADVISE, (uintptr_t)addr, (uintptr_t)addr + len);
     return REAL(MADVISE, madvise_fn)(addr, len, advice);
 }

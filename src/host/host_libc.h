@@ -39,6 +39,10 @@ bool rc_host_libc_check(void);
  * hooks the calls (UCX's events, another copy's hooks). */
 void rc_host_libc_post(uintptr_t start, uintptr_t end);
 
+/* Whether madvise() with `advice` drops the pages (the next touch maps new
+ * ones): MADV_DONTNEED, _FREE, _REMOVE, _DONTNEED_LOCKED. */
+bool rc_host_advice_drops(int advice);
+
 /* The ranges the hooks post: the union of the watched ranges, which only
  * grows until nothing is watched (then empty: lo > hi).  Under the
  * monitor's claims lock. */

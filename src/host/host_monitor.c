@@ -25,6 +25,7 @@
 
 #include "cache.h"
 #include "host_libc.h"
+#include "host_ucm.h"
 #include "host_uffd.h"
 
 /* How long the posts of libc's hooks may wait for a drain when no get of
@@ -98,6 +99,20 @@ static bool open_kick_locked(void)
     "munmap, mremap, MAP_FIXED, madvise, brk, shmdt, and libc's own unmapping in free " \
     "and realloc"
 
+/* UCX's events: where libucm is loaded and AUTO or UCM asks. */
+static enum rc_host_by open_ucm(int mode, char *why, size_t n, char *ucm_why, size_t ucm_n)
+{
+    if (mode != REGCACHE_HOST_MONITOR_UCM &&
+        (mode != REGCACHE_HOST_MONITOR_AUTO || !rc_host_ucm_loaded()))
+        return RC_HOST_BY_NONE;
+    if (!rc_host_ucm_ensure(ucm_why, ucm_n))
+        return RC_HOST_BY_NONE;
+    snprintf(why, n,
+             "monitored by UCX's memory events (libucm's hooks: " LIBC_WAYS
+             ", and UCX's own allocator; a system call made without libc is not seen)");
+    return RC_HOST_BY_UCM;
+}
+
 enum rc_host_by rc_host_monitor_open(int mode, char *why, size_t n)
 {
     pthread_once(&atfork_once, install_atfork);
@@ -108,26 +123,36 @@ enum rc_host_by rc_host_monitor_open(int mode, char *why, size_t n)
         snprintf(why, n, "not monitored (eventfd: %s)", strerror(errno));
         return RC_HOST_BY_NONE;
     }
-    char libc_why[200] = "", uffd_why[160] = "";
-    if (mode != REGCACHE_HOST_MONITOR_UFFD && rc_host_libc_ensure(libc_why, sizeof libc_why)) {
+    char ucm_why[200] = "", libc_why[200] = "", uffd_why[160] = "";
+    if (open_ucm(mode, why, n, ucm_why, sizeof ucm_why) == RC_HOST_BY_UCM)
+        return RC_HOST_BY_UCM;
+    bool libc = mode == REGCACHE_HOST_MONITOR_LIBC || mode == REGCACHE_HOST_MONITOR_AUTO;
+    if (libc && rc_host_libc_ensure(libc_why, sizeof libc_why)) {
         snprintf(why, n,
                  "monitored by patching libc (" LIBC_WAYS "; a system call made without libc "
                  "is not seen: REGCACHE_HOST_MONITOR=uffd sees those too)");
         return RC_HOST_BY_LIBC;
     }
     int err = 1;
-    if (mode != REGCACHE_HOST_MONITOR_LIBC) {
+    if (mode == REGCACHE_HOST_MONITOR_UFFD) {
         pthread_mutex_lock(&life_lock);
         err = rc_host_uffd_open(uffd_why, sizeof uffd_why);
         pthread_mutex_unlock(&life_lock);
     }
     if (!err) {
-        snprintf(why, n, "monitored by userfaultfd (" LIBC_WAYS ", and system calls%s%s)",
-                 libc_why[0] ? "; " : "", libc_why);
+        snprintf(why, n, "monitored by userfaultfd (" LIBC_WAYS ", and system calls)");
         return RC_HOST_BY_UFFD;
     }
-    snprintf(why, n, "not monitored (%s%s%s)", libc_why, libc_why[0] && uffd_why[0] ? "; " : "",
-             uffd_why);
+    const char *reasons[] = { ucm_why, libc_why, uffd_why };
+    int k = snprintf(why, n, "not monitored (");
+    bool first = true;
+    for (size_t i = 0; i < sizeof reasons / sizeof reasons[0]; i++)
+        if (reasons[i][0] && k > 0 && (size_t)k < n) {
+            k += snprintf(why + k, n - (size_t)k, "%s%s", first ? "" : "; ", reasons[i]);
+            first = false;
+        }
+    if (k > 0 && (size_t)k < n)
+        snprintf(why + k, n - (size_t)k, ")");
     return RC_HOST_BY_NONE;
 }
 
