@@ -31,10 +31,14 @@ void *libc_fn(const char *name);
 /* The first ENTRY_BYTES bytes of each function's entry. */
 void libc_entries_read(uint8_t out[LIBC_FNS][ENTRY_BYTES]);
 
-/* f's cache, with host memory, watched by libc's hooks (the environment's
- * REGCACHE_HOST_MONITOR=libc): fails the test when it is not, or - where a
- * sanitizer's allocator makes libc's self-test fail - prints SKIP and the
- * reason and exits 77. */
-void host_create_by_libc(struct fx *f);
+/* f's cache, with host memory, watched the way the environment asks
+ * (REGCACHE_HOST_MONITOR=libc, uffd or ucm): fails the test when it is
+ * not, or - where a sanitizer's allocator makes the hooks' self-test fail -
+ * prints SKIP and the reason and exits 77. */
+void host_create(struct fx *f);
+
+/* UCX's libucm loaded, with its hooks installed, as UCX loads it; fails
+ * the test when it cannot be. */
+void host_load_ucm(void);
 
 #endif

@@ -46,7 +46,7 @@ static int chaining_munmap(void *addr, size_t len)
 static void chaining_patcher_after_the_monitor(void **state)
 {
     struct fx *f = *state;
-    host_create_by_libc(f);
+    host_create(f);
     char *p = anon(NULL, 0);
     counted = p;
     fx_use(f, (uintptr_t)p, LEN);
@@ -84,7 +84,7 @@ static int warring_munmap(void *addr, size_t len)
 static void patching_war_ends(void **state)
 {
     struct fx *f = *state;
-    host_create_by_libc(f);
+    host_create(f);
     uint8_t *entry = libc_fn("munmap");
     static struct chain_patch war[ROUNDS];
     int taken_back = 0, unmonitored = 0;

@@ -75,7 +75,7 @@ static char *anon(void)
 static void fork_waits_for_the_patch(void **state)
 {
     struct fx *f = *state;
-    host_create_by_libc(f);
+    host_create(f);
     /* The monitor's thread started (by a watched range, then none): not
      * by the trapped thread, whose filter it would inherit. */
     char *first = anon();
