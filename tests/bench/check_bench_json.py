@@ -27,7 +27,7 @@ WORKLOADS = {"hits", "threads", "churn", "invalidation", "misses", "ucx", "linke
              "host_ranges", "prefetch", "host_monitor"}
 CPU_WORKLOADS = WORKLOADS - {"ucx", "linked", "pins"}
 THREADS = [1, 2, 4, 8, 16, 24, 32]
-GOALS = 31
+GOALS = 33
 
 
 def fail(msg):
