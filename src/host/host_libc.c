@@ -47,7 +47,14 @@ static _Atomic(void *) originals[FNS];
 #define REAL(fn, type) ((type)atomic_load_explicit(&originals[fn], memory_order_acquire))
 
 static _Atomic uintptr_t watch_lo = UINTPTR_MAX, watch_hi;
-static uintptr_t page_mask;
+/* The page size less one: set at load, before any hook or UCX handler of
+ * the library can run, and never changed (relaxed loads). */
+static _Atomic uintptr_t page_mask;
+
+__attribute__((constructor)) static void learn_page_size(void)
+{
+    atomic_store_explicit(&page_mask, (uintptr_t)sysconf(_SC_PAGESIZE) - 1, memory_order_relaxed);
+}
 
 /* The self-test's calls: which hooks this thread reached (bit POSTED: a
  * range reached rc_host_libc_post, through this copy's hooks or through
@@ -70,10 +77,11 @@ void rc_host_libc_post(uintptr_t start, uintptr_t end)
 {
     if (__builtin_expect(atomic_load_explicit(&probing, memory_order_relaxed) != 0, 0))
         reached |= 1u << POSTED;
+    uintptr_t mask = atomic_load_explicit(&page_mask, memory_order_relaxed);
     if (end < start) /* wrapped: to the top */
-        end = UINTPTR_MAX & ~page_mask;
+        end = UINTPTR_MAX & ~mask;
     else
-        end = (end + page_mask) & ~page_mask;
+        end = (end + mask) & ~mask;
     if (start < atomic_load_explicit(&watch_hi, memory_order_acquire) &&
         end > atomic_load_explicit(&watch_lo, memory_order_relaxed) && start < end) {
         rc_host_events_post(start, end);
@@ -277,7 +285,7 @@ static unsigned reached_by_free(void)
  * them.  The probe mapping is nobody's; brk and sbrk stop at their hooks. */
 static int prove(char *why, size_t n)
 {
-    size_t page = page_mask + 1;
+    size_t page = atomic_load_explicit(&page_mask, memory_order_relaxed) + 1;
     atomic_fetch_add(&probing, 1);
     reached = 0;
     char *p = mmap(NULL, page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -314,7 +322,7 @@ static int prove(char *why, size_t n)
  * the copy that patched libc. */
 static int prove_joined(char *why, size_t n)
 {
-    size_t page = page_mask + 1;
+    size_t page = atomic_load_explicit(&page_mask, memory_order_relaxed) + 1;
     atomic_fetch_add(&probing, 1);
     reached = 0;
     char *p = mmap(NULL, page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -348,7 +356,6 @@ static void after_fork(void)
 
 static void install(void)
 {
-    page_mask = (uintptr_t)sysconf(_SC_PAGESIZE) - 1;
     pthread_atfork(before_fork, after_fork, after_fork);
     char why[sizeof failure - 32];
     int ok = patch(why, sizeof why) == 0 &&
