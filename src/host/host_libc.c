@@ -219,8 +219,9 @@ static pthread_mutex_t repatch_lock = PTHREAD_MUTEX_INITIALIZER;
 static int repatched;
 static atomic_bool given_up;
 
-/* The first entry of each function patched or joined; 0, 1 (try again:
- * an entry changed meanwhile) or -1 with why. */
+/* libc patched, or the hooks another copy of the library patched there
+ * joined: 0, 1 (try again: an entry changed meanwhile, or the other copy's
+ * test failed and it is taking its patches back) or -1 with why. */
 static int patch_or_join(char *why, size_t n)
 {
     void *owner = rc_patch_owner(fns[MUNMAP].entry);
