@@ -155,8 +155,9 @@ int main(void)
         setenv("REGCACHE_HOST_MONITOR", way, 1);
         failed += cmocka_run_group_tests_name(name, tests, NULL, NULL);
     }
-    printf("app_mappings: mremap, mprotect and munmap of watched mappings under libc, uffd "
-           "and ucm\n");
+    if (!failed)
+        printf("app_mappings: mremap, mprotect and munmap of watched mappings under libc, "
+               "uffd and ucm\n");
     vm_dev_close(&dev);
     return failed ? 1 : 0;
 }
