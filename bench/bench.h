@@ -4,6 +4,7 @@
 #ifndef BENCH_H
 #define BENCH_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <time.h>
@@ -268,6 +269,9 @@ int bench_json_close(const struct bench_machine *m);
 /* A row of r's kind that is one count, not a time: `value` in `unit`, its
  * own median and p99 (host_ranges.c, host_merge.c). */
 void bench_emit_count(const struct bench_row *r, const char *what, const char *unit, double value);
+/* Write out what is buffered: before a fork whose child emits rows too (it
+ * writes through the same file offset; the parent waits for it). */
+void bench_json_flush(void);
 
 /* ---- the workloads, one file each ----------------------------------------- */
 
@@ -289,12 +293,17 @@ void bench_host_ranges(void);
  * and for random sub-ranges (counts, not times). */
 void bench_host_merge(void);
 /* host_monitor.c: munmap+mmap of a watched and of an unwatched cached host
- * range, and a host hit with the monitor on and off. */
+ * range, each way, without UCX and (in a child process) with UCX's memory
+ * hooks live, and a host hit with the monitor on and off.  Before
+ * bench_ucx_load(). */
 void bench_host_monitor(void);
 /* ucx.c: UCX's ucs_rcache beside regcache in the hits and threads rows.
  * bench_ucx_load: m's UCX version, or a skip when there is no UCX. */
 struct bench_ucx;
 void bench_ucx_load(struct bench_machine *m);
+/* libucs loaded with its memory hooks live, as UCX runs by default (not
+ * what bench_ucx_load does): NULL, or why not. */
+const char *bench_ucx_hooks(void);
 /* An rcache holding `regions` regions of s, and op: random hits on it, as
  * a regcache target's; NULL without UCX, or with r emitted with a note when
  * it cannot be had.  Fills r's impl and entries. */

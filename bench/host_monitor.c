@@ -1,10 +1,12 @@
 /* What the host memory monitor costs, null backend, host_memory on: the
  * munmap and mmap again of a cached 2 MiB range it watches - through
- * libc's hooks and through the userfaultfd - beside the same of a range it
- * does not (a cache with the monitor off, whose entry the untimed step
- * invalidates explicitly, as that contract asks), and a host hit with the
- * monitor on and off.  Interleaved, so that the report compares
- * neighbouring samples. */
+ * libc's hooks, through the userfaultfd and, with UCX loaded, through UCX's
+ * events - beside the same of a range it does not (a cache with the monitor
+ * off, whose entry the untimed step invalidates explicitly, as that
+ * contract asks), and a host hit with the monitor on and off.  Run once
+ * before UCX is loaded and once after (UCX's hooks then sit on the same
+ * calls).  Interleaved, so that the report compares neighbouring
+ * samples. */
 #include "bench.h"
 
 #include <stdatomic.h>
@@ -13,6 +15,8 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #define RANGE ((size_t)2 << 20)
 #define RANGES 8 /* unmapped per sample */
@@ -98,13 +102,15 @@ static char *map_ranges(void)
     return base;
 }
 
-/* The caches compared: libc's hooks, the userfaultfd, none. */
-#define WAYS 3
+/* The caches compared: libc's hooks, the userfaultfd, UCX's events (with
+ * UCX loaded only), none.  OFF last. */
+#define WAYS 4
 static const enum regcache_host_monitor ways[WAYS] = { REGCACHE_HOST_MONITOR_LIBC,
                                                        REGCACHE_HOST_MONITOR_UFFD,
+                                                       REGCACHE_HOST_MONITOR_UCM,
                                                        REGCACHE_HOST_MONITOR_OFF };
-/* A row per way for the unmaps, then the hit through libc's and none. */
-#define ROWS (WAYS + 2)
+static const char *const way_names[WAYS] = { "libc", "uffd", "ucm", "off" };
+#define OFF (WAYS - 1)
 
 static void destroy(struct mon *m, int n)
 {
@@ -124,61 +130,112 @@ static void check_way(const struct mon *m, char *why, size_t n)
         snprintf(why, n, "%s", strstr(regcache_validation_reason(m->use.cache), "host memory"));
 }
 
-void bench_host_monitor(void)
+/* The host hit through libc's hooks beside one with the monitor off. */
+static void hits(struct mon *m)
 {
-    static const char *const what[ROWS] = { "munmap+mmap libc", "munmap+mmap uffd",
-                                            "munmap+mmap off", "hit watched", "hit unwatched" };
-    struct bench_row rows[ROWS];
-    struct mon m[WAYS];
-    for (int i = 0; i < ROWS; i++)
+    static const char *const what[2] = { "hit watched", "hit unwatched" };
+    struct bench_row rows[2];
+    struct bench_op ops[2];
+    for (int i = 0; i < 2; i++) {
+        struct mon *k = &m[i ? OFF : 0];
         rows[i] = (struct bench_row){ .workload = "host_monitor",
                                       .source = "null",
                                       .impl = "regcache",
                                       .what = what[i],
                                       .size = RANGE };
+        ops[i] = (struct bench_op){ hit_run, NULL, bench_use_check, k };
+        recache(k);
+        k->use.counter = offsetof(struct regcache_stats, misses);
+        k->use.expect = bench_counter(&k->use);
+    }
+    bench_interleave((struct bench_arm[]){ { &rows[0], &ops[0], bench.batch, 0 },
+                                           { &rows[1], &ops[1], bench.batch, 0 } },
+                     2);
+}
+
+static void measure(bool ucx_loaded)
+{
+    struct bench_row rows[WAYS];
+    struct bench_op ops[WAYS];
+    struct bench_arm arms[WAYS];
+    struct mon m[WAYS];
+    char what[WAYS][48];
     bool usable[WAYS];
+    int n = 0;
     for (int k = 0; k < WAYS; k++) {
-        bool monitored = ways[k] != REGCACHE_HOST_MONITOR_OFF;
+        snprintf(what[k], sizeof what[k], "munmap+mmap %s%s", way_names[k],
+                 ucx_loaded ? ", UCX" : "");
+        rows[k] = (struct bench_row){ .workload = "host_monitor",
+                                      .source = "null",
+                                      .impl = "regcache",
+                                      .what = what[k],
+                                      .size = RANGE };
+        usable[k] = false;
+        m[k] = (struct mon){ .base = NULL };
+        if (ways[k] == REGCACHE_HOST_MONITOR_UCM && !ucx_loaded)
+            continue;
         m[k] = (struct mon){ { .cache = host_cache(ways[k]),
                                .counter = offsetof(struct regcache_stats, deregistrations) },
                              map_ranges(),
-                             monitored };
+                             ways[k] != REGCACHE_HOST_MONITOR_OFF };
         char why[300] = "";
         check_way(&m[k], why, sizeof why);
         usable[k] = !why[0];
-        if (why[0]) {
+        ops[k] = (struct bench_op){ unmap_run, recache, unmap_check, &m[k] };
+        if (usable[k]) {
+            recache(&m[k]);
+            arms[n++] = (struct bench_arm){ &rows[k], &ops[k], RANGES, 0 };
+        } else {
             bench_note(&rows[k], "%s", why);
             bench_emit(&rows[k]);
         }
     }
-    const struct bench_op ops[ROWS] = {
-        { unmap_run, recache, unmap_check, &m[0] }, { unmap_run, recache, unmap_check, &m[1] },
-        { unmap_run, recache, unmap_check, &m[2] }, { hit_run, NULL, bench_use_check, &m[0] },
-        { hit_run, NULL, bench_use_check, &m[2] },
-    };
-    struct bench_arm arms[WAYS];
-    int n = 0;
-    for (int k = 0; k < WAYS; k++)
-        if (usable[k]) {
-            recache(&m[k]);
-            arms[n++] = (struct bench_arm){ &rows[k], &ops[k], RANGES, 0 };
-        }
     if (n)
         bench_interleave(arms, (size_t)n);
-    if (usable[0] && usable[2]) {
-        for (int k = 0; k < WAYS; k += 2) {
-            recache(&m[k]);
-            m[k].use.counter = offsetof(struct regcache_stats, misses);
-            m[k].use.expect = bench_counter(&m[k].use);
+    if (!ucx_loaded && usable[0] && usable[OFF])
+        hits(m);
+    else if (!ucx_loaded)
+        for (int i = 0; i < 2; i++) {
+            struct bench_row r = { .workload = "host_monitor",
+                                   .source = "null",
+                                   .impl = "regcache",
+                                   .what = i ? "hit unwatched" : "hit watched",
+                                   .size = RANGE };
+            bench_note(&r, "no cache watched by libc's hooks to compare");
+            bench_emit(&r);
         }
-        bench_interleave((struct bench_arm[]){ { &rows[3], &ops[3], bench.batch, 0 },
-                                               { &rows[4], &ops[4], bench.batch, 0 } },
-                         2);
-    } else {
-        for (int i = 3; i < ROWS; i++) {
-            bench_note(&rows[i], "no cache watched by libc's hooks to compare");
-            bench_emit(&rows[i]);
-        }
-    }
     destroy(m, WAYS);
+}
+
+/* With UCX's hooks live, in a child (libucs stays loaded once loaded, and
+ * the rest of the run wants it without them): its rows go out through the
+ * same file offset while the parent waits. */
+static void beside_ucx(void)
+{
+    bench_json_flush();
+    pid_t pid = fork();
+    if (pid == 0) {
+        const char *why = bench_ucx_hooks();
+        if (why) {
+            struct bench_row r = { .workload = "host_monitor",
+                                   .source = "null",
+                                   .impl = "regcache",
+                                   .what = "munmap+mmap, UCX",
+                                   .size = RANGE };
+            bench_note(&r, "%s", why);
+        } else {
+            measure(true);
+        }
+        bench_json_flush();
+        _exit(0);
+    }
+    int status;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status))
+        fprintf(stderr, "host_monitor: the run with UCX loaded did not end\n");
+}
+
+void bench_host_monitor(void)
+{
+    measure(false);
+    beside_ucx();
 }

@@ -84,6 +84,11 @@ void bench_emit(const struct bench_row *r)
                          : "ns");
 }
 
+void bench_json_flush(void)
+{
+    fflush(out);
+}
+
 void bench_note(struct bench_row *r, const char *fmt, ...)
 {
     va_list ap;

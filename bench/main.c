@@ -50,6 +50,8 @@ int main(int argc, char **argv)
         perror("regcache-bench: writing the JSON or mapping the address space");
         return 2;
     }
+    /* Before UCX is loaded (without its memory hooks). */
+    bench_host_monitor();
     bench_ucx_load(&m);
     bench_hits(&cpu);
     bench_threads(&cpu);
@@ -59,7 +61,6 @@ int main(int argc, char **argv)
     bench_prefetch(&cpu);
     bench_host_ranges();
     bench_host_merge();
-    bench_host_monitor();
     if (bench_cuda_open(&gpu, &m) == 0) {
         bench_hits(&gpu);
         bench_threads(&gpu);

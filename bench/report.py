@@ -222,6 +222,11 @@ class Report:
         self.pair("host munmap+mmap of a 2 MiB range watched through libc <= off + 1000 ns",
                   f(what="munmap+mmap libc", **mon), f(what="munmap+mmap off", **mon),
                   "diff", 1000, source="null")
+        for way, name in (("ucm", "UCX's events"), ("libc", "libc")):
+            self.pair("host munmap+mmap watched through %s, UCX loaded <= off + 1000 ns" % name,
+                      f(what="munmap+mmap %s, UCX" % way, **mon),
+                      f(what="munmap+mmap off, UCX", **mon), "diff", 1000,
+                      source="ucx")
         self.pair("host hit with the monitor on = off within noise",
                   f(what="hit watched", **mon), f(what="hit unwatched", **mon), "same",
                   source="null")

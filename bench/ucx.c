@@ -21,6 +21,11 @@ void bench_ucx_load(struct bench_machine *m)
                "not found at configure time: install libucx-dev and reconfigure");
 }
 
+const char *bench_ucx_hooks(void)
+{
+    return "UCX (libucs) not found at configure time";
+}
+
 struct bench_ucx *bench_ucx_open(struct bench_row *r, const struct bench_src *s, size_t regions,
                                  struct bench_op *op)
 {
@@ -115,6 +120,13 @@ static int ucx_check(void *ctx, char *why, size_t len)
     snprintf(why, len, "%llu gets failed, %llu registrations in the hit loop",
              (unsigned long long)failures, (unsigned long long)regs);
     return failures || regs ? -1 : 0;
+}
+
+const char *bench_ucx_hooks(void)
+{
+    if (getenv("UCX_MEM_EVENTS"))
+        return "UCX_MEM_EVENTS is set";
+    return dlopen(BENCH_UCS_LIBRARY, RTLD_NOW | RTLD_GLOBAL) ? NULL : dlerror();
 }
 
 static const char *load(void)

@@ -4,7 +4,7 @@
 # Does nothing when they are all present; needs root otherwise.
 set -euo pipefail
 pkgs=(cmake make gcc clang pkg-config libibverbs-dev ibverbs-providers ibverbs-utils
-      rdma-core libcmocka-dev libucx-dev uthash-dev pandoc python3
+      rdma-core libcmocka-dev libucx-dev uthash-dev pandoc python3 libjemalloc2 libfabric1 libfabric-dev
       qemu-system-x86 kmod iproute2 xz-utils util-linux "$@")
 missing=()
 for p in "${pkgs[@]}"; do

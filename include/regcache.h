@@ -416,34 +416,42 @@ struct regcache_params {
  * over them, madvise(DONTNEED, FREE, REMOVE), brk shrinking, shmdt, free()
  * and realloc() of the chunks that libc unmaps), before any get can be
  * served from it once the unmapping call has returned; no
- * regcache_invalidate() is needed then.  It hears of unmaps in one of two
- * ways:
+ * regcache_invalidate() is needed then.  It hears of unmaps in one of
+ * three ways:
+ *   UCM   UCX's memory events (libucm, where it is loaded): UCX already
+ *         hooks those calls, and the monitor registers its handlers with
+ *         it instead of patching libc on top of UCX's patches.
  *   LIBC  libc's functions are patched in the process (x86-64, the entries
  *         of the glibc builds known, proven by a self-test): the unmapping
  *         thread queues the range, some tens of nanoseconds.  A system call
  *         made without libc (syscall(SYS_munmap), a runtime with its own
- *         system calls) is not seen.
+ *         system calls) is not seen.  Copies of the library in one process
+ *         share one set of hooks.
  *   UFFD  a userfaultfd sees every unmap, whatever made it, but the
  *         unmapping thread waits for the monitor thread to read the event
  *         (a few microseconds).  It cannot watch System V shared memory,
  *         file mappings it does not report, or a range another userfaultfd
- *         watches.
- * AUTO (the default): LIBC where it installs, else UFFD.  OFF: no monitor.
+ *         watches; the mappings it watches are registered whole, and no
+ *         longer merge with a mapping placed next to them.
+ * AUTO (the default): UCM where libucm is loaded, else LIBC where it
+ * installs; never UFFD.  OFF: no monitor.
  * Where the chosen way cannot watch a range, its entries keep the explicit
  * contract: call regcache_invalidate() or regcache_notify_free() before the
  * memory goes; regcache_validation_reason() says which applies and the
  * statistics count such entries (host_unmonitored).
- * REGCACHE_HOST_MONITOR=auto|off|libc|uffd overrides the field.  The
+ * REGCACHE_HOST_MONITOR=auto|off|libc|uffd|ucm overrides the field.  The
  * invalidations run, with their dereg callbacks, in the next get of host
  * memory or on the thread regcache-mon (at the latest 50 ms after an unmap
- * seen by libc's hooks); a dereg callback must not unmap host memory that
- * a cache with UFFD holds (its unmap would wait for the monitor itself).
+ * seen by libc's hooks or UCX's events); a dereg callback must not unmap
+ * host memory that a cache with UFFD holds (its unmap would wait for the
+ * monitor itself).  See regcache_create(3).
  */
 enum regcache_host_monitor {
     REGCACHE_HOST_MONITOR_AUTO = 0,
     REGCACHE_HOST_MONITOR_OFF = 1,
     REGCACHE_HOST_MONITOR_LIBC = 2,
     REGCACHE_HOST_MONITOR_UFFD = 3,
+    REGCACHE_HOST_MONITOR_UCM = 4, /* added in 0.4 */
 };
 
 /*

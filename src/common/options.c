@@ -78,7 +78,7 @@ static const char *const validation_words[] = { "auto", "tag_check", "hooks", "n
 static const char *const mapping_words[] = { "auto", "pcie", "default", NULL };
 static const char *const data_direct_words[] = { "auto", "on", "off", NULL };
 /* In the order of enum regcache_host_monitor. */
-static const char *const host_monitor_words[] = { "auto", "off", "libc", "uffd", NULL };
+static const char *const host_monitor_words[] = { "auto", "off", "libc", "uffd", "ucm", NULL };
 /* In the order of enum regcache_host_merge. */
 static const char *const host_merge_words[] = { "auto", "off", "same_access", "all", NULL };
 
@@ -102,8 +102,8 @@ static const struct env_option {
     size_t offset, width;
     const char *const *words;
     const char *accepts;
-    uint64_t value;       /* the default of a field */
-    const char *shown;    /* the default as README's table shows it */
+    uint64_t value;    /* the default of a field */
+    const char *shown; /* the default as README's table shows it */
     const char *does;
 } env_options[] = {
     { "REGCACHE_METHOD", WORD, FIELD(params.method), method_words, "auto, dmabuf or peermem",
@@ -126,7 +126,7 @@ static const struct env_option {
     { "REGCACHE_HOST_MEMORY", BOOL, FIELD(params.host_memory), bool_words, "0 or 1", 0, "0",
       "cache pageable host memory too" },
     { "REGCACHE_HOST_MONITOR", WORD, FIELD(params.host_monitor), host_monitor_words,
-      "auto, off, libc or uffd", REGCACHE_HOST_MONITOR_AUTO, "auto",
+      "auto, off, libc, uffd or ucm", REGCACHE_HOST_MONITOR_AUTO, "auto",
       "watch cached pageable host memory for unmapping; off: invalidate it yourself" },
     { "REGCACHE_HOST_MERGE", WORD, FIELD(params.host_merge), host_merge_words,
       "auto, off, same_access or all", REGCACHE_HOST_MERGE_AUTO, "auto",
@@ -149,11 +149,10 @@ static const struct env_option {
       "register allocations of at least this size in the background as they are made; 0: off" },
     { "REGCACHE_EAGER_RAILS", SIZE, FIELD(params.eager_rails), NULL,
       "a bit mask of rails such as 3", 1, "1", "the rails eager registration registers on" },
-    { "REGCACHE_WORKERS", SIZE, FIELD(params.workers), NULL, "a count up to 256 (0: one a rail)",
-      0, "0", "background registration threads; 0: one a rail" },
-    { "REGCACHE_PREFETCH_QUEUE", SIZE, FIELD(params.prefetch_queue), NULL,
-      "a count from 1 to 1M", 1024, "1024",
-      "ranges queued or being registered in the background at most" },
+    { "REGCACHE_WORKERS", SIZE, FIELD(params.workers), NULL, "a count up to 256 (0: one a rail)", 0,
+      "0", "background registration threads; 0: one a rail" },
+    { "REGCACHE_PREFETCH_QUEUE", SIZE, FIELD(params.prefetch_queue), NULL, "a count from 1 to 1M",
+      1024, "1024", "ranges queued or being registered in the background at most" },
     { "REGCACHE_LEDGER", BOOL, PROCESS_WIDE, bool_words, "on or off", 1, "on",
       "share each GPU's BAR1 budget with every process" },
     { "REGCACHE_LEDGER_NAMESPACE", NAME, PROCESS_WIDE, NULL, "1-32 of [A-Za-z0-9_]", 0, "none",
@@ -302,7 +301,7 @@ static int check(const struct rc_options *o, unsigned from_env)
     if ((unsigned)p->validation > REGCACHE_VALIDATE_NOTIFY)
         return rc_fail(REGCACHE_ERR_INVALID, "params.validation %d is not a regcache_validation",
                        (int)p->validation);
-    if ((unsigned)p->host_monitor > REGCACHE_HOST_MONITOR_UFFD)
+    if ((unsigned)p->host_monitor > REGCACHE_HOST_MONITOR_UCM)
         return rc_fail(REGCACHE_ERR_INVALID,
                        "params.host_monitor %d is not a regcache_host_monitor", p->host_monitor);
     if ((unsigned)p->host_merge > REGCACHE_HOST_MERGE_ALL)
@@ -349,10 +348,9 @@ static int resolve_name(struct rc_options *o)
         return REGCACHE_OK;
     }
     if (!name_ok(name))
-        return rc_fail(REGCACHE_ERR_INVALID,
-                       "%s=\"%.80s\": expected 1 to %d of letters, digits and _.:@+-/",
-                       o->params.name ? "params.name" : "REGCACHE_NAME", name,
-                       REGCACHE_NAME_MAX - 1);
+        return rc_fail(
+            REGCACHE_ERR_INVALID, "%s=\"%.80s\": expected 1 to %d of letters, digits and _.:@+-/",
+            o->params.name ? "params.name" : "REGCACHE_NAME", name, REGCACHE_NAME_MAX - 1);
     snprintf(o->name, sizeof o->name, "%s", name);
     return REGCACHE_OK;
 }

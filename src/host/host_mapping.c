@@ -13,6 +13,8 @@
 
 #include <linux/fs.h>
 
+#include "proc_maps.h"
+
 #ifndef PROCMAP_QUERY
 /* The ABI of <linux/fs.h> from Linux 6.11, for older headers. */
 struct procmap_query {
@@ -34,15 +36,19 @@ struct procmap_query {
 };
 #define PROCMAP_QUERY _IOWR(0x66, 17, struct procmap_query)
 #endif
+#ifndef PROCMAP_QUERY_COVERING_OR_NEXT_VMA
+#define PROCMAP_QUERY_COVERING_OR_NEXT_VMA 0x10
+#endif
 
 /* Set once the kernel said it has no PROCMAP_QUERY: later misses skip the
  * open. */
 static atomic_bool unsupported;
 
-/* The mapping that holds addr, or false. */
-static bool mapping_at(int fd, uintptr_t addr, uintptr_t *lo, uintptr_t *hi)
+/* The mapping that holds addr (with `flags`, the first at or after it),
+ * or false. */
+static bool query(int fd, uintptr_t addr, uint64_t flags, uintptr_t *lo, uintptr_t *hi)
 {
-    struct procmap_query q = { .size = sizeof(q), .query_addr = addr };
+    struct procmap_query q = { .size = sizeof(q), .query_flags = flags, .query_addr = addr };
     if (ioctl(fd, PROCMAP_QUERY, &q) != 0) {
         if (errno == ENOTTY || errno == EINVAL)
             atomic_store_explicit(&unsupported, true, memory_order_relaxed);
@@ -65,9 +71,50 @@ bool rc_host_mapping_span(uintptr_t start, uintptr_t end, uintptr_t *lo, uintptr
     /* A query answers with the mapping that covers the address, so one
      * found at the end of the last starts there: no hole between them. */
     uintptr_t next;
-    bool mapped = mapping_at(fd, start, lo, hi);
+    bool mapped = query(fd, start, 0, lo, hi);
     while (mapped && *hi < end)
-        mapped = mapping_at(fd, *hi, &next, hi);
+        mapped = query(fd, *hi, 0, &next, hi);
     close(fd);
     return mapped;
+}
+
+struct collect {
+    uintptr_t (*out)[2];
+    int n, max;
+};
+
+static int collect(const struct rc_mapping *m, void *arg)
+{
+    struct collect *c = arg;
+    if (c->n < c->max) {
+        c->out[c->n][0] = m->start;
+        c->out[c->n][1] = m->end;
+    }
+    c->n++;
+    return 0;
+}
+
+int rc_host_mappings(uintptr_t start, uintptr_t end, uintptr_t (*out)[2], int max)
+{
+    int fd = atomic_load_explicit(&unsupported, memory_order_relaxed)
+                 ? -1
+                 : open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    int n = 0;
+    uintptr_t at = start, lo, hi;
+    if (fd >= 0) {
+        while (n < max && at < end && query(fd, at, PROCMAP_QUERY_COVERING_OR_NEXT_VMA, &lo, &hi) &&
+               lo < end) {
+            out[n][0] = lo;
+            out[n][1] = hi;
+            n++;
+            at = hi;
+        }
+        close(fd);
+        if (!atomic_load_explicit(&unsupported, memory_order_relaxed))
+            return n;
+    }
+    struct collect c = { out, 0, max };
+    if (rc_maps_visit(start, end, collect, &c) != 0)
+        return -1;
+    return c.n < max ? c.n : max;
 }

@@ -14,4 +14,10 @@
  * Three system calls and no allocation.  Thread safe. */
 bool rc_host_mapping_span(uintptr_t start, uintptr_t end, uintptr_t *lo, uintptr_t *hi);
 
+/* The mappings that overlap [start, end), whole, in address order: their
+ * number (at most max, the first max of them), or -1 when the kernel cannot
+ * be asked (/proc not readable).  PROCMAP_QUERY where the kernel has it,
+ * else the text of /proc/self/maps (which allocates).  Thread safe. */
+int rc_host_mappings(uintptr_t start, uintptr_t end, uintptr_t (*out)[2], int max);
+
 #endif

@@ -25,6 +25,8 @@
 
 #include "cache.h"
 #include "host_libc.h"
+#include "host_mapping.h"
+#include "host_ucm.h"
 #include "host_uffd.h"
 
 /* How long the posts of libc's hooks may wait for a drain when no get of
@@ -98,6 +100,20 @@ static bool open_kick_locked(void)
     "munmap, mremap, MAP_FIXED, madvise, brk, shmdt, and libc's own unmapping in free " \
     "and realloc"
 
+/* UCX's events: where libucm is loaded and AUTO or UCM asks. */
+static enum rc_host_by open_ucm(int mode, char *why, size_t n, char *ucm_why, size_t ucm_n)
+{
+    if (mode != REGCACHE_HOST_MONITOR_UCM &&
+        (mode != REGCACHE_HOST_MONITOR_AUTO || !rc_host_ucm_loaded()))
+        return RC_HOST_BY_NONE;
+    if (!rc_host_ucm_ensure(ucm_why, ucm_n))
+        return RC_HOST_BY_NONE;
+    snprintf(why, n,
+             "monitored by UCX's memory events (libucm's hooks: " LIBC_WAYS
+             ", and UCX's own allocator; a system call made without libc is not seen)");
+    return RC_HOST_BY_UCM;
+}
+
 enum rc_host_by rc_host_monitor_open(int mode, char *why, size_t n)
 {
     pthread_once(&atfork_once, install_atfork);
@@ -108,26 +124,36 @@ enum rc_host_by rc_host_monitor_open(int mode, char *why, size_t n)
         snprintf(why, n, "not monitored (eventfd: %s)", strerror(errno));
         return RC_HOST_BY_NONE;
     }
-    char libc_why[200] = "", uffd_why[160] = "";
-    if (mode != REGCACHE_HOST_MONITOR_UFFD && rc_host_libc_ensure(libc_why, sizeof libc_why)) {
+    char ucm_why[200] = "", libc_why[200] = "", uffd_why[160] = "";
+    if (open_ucm(mode, why, n, ucm_why, sizeof ucm_why) == RC_HOST_BY_UCM)
+        return RC_HOST_BY_UCM;
+    bool libc = mode == REGCACHE_HOST_MONITOR_LIBC || mode == REGCACHE_HOST_MONITOR_AUTO;
+    if (libc && rc_host_libc_ensure(libc_why, sizeof libc_why)) {
         snprintf(why, n,
                  "monitored by patching libc (" LIBC_WAYS "; a system call made without libc "
                  "is not seen: REGCACHE_HOST_MONITOR=uffd sees those too)");
         return RC_HOST_BY_LIBC;
     }
     int err = 1;
-    if (mode != REGCACHE_HOST_MONITOR_LIBC) {
+    if (mode == REGCACHE_HOST_MONITOR_UFFD) {
         pthread_mutex_lock(&life_lock);
         err = rc_host_uffd_open(uffd_why, sizeof uffd_why);
         pthread_mutex_unlock(&life_lock);
     }
     if (!err) {
-        snprintf(why, n, "monitored by userfaultfd (" LIBC_WAYS ", and system calls%s%s)",
-                 libc_why[0] ? "; " : "", libc_why);
+        snprintf(why, n, "monitored by userfaultfd (" LIBC_WAYS ", and system calls)");
         return RC_HOST_BY_UFFD;
     }
-    snprintf(why, n, "not monitored (%s%s%s)", libc_why, libc_why[0] && uffd_why[0] ? "; " : "",
-             uffd_why);
+    const char *reasons[] = { ucm_why, libc_why, uffd_why };
+    int k = snprintf(why, n, "not monitored (");
+    bool first = true;
+    for (size_t i = 0; i < sizeof reasons / sizeof reasons[0]; i++)
+        if (reasons[i][0] && k > 0 && (size_t)k < n) {
+            k += snprintf(why + k, n - (size_t)k, "%s%s", first ? "" : "; ", reasons[i]);
+            first = false;
+        }
+    if (k > 0 && (size_t)k < n)
+        snprintf(why + k, n - (size_t)k, ")");
     return RC_HOST_BY_NONE;
 }
 
@@ -197,6 +223,34 @@ static bool watch_libc_locked(uintptr_t start, uintptr_t end)
     return first;
 }
 
+/* The mappings a userfaultfd claim registers: whole, so that watching part
+ * of a mapping never splits it (a mapping split in three can no longer be
+ * mremap()ed as one).  Found before any lock is taken (finding them may
+ * allocate).  False when there are none, or more than fit. */
+#define CLAIM_MAPPINGS 16
+struct mappings {
+    uintptr_t at[CLAIM_MAPPINGS][2];
+    int n;
+};
+
+static bool mappings_of(uintptr_t start, uintptr_t end, struct mappings *m)
+{
+    m->n = rc_host_mappings(start, end, m->at, CLAIM_MAPPINGS);
+    if (m->n < CLAIM_MAPPINGS)
+        return m->n > 0;
+    m->n = 0;
+    return false;
+}
+
+/* Under claims_lock. */
+static bool register_mappings_locked(const struct mappings *m)
+{
+    for (int i = 0; i < m->n; i++)
+        if (!rc_host_uffd_register(m->at[i][0], m->at[i][1]))
+            return false;
+    return true;
+}
+
 struct rc_host_claim *rc_host_monitor_watch(uintptr_t start, uintptr_t end, enum rc_host_by by)
 {
     struct rc_host_claim *claim = malloc(sizeof *claim);
@@ -205,14 +259,17 @@ struct rc_host_claim *rc_host_monitor_watch(uintptr_t start, uintptr_t end, enum
     claim->node.start = start;
     claim->node.end = end;
     claim->by_uffd = by == RC_HOST_BY_UFFD;
-    if (by == RC_HOST_BY_LIBC)
-        rc_host_libc_check();
+    if (by == RC_HOST_BY_LIBC && !rc_host_libc_check())
+        by = RC_HOST_BY_NONE; /* the hooks lost the front for good */
+    struct mappings maps;
+    if (claim->by_uffd && !mappings_of(start, end, &maps))
+        by = RC_HOST_BY_NONE;
     bool first = false;
     pthread_mutex_lock(&life_lock);
     bool ok = by != RC_HOST_BY_NONE && start_locked();
     if (ok) {
         pthread_mutex_lock(&claims_lock);
-        ok = !claim->by_uffd || rc_host_uffd_register(start, end);
+        ok = !claim->by_uffd || register_mappings_locked(&maps);
         if (ok) {
             claim->generation = generation;
             rc_itree_insert(&claims, &claim->node);
@@ -230,36 +287,29 @@ struct rc_host_claim *rc_host_monitor_watch(uintptr_t start, uintptr_t end, enum
     return NULL;
 }
 
-/* The pages of [at, end) no remaining userfaultfd claim covers (claims
- * come in order of start) leave the userfaultfd. */
-struct gaps {
-    uintptr_t at, end;
-};
-
-static int skip_claimed(struct rc_itree_node *n, void *arg)
+static int uffd_claim(struct rc_itree_node *n, void *arg)
 {
-    struct gaps *g = arg;
-    if (!rc_container_of(n, struct rc_host_claim, node)->by_uffd)
-        return 0;
-    if (n->start > g->at)
-        rc_host_uffd_unregister(g->at, n->start < g->end ? n->start : g->end);
-    if (n->end > g->at)
-        g->at = n->end;
-    return 0;
+    (void)arg;
+    return rc_container_of(n, struct rc_host_claim, node)->by_uffd;
 }
 
 void rc_host_monitor_unwatch(struct rc_host_claim *claim)
 {
     if (!claim)
         return;
+    /* The mappings that hold what is left of the range now (they may have
+     * moved, shrunk or gone since the claim was made). */
+    struct mappings maps = { .n = 0 };
+    if (claim->by_uffd)
+        mappings_of(claim->node.start, claim->node.end, &maps);
     pthread_mutex_lock(&claims_lock);
     if (claim->generation == generation) {
         rc_itree_remove(&claims, &claim->node);
         if (claim->by_uffd) {
-            struct gaps g = { claim->node.start, claim->node.end };
-            rc_itree_visit_overlaps(&claims, g.at, g.end, skip_claimed, &g);
-            if (g.at < g.end)
-                rc_host_uffd_unregister(g.at, g.end);
+            for (int i = 0; i < maps.n; i++)
+                if (!rc_itree_visit_overlaps(&claims, maps.at[i][0], maps.at[i][1], uffd_claim,
+                                             NULL))
+                    rc_host_uffd_unregister(maps.at[i][0], maps.at[i][1]);
         } else if (--libc_claims == 0) {
             libc_lo = UINTPTR_MAX, libc_hi = 0;
             rc_host_libc_watch(libc_lo, libc_hi);

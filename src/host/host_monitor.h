@@ -4,11 +4,12 @@
  * mremap, mmap(MAP_FIXED) over them, madvise(DONTNEED, FREE, REMOVE), brk
  * shrinking, shmdt, and the same done from inside libc by free() and
  * realloc()) is queued (host_events.h) before the caller's call returns,
- * and drained into invalidations in every cache.  Two ways to hear of
- * them: libc's functions patched (host_libc.h), which costs the unmapping
- * thread a post, or a userfaultfd (host_uffd.h), which also sees system
- * calls made without libc but makes the unmapping thread wait for the
- * monitor thread.  See docs/design.md "Host memory monitor". */
+ * and drained into invalidations in every cache.  Three ways to hear of
+ * them: UCX's memory events where libucm is loaded (host_ucm.h), libc's
+ * functions patched (host_libc.h) - each costs the unmapping thread a
+ * post - or a userfaultfd (host_uffd.h), which also sees system calls made
+ * without libc but makes the unmapping thread wait for the monitor thread.
+ * See docs/design.md "Host memory monitor". */
 #ifndef RC_HOST_MONITOR_H
 #define RC_HOST_MONITOR_H
 
@@ -19,7 +20,7 @@
 #include "host_events.h"
 
 /* How a range is watched. */
-enum rc_host_by { RC_HOST_BY_NONE, RC_HOST_BY_LIBC, RC_HOST_BY_UFFD };
+enum rc_host_by { RC_HOST_BY_NONE, RC_HOST_BY_LIBC, RC_HOST_BY_UFFD, RC_HOST_BY_UCM };
 
 /* Get of host memory: every unmap posted before the call is handled
  * first.  Returns at once on a thread that is draining (its own
@@ -27,9 +28,11 @@ enum rc_host_by { RC_HOST_BY_NONE, RC_HOST_BY_LIBC, RC_HOST_BY_UFFD };
 void rc_host_monitor_catch_up(void);
 
 /* How a cache that asks for `mode` (enum regcache_host_monitor, not OFF)
- * watches its ranges, with how (or why not) in why[n].  Patches libc or
- * opens the userfaultfd the first time either is asked for.  Thread
- * safe. */
+ * watches its ranges, with how (or why not) in why[n].  AUTO: UCX's
+ * events where libucm is loaded, else libc's hooks; never the
+ * userfaultfd, which changes how the watched mappings merge.  Registers
+ * with UCX, patches libc or opens the userfaultfd the first time each is
+ * asked for.  Thread safe. */
 enum rc_host_by rc_host_monitor_open(int mode, char *why, size_t n);
 
 /* A watched range; the entry registered over it keeps it until its

@@ -17,8 +17,9 @@ int rc_host_uffd_open(char *why, size_t n);
 /* The fd, or -1 while none is open. */
 int rc_host_uffd_fd(void);
 
-/* Watch [start, end): false when the kernel refuses (a mapping it does not
- * report, one another userfaultfd watches). */
+/* Watch [start, end), whole mappings (registering part of one would split
+ * it): false when the kernel refuses (a mapping it does not report, one
+ * another userfaultfd watches). */
 bool rc_host_uffd_register(uintptr_t start, uintptr_t end);
 void rc_host_uffd_unregister(uintptr_t start, uintptr_t end);
 

@@ -125,7 +125,7 @@ static int patch_all(char *why, size_t n)
         snprintf(why, n, "libcuda.so.1 exports none of the memory functions");
         return -1;
     }
-    return rc_patch_set(fns, ICPT_SYMBOLS, &patched, why, n);
+    return rc_patch_set(fns, ICPT_SYMBOLS, NULL, &patched, why, n) == 0 ? 0 : -1;
 }
 
 static void install(void)

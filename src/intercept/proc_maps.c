@@ -112,3 +112,24 @@ int rc_maps_free_near(uintptr_t lo, uintptr_t hi, size_t size, uintptr_t near, u
     *out = g.best;
     return 0;
 }
+
+struct visit {
+    uintptr_t lo, hi;
+    int (*fn)(const struct rc_mapping *m, void *arg);
+    void *arg;
+};
+
+static int overlapping(const struct rc_mapping *m, void *arg)
+{
+    struct visit *v = arg;
+    if (m->start >= v->hi)
+        return 1;
+    return m->end > v->lo ? v->fn(m, v->arg) : 0;
+}
+
+int rc_maps_visit(uintptr_t lo, uintptr_t hi, int (*fn)(const struct rc_mapping *m, void *arg),
+                  void *arg)
+{
+    struct visit v = { lo, hi, fn, arg };
+    return each_mapping(overlapping, &v) < 0 ? -1 : 0;
+}

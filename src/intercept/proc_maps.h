@@ -18,4 +18,9 @@ int rc_maps_find(uintptr_t addr, struct rc_mapping *m);
  * as the free gaps allow: 0 and *out, or -1 when no gap has room. */
 int rc_maps_free_near(uintptr_t lo, uintptr_t hi, size_t size, uintptr_t near, uintptr_t *out);
 
+/* Calls fn for each mapping that overlaps [lo, hi), in address order,
+ * until it returns non-zero: 0, or -1 when the file cannot be read. */
+int rc_maps_visit(uintptr_t lo, uintptr_t hi, int (*fn)(const struct rc_mapping *m, void *arg),
+                  void *arg);
+
 #endif

@@ -216,10 +216,19 @@ size_t rc_prologue_jump(uint8_t *dst, uintptr_t to)
     return sizeof jmp_rip + sizeof target;
 }
 
-size_t rc_prologue_thunk(uint8_t *dst, const struct rc_prologue *p, uintptr_t to)
+size_t rc_prologue_thunk(uint8_t *dst, uintptr_t dst_at, const struct rc_prologue *p,
+                         uintptr_t target)
 {
     memcpy(dst, p->undo, p->undo_len);
-    return p->undo_len + rc_prologue_jump(dst + p->undo_len, to);
+    size_t len = p->undo_len + 6;
+    intptr_t d = (intptr_t)(target - (dst_at + len));
+    if (d != (int32_t)d)
+        return 0;
+    int32_t disp = (int32_t)d;
+    dst[p->undo_len] = 0xff;
+    dst[p->undo_len + 1] = 0x25;
+    memcpy(dst + p->undo_len + 2, &disp, sizeof disp);
+    return len;
 }
 
 size_t rc_prologue_trampoline(uint8_t *dst, uintptr_t dst_at, const uint8_t *code,

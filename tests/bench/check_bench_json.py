@@ -27,7 +27,7 @@ WORKLOADS = {"hits", "threads", "churn", "invalidation", "misses", "ucx", "linke
              "host_ranges", "prefetch", "host_monitor", "host_merge"}
 CPU_WORKLOADS = WORKLOADS - {"ucx", "linked", "pins"}
 THREADS = [1, 2, 4, 8, 16, 24, 32]
-GOALS = 33
+GOALS = 35
 
 
 def fail(msg):

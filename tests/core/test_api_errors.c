@@ -79,6 +79,9 @@ static void create_bad_params(void **state)
     p.validation = (enum regcache_validation) - 1;
     expect_create_invalid(&p);
     fake_params(&fb, &p);
+    p.host_monitor = REGCACHE_HOST_MONITOR_UCM + 1;
+    expect_create_invalid(&p);
+    fake_params(&fb, &p);
     no_dereg.reg = fb.ops.reg;
     p.backend = &no_dereg;
     expect_create_invalid(&p);

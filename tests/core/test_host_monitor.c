@@ -51,8 +51,13 @@
 
 static size_t page;
 /* How the monitor hears of unmaps, as the environment asks
- * (REGCACHE_HOST_MONITOR=libc or uffd): one test per way. */
-static bool by_libc;
+ * (REGCACHE_HOST_MONITOR=libc, uffd or ucm): one test per way.  Hooks
+ * (libc's patched, or UCX's) see what the userfaultfd cannot, and the
+ * other way round. */
+static enum { LIBC, UFFD, UCM } by;
+static const char *const monitored[] = { "host memory: monitored by patching libc",
+                                         "host memory: monitored by userfaultfd",
+                                         "host memory: monitored by UCX's memory events" };
 
 static void create_host(struct fx *f)
 {
@@ -342,7 +347,7 @@ static void shm_detach(void **state)
     assert_true(p != (void *)-1);
     regcache_entry_t *e = fx_get(f, (uintptr_t)p, LEN);
     regcache_put(f->c, e);
-    if (by_libc) {
+    if (by != UFFD) {
         fx_assert_stats(f, FX_STAT(host_unmonitored, 0), NULL);
         assert_int_equal(shmdt(p), 0);
         char *q = anon(p, LEN, MAP_FIXED_NOREPLACE);
@@ -392,8 +397,7 @@ static void fork_child_monitors_its_own(void **state)
         }
         struct regcache_stats s;
         ok = ok && regcache_get_stats(c, &s) == REGCACHE_OK && s.misses == 2 &&
-             s.invalidations_monitor >= 1 &&
-             strstr(regcache_validation_reason(c), by_libc ? "patching libc" : "userfaultfd");
+             s.invalidations_monitor >= 1 && strstr(regcache_validation_reason(c), monitored[by]);
         regcache_destroy(c);
         _exit(ok ? 0 : 1);
     }
@@ -464,9 +468,33 @@ static void reason_says_monitored(void **state)
     struct fx *f = *state;
     create_host(f);
     const char *why = regcache_validation_reason(f->c);
-    if (!strstr(why, by_libc ? "host memory: monitored by patching libc"
-                             : "host memory: monitored by userfaultfd"))
+    if (!strstr(why, monitored[by]))
         fail_msg("%s", why);
+}
+
+/* The field, not the environment this test runs under. */
+static void create_with_field(struct fx *f, int mode)
+{
+    f->p.host_monitor = mode;
+    char *way = strdup(getenv("REGCACHE_HOST_MONITOR"));
+    unsetenv("REGCACHE_HOST_MONITOR");
+    create_host(f);
+    setenv("REGCACHE_HOST_MONITOR", way, 1);
+    free(way);
+}
+
+/* AUTO, with UCX's libucm loaded (UCM_FIRST=1): UCX's events, not a patch
+ * of libc on top of UCX's; without it, libc's hooks; never the
+ * userfaultfd, which changes how the mappings it watches merge (where a
+ * sanitizer's allocator defeats the hooks: not monitored). */
+static void auto_takes_ucx_events_where_loaded(void **state)
+{
+    struct fx *f = *state;
+    create_with_field(f, REGCACHE_HOST_MONITOR_AUTO);
+    const char *why = regcache_validation_reason(f->c);
+    bool ucm = !TSAN && getenv("UCM_FIRST");
+    if (!strstr(why, GLIBC_MALLOC ? monitored[ucm ? UCM : LIBC] : "host memory: not monitored"))
+        fail_msg("AUTO%s: %s", ucm ? " with libucm loaded" : "", why);
 }
 
 /* Off: the documented explicit contract - a get after the pages were
@@ -474,13 +502,7 @@ static void reason_says_monitored(void **state)
 static void off_keeps_the_explicit_contract(void **state)
 {
     struct fx *f = *state;
-    f->p.host_monitor = REGCACHE_HOST_MONITOR_OFF;
-    /* The field, not the environment this test runs under. */
-    char *way = strdup(getenv("REGCACHE_HOST_MONITOR"));
-    unsetenv("REGCACHE_HOST_MONITOR");
-    create_host(f);
-    setenv("REGCACHE_HOST_MONITOR", way, 1);
-    free(way);
+    create_with_field(f, REGCACHE_HOST_MONITOR_OFF);
     assert_non_null(strstr(regcache_validation_reason(f->c), "host memory: not monitored"));
     char *p = make_anon(LEN);
     fx_use(f, (uintptr_t)p, LEN);
@@ -493,9 +515,9 @@ static void off_keeps_the_explicit_contract(void **state)
     destroy_then_unmap(f, p, LEN);
 }
 
-/* Whether the way asked for is there: libc cannot be patched where a
- * sanitizer's allocator unmaps by system call (a skip, said so); anywhere
- * else both ways must work. */
+/* Whether the way asked for is there: hooks (libc's or UCX's) cannot see
+ * free() where a sanitizer's allocator unmaps by system call (a skip, said
+ * so); anywhere else every way must work. */
 static int way_available(void)
 {
     void *state;
@@ -503,8 +525,8 @@ static int way_available(void)
     struct fx *f = state;
     create_host(f);
     const char *why = strstr(regcache_validation_reason(f->c), "host memory: ");
-    int ok = why && strncmp(why, "host memory: monitored", 22) == 0;
-    if (!ok && by_libc && !GLIBC_MALLOC) {
+    int ok = why && strstr(why, monitored[by]) == why;
+    if (!ok && by != UFFD && !GLIBC_MALLOC) {
         printf("SKIP: a sanitizer's allocator: %s\n", why);
         ok = -1;
     } else if (!ok) {
@@ -518,11 +540,13 @@ int main(void)
 {
     page = (size_t)sysconf(_SC_PAGESIZE);
     const char *way = getenv("REGCACHE_HOST_MONITOR");
-    if (!way || (strcmp(way, "libc") != 0 && strcmp(way, "uffd") != 0)) {
-        printf("run with REGCACHE_HOST_MONITOR=libc or uffd\n");
+    static const char *const ways_asked[] = { "libc", "uffd", "ucm" };
+    for (by = LIBC; by <= UCM && (!way || strcmp(way, ways_asked[by]) != 0); by++)
+        ;
+    if (by > UCM) {
+        printf("run with REGCACHE_HOST_MONITOR=libc, uffd or ucm\n");
         return 1;
     }
-    by_libc = strcmp(way, "libc") == 0;
 #if !TSAN
     if (getenv("UCM_FIRST"))
         load_ucm();
@@ -536,7 +560,7 @@ int main(void)
 #define TESTS                                                                       \
     brk_shrink_invalidates, held_entry_goes_at_its_put, merged_union_stays_watched, \
         device_entries_are_not_the_monitors, shm_detach, reason_says_monitored,     \
-        off_keeps_the_explicit_contract NOT_UNDER_TSAN
+        off_keeps_the_explicit_contract, auto_takes_ucx_events_where_loaded NOT_UNDER_TSAN
 #if TSAN
 #define NOT_UNDER_TSAN
 #elif !GLIBC_MALLOC

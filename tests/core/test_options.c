@@ -17,19 +17,13 @@
 static struct fake_backend fb;
 
 static const char *const vars[] = {
-    "REGCACHE_METHOD",
-    "REGCACHE_VALIDATION",
-    "REGCACHE_ALIGNMENT",
-    "REGCACHE_MAX_BYTES",
-    "REGCACHE_MAX_ENTRIES",
-    "REGCACHE_WHOLE_ALLOCATION",
-    "REGCACHE_HOST_MEMORY",
-    "REGCACHE_STATS",
-    "REGCACHE_WHOLE_ALLOCATION_MAX",
-    "REGCACHE_LEDGER",
-    "REGCACHE_LEDGER_NAMESPACE",
-    "REGCACHE_BAR1_BYTES",
-    "REGCACHE_HOOKS",
+    "REGCACHE_METHOD",      "REGCACHE_VALIDATION",
+    "REGCACHE_ALIGNMENT",   "REGCACHE_MAX_BYTES",
+    "REGCACHE_MAX_ENTRIES", "REGCACHE_WHOLE_ALLOCATION",
+    "REGCACHE_HOST_MEMORY", "REGCACHE_HOST_MONITOR",
+    "REGCACHE_STATS",       "REGCACHE_WHOLE_ALLOCATION_MAX",
+    "REGCACHE_LEDGER",      "REGCACHE_LEDGER_NAMESPACE",
+    "REGCACHE_BAR1_BYTES",  "REGCACHE_HOOKS",
 };
 
 static int clean_env(void **state)
@@ -111,12 +105,27 @@ static void host_memory(void **state)
     regcache_destroy(c);
 }
 
+/* ucm: UCX's events, which a process without libucm does not have; the
+ * cache says so and keeps host memory to the explicit contract. */
+static void host_monitor_ucm(void **state)
+{
+    (void)state;
+    setenv("REGCACHE_HOST_MEMORY", "1", 1);
+    setenv("REGCACHE_HOST_MONITOR", "ucm", 1);
+    regcache_t *c = create_with_env();
+    const char *why = regcache_validation_reason(c);
+    if (!strstr(why, "host memory: not monitored (UCX's events not used: no libucm)"))
+        fail_msg("%s", why);
+    regcache_destroy(c);
+}
+
 static void bad_values_are_refused(void **state)
 {
     (void)state;
     static const char *const bad[][2] = {
         { "REGCACHE_METHOD", "rdma" },
         { "REGCACHE_VALIDATION", "sometimes" },
+        { "REGCACHE_HOST_MONITOR", "ucx" },
         { "REGCACHE_MAX_BYTES", "12Q" },
         { "REGCACHE_MAX_ENTRIES", "-3" },
         { "REGCACHE_ALIGNMENT", "3000" },
@@ -241,6 +250,6 @@ static void hooks_off(void **state)
 int main(void)
 {
     return FX_RUN(clean_env, clean_env, max_entries_and_bytes, validation_alignment_whole,
-                  host_memory, bad_values_are_refused, sizes_take_suffixes,
+                  host_memory, host_monitor_ucm, bad_values_are_refused, sizes_take_suffixes,
                   params_errors_name_the_field, stats_dump_at_destroy, hooks_off);
 }

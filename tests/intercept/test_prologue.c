@@ -38,14 +38,21 @@ static void assert_jump(const uint8_t *t, uintptr_t to)
     assert_int_equal(got, to);
 }
 
-/* The thunk: the undo `undo[n]`, then a jump to the wrapper. */
+/* The thunk placed at NEAR: the undo `undo[n]`, then a jump through the
+ * word at NEAR + 4096 (which holds the wrapper's address); a word beyond
+ * the reach of a disp32 is refused. */
 static void assert_thunk(const struct rc_prologue *p, const uint8_t *undo, size_t n)
 {
     uint8_t t[RC_THUNK_MAX];
-    size_t len = rc_prologue_thunk(t, p, 0x1234);
-    assert_int_equal(len, n + 14);
+    size_t len = rc_prologue_thunk(t, NEAR, p, NEAR + 4096);
+    assert_int_equal(len, n + 6);
     assert_memory_equal(t, undo, n);
-    assert_jump(t + n, 0x1234);
+    static const uint8_t jmp_through[2] = { 0xff, 0x25 };
+    assert_memory_equal(t + n, jmp_through, sizeof jmp_through);
+    int32_t disp;
+    memcpy(&disp, t + n + 2, sizeof disp);
+    assert_int_equal(NEAR + len + (uintptr_t)(intptr_t)disp, NEAR + 4096);
+    assert_int_equal(rc_prologue_thunk(t, NEAR, p, NEAR + ((uintptr_t)1 << 32)), 0);
 }
 
 /* The trampoline placed at NEAR: `copied` bytes of code, then a jump to

@@ -5,8 +5,8 @@
  * without any regcache_invalidate(), and the next get's WRITE lands in the
  * new pages; through libc's hooks, then through the userfaultfd.  Then all
  * of it again with UCX's libucm loaded and its unmap hooks live (patched
- * over libc's hooks, which patch themselves back on top): both it and the
- * monitor see each event. */
+ * over libc's hooks, which patch themselves back on top), and through
+ * UCX's own events: both it and the monitor see each event. */
 #include "vm_env.h"
 
 #include <dlfcn.h>
@@ -279,7 +279,10 @@ static int monitored_by(const char *way)
 {
     regcache_t *c = vm_cache(dev.pd, VM_ACCESS_ALL, page);
     const char *why = strstr(regcache_validation_reason(c), "host memory: monitored by");
-    int wrong = !why || !strstr(why, strcmp(way, "libc") == 0 ? "patching libc" : "userfaultfd");
+    const char *said = strcmp(way, "libc") == 0   ? "patching libc"
+                       : strcmp(way, "uffd") == 0 ? "userfaultfd"
+                                                  : "UCX's memory events";
+    int wrong = !why || !strstr(why, said);
     if (wrong)
         fprintf(stderr, "REGCACHE_HOST_MONITOR=%s: %s\n", way, regcache_validation_reason(c));
     regcache_destroy(c);
@@ -295,12 +298,12 @@ int main(void)
         cmocka_unit_test_setup_teardown(new_pages_get_the_data, setup, teardown),
         cmocka_unit_test_setup_teardown(brk_shrink_then_grow, setup, teardown),
     };
-    static const char *const ways[] = { "libc", "uffd" };
+    static const char *const ways[] = { "libc", "uffd", "ucm" };
     int failed = 0;
     for (int with_ucm = 0; with_ucm < 2; with_ucm++) {
         if (with_ucm && load_ucm())
             return 1;
-        for (size_t w = 0; w < sizeof ways / sizeof ways[0]; w++) {
+        for (size_t w = 0; w < sizeof ways / sizeof ways[0] - !with_ucm; w++) {
             char name[64];
             snprintf(name, sizeof name, "host_monitor_%s%s", ways[w], with_ucm ? "_with_ucm" : "");
             setenv("REGCACHE_HOST_MONITOR", ways[w], 1);
