@@ -449,6 +449,26 @@ static void destroy_with_prefetches_in_flight(void **state)
     assert_int_equal(f->fb.live, 0);
 }
 
+/* Destroy while a worker finishes its registration: the worker's last
+ * steps (its statistics record's tick among them) and destroy's do not
+ * race (ThreadSanitizer reports it where destroy gave the record back
+ * before it stopped the workers). */
+static void destroy_as_a_registration_ends(void **state)
+{
+    struct fx *f = *state;
+    fx_device_allocs(f, 1);
+    f->p.workers = 1;
+    hold_regs(f);
+    fx_create(f);
+    assert_int_equal(regcache_prefetch(f->c, 0, (void *)A, 4096), REGCACHE_OK);
+    assert_true(gate_await(&reg_gate, 1, HANG_SECONDS));
+    gate_open(&reg_gate);
+    regcache_destroy(f->c);
+    f->c = NULL;
+    assert_int_equal(f->fb.regs, 1);
+    assert_int_equal(f->fb.live, 0);
+}
+
 /* The workers are threads named regcache-reg. */
 static void workers_named(void **state)
 {
@@ -547,4 +567,4 @@ FX_MAIN(prefetch_then_hit, get_waits_for_prefetch, prefetch_racing_free, prefetc
         nonblocking_get, eager_from_notify_alloc, eager_across_mappings, eager_pinned_host,
         eager_pinned_host_refused, eager_off_by_default,
         speculative_evicted_first, speculative_never_evicts_used, destroy_with_prefetches_in_flight,
-        workers_named, fork_with_prefetches_in_flight)
+        destroy_as_a_registration_ends, workers_named, fork_with_prefetches_in_flight)
