@@ -241,8 +241,12 @@ enum regcache_method {
                                    else PEERMEM */
     REGCACHE_METHOD_DMABUF = 1, /* cuMemGetHandleForAddressRange +
                                    ibv_reg_dmabuf_mr */
-    REGCACHE_METHOD_PEERMEM = 2 /* ibv_reg_mr on the GPU address; needs the
-                                   nvidia_peermem kernel module */
+    REGCACHE_METHOD_PEERMEM = 2, /* ibv_reg_mr on the GPU address; needs the
+                                    nvidia_peermem kernel module */
+    REGCACHE_METHOD_HOST = 3     /* regcache_method_used() only, never a
+                                    params.method: ibv_reg_mr of host memory
+                                    alone (AUTO found no GPU method, and
+                                    params.host_memory is set) */
 };
 
 enum regcache_validation {
@@ -957,8 +961,9 @@ REGCACHE_API int regcache_validation_mode(const regcache_t *cache);
 REGCACHE_API const char *regcache_validation_reason(const regcache_t *cache);
 
 /*
- * The method the built-in backend selected (DMABUF or PEERMEM), 0 for a
- * custom backend, or REGCACHE_ERR_INVALID for NULL.  Thread safe.
+ * The method the built-in backend selected (DMABUF or PEERMEM; HOST when
+ * it registers host memory only), 0 for a custom backend, or
+ * REGCACHE_ERR_INVALID for NULL.  Thread safe.
  */
 REGCACHE_API int regcache_method_used(const regcache_t *cache);
 

@@ -22,7 +22,7 @@ struct verbs_backend {
     /* Bit r: rail r's provider refused IBV_ACCESS_RELAXED_ORDERING once;
      * its registrations leave it out from then on. */
     atomic_uint no_relaxed;
-    int method; /* REGCACHE_METHOD_DMABUF, _PEERMEM, or 0: host memory only */
+    int method; /* REGCACHE_METHOD_DMABUF, _PEERMEM or _HOST */
     struct rc_dmabuf_reg dmabuf;
 };
 
@@ -204,7 +204,7 @@ static int select_method(const struct regcache_params *params, const struct verb
         else if (rc_verbs_peermem_loaded())
             *method = REGCACHE_METHOD_PEERMEM;
         else if (params->host_memory)
-            *method = 0;
+            *method = REGCACHE_METHOD_HOST;
         else {
             /* The advice first: the message buffer may cut the details. */
             rc_set_error("no GPU registration method: " PEERMEM_HINT " or "
@@ -214,6 +214,8 @@ static int select_method(const struct regcache_params *params, const struct verb
             return REGCACHE_ERR_UNSUPPORTED;
         }
         return REGCACHE_OK;
+    case REGCACHE_METHOD_HOST: /* an answer, never a choice */
+        break;
     }
     rc_set_error("unknown registration method %d", (int)params->method);
     return REGCACHE_ERR_INVALID;
