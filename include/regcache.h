@@ -272,7 +272,9 @@ struct regcache_params {
                                                regcache_params_init() */
     struct ibv_pd *pd;                      /* protection domain (built-in backend) */
     int access;                             /* IBV_ACCESS_* flags (built-in backend);
-                                               default LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ */
+                                               default LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ;
+                                               LOCAL_WRITE is added to REMOTE_WRITE or
+                                               REMOTE_ATOMIC (verbs requires it) */
     enum regcache_method method;            /* default AUTO */
     enum regcache_validation validation;    /* default AUTO */
     size_t alignment;                       /* registrations are rounded to this power of
@@ -576,13 +578,15 @@ REGCACHE_API int regcache_prefetch_batch(regcache_t *cache, const struct regcach
  * regcache_get_rail() for the access this transfer needs instead of
  * params.access: an IBV_ACCESS_* set (IBV_ACCESS_REMOTE_READ alone, say,
  * for a source that the peer reads; IBV_ACCESS_REMOTE_ATOMIC for an atomic
- * target).  An entry serves every get whose access its own covers; a get
- * that needs more registers the union of the two once, and the narrower
- * entry leaves the cache (REGCACHE_REASON_REPLACED; held, it stays valid
- * until its put).  So access 0 or any subset of params.access is served by
- * the entries of regcache_get(), and read-only memory (a PROT_READ
- * mapping) registers with access that asks for no write (LOCAL_WRITE,
- * REMOTE_WRITE, REMOTE_ATOMIC); with params.access it fails with
+ * target).  REMOTE_WRITE or REMOTE_ATOMIC without LOCAL_WRITE is registered
+ * with LOCAL_WRITE added, as verbs requires (params.access too).  An entry
+ * serves every get whose access its own covers; a get that needs more
+ * registers the union of the two once, and the narrower entry leaves the
+ * cache (REGCACHE_REASON_REPLACED; held, it stays valid until its put).
+ * So access 0 or any subset of params.access is served by the entries of
+ * regcache_get(), and read-only memory (a PROT_READ mapping) registers
+ * with access that asks for no write (LOCAL_WRITE, REMOTE_WRITE,
+ * REMOTE_ATOMIC); with params.access it fails with
  * REGCACHE_ERR_BAD_ADDRESS.  IBV_ACCESS_RELAXED_ORDERING is registered
  * where the rail's provider takes it: one that refuses it (EINVAL, an old
  * provider or kernel) gets the registration without it, and from then on

@@ -22,6 +22,7 @@
  * epoch, budgets, debug checks, errors) is out of line, reached by tail
  * calls, so that a HOOKS get+put makes no call and put needs no frame
  * (bench/ab/run.sh hooks and tag compare builds of it). */
+#include "access.h"
 #include "asym_fence.h"
 #include "cache.h"
 #include "compiler.h"
@@ -484,7 +485,7 @@ int regcache_get_access(regcache_t *c, unsigned rail, const void *addr, size_t l
 {
     if (__builtin_expect(access < 0 || flags & ~(unsigned)REGCACHE_GET_NONBLOCK, 0))
         return bad_access(access, flags, out);
-    struct rc_req rq = { rail, (unsigned)access };
+    struct rc_req rq = { rail, (unsigned)rc_access_with_local_write(access) };
     if (__builtin_expect(flags != 0, 0))
         return get_nonblocking(c, rq, addr, len, out);
     return get(c, rq, addr, len, out);

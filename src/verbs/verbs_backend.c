@@ -1,5 +1,6 @@
 #include "verbs_backend.h"
 
+#include "access.h"
 #include "cuda_seam.h"
 #include "dmabuf_export.h"
 #include "dmabuf_reg.h"
@@ -25,6 +26,12 @@ struct verbs_backend {
     int method; /* REGCACHE_METHOD_DMABUF, _PEERMEM or _HOST */
     struct rc_dmabuf_reg dmabuf;
 };
+
+_Static_assert(RC_IBV_LOCAL_WRITE == IBV_ACCESS_LOCAL_WRITE &&
+                   RC_IBV_REMOTE_WRITE == IBV_ACCESS_REMOTE_WRITE &&
+                   RC_IBV_REMOTE_READ == IBV_ACCESS_REMOTE_READ &&
+                   RC_IBV_REMOTE_ATOMIC == IBV_ACCESS_REMOTE_ATOMIC,
+               "access.h has verbs.h's values");
 
 #define PEERMEM_HINT "load nvidia_peermem (modprobe nvidia-peermem)"
 
