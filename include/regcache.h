@@ -598,9 +598,10 @@ REGCACHE_API int regcache_prefetch_batch(regcache_t *cache, const struct regcach
  * access, an entry without a registration on `rail` yet, a registration of
  * the range in flight - returns REGCACHE_ERR_AGAIN with *entry NULL, after
  * queueing the range (with this access) as regcache_prefetch() does,
- * without waiting for a registration or the cache's lock and without a
- * system call (except the wake of an idle worker, and the start of the
- * workers at the first one).  When the background registration of the
+ * without waiting for a registration, the cache's lock or the host memory
+ * monitor's drain (a range an unhandled unmap concerns is no hit), and
+ * without a system call (except the wake of an idle worker, and the start
+ * of the workers at the first one).  When the background registration of the
  * range failed, the next get returns that failure instead (see
  * regcache_prefetch()).
  * Hit cost: that of regcache_get() and one comparison.
