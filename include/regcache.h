@@ -535,8 +535,9 @@ enum regcache_get_flags {
  *  - A failed background registration is counted (prefetch_failures) and
  *    kept: the next get of an overlapping range on that rail returns its
  *    status, and regcache_last_error() its message, once.  Memory that was
- *    gone (NOT_GPU) is not kept, and an invalidation of the range forgets
- *    the failure.
+ *    gone (NOT_GPU) is not kept, an invalidation of the range forgets the
+ *    failure, and a get that finds other memory there (another buffer id;
+ *    pageable pages mapped or unmapped since) drops it.
  *  - regcache_destroy() drops queued ranges and waits for registrations in
  *    flight.  A fork child has no workers: an inherited cache refuses with
  *    FORKED, and the parent's queued ranges are never registered there.
@@ -600,8 +601,9 @@ REGCACHE_API int regcache_prefetch_batch(regcache_t *cache, const struct regcach
  * queueing the range (with this access) as regcache_prefetch() does,
  * without waiting for a registration, the cache's lock or the host memory
  * monitor's drain (a range an unhandled unmap concerns is no hit), and
- * without a system call (except the wake of an idle worker, and the start
- * of the workers at the first one).  When the background registration of the
+ * without a system call (except the wake of an idle worker, the start of
+ * the workers at the first one, and a look at the memory of a failure
+ * kept for the range).  When the background registration of the
  * range failed, the next get returns that failure instead (see
  * regcache_prefetch()).
  * Hit cost: that of regcache_get() and one comparison.

@@ -51,14 +51,9 @@ static COLD int bad_get(const struct regcache *c, const void *addr, size_t len, 
                    "regcache_get: the cache was created before fork(); create one in the child");
 }
 
-/* The buffer id of the mapping at addr now.  A query that fails or sets
- * no id reads as 0, which no tag-checked entry has. */
 static inline uint64_t tag_at(const struct regcache *c, uintptr_t addr)
 {
-    struct regcache_mem_info info;
-    info.buffer_id = 0;
-    return c->mem.read_tag(c->mem.ctx, (const void *)addr, 1, &info) == REGCACHE_OK ? info.buffer_id
-                                                                                    : 0;
+    return rc_memory_tag(&c->mem, addr);
 }
 
 /* The tag at start: `first`, the one the look queried, or a query now. */
