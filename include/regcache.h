@@ -334,7 +334,10 @@ struct regcache_params {
      * several threads at once (for different entries), and they may call
      * any regcache function but regcache_destroy() of this cache; a get
      * from on_register overlapping the entry being registered fails with
-     * REGCACHE_ERR_REENTRANT. */
+     * REGCACHE_ERR_REENTRANT.  Once exit() has begun, the library's own
+     * threads (the host memory monitor, the background workers) start
+     * none of them, nor a backend's reg or dereg: they stop before any
+     * library's destructor runs (regcache_create(3)). */
     size_t priv_size; /* bytes of private data per entry
                          (regcache_entry_priv()), 0 (none) to 4096: 64-byte
                          aligned, zeroed before the entry's first
