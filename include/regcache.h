@@ -621,8 +621,9 @@ REGCACHE_API int regcache_get_access(regcache_t *cache, unsigned rail, const voi
 /*
  * Release an entry from regcache_get().  It stays registered and becomes the
  * most recently used; if it was invalidated while held, its last put
- * deregisters it, on the putting thread, before it returns.  NULL entry is
- * a no-op.  `cache` must be the cache the
+ * deregisters it, on the putting thread, before it returns (with
+ * params.on_leave, the thread still giving its leave notice may instead).
+ * NULL entry is a no-op.  `cache` must be the cache the
  * entry came from (debug builds abort otherwise); NULL also works, at the
  * cost of reading the entry's own memory.
  * Each get is put once: a second put of the same entry is undefined (debug
