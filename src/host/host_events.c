@@ -67,8 +67,9 @@ void rc_host_events_post(uintptr_t start, uintptr_t end)
         if (lap == free_lap) {
             if (atomic_compare_exchange_weak_explicit(&tail, &pos, pos + 1, memory_order_relaxed,
                                                       memory_order_relaxed)) {
-                s->start = start;
-                s->end = end;
+                /* Atomic: rc_host_events_concern() may read them now. */
+                __atomic_store_n(&s->start, start, __ATOMIC_RELAXED);
+                __atomic_store_n(&s->end, end, __ATOMIC_RELAXED);
                 atomic_store_explicit(&s->lap, free_lap + 1, memory_order_release);
                 break;
             }
@@ -154,7 +155,8 @@ static bool slot_overlaps(uint64_t pos, uintptr_t start, uintptr_t end)
     uint64_t filled = 2 * (pos / RING) + 1;
     if (atomic_load_explicit(&s->lap, memory_order_acquire) != filled)
         return false;
-    uintptr_t lo = s->start, hi = s->end;
+    uintptr_t lo = __atomic_load_n(&s->start, __ATOMIC_RELAXED);
+    uintptr_t hi = __atomic_load_n(&s->end, __ATOMIC_RELAXED);
     atomic_thread_fence(memory_order_acquire);
     return atomic_load_explicit(&s->lap, memory_order_relaxed) == filled && lo < end && start < hi;
 }

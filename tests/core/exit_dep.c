@@ -61,7 +61,7 @@ static char *cached_range(void)
     return p;
 }
 
-int exit_dep_start(void)
+const char *exit_dep_start(void)
 {
     struct regcache_params p;
     regcache_params_init(&p);
@@ -69,14 +69,15 @@ int exit_dep_start(void)
     p.host_memory = 1;
     p.alignment = 4096;
     if (regcache_create(&p, &cache) != REGCACHE_OK)
-        return -1;
+        return NULL;
     left = cached_range();
     /* The workers start, with a first background registration. */
     char *q = mmap(NULL, EXIT_DEP_LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (!left || q == MAP_FAILED || regcache_prefetch(cache, 0, q, EXIT_DEP_LEN) != REGCACHE_OK ||
         regcache_prefetch_wait(cache) != REGCACHE_OK)
-        return -1;
-    return 0;
+        return NULL;
+    const char *why = strstr(regcache_validation_reason(cache), "host memory: ");
+    return why ? why : regcache_validation_reason(cache);
 }
 
 char *exit_dep_cached_range(void)

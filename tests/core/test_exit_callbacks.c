@@ -5,9 +5,12 @@
  * worker and unmaps a cached range.  Before exit the host memory monitor
  * deregisters an unmapped range through that backend, and a worker
  * registers through it; after the destructor neither may (exit_dep exits
- * 3 if one does).  The test is the program's exit status, so it is no
- * cmocka test; a hang is reported by alarm(). */
+ * 3 if one does).  Where the monitor cannot watch (libc cannot be
+ * patched under a sanitizer's allocator) the workers alone are checked,
+ * and the program says so.  The test is the program's exit status, so it
+ * is no cmocka test; a hang is reported by alarm(). */
 #include <stdio.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
@@ -17,9 +20,14 @@
 int main(void)
 {
     alarm(60);
-    if (exit_dep_start() != 0) {
+    const char *host = exit_dep_start();
+    if (!host) {
         fprintf(stderr, "exit_dep_start failed\n");
         return 1;
+    }
+    if (strncmp(host, "host memory: monitored", 22) != 0) {
+        printf("the monitor is not checked here: %s\n", host);
+        return 0;
     }
     /* The monitor calls the backend while the process runs. */
     char *p = exit_dep_cached_range();
