@@ -260,8 +260,12 @@ enum regcache_method {
                                    else PEERMEM */
     REGCACHE_METHOD_DMABUF = 1, /* cuMemGetHandleForAddressRange +
                                    ibv_reg_dmabuf_mr */
-    REGCACHE_METHOD_PEERMEM = 2 /* ibv_reg_mr on the GPU address; needs the
-                                   nvidia_peermem kernel module */
+    REGCACHE_METHOD_PEERMEM = 2, /* ibv_reg_mr on the GPU address; needs the
+                                    nvidia_peermem kernel module */
+    REGCACHE_METHOD_HOST = 3     /* regcache_method_used() only, never a
+                                    params.method: ibv_reg_mr of host memory
+                                    alone (AUTO found no GPU method, and
+                                    params.host_memory is set) */
 };
 
 enum regcache_validation {
@@ -293,7 +297,9 @@ struct regcache_params {
                                                regcache_params_init() */
     struct ibv_pd *pd;                      /* protection domain (built-in backend) */
     int access;                             /* IBV_ACCESS_* flags (built-in backend);
-                                               default LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ */
+                                               default LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ;
+                                               LOCAL_WRITE is added to REMOTE_WRITE or
+                                               REMOTE_ATOMIC (verbs requires it) */
     enum regcache_method method;            /* default AUTO */
     enum regcache_validation validation;    /* default AUTO */
     size_t alignment;                       /* registrations are rounded to this power of
@@ -354,7 +360,11 @@ struct regcache_params {
      * getting thread, the background workers, the host memory monitor's
      * thread), and they may call any regcache function but
      * regcache_destroy() of this cache; a get from on_register overlapping
-     * the entry being registered fails with REGCACHE_ERR_REENTRANT. */
+     * the entry being registered fails with REGCACHE_ERR_REENTRANT.  Once
+     * exit() has begun, the library's own threads (the host memory monitor,
+     * the background workers) start none of them, nor a backend's reg or
+     * dereg: they stop before any library's destructor runs
+     * (regcache_create(3)). */
     size_t priv_size; /* bytes of private data per entry
                          (regcache_entry_priv()), 0 (none) to 4096: 64-byte
                          aligned, zeroed before the entry's first
@@ -612,8 +622,9 @@ enum regcache_get_flags {
  *  - A failed background registration is counted (prefetch_failures) and
  *    kept: the next get of an overlapping range on that rail returns its
  *    status, and regcache_last_error() its message, once.  Memory that was
- *    gone (NOT_GPU) is not kept, and an invalidation of the range forgets
- *    the failure.
+ *    gone (NOT_GPU) is not kept, an invalidation of the range forgets the
+ *    failure, and a get that finds other memory there (another buffer id;
+ *    pageable pages mapped or unmapped since) drops it.
  *  - regcache_destroy() drops queued ranges and waits for registrations in
  *    flight.  A fork child has no workers: an inherited cache refuses with
  *    FORKED, and the parent's queued ranges are never registered there.
@@ -689,13 +700,15 @@ REGCACHE_API int regcache_prefetch_batch_access(regcache_t *cache,
  * regcache_get_rail() for the access this transfer needs instead of
  * params.access: an IBV_ACCESS_* set (IBV_ACCESS_REMOTE_READ alone, say,
  * for a source that the peer reads; IBV_ACCESS_REMOTE_ATOMIC for an atomic
- * target).  An entry serves every get whose access its own covers; a get
- * that needs more registers the union of the two once, and the narrower
- * entry leaves the cache (REGCACHE_REASON_REPLACED; held, it stays valid
- * until its put).  So access 0 or any subset of params.access is served by
- * the entries of regcache_get(), and read-only memory (a PROT_READ
- * mapping) registers with access that asks for no write (LOCAL_WRITE,
- * REMOTE_WRITE, REMOTE_ATOMIC); with params.access it fails with
+ * target).  REMOTE_WRITE or REMOTE_ATOMIC without LOCAL_WRITE is registered
+ * with LOCAL_WRITE added, as verbs requires (params.access too).  An entry
+ * serves every get whose access its own covers; a get that needs more
+ * registers the union of the two once, and the narrower entry leaves the
+ * cache (REGCACHE_REASON_REPLACED; held, it stays valid until its put).
+ * So access 0 or any subset of params.access is served by the entries of
+ * regcache_get(), and read-only memory (a PROT_READ mapping) registers
+ * with access that asks for no write (LOCAL_WRITE, REMOTE_WRITE,
+ * REMOTE_ATOMIC); with params.access it fails with
  * REGCACHE_ERR_BAD_ADDRESS.  IBV_ACCESS_RELAXED_ORDERING is registered
  * where the rail's provider takes it: one that refuses it (EINVAL, an old
  * provider or kernel) gets the registration without it, and from then on
@@ -717,9 +730,11 @@ REGCACHE_API int regcache_prefetch_batch_access(regcache_t *cache,
  * access, an entry without a registration on `rail` yet, a registration of
  * the range in flight - returns REGCACHE_ERR_AGAIN with *entry NULL, after
  * queueing the range (with this access) as regcache_prefetch() does,
- * without waiting for a registration or the cache's lock and without a
- * system call (except the wake of an idle worker, and the start of the
- * workers at the first one).  When the background registration of the
+ * without waiting for a registration, the cache's lock or the host memory
+ * monitor's drain (a range an unhandled unmap concerns is no hit), and
+ * without a system call (except the wake of an idle worker, the start of
+ * the workers at the first one, and a look at the memory of a failure
+ * kept for the range).  When the background registration of the
  * range failed, the next get returns that failure instead (see
  * regcache_prefetch()).
  * Hit cost: that of regcache_get() and one comparison.
@@ -749,7 +764,9 @@ REGCACHE_API int regcache_get_with_arg(regcache_t *cache, unsigned rail, const v
 /*
  * Release an entry from regcache_get().  It stays registered and becomes the
  * most recently used; if it was invalidated while held, its last put
- * deregisters it.  NULL entry is a no-op.  `cache` must be the cache the
+ * deregisters it, on the putting thread, before it returns (with
+ * params.on_leave, the thread still giving its leave notice may instead).
+ * NULL entry is a no-op.  `cache` must be the cache the
  * entry came from (debug builds abort otherwise); NULL also works, at the
  * cost of reading the entry's own memory.
  * Each get is put once: a second put of the same entry is undefined (debug
@@ -1255,8 +1272,9 @@ REGCACHE_API int regcache_validation_mode(const regcache_t *cache);
 REGCACHE_API const char *regcache_validation_reason(const regcache_t *cache);
 
 /*
- * The method the built-in backend selected (DMABUF or PEERMEM), 0 for a
- * custom backend, or REGCACHE_ERR_INVALID for NULL.  Thread safe.
+ * The method the built-in backend selected (DMABUF or PEERMEM; HOST when
+ * it registers host memory only), 0 for a custom backend, or
+ * REGCACHE_ERR_INVALID for NULL.  Thread safe.
  */
 REGCACHE_API int regcache_method_used(const regcache_t *cache);
 

@@ -17,13 +17,14 @@
 #include <string.h>
 #include <strings.h>
 
+#include "access.h"
 #include "bounds.h"
 #include "last_error.h"
 #include "ledger_segment.h"
 #include "options.h"
 #include "symver.h"
 
-#define DEFAULT_ACCESS (1 | 2 | 4) /* IBV_ACCESS_LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ */
+#define DEFAULT_ACCESS (RC_IBV_LOCAL_WRITE | RC_IBV_REMOTE_WRITE | RC_IBV_REMOTE_READ)
 /* Larger alignments buy nothing (registrations are 64 KiB BAR pages at
  * most) and would let rounded byte counts wrap. */
 #define MAX_ALIGNMENT ((size_t)1 << 30)
@@ -385,5 +386,6 @@ int rc_options_resolve(const struct regcache_params *in, struct rc_options *out)
         from_env |= 1u << i;
     }
     int rc = check(out, from_env);
+    out->params.access = rc_access_with_local_write(out->params.access);
     return rc == REGCACHE_OK ? resolve_name(out) : rc;
 }

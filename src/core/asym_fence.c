@@ -1,5 +1,6 @@
 #include "asym_fence.h"
 
+#include <errno.h>
 #include <linux/membarrier.h>
 #include <pthread.h>
 #include <sched.h>
@@ -51,16 +52,18 @@ void rc_fence_setup(void)
 }
 
 /* Wait a little longer after each failed try: a yield, then sleeps that
- * double up to a millisecond. */
+ * double from a microsecond. */
 static void back_off(unsigned try)
 {
     if (try < 2) {
         sched_yield();
         return;
     }
-    long ns = 1000L << (try < 12 ? try - 2 : 10);
-    nanosleep(&(struct timespec){ .tv_nsec = ns }, NULL);
+    nanosleep(&(struct timespec){ .tv_nsec = 1000L << (try - 2) }, NULL);
 }
+
+/* How long the switch waits when no barrier succeeds (demote()). */
+#define GRACE_NS 10000000L
 
 static bool barrier(void)
 {
@@ -69,9 +72,15 @@ static bool barrier(void)
 
 /* membarrier keeps failing: from now on every fast side fences.  A fast
  * side reads its flag after its store (asym_fence.h): one that read it
- * before the flags fell had made its store before, and the first barrier
- * that succeeds after they fell makes that store visible to every later
- * scan.  Until one does, no heavy fence returns. */
+ * before the flags fell had made its store before, and a barrier that
+ * succeeds after they fell makes that store visible to every later scan.
+ * The switch tries a few; it runs under a cache's lock, so it must not
+ * wait for the kernel for ever.  When none succeeds it waits GRACE_NS
+ * instead, and leans on the hardware: a store leaves its core's store
+ * buffer within microseconds, and a core that stops running the thread
+ * (an interrupt, a preemption, a VM exit) drains the buffer as it stops.
+ * So a store made before the flags fell is visible to every scan after
+ * the wait.  Once, for the life of the process. */
 static void demote(void)
 {
     rc_fence_setup();
@@ -79,8 +88,12 @@ static void demote(void)
     if (!atomic_load_explicit(&symmetric, memory_order_seq_cst)) {
         atomic_store_explicit(&rc_heavy_fence_works, false, memory_order_seq_cst);
         rc_registry_fence_everywhere();
-        for (unsigned try = 0; !barrier(); try++)
+        bool covered = false;
+        for (unsigned try = 0; try < TRIES && !(covered = barrier()); try++)
             back_off(try);
+        struct timespec grace = { .tv_nsec = GRACE_NS };
+        while (!covered && nanosleep(&grace, &grace) != 0 && errno == EINTR)
+            continue;
         atomic_store_explicit(&symmetric, true, memory_order_seq_cst);
     }
     pthread_mutex_unlock(&demote_lock);

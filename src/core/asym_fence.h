@@ -63,7 +63,9 @@ static inline void rc_fence_light(void)
 
 /* The rare side: between its store and its load.  A membarrier that fails
  * is tried again; one that keeps failing switches the frequent sides to
- * real fences for good, and returns once that switch is safe. */
+ * real fences for good, and returns once that switch is safe: after a
+ * barrier that succeeds, or after a bounded wait where none does
+ * (asym_fence.c).  It always returns, whatever the kernel answers. */
 void rc_fence_heavy(void);
 
 #endif

@@ -505,9 +505,6 @@ struct regcache_entry *rc_entry_new_locked(struct regcache *c);
  * holder's put releases (a one-shot registration). */
 void rc_zombie_locked(struct regcache *c, struct regcache_entry *e);
 
-/* Under the lock: zombies nobody holds any more go to *victims. */
-void rc_sweep_locked(struct regcache *c, struct regcache_entry **victims);
-
 /* Under the lock: every zombie goes to *victims (destroy). */
 void rc_drain_entries_locked(struct regcache *c, struct regcache_entry **victims);
 

@@ -179,7 +179,7 @@ static int classify_host(struct regcache *c, struct rc_want *w,
 static int classify_device(struct regcache *c, struct rc_want *w,
                            const struct regcache_mem_info *info)
 {
-    if (c->builtin && c->method_used == 0)
+    if (c->builtin && c->method_used == REGCACHE_METHOD_HOST)
         return rc_fail(REGCACHE_ERR_UNSUPPORTED,
                        "%p is GPU memory, but this cache found no GPU registration method "
                        "(host memory only): load nvidia_peermem or use a verbs provider with "

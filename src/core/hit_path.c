@@ -22,6 +22,7 @@
  * epoch, budgets, debug checks, errors) is out of line, reached by tail
  * calls, so that a HOOKS get+put makes no call and put needs no frame
  * (bench/ab/run.sh hooks and tag compare builds of it). */
+#include "access.h"
 #include "asym_fence.h"
 #include "cache.h"
 #include "compiler.h"
@@ -50,14 +51,9 @@ static COLD int bad_get(const struct regcache *c, const void *addr, size_t len, 
                    "regcache_get: the cache was created before fork(); create one in the child");
 }
 
-/* The buffer id of the mapping at addr now.  A query that fails or sets
- * no id reads as 0, which no tag-checked entry has. */
 static inline uint64_t tag_at(const struct regcache *c, uintptr_t addr)
 {
-    struct regcache_mem_info info;
-    info.buffer_id = 0;
-    return c->mem.read_tag(c->mem.ctx, (const void *)addr, 1, &info) == REGCACHE_OK ? info.buffer_id
-                                                                                    : 0;
+    return rc_memory_tag(&c->mem, addr);
 }
 
 /* The tag at start: `first`, the one the look queried, or a query now. */
@@ -210,17 +206,9 @@ static COLD int several_tags(struct regcache *c, _Atomic uintptr_t *slot, uintpt
 
 static void release_held(struct regcache *c, _Atomic uintptr_t *slot);
 
-/* The host memory monitor has read an unmap it has not handled yet: the
- * entry may be of memory that is gone (host_monitor.h).  Once it is
- * handled, the slow path serves. */
-static COLD int monitor_behind(struct regcache *c, _Atomic uintptr_t *slot, uintptr_t start,
-                               uintptr_t end, struct rc_req rq, regcache_entry_t **out)
-{
-    release_held(c, slot);
-    rc_host_monitor_catch_up();
-    *out = NULL;
-    return rc_slow_get(c, start, end, rq, out);
-}
+static COLD int monitor_behind(struct regcache *c, struct rc_thread *t, _Atomic uintptr_t *slot,
+                               struct rc_probe p, uintptr_t start, uintptr_t end, struct rc_req rq,
+                               regcache_entry_t **out, bool tagged, uint64_t first);
 
 /* Serve the request from the entry that `slot` holds and that the index
  * listed when the hold became visible; p is what its slot in the index
@@ -228,15 +216,17 @@ static COLD int monitor_behind(struct regcache *c, _Atomic uintptr_t *slot, uint
  * but the slot's copies (most do) is handed out before its tag query, so
  * that the fewest values live across that call (of the copies only the
  * id) and nothing but the comparison follows it; one whose tag then turns
- * out changed is taken back. */
+ * out changed is taken back.  `monitor_checked`: a host entry's look at
+ * the host memory monitor is done. */
 static inline __attribute__((always_inline)) int
 serve(struct regcache *c, struct rc_thread *t, _Atomic uintptr_t *slot, const struct rc_probe *p,
       uintptr_t start, uintptr_t end, struct rc_req rq, regcache_entry_t **out, bool tagged,
-      uint64_t first)
+      uint64_t first, bool monitor_checked)
 {
     /* Host entries only: GPU hits compare a byte they hold already. */
-    if (__builtin_expect(p->device_slot == RC_HOST_SLOT && rc_host_monitor_behind(), 0))
-        return monitor_behind(c, slot, start, end, rq, out);
+    if (__builtin_expect(
+            !monitor_checked && p->device_slot == RC_HOST_SLOT && rc_host_monitor_behind(), 0))
+        return monitor_behind(c, t, slot, *p, start, end, rq, out, tagged, first);
     uint64_t now = atomic_load_explicit(&c->epoch, memory_order_relaxed);
     if (__builtin_expect(p->stamp != now || !rc_probe_serves(p, rq), 0))
         return tagged ? serve_tagged_slowly(c, slot, start, end, rq, out, first)
@@ -251,6 +241,28 @@ serve(struct regcache *c, struct rc_thread *t, _Atomic uintptr_t *slot, const st
     if (__builtin_expect(tag_at_start(c, start, first) != id, 0))
         return tag_changed_after_all(c, slot, start, end, rq, out);
     return REGCACHE_OK;
+}
+
+/* The host memory monitor has read an unmap it has not handled yet: the
+ * entry may be of memory that is gone (host_monitor.h).  Where no such
+ * unmap concerns the pages the entry registered, and the entry is still
+ * in the cache (an unmap handled since the look took it out), the hit
+ * stands: a get waits for no drain of other memory's unmaps, and their
+ * deregistrations.  Else, once the unmaps are handled, the slow path
+ * serves; a non-blocking get waits for nothing, and its miss returns
+ * AGAIN. */
+static COLD int monitor_behind(struct regcache *c, struct rc_thread *t, _Atomic uintptr_t *slot,
+                               struct rc_probe p, uintptr_t start, uintptr_t end, struct rc_req rq,
+                               regcache_entry_t **out, bool tagged, uint64_t first)
+{
+    struct regcache_entry *e = rc_held_entry(slot);
+    if (!rc_host_events_concern(e->node.start, e->node.end) && !rc_entry_is_detached(e))
+        return serve(c, t, slot, &p, start, end, rq, out, tagged, first, true);
+    release_held(c, slot);
+    if (!rc_get_nonblocking)
+        rc_host_monitor_catch_up();
+    *out = NULL;
+    return rc_slow_get(c, start, end, rq, out);
 }
 
 /* Should a TAG_CHECK hit query the tag before it looks (look())? */
@@ -350,7 +362,7 @@ static COLD int get_again(struct regcache *c, uintptr_t start, uintptr_t end, st
         struct regcache_entry *e =
             look(c, t, start, end, rq.rail, &slot, &probe, true, tagged, query_first(c), &first);
         if (e)
-            return serve(c, t, slot, &probe, start, end, rq, out, tagged, first);
+            return serve(c, t, slot, &probe, start, end, rq, out, tagged, first, false);
         if (!slot)
             break;
     }
@@ -382,7 +394,7 @@ static inline __attribute__((always_inline)) int hit(struct regcache *c, uintptr
             return rc_slow_get(c, start, end, rq, out);
         return get_again(c, start, end, rq, out, slot);
     }
-    return serve(c, t, slot, &probe, start, end, rq, out, tagged, first);
+    return serve(c, t, slot, &probe, start, end, rq, out, tagged, first, false);
 }
 
 /* One function per mode, each reached from get() by a jump: the TAG_CHECK
@@ -491,7 +503,7 @@ int regcache_get_access(regcache_t *c, unsigned rail, const void *addr, size_t l
 {
     if (__builtin_expect(access < 0 || flags & ~GET_FLAGS, 0))
         return bad_access(access, flags, out);
-    struct rc_req rq = { rail, (unsigned)access };
+    struct rc_req rq = { rail, (unsigned)rc_access_with_local_write(access) };
     if (__builtin_expect(flags != 0, 0))
         return get_flagged(c, rq, addr, len, flags, out);
     return get(c, rq, addr, len, out);

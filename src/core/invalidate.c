@@ -99,7 +99,6 @@ void rc_cache_invalidate(struct regcache *c, uintptr_t start, uintptr_t end,
         if (rc_entry_overlaps(e, start, end) && concerns(why, rc_entry_pageable(e)))
             rc_detach_locked(c, e, &victims, why);
     }
-    rc_sweep_locked(c, &victims);
     rc_check_locked(c);
     rc_unlock(&c->lock);
     rc_prefetch_forget(c, start, end);
@@ -152,7 +151,6 @@ int regcache_flush(regcache_t *c)
     rc_lock(&c->lock);
     for (int i = 0; i < RC_DEVICE_SLOTS; i++)
         rc_evict_locked(c, &c->dev[i], 0, 0, false, REGCACHE_REASON_FLUSH, &victims);
-    rc_sweep_locked(c, &victims);
     rc_check_locked(c);
     rc_unlock(&c->lock);
     rc_release_victims(c, victims);

@@ -227,15 +227,16 @@ void regcache_destroy(regcache_t *c)
     if (!c)
         return;
     bool child = rc_forked(c);
-    rc_statseg_detach(c);
     /* A fork child's registry no longer lists inherited caches. */
     if (!child)
         rc_registry_remove(c);
     /* Features on the edge go first: they may register through the cache
      * and use its workers. */
     rc_listeners_call_destroy(c);
-    /* The workers register through the cache: they stop before it goes. */
+    /* The workers register through the cache, and publish its statistics
+     * record at their misses: they stop before either goes. */
     rc_prefetch_stop(c);
+    rc_statseg_detach(c);
     /* A parent thread that held the cache lock at the fork may have been
      * halfway through changing what it guards (a tree rotation, a heap or
      * table being grown): the child's copy of the lock is still held then,

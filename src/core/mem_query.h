@@ -4,6 +4,7 @@
 #define RC_MEMORY_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "regcache.h"
 
@@ -28,6 +29,15 @@ struct rc_memory {
      * (the "hits" rows: the null query beside the cuda one). */
     bool slow_tag;
 };
+
+/* The buffer id of the mapping at addr now.  A query that fails or sets
+ * no id reads as 0, which no tag-checked entry has. */
+static inline uint64_t rc_memory_tag(const struct rc_memory *m, uintptr_t addr)
+{
+    struct regcache_mem_info info;
+    info.buffer_id = 0;
+    return m->read_tag(m->ctx, (const void *)addr, 1, &info) == REGCACHE_OK ? info.buffer_id : 0;
+}
 
 /* Fill *m with the CUDA driver's implementation.  REGCACHE_ERR_UNSUPPORTED
  * (and m untouched) when no driver can be loaded. */

@@ -488,7 +488,6 @@ static int serve(struct regcache *c, struct rc_want *w, uint64_t seq, unsigned r
     struct regcache_entry *victims = NULL, *e, *busy;
     int rc;
     rc_lock(&c->lock);
-    rc_sweep_locked(c, &victims);
     for (;;) {
         e = lookup_locked(c, w, rail, &busy, &victims);
         if (e || !busy)

@@ -2,10 +2,13 @@
  * public calls that feed it (prefetch.h). */
 #include "prefetch.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
+#include "access.h"
 #include "cache.h"
 #include "last_error.h"
 
@@ -132,9 +135,31 @@ static bool worth_keeping(int status)
     return status != REGCACHE_ERR_NOT_GPU;
 }
 
+/* Are the pages of [start, end) mapped?  msync() of pages that are not
+ * fails with ENOMEM; MS_ASYNC asks for nothing else (a no-op since Linux
+ * 2.6.19). */
+static bool pages_mapped(const struct regcache *c, uintptr_t start, uintptr_t end)
+{
+    uintptr_t mask = (uintptr_t)c->host_page - 1;
+    uintptr_t lo = start & ~mask, hi = end > UINTPTR_MAX - mask ? end : (end + mask) & ~mask;
+    return msync((void *)lo, hi - lo, MS_ASYNC) == 0 || errno != ENOMEM;
+}
+
+/* The memory at [start, end) now.  Without the locks: a driver call. */
+static struct rc_memory_id memory_now(const struct regcache *c, uintptr_t start, uintptr_t end)
+{
+    struct rc_memory_id id = { .tag = rc_memory_tag(&c->mem, start), .mapped = true };
+    if (!id.tag)
+        id.mapped = pages_mapped(c, start, end);
+    return id;
+}
+
 void rc_prefetch_done(struct regcache *c, struct rc_job *job, int status)
 {
     struct rc_prefetch *p = &c->pf;
+    bool keep = status < 0 && worth_keeping(status);
+    struct rc_memory_id memory =
+        keep ? memory_now(c, job->start, job->end) : (struct rc_memory_id){ 0 };
     rc_lock(&p->lock);
     struct rc_job **at = &p->buckets[bucket_of(p, job->start, job->rail)];
     while (*at != job)
@@ -142,11 +167,11 @@ void rc_prefetch_done(struct regcache *c, struct rc_job *job, int status)
     *at = job->hash_next;
     if (status < 0) {
         rc_count(&p->failures);
-        if (worth_keeping(status)) {
+        if (keep) {
             struct rc_failure *f = &p->failed[p->failed_next++ % RC_PREFETCH_FAILURES];
             if (!f->end)
                 add_locked_uint(&c->prefetch_failures_kept, 1);
-            *f = (struct rc_failure){ job->start, job->end, job->rail, status, "" };
+            *f = (struct rc_failure){ job->start, job->end, job->rail, status, memory, "" };
             snprintf(f->message, sizeof f->message, "%s", regcache_last_error());
         }
     }
@@ -169,21 +194,24 @@ int rc_prefetch_take_failure(struct regcache *c, uintptr_t start, uintptr_t end,
     struct rc_prefetch *p = &c->pf;
     if (!rc_prefetch_failures_kept(c))
         return REGCACHE_OK;
+    struct rc_failure seen = { .end = 0 };
     rc_lock(&p->lock);
-    for (unsigned i = 0; i < RC_PREFETCH_FAILURES; i++) {
+    for (unsigned i = 0; i < RC_PREFETCH_FAILURES && !seen.end; i++) {
         struct rc_failure *f = &p->failed[i];
         if (f->end && f->rail == rail && f->start < end && start < f->end) {
-            struct rc_failure seen = *f;
+            seen = *f;
             forget_locked(c, f);
-            rc_unlock(&p->lock);
-            return rc_fail(seen.status,
-                           "a background registration of [%#jx, %#jx) on rail %u "
-                           "failed: %s",
-                           (uintmax_t)seen.start, (uintmax_t)seen.end, seen.rail, seen.message);
         }
     }
     rc_unlock(&p->lock);
-    return REGCACHE_OK;
+    if (!seen.end)
+        return REGCACHE_OK;
+    /* Taken either way: told once, or about memory that is gone. */
+    struct rc_memory_id now = memory_now(c, seen.start, seen.end);
+    if (now.tag != seen.memory.tag || now.mapped != seen.memory.mapped)
+        return REGCACHE_OK;
+    return rc_fail(seen.status, "a background registration of [%#jx, %#jx) on rail %u failed: %s",
+                   (uintmax_t)seen.start, (uintmax_t)seen.end, seen.rail, seen.message);
 }
 
 void rc_prefetch_forget(struct regcache *c, uintptr_t start, uintptr_t end)
@@ -283,7 +311,8 @@ static int prefetch_one(regcache_t *c, const char *fn, unsigned rail, const void
     if (rc == REGCACHE_OK)
         rc = rc_prefetch_queue(
             c, (uintptr_t)addr, (uintptr_t)addr + len,
-            (struct rc_req){ rail, with_access ? (unsigned)access : RC_ACCESS_DEFAULT },
+            (struct rc_req){ rail, with_access ? (unsigned)rc_access_with_local_write(access)
+                                               : RC_ACCESS_DEFAULT },
             RC_EAGER_NONE);
     return rc;
 }

@@ -15,7 +15,8 @@
  * to the end of its registration, so the same range is not queued twice;
  * the listing's size bounds the queue.  A worker's failure is kept for the
  * next get of that range and rail, which returns it (with its message)
- * instead of registering again; an invalidation of the range forgets it. */
+ * instead of registering again; an invalidation of the range forgets it,
+ * and a get that finds other memory there (struct rc_memory_id) drops it. */
 #ifndef RC_PREFETCH_H
 #define RC_PREFETCH_H
 
@@ -50,10 +51,19 @@ struct rc_job {
     struct rc_job *hash_next; /* its bucket: queued or being registered */
 };
 
+/* What identified the memory a failure was about: the buffer id at its
+ * start (device and pinned memory), and, for memory without one, whether
+ * its pages were mapped.  A failure is kept while they stay the same. */
+struct rc_memory_id {
+    uint64_t tag;
+    bool mapped;
+};
+
 struct rc_failure {
     uintptr_t start, end; /* end == 0: an empty record */
     unsigned rail;
     int status;
+    struct rc_memory_id memory;
     char message[200];
 };
 
@@ -100,7 +110,10 @@ int rc_prefetch_queue(struct regcache *c, uintptr_t start, uintptr_t end, struct
 int rc_nonblock_miss(struct regcache *c, uintptr_t start, uintptr_t end, struct rc_req rq);
 
 /* The status of a failed background registration of a range overlapping
- * [start, end) on `rail`, taken (with its message), or REGCACHE_OK. */
+ * [start, end) on `rail`, taken (with its message), or REGCACHE_OK; a
+ * failure about memory that is no longer there is dropped instead.  Asks
+ * the memory query (or, for host memory, the kernel) only when a failure
+ * is kept for the range. */
 int rc_prefetch_take_failure(struct regcache *c, uintptr_t start, uintptr_t end, unsigned rail);
 
 /* The memory of [start, end) went away: its kept failures no longer say

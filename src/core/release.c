@@ -175,28 +175,18 @@ void rc_detach_locked(struct regcache *c, struct regcache_entry *e, struct regca
         return;
     }
     zombie_push(c, e);
-    /* A holder's put may be under way without having seen the mark (puts
-     * pay only a compiler barrier): make every thread's stores visible and
-     * look once more, so the entry is not left for a sweep. */
+    /* A holder's put may have emptied its slot after the look above and
+     * read put_flags before the push (puts pay only a compiler barrier):
+     * make every thread's stores visible and look once more.  A put that
+     * this look misses reads the mark after the fence, and releases the
+     * entry itself: nothing else does (regcache_put(): its last put
+     * deregisters it, on the putter's thread). */
     rc_fence_heavy();
     if (!rc_entry_held(e)) {
         zombie_unlink(c, e);
         rc_victim_push(c, victims, e);
     } else if (memory_gone(why)) {
         rc_notice_due_locked(c, e);
-    }
-}
-
-/* Zombies whose last holder let go without seeing the mark (only possible
- * where the heavy fence falls back); called on the slow paths. */
-static void sweep_zombies_locked(struct regcache *c, struct regcache_entry **victims)
-{
-    for (struct regcache_entry *e = c->zombies, *next; e; e = next) {
-        next = e->link_next;
-        if (!rc_entry_held(e)) {
-            zombie_unlink(c, e);
-            rc_victim_push(c, victims, e);
-        }
     }
 }
 
@@ -292,7 +282,6 @@ void rc_release_if_unheld(struct regcache *c, struct regcache_entry *e)
         zombie_unlink(c, e);
         rc_victim_push(c, &victims, e);
     }
-    sweep_zombies_locked(c, &victims);
     rc_unlock(&c->lock);
     rc_release_victims(c, victims);
 }
@@ -302,12 +291,6 @@ void rc_release_if_unheld(struct regcache *c, struct regcache_entry *e)
 void rc_zombie_locked(struct regcache *c, struct regcache_entry *e)
 {
     zombie_push(c, e);
-}
-
-void rc_sweep_locked(struct regcache *c, struct regcache_entry **victims)
-{
-    if (c->zombies)
-        sweep_zombies_locked(c, victims);
 }
 
 struct regcache_entry *rc_entry_new_locked(struct regcache *c)

@@ -9,6 +9,7 @@
 
 #include "cache.h"
 #include "cpu_relax.h"
+#include "exiting.h"
 #include "prefetch.h"
 
 /* Looks at the queue by an idle worker before it sleeps, about 50 us: in a
@@ -80,7 +81,9 @@ static void *worker(void *arg)
         if (!j)
             break;
         rc_unlock(&p->lock);
-        int rc = register_job(c, j);
+        /* A registration calls the backend and the callbacks: not once
+         * the process is exiting (exiting.h); the range is dropped. */
+        int rc = rc_exiting() ? RC_NO_ROOM : register_job(c, j);
         if (rc == RC_NO_ROOM)
             rc_count(&p->dropped);
         rc_prefetch_done(c, j, rc);
@@ -99,6 +102,7 @@ int rc_workers_start_locked(struct regcache *c)
         if (!p->threads)
             return REGCACHE_ERR_NO_MEMORY;
     }
+    rc_exiting_watch();
     /* Signals are the application's threads' business: the workers block
      * them all (a new thread inherits the creator's mask). */
     sigset_t all, old;

@@ -29,6 +29,10 @@ struct rc_host_monitor_line rc_host_monitor_line;
 static struct slot ring[RING];
 static _Atomic uint64_t tail;
 static uint64_t head; /* under drain_lock */
+/* What the drain is invalidating now, once its slot is free again: the
+ * range, or everything (an overflow); an odd `taken_seq` while it changes. */
+static _Atomic uint64_t taken_seq;
+static _Atomic uintptr_t taken_start, taken_end;
 static atomic_bool overflow;
 static pthread_mutex_t drain_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Thread_local bool draining;
@@ -63,8 +67,9 @@ void rc_host_events_post(uintptr_t start, uintptr_t end)
         if (lap == free_lap) {
             if (atomic_compare_exchange_weak_explicit(&tail, &pos, pos + 1, memory_order_relaxed,
                                                       memory_order_relaxed)) {
-                s->start = start;
-                s->end = end;
+                /* Atomic: rc_host_events_concern() may read them now. */
+                __atomic_store_n(&s->start, start, __ATOMIC_RELAXED);
+                __atomic_store_n(&s->end, end, __ATOMIC_RELAXED);
                 atomic_store_explicit(&s->lap, free_lap + 1, memory_order_release);
                 break;
             }
@@ -110,8 +115,20 @@ static void handled(uint32_t upto)
     }
 }
 
+/* Under drain_lock: say that [start, end) is being invalidated (end 0:
+ * nothing is). */
+static void take(uintptr_t start, uintptr_t end)
+{
+    uint64_t seq = atomic_load_explicit(&taken_seq, memory_order_relaxed);
+    atomic_store_explicit(&taken_seq, seq + 1, memory_order_seq_cst);
+    atomic_store_explicit(&taken_start, start, memory_order_seq_cst);
+    atomic_store_explicit(&taken_end, end, memory_order_seq_cst);
+    atomic_store_explicit(&taken_seq, seq + 2, memory_order_seq_cst);
+}
+
 /* Under drain_lock: read every slot claimed so far.  A producer between
- * its claim and its mark is a few stores from done: waited for. */
+ * its claim and its mark is a few stores from done: waited for.  A range
+ * is taken before its slot is free again (rc_host_events_concern()). */
 static void drain_ring(void)
 {
     uint64_t end = atomic_load_explicit(&tail, memory_order_acquire);
@@ -121,10 +138,56 @@ static void drain_ring(void)
         while (atomic_load_explicit(&s->lap, memory_order_acquire) != filled)
             sched_yield();
         uintptr_t start = s->start, stop = s->end;
+        take(start, stop);
         atomic_store_explicit(&s->lap, filled + 1, memory_order_release);
         __atomic_store_n(&head, head + 1, __ATOMIC_RELAXED);
         rc_registry_invalidate(start, stop, REGCACHE_REASON_FREED_MONITOR);
+        take(0, 0);
     }
+}
+
+/* A slot of the ring that holds an unread range overlapping [start, end):
+ * its lap read around the range, so that a range being replaced is not
+ * taken for it. */
+static bool slot_overlaps(uint64_t pos, uintptr_t start, uintptr_t end)
+{
+    struct slot *s = &ring[pos % RING];
+    uint64_t filled = 2 * (pos / RING) + 1;
+    if (atomic_load_explicit(&s->lap, memory_order_acquire) != filled)
+        return false;
+    uintptr_t lo = __atomic_load_n(&s->start, __ATOMIC_RELAXED);
+    uintptr_t hi = __atomic_load_n(&s->end, __ATOMIC_RELAXED);
+    atomic_thread_fence(memory_order_acquire);
+    return atomic_load_explicit(&s->lap, memory_order_relaxed) == filled && lo < end && start < hi;
+}
+
+/* The range being taken now overlaps [start, end). */
+static bool taken_overlaps(uintptr_t start, uintptr_t end)
+{
+    for (;;) {
+        uint64_t seq = atomic_load_explicit(&taken_seq, memory_order_seq_cst);
+        uintptr_t lo = atomic_load_explicit(&taken_start, memory_order_seq_cst);
+        uintptr_t hi = atomic_load_explicit(&taken_end, memory_order_seq_cst);
+        if (!(seq & 1) && atomic_load_explicit(&taken_seq, memory_order_seq_cst) == seq)
+            return lo < end && start < hi;
+        sched_yield();
+    }
+}
+
+bool rc_host_events_concern(uintptr_t start, uintptr_t end)
+{
+    if (atomic_load_explicit(&overflow, memory_order_seq_cst) ||
+        atomic_load_explicit(&readers, memory_order_seq_cst))
+        return true;
+    uint64_t t = atomic_load_explicit(&tail, memory_order_seq_cst);
+    uint64_t h = __atomic_load_n(&head, __ATOMIC_SEQ_CST);
+    if (t - h > RING)
+        h = t - RING;
+    for (uint64_t pos = h; pos != t; pos++)
+        if (slot_overlaps(pos, start, end))
+            return true;
+    /* After the slots: a range taken from its slot since was taken first. */
+    return taken_overlaps(start, end);
 }
 
 bool rc_host_events_drain(bool wait)
@@ -140,8 +203,12 @@ bool rc_host_events_drain(bool wait)
      * ranges yet: this drain cannot vouch for them.  One that has posted
      * did so before the ring's tail is read below. */
     bool complete = atomic_load_explicit(&readers, memory_order_seq_cst) == 0;
-    if (atomic_exchange_explicit(&overflow, false, memory_order_acq_rel))
-        rc_host_monitor_invalidate_watched();
+    if (atomic_load_explicit(&overflow, memory_order_acquire)) {
+        take(0, UINTPTR_MAX); /* before the flag falls (rc_host_events_concern()) */
+        if (atomic_exchange_explicit(&overflow, false, memory_order_acq_rel))
+            rc_host_monitor_invalidate_watched();
+        take(0, 0);
+    }
     drain_ring();
     if (complete)
         handled(upto);
@@ -158,6 +225,9 @@ void rc_host_events_reset(void)
     head = 0;
     atomic_store(&overflow, false);
     atomic_store(&readers, 0);
+    atomic_store(&taken_seq, 0);
+    atomic_store(&taken_start, 0);
+    atomic_store(&taken_end, 0);
     atomic_store(&rc_host_monitor_line.events, 0);
     draining = false;
     pthread_mutex_init(&drain_lock, NULL);

@@ -7,7 +7,8 @@
  * The events word counts what was posted (high half) and what is handled
  * (low half).  A range is queued, then counted; a drain handles what was
  * counted when it began.  A get of host memory that finds the halves apart
- * drains first (or waits for the drain under way), so no entry of pages an
+ * drains first (or waits for the drain under way) unless no unhandled unmap
+ * concerns its entry (rc_host_events_concern()), so no entry of pages an
  * unmap took away is served once that unmap has returned. */
 #ifndef RC_HOST_EVENTS_H
 #define RC_HOST_EVENTS_H
@@ -42,6 +43,14 @@ void rc_host_events_post_all(void);
  * between the two. */
 void rc_host_events_read_begin(void);
 void rc_host_events_read_end(void);
+
+/* Whether an unmap that is not handled yet may concern [start, end): one
+ * queued or being invalidated that overlaps it, an overflow, or a read of
+ * the userfaultfd under way (whose ranges are not known yet).  Takes no
+ * lock and waits for nothing: for a get of cached memory that must not
+ * wait for the drain.  An unmap that this misses was handled meanwhile:
+ * its entries left the caches. */
+bool rc_host_events_concern(uintptr_t start, uintptr_t end);
 
 /* Whether the queue is half full or more: time to wake a drainer. */
 bool rc_host_events_crowded(void);

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "cache.h"
+#include "exiting.h"
 #include "host_libc.h"
 #include "host_mapping.h"
 #include "host_ucm.h"
@@ -188,7 +189,10 @@ static void *monitor(void *arg)
             rc_host_uffd_read();
         if (atomic_load_explicit(&libc_watching, memory_order_relaxed))
             rc_host_libc_check();
-        if (rc_host_monitor_behind())
+        /* Draining calls the application (deregistrations, notices): not
+         * once it is exiting (exiting.h).  The userfaultfd is still read:
+         * unmapping threads wait for that. */
+        if (rc_host_monitor_behind() && !rc_exiting())
             rc_host_events_drain(false);
     }
 }
@@ -202,6 +206,7 @@ static bool start_locked(void)
     if (!open_kick_locked())
         return false;
     atomic_store(&stopping, false);
+    rc_exiting_watch();
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);

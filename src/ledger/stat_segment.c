@@ -47,7 +47,10 @@ struct rc_statseg *rc_statseg_map(const char *name, char *why, size_t why_len)
     snprintf(path, sizeof path, "/%s", name);
     int fd = shm_open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK, 0);
     if (fd < 0) {
-        say(why, why_len, "cannot open %s%s: %s", RC_LEDGER_DIR, path, strerror(errno));
+        if (errno == ENOENT)
+            why[0] = '\0';
+        else
+            say(why, why_len, "cannot open %s%s: %s", RC_LEDGER_DIR, path, strerror(errno));
         return NULL;
     }
     struct stat st;

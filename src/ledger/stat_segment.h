@@ -74,7 +74,8 @@ bool rc_statseg_name_ok(const char *name);
 
 /* Map segment `name` (under RC_LEDGER_DIR) read-only, never blocking, and
  * check its header; NULL with *why filled when it is not this user's
- * private file or not a segment of this layout. */
+ * private file or not a segment of this layout, and with *why empty when
+ * there is no such segment (any more: its process removed it). */
 struct rc_statseg *rc_statseg_map(const char *name, char *why, size_t why_len);
 void rc_statseg_unmap(struct rc_statseg *s);
 

@@ -5,13 +5,14 @@
  *
  * First every cache of every process, GPU or host (their statistics
  * segments, stat_caches.c): name, devices, entries, bytes, hit rate,
- * registration latency, fds, each rail's dmabuf mapping.  Then one table
- * per GPU (one BAR1 ledger segment), one row per cache: process, entries,
- * bytes, the budget it last computed, and its counters.  --json prints one
- * JSON document instead (one per line with --watch), --prometheus the
- * text exposition format.  Exit status: 0, 1 when a segment could not be
- * read (it is listed with why), 2 for a usage error (the message names
- * the option or value). */
+ * registration latency, fds, each rail's dmabuf mapping; a process that
+ * ended since the listing is left out.  Then one table per GPU (one BAR1
+ * ledger segment) in which some process holds a record, one row per
+ * cache: process, entries, bytes, the budget it last computed, and its
+ * counters.  --json prints one JSON document instead (one per line with
+ * --watch), --prometheus the text exposition format.  Exit status: 0, 1
+ * when a segment could not be read (it is listed with why), 2 for a usage
+ * error (the message names the option or value). */
 #include <dirent.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -160,20 +161,6 @@ static int segment_names(const char *prefix, char ***names, size_t *n)
 /* Output                                                                    */
 /* ------------------------------------------------------------------------ */
 
-void json_string(const char *s)
-{
-    putchar('"');
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            printf("\\%c", *p);
-        else if (*p < 0x20 || *p >= 0x7f)
-            printf("\\u%04x", *p);
-        else
-            putchar(*p);
-    }
-    putchar('"');
-}
-
 static void json_gpu(const struct gpu *g)
 {
     printf("{\"segment\":");
@@ -200,22 +187,6 @@ static void json_gpu(const struct gpu *g)
         printf("}");
     }
     printf("]}");
-}
-
-/* A process name as the table shows it: what a terminal would act on
- * (escapes, control characters) and bytes beyond ASCII as \xHH, and so a
- * backslash too. */
-const char *printable(const char *s, char *out, size_t n)
-{
-    size_t k = 0;
-    for (const unsigned char *p = (const unsigned char *)s; *p && k + 5 < n; p++) {
-        if (*p < 0x20 || *p >= 0x7f || *p == '\\')
-            k += (size_t)snprintf(out + k, n - k, "\\x%02x", *p);
-        else
-            out[k++] = (char)*p;
-    }
-    out[k] = '\0';
-    return out;
 }
 
 /* 1536 -> "1.5K" */
@@ -280,7 +251,9 @@ static void prometheus_gpu(const struct gpu *g, bool first)
                "# TYPE regcache_gpu_budget_bytes gauge\n");
     if (g->error[0])
         return;
-    printf("regcache_gpu_budget_bytes{gpu=\"%s\"} %llu\n", g->key, (unsigned long long)g->budget);
+    printf("regcache_gpu_budget_bytes{gpu=");
+    prometheus_label(g->key);
+    printf("} %llu\n", (unsigned long long)g->budget);
 }
 
 /* One look at every cache and ledger.  Returns 1 when one could not be
@@ -314,26 +287,32 @@ static int show(const char *prefix, enum format format)
         caches_prometheus(&cs);
     } else {
         caches_text(&cs);
-        if (!n)
-            printf("no regcache ledger of uid %u (%s/%s*)\n", (unsigned)geteuid(), RC_LEDGER_DIR,
-                   prefix);
     }
+    size_t shown = 0;
     for (size_t i = 0; i < n; i++) {
         memset(g, 0, sizeof *g);
         read_gpu(names[i], pidns, g);
+        free(names[i]);
         status |= g->error[0] != '\0';
+        /* Every record free: its processes are gone, and the ledger waits
+         * only for the next one to use that GPU. */
+        if (!g->error[0] && !g->nrows)
+            continue;
         if (format == JSON) {
-            printf(i ? "," : "");
+            printf(shown ? "," : "");
             json_gpu(g);
         } else if (format == PROMETHEUS) {
-            prometheus_gpu(g, i == 0);
+            prometheus_gpu(g, shown == 0);
         } else {
             text_gpu(g);
         }
-        free(names[i]);
+        shown++;
     }
     if (format == JSON)
         printf("]}\n");
+    else if (format == TEXT && !shown)
+        printf("no regcache ledger of uid %u in use (%s/%s*)\n", (unsigned)geteuid(),
+               RC_LEDGER_DIR, prefix);
     caches_free(&cs);
     free(names);
     free(g);

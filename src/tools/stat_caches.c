@@ -35,7 +35,8 @@ static void read_segment(const char *name, uint64_t pidns, struct caches *cs)
     char why[256];
     struct rc_statseg *s = rc_statseg_map(name, why, sizeof why);
     if (!s) {
-        add_error(cs, why);
+        if (why[0]) /* else its process ended since the listing */
+            add_error(cs, why);
         return;
     }
     struct cache_row row = { 0 };
@@ -218,27 +219,12 @@ void caches_json(const struct caches *cs)
     printf("]");
 }
 
-/* A label value as the exposition format wants it: \\, \" and \n escaped. */
-static void label_value(const char *s)
-{
-    putchar('"');
-    for (; *s; s++) {
-        if (*s == '\\' || *s == '"')
-            printf("\\%c", *s);
-        else if (*s == '\n')
-            printf("\\n");
-        else
-            putchar(*s);
-    }
-    putchar('"');
-}
-
 static void labels(const struct cache_row *r)
 {
     printf("{pid=\"%d\",process=", r->pid);
-    label_value(r->process);
+    prometheus_label(r->process);
     printf(",cache=");
-    label_value(rc_statseg_cache_name(&r->c));
+    prometheus_label(rc_statseg_cache_name(&r->c));
 }
 
 /* One metric family, a sample per cache. */

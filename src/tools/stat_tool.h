@@ -1,6 +1,6 @@
 /* regcache-stat's parts: the GPU ledgers (regcache_stat.c), every cache
  * of every process from their statistics segments (stat_caches.c), and
- * the text helpers they share. */
+ * the text helpers they share (stat_escape.c, and the size below). */
 #ifndef RC_STAT_TOOL_H
 #define RC_STAT_TOOL_H
 
@@ -9,10 +9,20 @@
 
 #include "stat_segment.h"
 
-/* A JSON string of s, escaped, to stdout. */
+/* Names as each output wants them (stat_escape.c). */
+
+/* A JSON string of s to stdout: its UTF-8 as it is, control characters
+ * and what JSON escapes as escapes, a byte that is no UTF-8 as U+FFFD. */
 void json_string(const char *s);
 
-/* s with what a terminal would act on (and '\\') as \xHH. */
+/* A label value of the Prometheus text format of s to stdout: its UTF-8 as
+ * it is, '\\', '"' and newline as the format escapes them, any other
+ * control character as the text \xHH (its backslash escaped), a byte that
+ * is no UTF-8 as U+FFFD. */
+void prometheus_label(const char *s);
+
+/* s with what a terminal would act on, bytes beyond ASCII and '\\' as
+ * \xHH. */
 const char *printable(const char *s, char *out, size_t n);
 
 /* 1536 -> "1.5K" */

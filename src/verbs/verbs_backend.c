@@ -1,5 +1,6 @@
 #include "verbs_backend.h"
 
+#include "access.h"
 #include "cuda_seam.h"
 #include "dmabuf_export.h"
 #include "dmabuf_reg.h"
@@ -22,9 +23,15 @@ struct verbs_backend {
     /* Bit r: rail r's provider refused IBV_ACCESS_RELAXED_ORDERING once;
      * its registrations leave it out from then on. */
     atomic_uint no_relaxed;
-    int method; /* REGCACHE_METHOD_DMABUF, _PEERMEM, or 0: host memory only */
+    int method; /* REGCACHE_METHOD_DMABUF, _PEERMEM or _HOST */
     struct rc_dmabuf_reg dmabuf;
 };
+
+_Static_assert(RC_IBV_LOCAL_WRITE == IBV_ACCESS_LOCAL_WRITE &&
+                   RC_IBV_REMOTE_WRITE == IBV_ACCESS_REMOTE_WRITE &&
+                   RC_IBV_REMOTE_READ == IBV_ACCESS_REMOTE_READ &&
+                   RC_IBV_REMOTE_ATOMIC == IBV_ACCESS_REMOTE_ATOMIC,
+               "access.h has verbs.h's values");
 
 #define PEERMEM_HINT "load nvidia_peermem (modprobe nvidia-peermem)"
 
@@ -205,7 +212,7 @@ static int select_method(const struct regcache_params *params, const struct verb
         else if (rc_verbs_peermem_loaded())
             *method = REGCACHE_METHOD_PEERMEM;
         else if (params->host_memory)
-            *method = 0;
+            *method = REGCACHE_METHOD_HOST;
         else {
             /* The advice first: the message buffer may cut the details. */
             rc_set_error("no GPU registration method: " PEERMEM_HINT " or "
@@ -215,6 +222,8 @@ static int select_method(const struct regcache_params *params, const struct verb
             return REGCACHE_ERR_UNSUPPORTED;
         }
         return REGCACHE_OK;
+    case REGCACHE_METHOD_HOST: /* an answer, never a choice */
+        break;
     }
     rc_set_error("unknown registration method %d", (int)params->method);
     return REGCACHE_ERR_INVALID;

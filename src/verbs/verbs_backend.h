@@ -10,9 +10,9 @@
 /* Choose the method for params (pd or pds, rails, access, method) and, for
  * dmabuf, the mapping type (enum rc_dmabuf_mapping) and where to register
  * data-direct (enum rc_data_direct); fill *backend.
- * *method_used gets REGCACHE_METHOD_DMABUF or _PEERMEM (or 0 when only host
- * memory can be registered: no GPU method exists and params->host_memory is
- * on).  Returns REGCACHE_OK, INVALID (no pd), UNSUPPORTED (with
+ * *method_used gets REGCACHE_METHOD_DMABUF or _PEERMEM (or _HOST when only
+ * host memory can be registered: no GPU method exists and
+ * params->host_memory is on).  Returns REGCACHE_OK, INVALID (no pd), UNSUPPORTED (with
  * rc_set_error() saying what to load), NO_MEMORY. */
 int rc_verbs_backend_create(const struct regcache_params *params, int mapping, int data_direct,
                             struct rc_backend *backend, int *method_used);

@@ -76,6 +76,9 @@ static void create_bad_params(void **state)
     p.method = (enum regcache_method)7;
     expect_create_invalid(&p);
     fake_params(&fb, &p);
+    p.method = REGCACHE_METHOD_HOST; /* an answer of regcache_method_used() only */
+    expect_create_invalid(&p);
+    fake_params(&fb, &p);
     p.validation = (enum regcache_validation) - 1;
     expect_create_invalid(&p);
     fake_params(&fb, &p);

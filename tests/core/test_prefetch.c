@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -231,6 +232,61 @@ static void failure_forgotten_by_invalidation(void **state)
     fx_assert_stats(f, FX_STAT(prefetch_failures, 2), NULL);
 }
 
+/* A failure is kept only while the memory it was about is there: pages
+ * unmapped before the worker reached them (it fails, EFAULT), then mapped
+ * again, register at the next get; while they stay as they were, the next
+ * get learns of the failure. */
+static void failure_of_pages_mapped_since_is_dropped(void **state)
+{
+    struct fx *f = *state;
+    f->p.host_memory = 1;
+    f->p.alignment = 4096;
+    f->fb.fail_errno = EFAULT;
+    f->fb.fail_rail = -1;
+    fx_create(f);
+    size_t len = 16 * 4096;
+    char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(p != MAP_FAILED);
+
+    f->fb.fail_count = 1;
+    assert_int_equal(regcache_prefetch(f->c, 0, p, len), REGCACHE_OK);
+    await_idle(f);
+    fx_get_fails(f, (uintptr_t)p, len, REGCACHE_ERR_BAD_ADDRESS);
+    fx_assert_error_says("background registration", NULL);
+
+    f->fb.fail_count = 1;
+    assert_int_equal(munmap(p, len), 0);
+    assert_int_equal(regcache_prefetch(f->c, 0, p, len), REGCACHE_OK);
+    await_idle(f);
+    assert_true(mmap(p, len, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0) == p);
+    regcache_entry_t *e = fx_get(f, (uintptr_t)p, len);
+    regcache_put(f->c, e);
+    fx_assert_stats(f, FX_STAT(prefetch_failures, 2), NULL);
+    regcache_destroy(f->c);
+    f->c = NULL;
+    munmap(p, len);
+}
+
+/* The same for GPU memory freed and allocated again at the same address
+ * with no notice (TAG_CHECK): its buffer id tells. */
+static void failure_of_reallocated_memory_is_dropped(void **state)
+{
+    struct fx *f = *state;
+    fx_device_allocs(f, 1);
+    f->fb.fail_errno = EIO;
+    f->fb.fail_count = 1;
+    f->fb.fail_rail = -1;
+    fx_create(f);
+    assert_int_equal(regcache_prefetch(f->c, 0, (void *)A, 4096), REGCACHE_OK);
+    await_idle(f);
+    fake_realloc(&f->fb, A);
+    regcache_entry_t *e = fx_get(f, A, 4096);
+    assert_int_equal(fx_handle(e)->id, fake_id_at(&f->fb, A));
+    regcache_put(f->c, e);
+    fx_assert_stats(f, FX_STAT(prefetch_failures, 1), NULL);
+}
+
 /* A non-blocking get that misses returns at once and starts the
  * registration; once it ended the same get is a hit.  A rail the entry
  * lacks is no hit either. */
@@ -449,6 +505,26 @@ static void destroy_with_prefetches_in_flight(void **state)
     assert_int_equal(f->fb.live, 0);
 }
 
+/* Destroy while a worker finishes its registration: the worker's last
+ * steps (its statistics record's tick among them) and destroy's do not
+ * race (ThreadSanitizer reports it where destroy gave the record back
+ * before it stopped the workers). */
+static void destroy_as_a_registration_ends(void **state)
+{
+    struct fx *f = *state;
+    fx_device_allocs(f, 1);
+    f->p.workers = 1;
+    hold_regs(f);
+    fx_create(f);
+    assert_int_equal(regcache_prefetch(f->c, 0, (void *)A, 4096), REGCACHE_OK);
+    assert_true(gate_await(&reg_gate, 1, HANG_SECONDS));
+    gate_open(&reg_gate);
+    regcache_destroy(f->c);
+    f->c = NULL;
+    assert_int_equal(f->fb.regs, 1);
+    assert_int_equal(f->fb.live, 0);
+}
+
 /* The workers are threads named regcache-reg. */
 static void workers_named(void **state)
 {
@@ -544,7 +620,8 @@ static void fork_with_prefetches_in_flight(void **state)
 
 FX_MAIN(prefetch_then_hit, get_waits_for_prefetch, prefetch_racing_free, prefetch_racing_invalidate,
         queue_full, failure_reported_to_next_get, failure_forgotten_by_invalidation,
+        failure_of_pages_mapped_since_is_dropped, failure_of_reallocated_memory_is_dropped,
         nonblocking_get, eager_from_notify_alloc, eager_across_mappings, eager_pinned_host,
         eager_pinned_host_refused, eager_off_by_default,
         speculative_evicted_first, speculative_never_evicts_used, destroy_with_prefetches_in_flight,
-        workers_named, fork_with_prefetches_in_flight)
+        destroy_as_a_registration_ends, workers_named, fork_with_prefetches_in_flight)

@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
 """A strict reader of the Prometheus text exposition format (version 0.0.4)
-for regcache-stat --prometheus: every line is a HELP, a TYPE or a sample of
-the family its TYPE declared, names and labels well formed, values numbers,
-no family declared twice, no sample twice.  Then each cache named on the
-command line must have a regcache_entries sample with the given value.
+for regcache-stat --prometheus: UTF-8 throughout, no control character
+but the newline that ends each line, every line a HELP, a TYPE or a sample
+of the family its TYPE declared, names and labels well formed, values
+numbers, no family declared twice, no sample twice.  Then each cache named
+on the command line must have a regcache_entries sample with the given
+value, and with WANT_PROCESS set (Python escapes, for unicode_escape) some
+sample's process label must decode to it.
 
     check_prometheus.py FILE NAME=ENTRIES...
 Exit 0, or 1 with the offending line."""
+import os
 import re
 import sys
 
@@ -22,13 +26,22 @@ def fail(n, line, why):
     sys.exit("line %d: %s: %r" % (n, why, line))
 
 
+def unescape(value):
+    return re.sub(r"\\(.)", lambda m: "\n" if m.group(1) == "n" else m.group(1), value)
+
+
 def main():
-    text = open(sys.argv[1]).read()
+    try:
+        text = open(sys.argv[1], "rb").read().decode("utf-8")
+    except UnicodeDecodeError as e:
+        sys.exit("the exposition is not UTF-8: %s" % e)
     if not text.endswith("\n"):
         sys.exit("the exposition does not end with a newline")
-    helped, typed, seen, entries = set(), {}, set(), {}
+    helped, typed, seen, entries, processes = set(), {}, set(), {}, set()
     family = None
     for n, line in enumerate(text.split("\n")[:-1], 1):
+        if re.search(r"[\x00-\x1f\x7f-\x9f]", line):
+            fail(n, line, "a control character")
         if line.startswith("#"):
             m = re.match(r"^# (HELP|TYPE) (%s) (.+)$" % NAME, line)
             if not m:
@@ -65,6 +78,13 @@ def main():
         seen.add(key)
         if name == "regcache_entries":
             entries[labels.get("cache")] = value
+        if "process" in labels:
+            processes.add(unescape(labels["process"]))
+    process = os.environ.get("WANT_PROCESS")
+    if process is not None:
+        process = process.encode().decode("unicode_escape")
+        if process not in processes:
+            sys.exit("no process label %r among %r" % (process, sorted(processes)))
     for want in sys.argv[2:]:
         cache, value = want.split("=")
         if entries.get(cache) != float(value):

@@ -256,13 +256,15 @@ void assert_contains(const char *out, const char *text)
 
 void assert_json(const char *json)
 {
-    char path[] = "/tmp/regcache-stat-XXXXXX", command[128];
+    char path[] = "/tmp/regcache-stat-XXXXXX", command[256];
     int fd = mkstemp(path);
     assert_true(fd >= 0);
     assert_int_equal(write(fd, json, strlen(json)), (ssize_t)strlen(json));
     close(fd);
     snprintf(command, sizeof command,
-             "python3 -c 'import json,sys; json.load(open(sys.argv[1]))' %s", path);
+             "python3 -c 'import json,sys; "
+             "json.loads(open(sys.argv[1], \"rb\").read().decode(\"utf-8\"))' %s",
+             path);
     int rc = system(command);
     unlink(path);
     if (rc != 0)

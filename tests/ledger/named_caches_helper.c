@@ -3,13 +3,16 @@
  * backend without its query callback), and "host-TAG", host memory
  * described by the fake backend.
  *
- *   named_caches_helper TAG
+ *   named_caches_helper TAG [NAME]
  *
+ * NAME, if given, becomes the process name first (what the kernel keeps
+ * of it: 15 bytes).
  * Each cache gets a miss and a hit on one allocation, then, past the
  * 100 ms between two publications, a miss on another: its statistics
  * record holds 2 entries, 1 hit, 2 misses.  Then it answers "ready PID"
  * and keeps both caches until its input ends. */
 #include <stdio.h>
+#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -43,8 +46,10 @@ static int exercise(regcache_t *c, uintptr_t first, uintptr_t second)
 
 int main(int argc, char **argv)
 {
-    if (argc != 2)
+    if (argc != 2 && argc != 3)
         return 2;
+    if (argc == 3)
+        prctl(PR_SET_NAME, argv[2]);
     setvbuf(stdout, NULL, _IOLBF, 0);
     char gpu_name[64], host_name[64];
     snprintf(gpu_name, sizeof gpu_name, "gpu-%s", argv[1]);

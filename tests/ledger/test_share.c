@@ -207,14 +207,15 @@ static void stat_reports_a_corrupt_segment_and_goes_on(void **state)
     (void)state;
     int status;
     segment_make("dev0");
-    segment_make("dev1");
+    struct helper h;
+    helper_start(&h, "dev1");
     struct rc_ledger_segment *s = segment_open("dev0");
     s->hdr.magic = 0;
     rc_ledger_unmap(s);
     char *out = run_stat("", &status);
     assert_int_equal(status, 1);
     assert_contains(out, "dev0 is corrupt: bad magic");
-    assert_contains(out, "GPU dev1: budget 288.0M (configured), in use 0B by 0 caches");
+    assert_contains(out, "GPU dev1: budget 288.0M (configured), in use 0B by 1 cache,");
     free(out);
     out = run_stat("--json", &status);
     assert_int_equal(status, 1);
@@ -222,6 +223,7 @@ static void stat_reports_a_corrupt_segment_and_goes_on(void **state)
     assert_contains(out, "\"error\":");
     assert_contains(out, "\"gpu\":\"dev1\"");
     free(out);
+    helper_stop(&h);
 }
 
 static void stat_watch_prints_until_stopped(void **state)
@@ -230,7 +232,8 @@ static void stat_watch_prints_until_stopped(void **state)
     char *argv[] = { REGCACHE_STAT, "--json", "--watch", "1", NULL };
     FILE *to, *from;
     char line[4096];
-    segment_make("dev0");
+    struct helper h;
+    helper_start(&h, "dev0");
     pid_t pid = spawn(argv, &to, &from);
     for (int i = 0; i < 2; i++) {
         assert_non_null(fgets(line, sizeof line, from));
@@ -243,6 +246,7 @@ static void stat_watch_prints_until_stopped(void **state)
     assert_true(WIFSIGNALED(status));
     fclose(to);
     fclose(from);
+    helper_stop(&h);
 }
 
 static void stat_usage(void **state)

@@ -59,9 +59,16 @@ static int take_failure(int *failures, int err)
     return 1;
 }
 
-/* An old provider's answer to a flag it does not know. */
+/* An old provider's answer to a flag it does not know; and every verbs
+ * device's to remote write or atomic access without local write, which the
+ * kernel refuses (ib_check_mr_access). */
 static int refuses(struct ibv_pd *pd, int access)
 {
+    if (access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC) &&
+        !(access & IBV_ACCESS_LOCAL_WRITE)) {
+        errno = EINVAL;
+        return 1;
+    }
     if (!fake_verbs.refuse_relaxed || !(access & IBV_ACCESS_RELAXED_ORDERING) ||
         (fake_verbs.refuse_relaxed_pd && pd != fake_verbs.refuse_relaxed_pd))
         return 0;

@@ -132,6 +132,48 @@ static void test_other_failures_keep_relaxed_ordering(void **state)
     free(a);
 }
 
+/* Verbs registers remote write or remote atomic access only with local
+ * write: a get that asks for either without it gets it added, on a get's
+ * access and on params.access alike, and the memory registers. */
+static void test_remote_write_and_atomic_get_local_write(void **state)
+{
+    (void)state;
+    regcache_t *c = host_cache();
+    char *a = aligned_alloc(BLOCK, BLOCK), *b = aligned_alloc(BLOCK, BLOCK);
+    static const int asked[] = { IBV_ACCESS_REMOTE_WRITE, IBV_ACCESS_REMOTE_ATOMIC,
+                                 IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ };
+    for (size_t i = 0; i < sizeof asked / sizeof asked[0]; i++) {
+        regcache_entry_t *e = NULL;
+        assert_int_equal(regcache_get_access(c, 0, a, BLOCK, asked[i], 0, &e), REGCACHE_OK);
+        assert_true(fake_verbs.last_reg_mr.access & IBV_ACCESS_LOCAL_WRITE);
+        assert_int_equal(regcache_entry_access(e) & asked[i], asked[i]);
+        assert_true(regcache_entry_access(e) & IBV_ACCESS_LOCAL_WRITE);
+        regcache_put(c, e);
+    }
+    regcache_destroy(c);
+
+    struct regcache_params p;
+    assert_int_equal(regcache_params_init(&p), REGCACHE_OK);
+    p.pds = pds;
+    p.rails = 2;
+    p.host_memory = 1;
+    p.access = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+    assert_int_equal(regcache_create(&p, &c), REGCACHE_OK);
+    regcache_entry_t *e = NULL;
+    assert_int_equal(regcache_get(c, b, BLOCK, &e), REGCACHE_OK);
+    assert_int_equal(fake_verbs.last_reg_mr.access,
+                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+    regcache_put(c, e);
+    /* The same access asked for by a get: a hit. */
+    int calls = fake_verbs.reg_mr_calls;
+    assert_int_equal(regcache_get_access(c, 0, b, BLOCK, p.access, 0, &e), REGCACHE_OK);
+    assert_int_equal(fake_verbs.reg_mr_calls, calls);
+    regcache_put(c, e);
+    regcache_destroy(c);
+    free(a);
+    free(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -140,6 +182,7 @@ int main(void)
         T(test_relaxed_ordering_where_the_provider_takes_it),
         T(test_relaxed_ordering_falls_back_per_rail),
         T(test_other_failures_keep_relaxed_ordering),
+        T(test_remote_write_and_atomic_get_local_write),
 #undef T
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -29,7 +29,7 @@ static regcache_t *host_cache(void)
     p.pd = fake_pd();
     p.host_memory = 1;
     assert_int_equal(regcache_create(&p, &c), REGCACHE_OK);
-    assert_int_equal(regcache_method_used(c), 0);
+    assert_int_equal(regcache_method_used(c), REGCACHE_METHOD_HOST);
     return c;
 }
 

@@ -226,7 +226,7 @@ static void test_host_only_backend_refuses_gpu_memory(void **state)
     struct ibv_mr *mr;
     (void)state;
     drv.device_count = 0;
-    make_backend(REGCACHE_METHOD_AUTO, 0);
+    make_backend(REGCACHE_METHOD_AUTO, REGCACHE_METHOD_HOST);
     assert_int_equal(reg(gpu_addr(0), 0x10000, 0, &mr), EOPNOTSUPP);
     assert_int_equal(fake_verbs.reg_mr_calls, 0);
     assert_int_equal(drv.calls[FC_GET_HANDLE], 0);

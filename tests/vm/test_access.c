@@ -1,7 +1,8 @@
 /* Access per get and the leave notice on a real provider: a read-only
  * mapping registered for remote read and read by the peer, a send buffer
  * prefetched for remote read alone (the peer reads it, its write is
- * refused), a remote atomic on a registration got with atomic access, and
+ * refused), a remote atomic on a registration got with atomic access,
+ * remote write asked for without local write and written by the peer, and
  * an rkey sent to the peer revoked through the notice when its memory goes
  * (the peer's next access with it fails at the responder; a fresh get
  * gives a new rkey that works). */
@@ -232,6 +233,25 @@ static void remote_atomic_on_an_atomic_registration(void **state)
     vm_pages_free(target, LEN);
 }
 
+/* Remote write asked for without local write, a set verbs refuses: the
+ * cache registers it with local write added, and the peer writes there. */
+static void remote_write_without_local_write(void **state)
+{
+    struct fixture *f = *state;
+    char *target = vm_pages(LEN);
+    regcache_entry_t *te = get_access(f, target, LEN, IBV_ACCESS_REMOTE_WRITE);
+    assert_int_equal(regcache_entry_access(te), IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE);
+    regcache_entry_t *le = get_access(f, f->local, LEN, IBV_ACCESS_LOCAL_WRITE);
+    vm_fill(f->local, LEN, 9);
+    assert_int_equal(
+        vm_rdma(&f->lb, IBV_WR_RDMA_WRITE, f->local, vm_lkey(le), target, vm_rkey(te), LEN),
+        IBV_WC_SUCCESS);
+    assert_memory_equal(target, f->local, LEN);
+    regcache_put(f->cache, te);
+    regcache_put(f->cache, le);
+    vm_pages_free(target, LEN);
+}
+
 /* The rkey packed at registration is sent to the peer; its memory goes
  * (an explicit invalidation, or a free seen by notify_free) and the
  * notice hands the transport the key to revoke; the peer's next access
@@ -307,6 +327,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(read_only_mapping_read_by_the_peer, setup, teardown),
         cmocka_unit_test_setup_teardown(prefetched_for_remote_read_alone, setup, teardown),
         cmocka_unit_test_setup_teardown(remote_atomic_on_an_atomic_registration, setup, teardown),
+        cmocka_unit_test_setup_teardown(remote_write_without_local_write, setup, teardown),
         cmocka_unit_test_setup_teardown(rkey_revoked_after_invalidate, setup, teardown),
         cmocka_unit_test_setup_teardown(rkey_revoked_after_free, setup, teardown),
         cmocka_unit_test_setup_teardown(held_rkey_revoked_at_once, setup, teardown),
