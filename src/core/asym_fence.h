@@ -14,7 +14,6 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
-#include <stdint.h>
 
 extern atomic_bool rc_heavy_fence_works;
 
@@ -49,22 +48,6 @@ static inline void rc_fence_full(void)
 #if defined(__x86_64__) && !defined(RC_TSAN)
     __asm__ __volatile__("lock orl $0, -64(%%rsp)" ::: "memory", "cc");
 #else
-    atomic_thread_fence(memory_order_seq_cst);
-#endif
-}
-
-/* Store v to *p and fence, as the store and rc_fence_full() would: on
- * x86-64 one xchg, which is both, a locked instruction on the line being
- * written (a HOOKS hit's own hold slot): 0.2-0.7 ns less a hit than the
- * store and the red-zone fence (bench/ab/run.sh hooks at 1, 1k and 100k
- * entries).  Elsewhere, and under TSan, a release store and the C11
- * fence. */
-static inline void rc_store_fence(_Atomic uintptr_t *p, uintptr_t v)
-{
-#if defined(__x86_64__) && !defined(RC_TSAN)
-    __asm__ __volatile__("xchg %0, %1" : "+r"(v), "+m"(*(uintptr_t *)p)::"memory");
-#else
-    atomic_store_explicit(p, v, memory_order_release);
     atomic_thread_fence(memory_order_seq_cst);
 #endif
 }

@@ -3,11 +3,10 @@
  * What a hit costs: a hash of the page and a probe of one page-index shard
  * (its line and one 64-byte slot, both only read); one store to a hold
  * slot of the calling thread's own record and - in HOOKS mode - one
- * seq_cst fence, on x86-64 one xchg that is both, the only expensive
- * instruction (the benchmark's "hits" rows, HOOKS beside TAG_CHECK, show
- * its price); then the slot's copies of the entry's rails, device and LRU
- * stamp, the shard's count again, the record's parked flag (threads.h) and
- * the epoch, a store of the hold's note and a
+ * seq_cst fence, the only expensive instruction (the benchmark's "hits"
+ * rows, HOOKS beside TAG_CHECK, show its price); then the slot's copies of the entry's rails, device and LRU stamp,
+ * the shard's count again, the record's parked flag (threads.h) and the
+ * epoch, a store of the hold's note and a
  * plain increment of the thread's own hit counter.  Its put loads the
  * slot, the note and the epoch, stores the slot, passes a compiler barrier
  * and loads the cache's zombie flag and the device's over-budget flag.
@@ -305,16 +304,12 @@ look(struct regcache *c, struct rc_thread *t, uintptr_t start, uintptr_t end, un
         return NULL;
     /* Release: a scanner that reads this slot then also sees this thread's
      * earlier put of it (a plain store on x86). */
+    atomic_store_explicit(slot, (uintptr_t)e | rail, memory_order_release);
     *slotp = slot;
-    if (!tagged) {
-        rc_store_fence(slot, (uintptr_t)e | rail);
-    } else {
-        atomic_store_explicit(slot, (uintptr_t)e | rail, memory_order_release);
-        if (fenceless(c))
-            atomic_signal_fence(memory_order_seq_cst);
-        else
-            rc_fence_full();
-    }
+    if (tagged && fenceless(c)) /* never so in HOOKS caches */
+        atomic_signal_fence(memory_order_seq_cst);
+    else
+        rc_fence_full();
     /* Whoever takes e out of the cache takes it out of the index first,
      * then fences and looks at the holds: if this thread's fence came
      * first, that look sees the hold; else the count has moved here.  The
