@@ -84,7 +84,7 @@ static void measure(void)
     if (!rc_clock_tsc_usable("/sys/devices/system/clocksource/clocksource0/current_clocksource",
                              "/proc/cpuinfo"))
         return;
-    uint64_t c0, t0, c1, t1;
+    uint64_t c0 = 0, t0 = 0, c1 = 0, t1 = 0; /* pair() leaves them so if every try failed */
     pair(&c0, &t0);
     while (rc_clock_ns_of(CLOCK_MONOTONIC) - t0 < 200000)
         ;
