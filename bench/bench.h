@@ -297,6 +297,14 @@ void bench_host_merge(void);
  * hooks live, and a host hit with the monitor on and off.  Before
  * bench_ucx_load(). */
 void bench_host_monitor(void);
+/* eager.c: the share of first gets of new allocations that hit with eager
+ * registration (null: reported with regcache_notify_alloc; cuda: real
+ * cuMemAlloc allocations, reported by the in-process interception). */
+void bench_eager(const struct bench_src *s);
+/* host_cache.c: a hit beside a cache that takes host memory and beside none. */
+void bench_host_cache(const struct bench_src *s);
+/* instructions.c: instructions per get+put where the CPU counts them. */
+void bench_instructions(const struct bench_src *s);
 /* ucx.c: UCX's ucs_rcache beside regcache in the hits and threads rows.
  * bench_ucx_load: m's UCX version, or a skip when there is no UCX. */
 struct bench_ucx;

@@ -7,11 +7,12 @@
 
 /* cuda.h maps names to versioned ones (cuMemAlloc is cuMemAlloc_v2),
  * which is what libcuda exports: the loader looks up the mapped name. */
-#define BENCH_CU_CALLS(X)                                                                          \
-    X(cuInit)                                                                                      \
-    X(cuGetErrorName)                                                                              \
-    X(cuDeviceGet) X(cuDeviceGetName) X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent) X(cuMemAlloc) \
-        X(cuMemGetInfo) X(cuPointerGetAttribute) X(cuPointerSetAttribute)                          \
+#define BENCH_CU_CALLS(X)                                                                        \
+    X(cuInit)                                                                                    \
+    X(cuGetErrorName)                                                                            \
+    X(cuDeviceGet)                                                                               \
+    X(cuDeviceGetName) X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent) X(cuMemAlloc) X(cuMemFree) \
+        X(cuMemGetInfo) X(cuPointerGetAttribute) X(cuPointerSetAttribute)                        \
             X(cuMemGetHandleForAddressRange)
 #define BENCH_CU_FN(name) __typeof__(&name) name;
 

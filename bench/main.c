@@ -53,20 +53,24 @@ int main(int argc, char **argv)
     /* Before UCX is loaded (without its memory hooks). */
     bench_host_monitor();
     bench_ucx_load(&m);
+    bench_instructions(&cpu);
     bench_hits(&cpu);
     bench_threads(&cpu);
     bench_churn(&cpu);
     bench_invalidation(&cpu);
     bench_misses(&cpu);
     bench_prefetch(&cpu);
+    bench_eager(&cpu);
     bench_host_ranges();
     bench_host_merge();
+    bench_host_cache(&cpu);
     if (bench_cuda_open(&gpu, &m) == 0) {
         bench_hits(&gpu);
         bench_threads(&gpu);
         bench_misses(&gpu);
         bench_linked(&gpu);
         bench_prefetch(&gpu);
+        bench_eager(&gpu);
         bench_pins(&gpu, &bench_dmabuf);
     }
     return bench_json_close(&m) == 0 ? 0 : 1;

@@ -230,6 +230,23 @@ class Report:
         self.pair("host hit with the monitor on = off within noise",
                   f(what="hit watched", **mon), f(what="hit unwatched", **mon), "same",
                   source="null")
+        self.pair("null hit beside a host cache = beside none within noise",
+                  f(workload="host_cache", what="hit beside a host cache"),
+                  f(workload="host_cache", what="hit beside no host cache"), "same")
+        for source in ("null", "cuda"):
+            done = f(workload="eager", source=source, what="first get after registration")
+            at_once = f(workload="eager", source=source, what="first get at once")
+            why = self.needs(gpu=source == "cuda") or self.why_missing(source)
+            self.goal("%s eager registration: first gets after it ended hit 100%%" % source,
+                      "-" if not done else "%.1f%% (worst %.1f%%)" % (done["median"],
+                                                                       done["p99"]),
+                      None if not done or self.needs(gpu=source == "cuda") else
+                      done["p99"] >= 100, why)
+            self.goal("%s eager registration: first gets at once after the allocation" % source,
+                      "-" if not at_once else "%.1f%% (worst %.1f%%)" % (at_once["median"],
+                                                                         at_once["p99"]),
+                      None, "a figure, no goal: a race with the workers, which the "
+                      "allocation only queued" if at_once else why)
         two_mib = dict(workload="host_ranges", size_bytes=2 << 20)
         for what, unit, limit in (("entries", "registrations", 4), ("pinned_peak", "MiB", 36)):
             v = m(what=what, **two_mib)
@@ -289,8 +306,9 @@ class Report:
             series.setdefault(series_name(r), {})[x(r)] = r
         over = [c for c in cols if threaded and self.oversubscribed(c)]
         units = {r.get("unit", "ns") for r in rows} - {"ns", "Mops/s"}
+        by = " by alignment" if any(r["size_bytes"] for r in rows) else " by entries"
         print("\n== %s, %s ==" % (workload, "Mops/s by threads" if threaded else
-                                  " and ".join(sorted(units)) + " by alignment" if units else "ns"))
+                                  " and ".join(sorted(units)) + by if units else "ns"))
         print("  %-38s" % "" + "".join("%13s" % (label(c) + "*" * (c in over)) for c in cols))
         for name, cells in series.items():
             print("  %-38s" % name + "".join("%13s" % cell(cells.get(c)) for c in cols))

@@ -346,7 +346,9 @@ struct regcache_params {
     unsigned workers;       /* background registration threads, started
                                at the first queued range; 0 (default):
                                one per rail (registrations through the
-                               CUDA driver gain nothing from more) */
+                               CUDA driver gain nothing from more); as
+                               many register at once as measurably
+                               helps, one per rail at least */
     size_t prefetch_queue;  /* ranges queued or being registered in the
                                background at most; default 1024 */
     int host_monitor; /* enum regcache_host_monitor: whether host memory

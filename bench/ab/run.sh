@@ -11,6 +11,12 @@
 #
 #   bench/ab/run.sh driver-tag N REV_OR_DIR...
 #
+# or, on any machine with valgrind, instructions per get+put counted by
+# callgrind (one build at a time, the difference of two runs of 4 and 24
+# rounds, so that set-up and warm-up cancel): the same on every run.
+#
+#   bench/ab/run.sh instructions churn|hooks|tag|access N REV_OR_DIR...
+#
 # Each argument is a git revision, or a source directory (a working tree
 # with changes not yet committed).  Builds (Release) go under $AB_DIR
 # (default /tmp/regcache-ab); a revision's build is reused, a directory's
@@ -20,7 +26,12 @@
 set -eu
 
 src=$(cd "$(dirname "$0")/../.." && pwd)
-[ $# -ge 3 ] || { sed -n '2,14p' "$0"; exit 2; }
+[ $# -ge 3 ] || { sed -n '2,19p' "$0"; exit 2; }
+count=
+if [ "$1" = instructions ]; then
+    count=1
+    shift
+fi
 mode=$1 n=$2
 shift 2
 dir=${AB_DIR:-/tmp/regcache-ab}
@@ -79,6 +90,20 @@ cc -std=c11 -O2 -Wall -Wextra -Werror -o "$dir/regcache-ab" "$src/bench/ab/ab.c"
     -I"$src/include" -I"$src/bench" -ldl -lpthread
 ops=20000
 [ "$mode" = churn ] && ops=2000
+if [ -n "$count" ]; then
+    ops=${OPS:-1000}
+    ir() { # LIB ROUNDS: instructions callgrind counted in the whole run
+        GLIBC_TUNABLES=glibc.rtld.optional_static_tls=65536 valgrind --tool=callgrind \
+            --callgrind-out-file=/dev/null "$dir/regcache-ab" "$mode" "$n" "$2" "$ops" "$1" \
+            2>&1 >/dev/null | sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
+    }
+    echo "$mode $n, instructions per get+put (callgrind; the loop's own included):"
+    for lib in $libs; do
+        a=$(ir "$lib" 4) b=$(ir "$lib" 24)
+        printf '  %8s  %s\n' "$(((b - a) / (20 * ops)))" "$lib"
+    done
+    exit 0
+fi
 # Each namespace needs static TLS of its own (the library's thread record
 # pointer is initial-exec); glibc's reserve holds about one more library.
 # shellcheck disable=SC2086  # $libs is a list of paths without spaces

@@ -149,12 +149,12 @@ static __attribute__((noinline, cold)) int refused(struct regcache *c, struct re
 int rc_register_rail(struct regcache *c, struct regcache_entry *e, unsigned rail, bool speculative,
                      void *get_arg, struct rc_reg_time *t)
 {
-    t->begun = rc_stats_clock();
+    t->begun = rc_clock_now();
     int err = reg_once(c, e, rail, get_arg);
     int rc = err ? register_after_failure(c, e, rail, speculative, get_arg, err) : REGCACHE_OK;
     if (rc != REGCACHE_OK)
         return rc;
-    t->ended = rc_stats_clock();
+    t->ended = rc_clock_now();
     const struct regcache_params *p = &c->opts.params;
     int ret = p->on_register
                   ? p->on_register(p->callback_arg, rc_counted_handle(e, rail), rail,

@@ -3,7 +3,6 @@
 #include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <time.h>
 
 #include "bar1_budget.h"
 #include "cache.h"
@@ -79,20 +78,6 @@ struct rc_device *rc_device_set(struct regcache *c, int slot)
     return d;
 }
 
-/* The coarse clock: its ticks of a few milliseconds are plenty against
- * PUBLISH_NS, and it is read once a miss, where the precise clock (a
- * paravirtual one in a VM) costs tens of nanoseconds. */
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-/* How often the counters go out at most: regcache-stat's refresh, and the
- * per-thread hit sums are the costly part. */
-#define PUBLISH_NS 100000000u
-
 /* Apart from rc_budget_note_locked(), which runs at every miss and
  * eviction: its frame for the statistics would cost every call. */
 static __attribute__((noinline)) void publish_counts(struct regcache *c, struct rc_device *d)
@@ -113,19 +98,22 @@ static void note_usage(struct rc_device *d)
                     atomic_load_explicit(&d->entries, memory_order_relaxed));
 }
 
-/* A note that may publish.  Out of line too: the clock's frame would cost
- * the notes that skip it. */
-static __attribute__((noinline)) void note_and_publish(struct regcache *c, struct rc_device *d)
+/* A note that may publish: the counters go out 100 ms apart at most
+ * (regcache-stat's refresh; the per-thread hit sums are the costly part).
+ * Out of line too: the clock's frame would cost the notes that skip it. */
+static __attribute__((noinline)) void note_and_publish(struct regcache *c, struct rc_device *d,
+                                                       uint64_t now)
 {
     note_usage(d);
-    uint64_t now = now_ns();
-    if (now - d->ledger_published < PUBLISH_NS)
+    if (!now)
+        now = rc_clock_now_coarse();
+    if (!rc_clock_100ms_since(d->ledger_published, now))
         return;
     d->ledger_published = now;
     publish_counts(c, d);
 }
 
-void rc_budget_note_locked(struct regcache *c, struct rc_device *d)
+void rc_budget_note_locked(struct regcache *c, struct rc_device *d, uint64_t now)
 {
     /* A fork child that destroys an inherited cache drains it: the record
      * it would write is the parent's, which still holds those entries. */
@@ -137,7 +125,7 @@ void rc_budget_note_locked(struct regcache *c, struct rc_device *d)
     if (d->making_room)
         note_usage(d);
     else
-        note_and_publish(c, d);
+        note_and_publish(c, d, now);
 }
 
 void rc_budget_fini(struct regcache *c)

@@ -47,7 +47,7 @@ struct rc_device {
     bool ledger_limits;        /* no max_bytes: the ledger sets the limit */
     uint8_t budget_source;     /* enum rc_budget_source of max_bytes, for the dump */
     bool making_room;          /* a miss evicts before registering: notes skip the clock */
-    uint64_t ledger_published; /* when the counters last went out (ns) */
+    uint64_t ledger_published; /* when the counters last went out (a clock reading) */
     /* Bytes of registrations in flight (under the lock): the ledger counts
      * them with `bytes`, so that no other cache takes their room. */
     size_t pending;
@@ -165,7 +165,7 @@ struct regcache {
     struct rc_stats stats;
     int stat_record; /* its record in the process's statistics segment, or -1 */
     int stat_pid;    /* the process whose segment that is */
-    atomic_uint_fast64_t stat_published; /* when it last went out there (coarse ns) */
+    atomic_uint_fast64_t stat_published; /* when it last went out there (a clock reading) */
     char stat_note[256];                 /* why it has no record, for the dump */
 
     /* Debug builds: changes since the last full check of the invariants. */
@@ -293,6 +293,9 @@ struct rc_want {
      * narrower entries of the same memory it replaces. */
     unsigned access;
     void *get_arg; /* for the backend (rc_take_get_arg()) */
+    /* The clock reading that ended its registration (clock.h), 0 before:
+     * the paces of what the miss publishes take it too. */
+    uint64_t clock;
 };
 
 /* Describe [start, end) with the memory query and decide what to register.
@@ -327,7 +330,7 @@ void rc_retire_covered_locked(struct regcache *c, struct regcache_entry *e,
 /* Does the memory at the entry's range still carry its buffer ids? */
 bool rc_entry_memory_current(struct regcache *c, const struct regcache_entry *e);
 
-/* When a registration began and ended (rc_stats_clock()). */
+/* When a registration began and ended (clock readings, clock.h). */
 struct rc_reg_time {
     uint64_t begun, ended;
 };
@@ -395,8 +398,10 @@ bool rc_make_room_locked(struct regcache *c, struct rc_device *d, size_t len, bo
  * registrations are the parent's. */
 void rc_trim(struct regcache *c, struct rc_device *d);
 
-/* Under the lock, after d's bytes or entries changed: tell the ledger. */
-void rc_budget_note_locked(struct regcache *c, struct rc_device *d);
+/* Under the lock, after d's bytes or entries changed: tell the ledger.
+ * `now`: the caller's clock reading (clock.h), or 0 when it has none at
+ * hand, and one is taken if the counters are due to go out. */
+void rc_budget_note_locked(struct regcache *c, struct rc_device *d, uint64_t now);
 
 /* Detach every device from its ledger (destroy). */
 void rc_budget_fini(struct regcache *c);

@@ -120,7 +120,7 @@ struct regcache_entry {
     struct regcache_entry *notice_next;
     /* Why it left the cache (enum regcache_reason), set when it leaves. */
     uint8_t reason;
-    uint64_t born_ns; /* when its first registration ended (the entry dump's age) */
+    uint64_t born; /* when its first registration ended, a clock reading (the dump's age) */
     /* Its place in the LRU (lru.h): a heap index, RC_LRU_QUEUED or
      * RC_LRU_NONE; in the queue, its neighbours and its key. */
     size_t heap_idx;

@@ -146,6 +146,7 @@ int regcache_create(const struct regcache_params *params, regcache_t **out)
                        !params ? "params" : "cache");
     rc_clear_error();
     rc_fence_setup();
+    rc_clock_setup();
 
     struct regcache *c;
     /* The page index shards and the counters are cache-line aligned. */

@@ -265,10 +265,11 @@ static void raise_peak(atomic_uint_fast64_t *peak, uint64_t now)
 }
 
 /* Under the lock: a registered entry joins the cache, and the host entries
- * it covers leave it first (their bytes never count twice).  Fails only
- * when the LRU heap cannot grow. */
+ * it covers leave it first (their bytes never count twice); `now` is the
+ * clock reading that ended its registration.  Fails only when the LRU heap
+ * cannot grow. */
 static int publish_locked(struct regcache *c, struct regcache_entry *e, uintptr_t start,
-                          bool speculative, struct regcache_entry **victims)
+                          bool speculative, uint64_t now, struct regcache_entry **victims)
 {
     struct rc_device *d = &c->dev[e->device_slot];
     rc_retire_covered_locked(c, e, victims);
@@ -295,7 +296,7 @@ static int publish_locked(struct regcache *c, struct regcache_entry *e, uintptr_
     raise_peak(&d->n.peak_bytes, atomic_load_explicit(&d->bytes, memory_order_relaxed));
     raise_peak(&c->peak_bytes, atomic_load_explicit(&c->total_bytes, memory_order_relaxed));
     rc_recheck_budget_locked(d);
-    rc_budget_note_locked(c, d);
+    rc_budget_note_locked(c, d, now);
     /* The hit path finds it from now on (a failure only costs hits). */
     rc_page_index_add(&c->index, e, start);
     rc_listeners_registered_locked(c, e);
@@ -362,18 +363,25 @@ static int register_new(struct regcache *c, struct rc_want *w, uint64_t seq, uns
     if (rc == REGCACHE_OK) {
         rail_ready_locked(e, rail);
         rc_count_locked(&d->n.registrations);
-        rc_stats_registered(c, e, rail, t.ended - t.begun);
-        e->born_ns = t.ended;
+        rc_stats_registered(c, e, rail, rc_clock_ns_between(t.begun, t.ended));
+        e->born = w->clock = t.ended;
     }
     enum regcache_reason why = e->reason; /* the detacher's, if any */
     if (rc == REGCACHE_OK && !detached &&
         !rc_invalidated_since_locked(c, seq, e->match_start, e->match_end, rc_entry_pageable(e),
                                      &why) &&
-        publish_locked(c, e, w->start, speculative, victims) == REGCACHE_OK) {
+        publish_locked(c, e, w->start, speculative, t.ended, victims) == REGCACHE_OK) {
         /* Its count was this thread's and those of gets registering other
          * rails meanwhile; in the cache now, the entry may be held by a
-         * slot instead (a count below the full one never fills). */
-        atomic_fetch_sub_explicit(&e->refs, 1, memory_order_relaxed);
+         * slot instead (a count below the full one never fills).  Mostly
+         * the count is this thread's alone: then no other thread can change
+         * it (a count is taken under the lock, which this thread holds, and
+         * let go of only by its holder), and a plain store saves the miss a
+         * locked instruction. */
+        if (atomic_load_explicit(&e->refs, memory_order_relaxed) == 1)
+            atomic_store_explicit(&e->refs, 0, memory_order_relaxed);
+        else
+            atomic_fetch_sub_explicit(&e->refs, 1, memory_order_relaxed);
         if (!speculative)
             (void)rc_hold_locked(c, e, rail, out);
     } else {
@@ -392,7 +400,7 @@ static int register_new(struct regcache *c, struct rc_want *w, uint64_t seq, uns
             drop_failed_locked(c, e, victims);
         }
         /* The ledger counted this registration while it was in flight. */
-        rc_budget_note_locked(c, d);
+        rc_budget_note_locked(c, d, 0);
     }
     registration_ended(c);
     rc_check_locked(c);
@@ -431,7 +439,7 @@ static int register_rail(struct regcache *c, struct regcache_entry *e, unsigned 
         if (out)
             rc_count_locked(&c->dev[e->device_slot].n.misses);
         rc_count_locked(&c->dev[e->device_slot].n.registrations);
-        rc_stats_registered(c, e, rail, t.ended - t.begun);
+        rc_stats_registered(c, e, rail, rc_clock_ns_between(t.begun, t.ended));
     }
     registration_ended(c);
     unlock_leaving(c);
@@ -579,6 +587,9 @@ int rc_slow_get(struct regcache *c, uintptr_t start, uintptr_t end, struct rc_re
     rc_want_fini(&w);
     if (rc != REGCACHE_OK && out)
         *out = NULL;
-    rc_statseg_tick(c);
+    /* Paced by the reading that ended the registration, where there was
+     * one: the histogram's, which also dates the entry and paced the
+     * ledger's counters. */
+    rc_statseg_tick(c, w.clock ? w.clock : rc_clock_now_coarse());
     return rc;
 }

@@ -106,12 +106,7 @@ int rc_prefetch_queue(struct regcache *c, uintptr_t start, uintptr_t end, struct
     p->listed++;
     rc_add_locked(&p->waiting, 1);
     rc_count(&p->queued);
-    /* Workers awake (busy, or watching the queue) take it without a wake,
-     * which is a system call: one sleeper more only when the queue is
-     * longer than they are many. */
-    if (p->sleeping &&
-        atomic_load_explicit(&p->waiting, memory_order_relaxed) > p->started - p->sleeping)
-        rc_cond_signal(&p->work);
+    rc_workers_wake_locked(p);
     rc_unlock(&p->lock);
     return REGCACHE_OK;
 }

@@ -28,6 +28,7 @@
 
 #include "cache_lock.h"
 #include "entry.h"
+#include "worker_sizer.h"
 
 struct regcache;
 
@@ -81,6 +82,10 @@ struct rc_prefetch {
     size_t capacity, nbuckets;
     pthread_t *threads;
     unsigned nthreads, started, sleeping;
+    /* Workers registering now, at most sizer.limit (worker_sizer.h), and
+     * sleepers signalled that have not woken yet. */
+    unsigned busy, woken;
+    struct rc_sizer sizer;
     bool watching; /* an idle worker watches the queue before it sleeps */
     bool stopping;
     /* RC_PREFETCH_FAILURES of them, made with the queue; how many are
@@ -139,6 +144,11 @@ int rc_workers_start_locked(struct regcache *c);
 
 /* Join the workers of c, which were told to stop. */
 void rc_workers_join(struct regcache *c);
+
+/* Under p's lock, after jobs were queued or the limit rose: wake sleeping
+ * workers for the queued jobs that no awake one will take and the limit
+ * lets run.  A wake is a system call: none while awake workers suffice. */
+void rc_workers_wake_locked(struct rc_prefetch *p);
 
 /* A worker's job ended (registered, failed, or nothing to do): let go of
  * its listing; `status` and the thread's last error are kept for the next

@@ -19,9 +19,6 @@
 #include "stat_segment.h"
 #include "stat_publish.h"
 
-/* How often a cache's record goes out at most. */
-#define PUBLISH_NS 100000000u
-
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
     struct rc_statseg *seg; /* NULL: none (yet, or it could not be made) */
@@ -248,11 +245,10 @@ void rc_statseg_publish(struct regcache *c)
     pthread_mutex_unlock(&lock);
 }
 
-void rc_statseg_tick(struct regcache *c)
+void rc_statseg_tick(struct regcache *c, uint64_t now)
 {
-    uint64_t now = rc_stats_coarse_clock(),
-             last = atomic_load_explicit(&c->stat_published, memory_order_relaxed);
-    if (c->stat_record < 0 || now - last < PUBLISH_NS ||
+    uint64_t last = atomic_load_explicit(&c->stat_published, memory_order_relaxed);
+    if (c->stat_record < 0 || !rc_clock_100ms_since(last, now) ||
         !atomic_compare_exchange_strong_explicit(&c->stat_published, &last, now,
                                                  memory_order_relaxed, memory_order_relaxed))
         return;

@@ -3,6 +3,8 @@
 #ifndef RC_STAT_PUBLISH_H
 #define RC_STAT_PUBLISH_H
 
+#include <stdint.h>
+
 struct regcache;
 
 /* At create: claim a record and write it; without one (no segment, or
@@ -12,8 +14,9 @@ void rc_statseg_attach(struct regcache *c);
 /* Write c's record now (a reset). */
 void rc_statseg_publish(struct regcache *c);
 
-/* On a miss: write c's record when it last went out 100 ms ago or more. */
-void rc_statseg_tick(struct regcache *c);
+/* On a miss, at clock reading `now` (clock.h; the miss's own where it
+ * registered): write c's record when it last went out 100 ms ago or more. */
+void rc_statseg_tick(struct regcache *c, uint64_t now);
 
 /* At destroy: give the record back; the last one removes the segment. */
 void rc_statseg_detach(struct regcache *c);

@@ -5,7 +5,6 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cache.h"
 #include "last_error.h"
@@ -31,23 +30,6 @@ void rc_stats_fini(struct rc_stats *st)
     free(st->rails);
     free(st->base);
     pthread_mutex_destroy(&st->base_lock);
-}
-
-static uint64_t ns_of(clockid_t clock)
-{
-    struct timespec ts;
-    clock_gettime(clock, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-uint64_t rc_stats_clock(void)
-{
-    return ns_of(CLOCK_MONOTONIC);
-}
-
-uint64_t rc_stats_coarse_clock(void)
-{
-    return ns_of(CLOCK_MONOTONIC_COARSE);
 }
 
 static unsigned bucket_of(uint64_t ns)

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "bounds.h"
+#include "clock.h"
 #include "regcache.h"
 
 #define RC_LATENCY_BUCKETS REGCACHE_LATENCY_BUCKETS
@@ -52,15 +53,6 @@ static inline struct rc_rail_counters *rc_rail_counters(const struct rc_stats *s
 {
     return &st->rails[(size_t)slot * RC_MAX_RAILS + rail];
 }
-
-/* The monotonic clock in ns (misses only): a registration's start and end,
- * the end also its entry's birth. */
-uint64_t rc_stats_clock(void);
-
-/* The same to the kernel's tick (a few ms), at a fraction of the cost where
- * the fine clock is no vDSO read (virtual machines): ages (their now) and
- * the statistics segment's pace, every miss. */
-uint64_t rc_stats_coarse_clock(void);
 
 /* Under the lock: a registration of e on `rail` took ns and succeeded. */
 void rc_stats_registered(struct regcache *c, const struct regcache_entry *e, unsigned rail,

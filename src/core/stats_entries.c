@@ -78,7 +78,7 @@ static void copy_entry(struct rc_itree_node *node, void *arg)
         .rails = atomic_load_explicit(&e->rails_ready, memory_order_relaxed),
         .holders = (atomic_load_explicit(&e->refs, memory_order_relaxed) & RC_COUNT_MASK) +
                    slot_holds_of(k->slots, e),
-        .age_ns = k->now > e->born_ns ? k->now - e->born_ns : 0,
+        .age_ns = rc_clock_ns_between(e->born, k->now),
     };
 }
 
@@ -96,7 +96,7 @@ static bool copy_entries(struct regcache *c, struct copy *k, struct slot_holds *
         if (slots->n)
             qsort(slots->v, slots->n, sizeof *slots->v, by_address);
         k->slots = slots;
-        k->now = rc_stats_coarse_clock();
+        k->now = rc_clock_now_coarse();
         rc_itree_visit_all(&c->tree, copy_entry, k);
     }
     rc_unlock(&c->lock);

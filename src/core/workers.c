@@ -2,7 +2,9 @@
  * first queued range, named regcache-reg, joined at its destroy.  Several
  * of them take jobs at once, so a range queued on several rails registers
  * them side by side (the miss path lets each rail's registration of an
- * entry go on beside the others). */
+ * entry go on beside the others); how many at most, measurement decides
+ * (worker_sizer.h). */
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -29,13 +31,33 @@ static bool job_soon(struct rc_prefetch *p)
     return false;
 }
 
-/* Under p's lock: the next job, or NULL when the workers must stop. */
+/* May one more worker register now? */
+static bool room(const struct rc_prefetch *p)
+{
+    return p->busy < p->sizer.limit;
+}
+
+void rc_workers_wake_locked(struct rc_prefetch *p)
+{
+    size_t queued = atomic_load_explicit(&p->waiting, memory_order_relaxed);
+    while (p->sleeping > p->woken) {
+        /* Idle and awake: watching the queue, about to look, or woken. */
+        unsigned awake = p->started - (p->sleeping - p->woken) - p->busy;
+        if (queued <= awake || p->busy + awake >= p->sizer.limit)
+            return;
+        p->woken++;
+        rc_cond_signal(&p->work);
+    }
+}
+
+/* Under p's lock: the next job, or NULL when the workers must stop.  A
+ * worker beyond the limit sleeps, and does not watch the queue. */
 static struct rc_job *next_job(struct rc_prefetch *p)
 {
     struct rc_job *j = NULL;
     bool looked = false;
-    while (!p->stopping && !(j = rc_prefetch_next_locked(p))) {
-        if (!looked && !p->watching) {
+    while (!p->stopping && !(room(p) && (j = rc_prefetch_next_locked(p)))) {
+        if (!looked && !p->watching && room(p)) {
             p->watching = true;
             rc_unlock(&p->lock);
             looked = !job_soon(p);
@@ -46,9 +68,24 @@ static struct rc_job *next_job(struct rc_prefetch *p)
         p->sleeping++;
         rc_cond_wait(&p->work, &p->lock);
         p->sleeping--;
+        if (p->woken)
+            p->woken--;
         looked = false;
     }
+    if (j) {
+        p->busy++;
+        rc_sizer_started(&p->sizer, rc_clock_now());
+    }
     return j;
+}
+
+/* Under p's lock: a worker's job ended. */
+static void job_ended(struct rc_prefetch *p)
+{
+    p->busy--;
+    size_t queued = atomic_load_explicit(&p->waiting, memory_order_relaxed);
+    if (rc_sizer_ended(&p->sizer, rc_clock_now(), queued > UINT_MAX ? UINT_MAX : (unsigned)queued))
+        rc_workers_wake_locked(p);
 }
 
 /* An allocation the hooks reported may be one mapping of a larger VMM
@@ -88,6 +125,7 @@ static void *worker(void *arg)
             rc_count(&p->dropped);
         rc_prefetch_done(c, j, rc);
         rc_lock(&p->lock);
+        job_ended(p);
     }
     rc_unlock(&p->lock);
     return NULL;
@@ -101,6 +139,7 @@ int rc_workers_start_locked(struct regcache *c)
         p->threads = calloc(p->nthreads, sizeof(*p->threads));
         if (!p->threads)
             return REGCACHE_ERR_NO_MEMORY;
+        rc_sizer_init(&p->sizer, c->rails, p->nthreads);
     }
     rc_exiting_watch();
     /* Signals are the application's threads' business: the workers block

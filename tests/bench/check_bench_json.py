@@ -24,10 +24,11 @@ import sys
 import xml.dom.minidom
 
 WORKLOADS = {"hits", "threads", "churn", "invalidation", "misses", "ucx", "linked", "pins",
-             "host_ranges", "prefetch", "host_monitor", "host_merge"}
+             "host_ranges", "prefetch", "host_monitor", "host_merge", "eager", "host_cache",
+             "instructions"}
 CPU_WORKLOADS = WORKLOADS - {"ucx", "linked", "pins"}
 THREADS = [1, 2, 4, 8, 16, 24, 32]
-GOALS = 35
+GOALS = 40
 
 
 def fail(msg):
