@@ -17,8 +17,6 @@
 #include "ledger_guard.h"
 #include "options.h"
 
-#define NAMESPACE_MAX 32
-
 #if defined(__GNUC__)
 __attribute__((format(printf, 3, 4)))
 #endif
@@ -48,25 +46,16 @@ bool rc_ledger_key_ok(const char *key)
     return all_of(key, RC_LEDGER_KEY_MAX - 1, ".:-");
 }
 
-bool rc_ledger_namespace_ok(const char *ns)
-{
-    return all_of(ns, NAMESPACE_MAX, "");
-}
-
 bool rc_ledger_prefix(char *out, size_t n, char *why, size_t why_len)
 {
-    const char *ns = rc_option_env("REGCACHE_LEDGER_NAMESPACE");
+    const char *ns;
     unsigned uid = (unsigned)geteuid();
-    if (!ns || !*ns) {
-        snprintf(out, n, "regcache-%u-", uid);
-        return true;
-    }
-    if (!rc_ledger_namespace_ok(ns)) {
-        say(why, why_len, "REGCACHE_LEDGER_NAMESPACE=\"%s\": expected 1-%d of [A-Za-z0-9_]", ns,
-            NAMESPACE_MAX);
+    if (!rc_option_ledger_namespace(&ns, why, why_len))
         return false;
-    }
-    snprintf(out, n, "regcache-%u.%s-", uid, ns);
+    if (!ns)
+        snprintf(out, n, "regcache-%u-", uid);
+    else
+        snprintf(out, n, "regcache-%u.%s-", uid, ns);
     return true;
 }
 
@@ -189,8 +178,8 @@ bool rc_ledger_name_ok(const char *name)
         return false;
     memcpy(key, name, len);
     key[len] = '\0';
-    return rc_ledger_key_ok(key) && (!plus || (plus[1] >= '1' && plus[1] < '0' + RC_LEDGER_NAMES &&
-                                               plus[2] == '\0'));
+    return rc_ledger_key_ok(key) &&
+           (!plus || (plus[1] >= '1' && plus[1] < '0' + RC_LEDGER_NAMES && plus[2] == '\0'));
 }
 
 /* What is under a name: a segment to use, a name to pass by (another
@@ -199,9 +188,12 @@ enum found { USE, FOREIGN, REFUSED };
 
 static const char *kind(mode_t mode)
 {
-    return S_ISREG(mode) ? "" : S_ISDIR(mode) ? " (a directory)" : S_ISFIFO(mode) ? " (a FIFO)"
-                            : S_ISSOCK(mode) ? " (a socket)" : S_ISLNK(mode) ? " (a link)"
-                                             : " (a device)";
+    return S_ISREG(mode)    ? ""
+           : S_ISDIR(mode)  ? " (a directory)"
+           : S_ISFIFO(mode) ? " (a FIFO)"
+           : S_ISSOCK(mode) ? " (a socket)"
+           : S_ISLNK(mode)  ? " (a link)"
+                            : " (a device)";
 }
 
 /* Whoever can write a segment can make this process misjudge its budget
@@ -308,8 +300,8 @@ struct rc_ledger_segment *rc_ledger_map(const char *name, const char *key, char 
         say(why, why_len, "%s%s is %lld bytes: not a ledger", RC_LEDGER_DIR, name,
             (long long)st.st_size);
     } else {
-        p = mmap(NULL, (size_t)st.st_size, key ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED,
-                 fd, 0);
+        p = mmap(NULL, (size_t)st.st_size, key ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd,
+                 0);
         if (p == MAP_FAILED)
             say(why, why_len, "cannot map %s%s: %s", RC_LEDGER_DIR, name, strerror(errno));
     }
@@ -319,8 +311,8 @@ struct rc_ledger_segment *rc_ledger_map(const char *name, const char *key, char 
     size_t size = (size_t)st.st_size;
     /* Guarded before the first read: a truncation can come at any time. */
     if (!rc_ledger_guard(p, size)) {
-        say(why, why_len, "cannot guard %s%s against truncation (%u ledgers mapped)",
-            RC_LEDGER_DIR, name, RC_LEDGER_GUARDS);
+        say(why, why_len, "cannot guard %s%s against truncation (%u ledgers mapped)", RC_LEDGER_DIR,
+            name, RC_LEDGER_GUARDS);
         munmap(p, size);
         return NULL;
     }
