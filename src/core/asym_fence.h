@@ -20,8 +20,10 @@ extern atomic_bool rc_heavy_fence_works;
 /* The membarrier system call; tests replace it to make it fail. */
 extern long (*rc_membarrier)(int cmd);
 
-/* Register the process for expedited membarrier; once, at cache creation. */
-void rc_fence_setup(void);
+/* Register the process for expedited membarrier; once, at cache creation.
+ * `demoted`, when not NULL, is what the switch to real fences calls to
+ * switch the flags of every user too (each cache's). */
+void rc_fence_setup(void (*demoted)(void));
 
 #if defined(__SANITIZE_THREAD__)
 #define RC_TSAN 1
@@ -41,8 +43,8 @@ void rc_fence_setup(void);
  * address of any call this frame makes, but within the frames of calls it
  * made before: so this is the fence of code that has called nothing yet
  * (the hit's); the evictor's claim, after several calls, is slower with
- * it than with the C11 fence (bench/ab/run.sh churn) and keeps that.  Elsewhere, and under TSan (which
- * models only the C11 fence), the C11 fence. */
+ * it than with the C11 fence (bench/ab/run.sh churn) and keeps that.  Elsewhere, and under TSan
+ * (which models only the C11 fence), the C11 fence. */
 static inline void rc_fence_full(void)
 {
 #if defined(__x86_64__) && !defined(RC_TSAN)

@@ -13,6 +13,7 @@
 #include "cache_lock.h"
 #include "entry.h"
 #include "entry_pool.h"
+#include "fork_generation.h"
 #include "interval_tree.h"
 #include "listeners.h"
 #include "lru.h"
@@ -30,7 +31,8 @@ enum rc_cause { RC_BY_TAG, RC_BY_NOTIFY, RC_BY_EXPLICIT, RC_BY_MONITOR, RC_CAUSE
 /* Counters of one device; atomics so that stats read them without a lock. */
 struct rc_counters {
     atomic_uint_fast64_t shared_hits, slow_hits, misses, registrations, deregistrations, evictions,
-        invalidations[RC_CAUSES], reg_failures, one_shots, peak_bytes, leaves[REGCACHE_REASON_COUNT];
+        invalidations[RC_CAUSES], reg_failures, one_shots, peak_bytes,
+        leaves[REGCACHE_REASON_COUNT];
 };
 
 /* One device's share of the cache: its eviction order, budget and
@@ -163,8 +165,8 @@ struct regcache {
     char ledger_note[256];
 
     struct rc_stats stats;
-    int stat_record; /* its record in the process's statistics segment, or -1 */
-    int stat_pid;    /* the process whose segment that is */
+    int stat_record;                     /* its record in the process's statistics segment, or -1 */
+    int stat_pid;                        /* the process whose segment that is */
     atomic_uint_fast64_t stat_published; /* when it last went out there (a clock reading) */
     char stat_note[256];                 /* why it has no record, for the dump */
 
@@ -356,8 +358,8 @@ struct rc_host_claim *rc_host_watch(struct regcache *c, const struct rc_want *w,
 
 /* Under the lock: e keeps the watch, or - pageable host memory without
  * one - counts as unwatched. */
-void rc_host_watch_set_locked(struct regcache *c, struct regcache_entry *e,
-                              const struct rc_want *w, struct rc_host_claim *claim);
+void rc_host_watch_set_locked(struct regcache *c, struct regcache_entry *e, const struct rc_want *w,
+                              struct rc_host_claim *claim);
 
 /* Without the lock, once e is deregistered: its watch or count ends. */
 void rc_host_unwatch(struct regcache *c, struct regcache_entry *e);
@@ -498,11 +500,6 @@ void rc_pool_return_locked(struct regcache *c, struct regcache_entry *list);
 /* A holder let go of a detached entry: release it if nobody holds it. */
 void rc_release_if_unheld(struct regcache *c, struct regcache_entry *e);
 
-/* Without the lock, once e is deregistered (entry_token.c): the callbacks
- * regcache_entry_invalidate() left on it run, each once, and are freed
- * (in a fork child, whose registrations were the parent's, only freed). */
-void rc_entry_complete(struct regcache *c, struct regcache_entry *e);
-
 /* Under the lock: an entry from the pool, or NULL when memory ran out. */
 struct regcache_entry *rc_entry_new_locked(struct regcache *c);
 
@@ -592,15 +589,8 @@ void rc_check_locked(struct regcache *c);
 
 /* ---- fork ---------------------------------------------------------------- */
 
-/* Bumped in a fork child (cache_registry.c): a cache whose generation differs
- * was inherited and must not touch its registrations. */
-extern atomic_uint rc_fork_generation_now;
-
-static inline unsigned rc_fork_generation(void)
-{
-    return atomic_load_explicit(&rc_fork_generation_now, memory_order_relaxed);
-}
-
+/* A cache whose generation is not the process's was inherited through
+ * fork() and must not touch its registrations. */
 static inline bool rc_forked(const struct regcache *c)
 {
     return c->fork_generation != rc_fork_generation();

@@ -28,7 +28,6 @@
 
 #define BETWEEN ((uintptr_t)1)
 
-atomic_uint rc_fork_generation_now;
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic(struct regcache *) registry_head;
 static atomic_int registry_count;
@@ -47,7 +46,6 @@ static _Thread_local unsigned anonymous_depth;
  * deregistering.  The lock is made anew: a parent thread may have held it. */
 static void atfork_child(void)
 {
-    atomic_fetch_add(&rc_fork_generation_now, 1);
     pthread_mutex_init(&registry_lock, NULL);
     atomic_store(&registry_head, NULL);
     atomic_store(&registry_count, 0);
@@ -195,8 +193,8 @@ static void walk_leave(struct rc_thread *t, struct walk *w)
 
 /* One cache's part of a notice; after an allocation, eager registration
  * queues the new memory too. */
-static void notify_cache(struct regcache *c, uintptr_t start, uintptr_t end, enum regcache_reason why,
-                         enum rc_eager allocated)
+static void notify_cache(struct regcache *c, uintptr_t start, uintptr_t end,
+                         enum regcache_reason why, enum rc_eager allocated)
 {
     rc_cache_notify(c, start, end, why);
     if (allocated != RC_EAGER_NONE)

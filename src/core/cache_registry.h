@@ -10,7 +10,8 @@ void rc_registry_add(struct regcache *c);
  * progress elsewhere may be deregistering its entries). */
 void rc_registry_remove(struct regcache *c);
 
-/* rc_cache_fence_always() on every cache (asym_fence.c). */
+/* rc_cache_fence_always() on every cache: what the switch to real fences
+ * calls (asym_fence.h). */
 void rc_registry_fence_everywhere(void);
 
 #endif

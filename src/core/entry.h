@@ -38,7 +38,6 @@
 #include "interval_tree.h"
 
 struct regcache;
-struct rc_completion;
 struct rc_page_index;
 
 #define RC_DETACHED 0x80000000u
@@ -81,6 +80,14 @@ struct rc_mapping {
     uint64_t buffer_id;
 };
 
+/* A callback of regcache_entry_invalidate(), due once the entry is
+ * deregistered (entry_token.c, release.c). */
+struct rc_completion {
+    void (*cb)(void *arg);
+    void *arg;
+    struct rc_completion *next;
+};
+
 struct regcache_entry {
     /* First line: what slow hits, counted puts and TAG_CHECK hits of
      * several mappings read (a hit reads its index slot's copies). */
@@ -104,11 +111,11 @@ struct regcache_entry {
     void *handles[RC_MAX_RAILS];
     struct rc_itree_node node; /* registered range, in cache->tree */
     enum rc_entry_state state;
-    bool heavy_scan;         /* its cache's hits do not fence (cache.h) */
+    bool heavy_scan;        /* its cache's hits do not fence (cache.h) */
     unsigned rails_pending; /* rails being registered now, each by one thread */
     /* The thread registering each pending rail (for REENTRANT). */
     const void *registrants[RC_MAX_RAILS];
-    int device;              /* the backend's device argument */
+    int device; /* the backend's device argument */
     /* The IBV_ACCESS_* set registered (the union of the gets it was made
      * for), with RC_ACCESS_DEFAULT when that covers params.access.  Set
      * before the first registration, never changed after. */
@@ -168,6 +175,13 @@ static inline int rc_entry_try_hold(struct regcache_entry *e)
     } while (!atomic_compare_exchange_weak_explicit(&e->refs, &old, old + 1, memory_order_seq_cst,
                                                     memory_order_relaxed));
     return REGCACHE_OK;
+}
+
+/* The handle of a counted hold of e on `rail` (hold.h): the entry's
+ * address, the rail in bits 1-5. */
+static inline regcache_entry_t *rc_counted_handle(struct regcache_entry *e, unsigned rail)
+{
+    return (regcache_entry_t *)((uintptr_t)e | ((uintptr_t)rail << 1));
 }
 
 static inline bool rc_entry_is_detached(const struct regcache_entry *e)

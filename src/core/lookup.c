@@ -46,7 +46,7 @@ static int stale(struct regcache *c, struct regcache_entry *e, regcache_entry_t 
         rc_detach_locked(c, e, &victims, REGCACHE_REASON_FREED_TAG);
     rc_unlock(&c->lock);
     rc_release_victims(c, victims);
-    regcache_put(c, *out);
+    rc_hold_drop(c, e, *out);
     *out = NULL;
     return RC_NOT_HIT;
 }
