@@ -117,6 +117,23 @@ static void member_drop(struct rc_key_table *t, struct rc_kt_member *m)
 
 /* ---- records and slots ---------------------------------------------------- */
 
+/* Every change of a record's number goes through here: kernels checking
+ * an answered key read the number it shows (release: after the record's
+ * new contents, which the answer also carries). */
+static void set_seq(struct rc_key_table *t, uint32_t r, uint64_t seq)
+{
+    t->records[r].seq = seq;
+    if (t->shown)
+        __atomic_store_n(&t->shown[r], seq, __ATOMIC_RELEASE);
+}
+
+void rc_kt_show(struct rc_key_table *t, uint64_t *shown)
+{
+    t->shown = shown;
+    for (uint32_t r = 0; r < t->nrecords; r++)
+        set_seq(t, r, t->records[r].seq);
+}
+
 static void record_dirty(struct rc_key_table *t, uint32_t r)
 {
     if (t->dirty_lo > t->dirty_hi) {
@@ -260,7 +277,7 @@ uint64_t rc_kt_leave_locked(struct rc_key_table *t, const void *id)
         return 0;
     }
     uint32_t r = m->record;
-    t->records[r].seq++; /* odd: empty from the next write on */
+    set_seq(t, r, t->records[r].seq + 1); /* odd: empty from the next write on */
     record_dirty(t, r);
     t->leaving[t->nleaving++] = r;
     t->live--;
@@ -310,7 +327,7 @@ static void apply_insert(struct rc_key_table *t, const struct rc_kt_insert *in)
         rec = &t->records[r];
         rec->rails = in->rails;
         memcpy(rec->lkey, in->lkey, sizeof rec->lkey);
-        rec->seq += 2;
+        set_seq(t, r, rec->seq + 2);
         record_dirty(t, r);
         each_slot_of(t, r, renumber_slot);
         t->published++;
@@ -326,7 +343,7 @@ static void apply_insert(struct rc_key_table *t, const struct rc_kt_insert *in)
     rec->end = in->end;
     rec->rails = in->rails;
     memcpy(rec->lkey, in->lkey, sizeof rec->lkey);
-    rec->seq++; /* even: holds the entry */
+    set_seq(t, r, rec->seq + 1); /* even: holds the entry */
     t->owner[r] = in->id;
     m->record = r;
     record_dirty(t, r);
@@ -361,7 +378,7 @@ void rc_kt_clear_locked(struct rc_key_table *t)
     for (uint32_t r = 1; r < t->nrecords; r++) {
         if (t->records[r].seq & 1)
             continue;
-        t->records[r].seq++;
+        set_seq(t, r, t->records[r].seq + 1);
         record_dirty(t, r);
     }
     memset(t->slots, 0, t->nslots * sizeof *t->slots);
@@ -370,7 +387,8 @@ void rc_kt_clear_locked(struct rc_key_table *t)
     t->live = 0;
 }
 
-bool rc_kt_serves_locked(const struct rc_key_table *t, uint64_t addr, uint64_t len, unsigned rail)
+bool rc_kt_find_locked(const struct rc_key_table *t, uint64_t addr, uint64_t len, unsigned rail,
+                       struct regcache_device_key *key, uint64_t *start, uint64_t *end)
 {
     struct regcache_device_table view = {
         .slot_bits = t->slot_bits,
@@ -379,8 +397,11 @@ bool rc_kt_serves_locked(const struct rc_key_table *t, uint64_t addr, uint64_t l
         .slots = t->slots,
         .records_at = t->records,
     };
-    struct regcache_device_key key;
-    return regcache_device_lookup(&view, (const void *)(uintptr_t)addr, len, rail, &key) ==
-               REGCACHE_DEVICE_HIT &&
-           key.bytes >= len;
+    if (regcache_device_lookup(&view, (const void *)(uintptr_t)addr, len, rail, key) !=
+            REGCACHE_DEVICE_HIT ||
+        key->bytes < len)
+        return false;
+    *start = t->records[key->record].start;
+    *end = t->records[key->record].end;
+    return true;
 }
