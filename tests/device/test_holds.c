@@ -48,6 +48,11 @@ static bool a_gone(const void *arg)
     return kx_lookup((struct kx *)arg, A, 64, 0, &key) == REGCACHE_DEVICE_MISS;
 }
 
+static bool sleeping(const void *arg)
+{
+    return await_sleeping(dthread_tid((struct dthread *)arg), 0.001);
+}
+
 /* The key found in an open section stays registered until it ends. */
 static void deregistration_waits_for_section(void **state)
 {
@@ -66,6 +71,7 @@ static void deregistration_waits_for_section(void **state)
     dthread_start(&invalidator, invalidate_a, k);
     /* Out of the table already, still registered: the section is open. */
     assert_true(wait_until(a_gone, k, HANG_SECONDS));
+    assert_true(wait_until(sleeping, &invalidator, HANG_SECONDS)); /* waiting for slot 3 */
     assert_int_equal(atomic_load(&k->fx.fb.deregs), 0);
     gate_open(&h.end);
     assert_true(dthread_join(&holder, HANG_SECONDS));
@@ -85,11 +91,6 @@ static bool answered_gone(const void *arg)
 {
     const struct key_of *o = arg;
     return !regcache_device_key_current(&o->k->t, o->key);
-}
-
-static bool sleeping(const void *arg)
-{
-    return await_sleeping(dthread_tid((struct dthread *)arg), 0.001);
 }
 
 /* A section opened while the drain waits for another is not waited for:
