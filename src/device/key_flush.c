@@ -18,7 +18,8 @@
 
 #include <string.h>
 
-/* Under kt's lock: the slot chunks changed go to the image, and become
+/* Under kt's lock: the slot lines changed go to the image (the others hold
+ * there what the device holds), and the runs of chunks they lie in become
  * copies appended to t->copies[*n]. */
 static void take_slot_runs(struct rc_dtable *t, size_t *n)
 {
@@ -31,10 +32,18 @@ static void take_slot_runs(struct rc_dtable *t, size_t *n)
             continue;
         }
         size_t first = c;
-        while (c < chunks && kt->chunk_dirty[c])
-            kt->chunk_dirty[c++] = 0;
+        for (; c < chunks && kt->chunk_dirty[c]; c++) {
+            kt->chunk_dirty[c] = 0;
+            for (size_t l = c * (RC_KT_CHUNK / RC_KT_LINE);
+                 l < (c + 1) * (RC_KT_CHUNK / RC_KT_LINE); l++) {
+                if (!kt->line_dirty[l])
+                    continue;
+                kt->line_dirty[l] = 0;
+                memcpy(&t->image_slots[l * RC_KT_LINE], &kt->slots[l * RC_KT_LINE],
+                       RC_KT_LINE * sizeof *kt->slots);
+            }
+        }
         size_t at = first * RC_KT_CHUNK, count = (c - first) * RC_KT_CHUNK;
-        memcpy(&t->image_slots[at], &kt->slots[at], count * sizeof *kt->slots);
         t->copies[(*n)++] = (struct rc_copy){ slots + at * sizeof *kt->slots, &t->image_slots[at],
                                               count * sizeof *kt->slots };
     }

@@ -24,8 +24,9 @@ int rc_kt_init(struct rc_key_table *t, unsigned slot_bits, unsigned max_probe, u
     t->leaving = malloc(nrecords * sizeof *t->leaving);
     t->members = calloc(t->member_cap, sizeof *t->members);
     t->chunk_dirty = calloc(t->nslots / RC_KT_CHUNK + 1, 1);
+    t->line_dirty = calloc(t->nslots / RC_KT_LINE + 1, 1);
     if (!t->slots || !t->records || !t->owner || !t->free_records || !t->leaving || !t->members ||
-        !t->chunk_dirty) {
+        !t->chunk_dirty || !t->line_dirty) {
         rc_kt_fini(t);
         return -1;
     }
@@ -50,6 +51,7 @@ void rc_kt_fini(struct rc_key_table *t)
     free(t->leaving);
     free(t->members);
     free(t->chunk_dirty);
+    free(t->line_dirty);
     free(t->queue);
     pthread_mutex_destroy(&t->lock);
     memset(t, 0, sizeof *t);
@@ -151,6 +153,13 @@ static void slot_set(struct rc_key_table *t, size_t i, uint64_t key, uint64_t se
     t->slots[i].key = key;
     t->slots[i].seq = seq;
     t->chunk_dirty[i / RC_KT_CHUNK] = 1;
+    t->line_dirty[i / RC_KT_LINE] = 1;
+}
+
+static void all_slots_dirty(struct rc_key_table *t)
+{
+    memset(t->chunk_dirty, 1, t->nslots / RC_KT_CHUNK + 1);
+    memset(t->line_dirty, 1, t->nslots / RC_KT_LINE + 1);
 }
 
 static uint64_t first_page(uint64_t start)
@@ -220,7 +229,7 @@ static void maybe_rehash(struct rc_key_table *t)
     if (t->deleted_slots * 4 < t->nslots)
         return;
     memset(t->slots, 0, t->nslots * sizeof *t->slots);
-    memset(t->chunk_dirty, 1, t->nslots / RC_KT_CHUNK + 1);
+    all_slots_dirty(t);
     t->used_slots = t->deleted_slots = 0;
     for (uint32_t r = 1; r < t->nrecords; r++) {
         const struct regcache_device_record *rec = &t->records[r];
@@ -382,7 +391,7 @@ void rc_kt_clear_locked(struct rc_key_table *t)
         record_dirty(t, r);
     }
     memset(t->slots, 0, t->nslots * sizeof *t->slots);
-    memset(t->chunk_dirty, 1, t->nslots / RC_KT_CHUNK + 1);
+    all_slots_dirty(t);
     t->used_slots = t->deleted_slots = 0;
     t->live = 0;
 }

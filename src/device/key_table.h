@@ -59,9 +59,12 @@ struct rc_key_table {
     size_t nmembers, member_cap, member_tombs;
     struct rc_kt_insert *queue;
     size_t nqueue, queue_cap;
-    /* Changed since the last snapshot: a span of records, and slot chunks. */
+    /* Changed since the last snapshot: a span of records, slot chunks (what
+     * the device is sent) and the slot lines in them (what the snapshot
+     * copies, under the lock). */
     uint32_t dirty_lo, dirty_hi; /* dirty_lo > dirty_hi: none */
     uint8_t *chunk_dirty;        /* [nslots / RC_KT_CHUNK] */
+    uint8_t *line_dirty;         /* [nslots / RC_KT_LINE] */
     size_t used_slots, deleted_slots;
     uint64_t removals;   /* removals numbered so far */
     uint64_t live;       /* records holding an entry */
@@ -69,8 +72,12 @@ struct rc_key_table {
     uint64_t published, removed;
 };
 
-/* Slots per chunk: what a change of one slot rewrites on the device. */
+/* Slots per chunk: what a change of one slot rewrites on the device.
+ * Slots per line: what it copies into the snapshot, under the lock that
+ * publishing and the ring's answers wait for - a burst of entries spreads
+ * its slots over most chunks of a large table. */
 #define RC_KT_CHUNK 256
+#define RC_KT_LINE 16
 
 int rc_kt_init(struct rc_key_table *t, unsigned slot_bits, unsigned max_probe, uint32_t nrecords);
 void rc_kt_fini(struct rc_key_table *t);
