@@ -129,9 +129,10 @@ struct regcache {
     bool destroying; /* regcache_destroy() deregisters held entries too */
     int method_used;
     int validation; /* as resolved at create */
-    /* HOOKS that trusts the in-process interception: each miss checks that
-     * libcuda still carries the patches (rc_validation_recheck). */
-    bool watch_patches;
+    /* HOOKS that trusts the in-process interception: each miss asks it
+     * whether libcuda still carries the patches (rc_validation_recheck):
+     * 1, or 0 with the reason in why[n].  NULL for other caches. */
+    int (*patches_intact)(char *why, size_t n);
     char lost_reason[512]; /* why it fell back; written before tag_check */
     size_t host_page;
     size_t max_reg; /* the longest registration the NICs take (SIZE_MAX: any) */
@@ -216,11 +217,14 @@ static inline void rc_cache_fence_always(struct regcache *c)
 
 /* ---- misses (miss.c, classify.c, backend_register.c) ---------------------------- */
 
-/* A watch_patches cache whose patches another patcher rewrote turns to
+/* A cache watching patches whose patches another patcher rewrote turns to
  * TAG_CHECK, with the reason regcache_validation_reason() then gives:
  * frees since may have gone unseen, and its hits check tags from now on.
- * Costs a few loads per patched function (lifecycle.c). */
+ * Costs a few loads per patched function (validation.c). */
 void rc_validation_recheck(struct regcache *c);
+
+/* A validation reason goes on with what the host memory monitor does. */
+void rc_validation_append_host(const struct regcache *c, char *why, size_t n);
 
 /* out == NULL: a background registration, which hands nothing out and
  * leaves its entry speculative (prefetch.h); REGCACHE_OK also when

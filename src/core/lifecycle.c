@@ -54,7 +54,7 @@ static int resolve_validation(struct regcache *c)
     if (!o->intercept)
         snprintf(why, n, "REGCACHE_HOOKS=off: no in-process interception");
     else if (rc_intercept_ensure(why, n)) {
-        c->watch_patches = true;
+        c->patches_intact = rc_intercept_intact;
         return REGCACHE_OK;
     }
     if (asked == REGCACHE_VALIDATE_HOOKS)
@@ -68,32 +68,6 @@ static int resolve_validation(struct regcache *c)
     if (o->intercept)
         rc_set_error("validation TAG_CHECK: %s", why);
     return REGCACHE_OK;
-}
-
-/* A validation reason goes on with what the host memory monitor does. */
-static void append_host_reason(const struct regcache *c, char *why, size_t n)
-{
-    size_t used = strnlen(why, n - 1);
-    snprintf(why + used, n - used, "%s", c->host_reason);
-}
-
-/* Another patcher may write libcuda's entries back after the self-test
- * proved them: frees then go unseen.  Misses look (hits stay as they are);
- * the first that finds a patch gone makes every later hit check tags. */
-void rc_validation_recheck(struct regcache *c)
-{
-    char why[sizeof c->lost_reason];
-    if (atomic_load_explicit(&c->tag_check, memory_order_relaxed) ||
-        rc_intercept_intact(why, sizeof why))
-        return;
-    rc_lock(&c->lock);
-    if (!atomic_load_explicit(&c->tag_check, memory_order_relaxed)) {
-        snprintf(c->lost_reason, sizeof c->lost_reason, "%s", why);
-        append_host_reason(c, c->lost_reason, sizeof c->lost_reason);
-        /* Release: a reader that sees TAG_CHECK sees the reason. */
-        atomic_store_explicit(&c->tag_check, true, memory_order_release);
-    }
-    rc_unlock(&c->lock);
 }
 
 static int make_backend(struct regcache *c)
@@ -196,7 +170,7 @@ int regcache_create(const struct regcache_params *params, regcache_t **out)
     rc_host_watch_setup(c);
     if (p->host_memory)
         snprintf(c->host_reason, sizeof c->host_reason, "; host memory: %s", c->host_note);
-    append_host_reason(c, c->opts.validation_reason, sizeof c->opts.validation_reason);
+    rc_validation_append_host(c, c->opts.validation_reason, sizeof c->opts.validation_reason);
     bool tag_check = c->validation == REGCACHE_VALIDATE_TAG_CHECK;
     atomic_init(&c->tag_check, tag_check);
     atomic_init(&c->fenceless, tag_check && atomic_load(&rc_heavy_fence_works));
@@ -258,14 +232,6 @@ void regcache_destroy(regcache_t *c)
     rc_host_monitor_idle();
 }
 
-int regcache_validation_mode(const regcache_t *c)
-{
-    if (!c)
-        return rc_fail(REGCACHE_ERR_INVALID, "regcache_validation_mode: cache is NULL");
-    return atomic_load_explicit(&c->tag_check, memory_order_acquire) ? REGCACHE_VALIDATE_TAG_CHECK
-                                                                     : c->validation;
-}
-
 int regcache_method_used(const regcache_t *c)
 {
     if (!c)
@@ -276,12 +242,4 @@ int regcache_method_used(const regcache_t *c)
 const char *regcache_name(const regcache_t *c)
 {
     return c ? c->opts.name : NULL;
-}
-
-const char *regcache_validation_reason(const regcache_t *c)
-{
-    if (!c)
-        return NULL;
-    bool lost = c->watch_patches && atomic_load_explicit(&c->tag_check, memory_order_acquire);
-    return lost ? c->lost_reason : c->opts.validation_reason;
 }

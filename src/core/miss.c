@@ -573,7 +573,7 @@ int rc_slow_get(struct regcache *c, uintptr_t start, uintptr_t end, struct rc_re
      * its memory in the cache: not to be served, nor merged. */
     if (rc_host_monitor_behind())
         rc_host_monitor_catch_up();
-    if (c->watch_patches)
+    if (c->patches_intact)
         rc_validation_recheck(c);
     uint64_t seq = rc_miss_enter(c);
     int rc = rc_classify(c, &w);
