@@ -20,7 +20,6 @@
 #include "mem_query.h"
 #include "options.h"
 #include "page_index.h"
-#include "prefetch.h"
 #include "range_filter.h"
 #include "stats.h"
 
@@ -110,12 +109,8 @@ struct regcache {
      * of (invalidate.c). */
     atomic_uint misses_begun __attribute__((aligned(64)));
     atomic_uint misses_ended;
-    /* Failures of background registrations kept for the next gets
-     * (prefetch.h): changed under its lock, read by every miss and by
-     * notices, which read this line anyway. */
-    atomic_uint prefetch_failures_kept;
     /* Listeners with work an invalidation must see done (listeners.h):
-     * read by the same notices. */
+     * read by notices, which read this line anyway. */
     atomic_uint listeners_pending;
     atomic_uint_fast64_t inval_seq;
     struct {
@@ -178,9 +173,6 @@ struct regcache {
     atomic_size_t total_bytes;
     atomic_uint_fast64_t peak_bytes;
 
-    /* Background registrations (prefetch.h). */
-    struct rc_prefetch pf;
-
     /* The features that stand on the cache (listeners.h). */
     struct rc_listeners listeners;
 
@@ -227,7 +219,7 @@ void rc_validation_recheck(struct regcache *c);
 void rc_validation_append_host(const struct regcache *c, char *why, size_t n);
 
 /* out == NULL: a background registration, which hands nothing out and
- * leaves its entry speculative (prefetch.h); REGCACHE_OK also when
+ * leaves its entry speculative (src/prefetch); REGCACHE_OK also when
  * another registration of the range is in flight, RC_NO_ROOM when the
  * budget has none without evicting used entries. */
 int rc_slow_get(struct regcache *c, uintptr_t start, uintptr_t end, struct rc_req rq,
@@ -245,6 +237,10 @@ static inline unsigned rc_access_of(const struct regcache *c, unsigned want);
 /* Set around a get with REGCACHE_GET_LOOKUP: the paths a hit leaves for
  * read it, so that a hit costs what it does without. */
 extern __thread bool rc_get_lookup __attribute__((tls_model("initial-exec")));
+
+/* Set around a get with REGCACHE_GET_NONBLOCK, the same way: its miss goes
+ * to the listeners (before_miss), which register it in the background. */
+extern __thread bool rc_get_nonblocking __attribute__((tls_model("initial-exec")));
 
 /* A lookup the hit path did not serve: a held entry that covers [start,
  * end) with rq's access and rail, found under the lock, or
@@ -527,19 +523,25 @@ static inline unsigned rc_access_of(const struct regcache *c, unsigned want)
     return rc_access_covers(bits, c->access) ? bits | RC_ACCESS_DEFAULT : bits;
 }
 
-/* ---- background registration (prefetch.h) -------------------------------- */
+/* ---- the edge (listeners.h) --------------------------------------------- */
 
-static inline bool rc_prefetch_failures_kept(struct regcache *c)
+/* Does some listener take the event? */
+static inline bool rc_listened(const struct regcache *c, enum rc_event event)
 {
-    return atomic_load_explicit(&c->prefetch_failures_kept, memory_order_relaxed) != 0;
+    return __builtin_expect((c->listeners.events & event) != 0, 0);
 }
 
-/* ---- the edge (listeners.h) --------------------------------------------- */
+static inline int rc_listeners_before_miss(struct regcache *c, uintptr_t start, uintptr_t end,
+                                           struct rc_req rq)
+{
+    return rc_listened(c, RC_ON_BEFORE_MISS) ? rc_listeners_call_before_miss(c, start, end, rq)
+                                             : REGCACHE_OK;
+}
 
 static inline void rc_listeners_registered_locked(struct regcache *c,
                                                   const struct regcache_entry *e)
 {
-    if (__builtin_expect(c->listeners.n != 0, 0))
+    if (rc_listened(c, RC_ON_AFTER_REGISTER))
         rc_listeners_call_registered(c, e);
 }
 
@@ -547,14 +549,21 @@ static inline void rc_listeners_registered_locked(struct regcache *c,
 static inline void rc_listeners_leave_locked(struct regcache *c, const struct regcache_entry *e,
                                              enum regcache_reason why)
 {
-    if (__builtin_expect(c->listeners.n != 0, 0) && e->state == RC_READY)
+    if (rc_listened(c, RC_ON_LEAVE) && e->state == RC_READY)
         rc_listeners_call_leave(c, e, why);
 }
 
 static inline void rc_listeners_deregistering(struct regcache *c, const struct regcache_entry *e)
 {
-    if (__builtin_expect(c->listeners.n != 0, 0))
+    if (rc_listened(c, RC_ON_BEFORE_DEREGISTER))
         rc_listeners_call_deregister(c, e);
+}
+
+static inline void rc_listeners_allocated(struct regcache *c, uintptr_t start, uintptr_t end,
+                                          bool pinned_host)
+{
+    if (rc_listened(c, RC_ON_ALLOC))
+        rc_listeners_call_alloc(c, start, end, pinned_host);
 }
 
 static inline void rc_listeners_invalidated(struct regcache *c, uintptr_t start, uintptr_t end)

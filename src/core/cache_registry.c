@@ -191,20 +191,23 @@ static void walk_leave(struct rc_thread *t, struct walk *w)
     t->walk_depth--;
 }
 
-/* One cache's part of a notice; after an allocation, eager registration
- * queues the new memory too. */
+/* Which notice: a free, or an allocation (of pinned host memory). */
+enum notice { FREED, ALLOCATED, ALLOCATED_HOST };
+
+/* One cache's part of a notice; an allocation goes on to the listeners
+ * (eager registration queues the new memory). */
 static void notify_cache(struct regcache *c, uintptr_t start, uintptr_t end,
-                         enum regcache_reason why, enum rc_eager allocated)
+                         enum regcache_reason why, enum notice allocated)
 {
     rc_cache_notify(c, start, end, why);
-    if (allocated != RC_EAGER_NONE)
-        rc_eager_notify(c, start, end, allocated);
+    if (allocated != FREED)
+        rc_listeners_allocated(c, start, end, allocated == ALLOCATED_HOST);
 }
 
 /* Without a record: counted, and every destroy waits while it lasts.  The
  * count's seq_cst increment orders it before the load of the head. */
 static void anonymous_walk(uintptr_t start, uintptr_t end, enum regcache_reason why,
-                           enum rc_eager allocated)
+                           enum notice allocated)
 {
     atomic_fetch_add_explicit(&anonymous_walkers, 1, memory_order_seq_cst);
     anonymous_depth++;
@@ -220,7 +223,7 @@ static void anonymous_walk(uintptr_t start, uintptr_t end, enum regcache_reason 
  * so that nothing a get registered of the memory that was there before
  * (between the first notice and the free itself) survives. */
 static void invalidate_all(uintptr_t start, uintptr_t end, enum regcache_reason why,
-                           enum rc_eager allocated)
+                           enum notice allocated)
 {
     if (!atomic_load_explicit(&registry_count, memory_order_acquire))
         return;
@@ -242,10 +245,10 @@ static void invalidate_all(uintptr_t start, uintptr_t end, enum regcache_reason 
 
 void rc_registry_invalidate(uintptr_t start, uintptr_t end, enum regcache_reason why)
 {
-    invalidate_all(start, end, why, RC_EAGER_NONE);
+    invalidate_all(start, end, why, FREED);
 }
 
-static void notify(const void *addr, size_t len, enum rc_eager allocated)
+static void notify(const void *addr, size_t len, enum notice allocated)
 {
     uintptr_t start = (uintptr_t)addr;
     if (len == 0 || len > UINTPTR_MAX - start)
@@ -255,15 +258,15 @@ static void notify(const void *addr, size_t len, enum rc_eager allocated)
 
 void regcache_notify_free(const void *addr, size_t len)
 {
-    notify(addr, len, RC_EAGER_NONE);
+    notify(addr, len, FREED);
 }
 
 void regcache_notify_alloc(const void *addr, size_t len)
 {
-    notify(addr, len, RC_EAGER_ALLOC);
+    notify(addr, len, ALLOCATED);
 }
 
 void regcache_notify_host_alloc(const void *addr, size_t len)
 {
-    notify(addr, len, RC_EAGER_HOST);
+    notify(addr, len, ALLOCATED_HOST);
 }

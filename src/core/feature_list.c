@@ -6,8 +6,12 @@
 
 #include "cache.h"
 #include "device_keys.h"
+#include "prefetch.h"
 
+/* In the order they stop at destroy (listeners.h): background
+ * registration's workers first, as they register through the cache. */
 static int (*const features[])(struct regcache *c, const struct rc_options *o) = {
+    rc_prefetch_open,
     rc_device_keys_open,
 };
 

@@ -101,7 +101,6 @@ void rc_cache_invalidate(struct regcache *c, uintptr_t start, uintptr_t end,
     }
     rc_check_locked(c);
     rc_unlock(&c->lock);
-    rc_prefetch_forget(c, start, end);
     rc_release_victims(c, victims);
     rc_listeners_invalidated(c, start, end);
 }
@@ -115,10 +114,10 @@ void rc_cache_invalidate(struct regcache *c, uintptr_t start, uintptr_t end,
  * later was filled with every entry counted before it, this one included. */
 void rc_cache_notify(struct regcache *c, uintptr_t start, uintptr_t end, enum regcache_reason why)
 {
-    if (!misses_in_flight(c) && !rc_filter_may_overlap(&c->filter, start, end) &&
-        !rc_prefetch_failures_kept(c)) {
+    if (!misses_in_flight(c) && !rc_filter_may_overlap(&c->filter, start, end)) {
         /* An entry that left before this notice looked may still be on its
-         * way out through a listener (rc_listener_pending). */
+         * way out through a listener, or a listener keep what the memory's
+         * going makes stale (rc_listener_pending). */
         atomic_thread_fence(memory_order_acquire);
         rc_listeners_invalidated(c, start, end);
         return;

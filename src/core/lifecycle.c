@@ -185,6 +185,7 @@ int regcache_create(const struct regcache_params *params, regcache_t **out)
     rc = rc_features_open(c);
     if (rc != REGCACHE_OK) {
         rc_listeners_call_destroy(c);
+        rc_listeners_call_drained(c);
         free_cache(c, true);
         return rc;
     }
@@ -206,12 +207,11 @@ void regcache_destroy(regcache_t *c)
     /* A fork child's registry no longer lists inherited caches. */
     if (!child)
         rc_registry_remove(c);
-    /* The workers register through the cache, tell its listeners what they
-     * published and publish its statistics record at their misses: they
-     * stop before any of these goes. */
-    rc_prefetch_stop(c);
-    /* Then the features on the edge, whose own threads may still register
-     * through the cache (and so tell them) until their on_destroy. */
+    /* The features on the edge stop in the order they joined: those whose
+     * threads register through the cache (background registration first,
+     * then the features that register with its workers' help) before the
+     * features that hear of registrations.  The workers publish the
+     * statistics record at their misses: it goes after them. */
     rc_listeners_call_destroy(c);
     rc_statseg_detach(c);
     /* A parent thread that held the cache lock at the fork may have been
@@ -227,6 +227,7 @@ void regcache_destroy(regcache_t *c)
         rc_cache_drain(c);
     if (c->opts.stats_dump)
         rc_stats_dump(c);
+    rc_listeners_call_drained(c);
     rc_budget_fini(c);
     free_cache(c, consistent);
     rc_host_monitor_idle();

@@ -23,10 +23,10 @@
 #include "host_monitor.h"
 #include "last_error.h"
 #include "stat_publish.h"
-#include "prefetch.h"
 #include "threads.h"
 
 __thread struct rc_get_arg rc_get_arg __attribute__((tls_model("initial-exec")));
+__thread bool rc_get_nonblocking __attribute__((tls_model("initial-exec")));
 
 /* The thread a registration belongs to: the address of a thread-local is
  * unique among live threads and needs no record. */
@@ -450,6 +450,17 @@ static int register_rail(struct regcache *c, struct regcache_entry *e, unsigned 
     return rc;
 }
 
+/* A non-blocking get never registers on its own thread: its miss is the
+ * listeners' (before_miss), the one that registers in the background ends
+ * it. */
+static int nonblocking_miss(struct regcache *c, uintptr_t start, uintptr_t end, struct rc_req rq)
+{
+    int rc = rc_listeners_before_miss(c, start, end, rq);
+    return rc != REGCACHE_OK ? rc
+                             : rc_fail(REGCACHE_ERR_AGAIN, "[%#jx, %#jx) is not registered",
+                                       (uintmax_t)start, (uintmax_t)end);
+}
+
 int rc_add_rail(struct regcache *c, struct regcache_entry *e, struct rc_req rq,
                 regcache_entry_t **out)
 {
@@ -458,7 +469,7 @@ int rc_add_rail(struct regcache *c, struct regcache_entry *e, struct rc_req rq,
     if (!rc_access_covers(e->access, rq.want) || __builtin_expect(rc_get_lookup, 0))
         return RC_NOT_HIT;
     if (__builtin_expect(rc_get_nonblocking, 0))
-        return rc_nonblock_miss(c, e->match_start, e->match_end, rq);
+        return nonblocking_miss(c, e->match_start, e->match_end, rq);
     /* Entered like a miss, though the entry is in the cache already: the
      * registration it shares with misses leaves in its last locked step. */
     rc_miss_enter(c);
@@ -554,15 +565,13 @@ int rc_slow_get(struct regcache *c, uintptr_t start, uintptr_t end, struct rc_re
     unsigned rail = rq.rail;
     if (__builtin_expect(rc_get_lookup, 0))
         return rc_lookup_cached(c, start, end, rq, out);
-    if (__builtin_expect(rc_get_nonblocking, 0)) {
-        *out = NULL;
-        return rc_nonblock_miss(c, start, end, rq);
-    }
-    if (out && __builtin_expect(rc_prefetch_failures_kept(c), 0)) {
-        int failed = rc_prefetch_take_failure(c, start, end, rail);
-        if (failed != REGCACHE_OK) {
+    if (out) {
+        int rc = __builtin_expect(rc_get_nonblocking, 0)
+                     ? nonblocking_miss(c, start, end, rq)
+                     : rc_listeners_before_miss(c, start, end, rq);
+        if (rc != REGCACHE_OK) {
             *out = NULL;
-            return failed;
+            return rc;
         }
     }
     struct rc_want w = { .start = start,
@@ -587,9 +596,12 @@ int rc_slow_get(struct regcache *c, uintptr_t start, uintptr_t end, struct rc_re
     rc_want_fini(&w);
     if (rc != REGCACHE_OK && out)
         *out = NULL;
-    /* Paced by the reading that ended the registration, where there was
+    /* Dated by the reading that ended the registration, where there was
      * one: the histogram's, which also dates the entry and paced the
      * ledger's counters. */
-    rc_statseg_tick(c, w.clock ? w.clock : rc_clock_now_coarse());
+    uint64_t now = w.clock ? w.clock : rc_clock_now_coarse();
+    rc_statseg_tick(c, now);
+    if (rc_listened(c, RC_ON_AFTER_MISS))
+        rc_listeners_call_after_miss(c, now);
     return rc;
 }
