@@ -161,10 +161,6 @@ struct regcache {
     char ledger_note[256];
 
     struct rc_stats stats;
-    int stat_record;                     /* its record in the process's statistics segment, or -1 */
-    int stat_pid;                        /* the process whose segment that is */
-    atomic_uint_fast64_t stat_published; /* when it last went out there (a clock reading) */
-    char stat_note[256];                 /* why it has no record, for the dump */
 
     /* Debug builds: changes since the last full check of the invariants. */
     size_t changes;

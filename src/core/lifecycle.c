@@ -7,7 +7,6 @@
 #include "asym_fence.h"
 #include "cache.h"
 #include "feature_list.h"
-#include "stat_publish.h"
 #include "hook_detect.h"
 #include "host_monitor.h"
 #include "intercept.h"
@@ -136,7 +135,6 @@ int regcache_create(const struct regcache_params *params, regcache_t **out)
     for (int i = 0; i < RC_DEVICE_SLOTS; i++)
         rc_lru_init(&c->dev[i].lru, &c->index);
 
-    c->stat_record = -1;
     int rc = rc_stats_init(&c->stats) == REGCACHE_OK
                  ? rc_options_resolve(params, &c->opts)
                  : rc_fail(REGCACHE_ERR_NO_MEMORY, "out of memory allocating the statistics");
@@ -190,7 +188,6 @@ int regcache_create(const struct regcache_params *params, regcache_t **out)
         return rc;
     }
     rc_registry_add(c);
-    rc_statseg_attach(c);
     /* A switch to real fences that went through the registry before the
      * add did not see this cache (asym_fence.c). */
     if (!atomic_load(&rc_heavy_fence_works))
@@ -210,10 +207,8 @@ void regcache_destroy(regcache_t *c)
     /* The features on the edge stop in the order they joined: those whose
      * threads register through the cache (background registration first,
      * then the features that register with its workers' help) before the
-     * features that hear of registrations.  The workers publish the
-     * statistics record at their misses: it goes after them. */
+     * features that hear of registrations. */
     rc_listeners_call_destroy(c);
-    rc_statseg_detach(c);
     /* A parent thread that held the cache lock at the fork may have been
      * halfway through changing what it guards (a tree rotation, a heap or
      * table being grown): the child's copy of the lock is still held then,
@@ -225,8 +220,6 @@ void regcache_destroy(regcache_t *c)
     c->destroying = true;
     if (consistent)
         rc_cache_drain(c);
-    if (c->opts.stats_dump)
-        rc_stats_dump(c);
     rc_listeners_call_drained(c);
     rc_budget_fini(c);
     free_cache(c, consistent);

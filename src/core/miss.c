@@ -22,7 +22,6 @@
 #include "hold.h"
 #include "host_monitor.h"
 #include "last_error.h"
-#include "stat_publish.h"
 #include "threads.h"
 
 __thread struct rc_get_arg rc_get_arg __attribute__((tls_model("initial-exec")));
@@ -599,9 +598,7 @@ int rc_slow_get(struct regcache *c, uintptr_t start, uintptr_t end, struct rc_re
     /* Dated by the reading that ended the registration, where there was
      * one: the histogram's, which also dates the entry and paced the
      * ledger's counters. */
-    uint64_t now = w.clock ? w.clock : rc_clock_now_coarse();
-    rc_statseg_tick(c, now);
     if (rc_listened(c, RC_ON_AFTER_MISS))
-        rc_listeners_call_after_miss(c, now);
+        rc_listeners_call_after_miss(c, w.clock ? w.clock : rc_clock_now_coarse());
     return rc;
 }

@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "stat_segment.h"
+#include "stats_segment.h"
 
 /* Text as each output wants it (stat_text.c). */
 

@@ -6,8 +6,8 @@
  * regcache-stat: the layout, the name, and mapping it to read, with the
  * ledger's rules (ledger_segment.h): only a regular file of this user with
  * mode 0600, checked field by field, guarded against truncation. */
-#ifndef RC_STAT_SEGMENT_H
-#define RC_STAT_SEGMENT_H
+#ifndef RC_STATS_SEGMENT_H
+#define RC_STATS_SEGMENT_H
 
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -27,8 +27,7 @@
 #define RC_STATSEG_NAME_WORDS 8 /* REGCACHE_NAME_MAX bytes */
 
 struct rc_statseg_rail {
-    _Atomic uint64_t registrations, failures, bytes, mapping, data_direct, p50_ns, p99_ns,
-        reserved;
+    _Atomic uint64_t registrations, failures, bytes, mapping, data_direct, p50_ns, p99_ns, reserved;
 };
 
 /* Written by the owning process only, under a seqlock: `seq` is odd while
