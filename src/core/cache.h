@@ -173,7 +173,7 @@ struct regcache {
     struct rc_listeners listeners;
 
     _Atomic(struct regcache *) registry_next;
-    /* Unlinked, its destroy waiting for walkers (cache_registry.c): the next
+    /* Unlinked, its destroy waiting for walkers (src/registry): the next
      * such cache, under the registry's lock. */
     struct regcache *departing_next;
 };
@@ -433,7 +433,7 @@ void rc_cache_invalidate(struct regcache *c, uintptr_t start, uintptr_t end,
 void rc_cache_notify(struct regcache *c, uintptr_t start, uintptr_t end, enum regcache_reason why);
 
 /* rc_cache_notify() on every live cache: regcache_notify_free(), and the
- * host memory monitor's single way in (registry.c). */
+ * host memory monitor's single way in (src/registry). */
 void rc_registry_invalidate(uintptr_t start, uintptr_t end, enum regcache_reason why);
 
 /* A miss enters before its memory query and leaves in its last locked
