@@ -527,11 +527,16 @@ static inline bool rc_listened(const struct regcache *c, enum rc_event event)
     return __builtin_expect((c->listeners.events & event) != 0, 0);
 }
 
+/* Only while some listener has work pending: what it keeps for the gets
+ * that follow (listeners.h). */
 static inline int rc_listeners_before_miss(struct regcache *c, uintptr_t start, uintptr_t end,
                                            struct rc_req rq)
 {
-    return rc_listened(c, RC_ON_BEFORE_MISS) ? rc_listeners_call_before_miss(c, start, end, rq)
-                                             : REGCACHE_OK;
+    if (__builtin_expect(atomic_load_explicit(&c->listeners_pending, memory_order_relaxed) == 0,
+                         1) ||
+        !rc_listened(c, RC_ON_BEFORE_MISS))
+        return REGCACHE_OK;
+    return rc_listeners_call_before_miss(c, start, end, rq);
 }
 
 static inline void rc_listeners_registered_locked(struct regcache *c,

@@ -9,10 +9,12 @@
  *   before_miss      a get is about to register [start, end) on rq's rail
  *                    (a new entry; for a non-blocking get also another
  *                    rail of one): REGCACHE_OK lets it, any other status
- *                    ends the get with it.  A non-blocking get's miss
- *                    (rc_get_nonblocking) never registers on the getting
- *                    thread: the listener that registers in the background
- *                    takes it.  Without the lock.
+ *                    ends the get with it.  Only while some listener has
+ *                    work pending (rc_listener_pending: what it keeps for
+ *                    the gets that follow), and for every non-blocking
+ *                    get, whose miss (rc_get_nonblocking) never registers
+ *                    on the getting thread: the listener that registers in
+ *                    the background takes it.  Without the lock.
  *   after_miss       a miss ended (a get's or a background one), at clock
  *                    reading `now` (clock.h).  Without the lock.
  *   after_register   an entry became servable (published, or one more of
@@ -120,10 +122,10 @@ int rc_listen(struct regcache *c, const struct rc_listener *ops, void *arg);
 void *rc_listener_arg(const struct regcache *c, const struct rc_listener *ops);
 
 /* Listener `id` has (or no longer has) work pending that on_invalidate
- * finishes.  Set before that work can be seen: for an entry on its way
- * out, under the cache lock before the unlink that a free notice's filter
- * would then miss (release: such a notice reads the bits after the
- * filter). */
+ * finishes, or that its before_miss may end a get with.  Set before that
+ * work can be seen: for an entry on its way out, under the cache lock
+ * before the unlink that a free notice's filter would then miss (release:
+ * such a notice reads the bits after the filter). */
 void rc_listener_pending(struct regcache *c, int id, bool on);
 
 /* fn(arg) under the cache lock: a listener attaching something late

@@ -454,7 +454,8 @@ static int register_rail(struct regcache *c, struct regcache_entry *e, unsigned 
  * it. */
 static int nonblocking_miss(struct regcache *c, uintptr_t start, uintptr_t end, struct rc_req rq)
 {
-    int rc = rc_listeners_before_miss(c, start, end, rq);
+    int rc = rc_listened(c, RC_ON_BEFORE_MISS) ? rc_listeners_call_before_miss(c, start, end, rq)
+                                               : REGCACHE_OK;
     return rc != REGCACHE_OK ? rc
                              : rc_fail(REGCACHE_ERR_AGAIN, "[%#jx, %#jx) is not registered",
                                        (uintmax_t)start, (uintmax_t)end);

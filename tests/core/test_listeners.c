@@ -350,27 +350,32 @@ static struct recorder *listen_to_misses(struct fx *f, struct recorder *r)
     return r;
 }
 
-/* A get's miss is heard before its registration, with the get's range and
- * rail, and after it; another rail of a cached entry and a hit are not; a
- * background registration is heard after its miss only (no get waits on
- * it). */
+/* A get's miss is heard before its registration (while the listener has
+ * work pending), with the get's range and rail, and after it; another rail
+ * of a cached entry and a hit are not; a background registration is heard
+ * after its miss only (no get waits on it). */
 static void misses_heard(void **state)
 {
     struct fx *f = *state;
     f->p.rails = 2;
-    fx_device_allocs(f, 2);
+    fx_device_allocs(f, 3);
     fx_create(f);
     static struct recorder r;
     listen_to_misses(f, &r);
+    fx_use(f, FX_ALLOC(2), 64);
+    assert_int_equal(r.n, 1);
+    assert_int_equal(r.at[0].kind, AFTER_MISS);
+    r.n = 0;
+    rc_listener_pending(f->c, r.id, true);
     regcache_put(f->c, fx_get_rail(f, 1, A + 64, 64));
     assert_int_equal(r.n, 2);
     expect(&r.at[0], BEFORE_MISS, false);
     assert_int_equal(r.at[0].start, A + 64);
     assert_int_equal(r.at[0].end, A + 128);
     assert_int_equal(r.at[0].rails, 2);
-    assert_int_equal(r.at[0].live_backend, 0);
+    assert_int_equal(r.at[0].live_backend, 1); /* FX_ALLOC(2)'s alone */
     expect(&r.at[1], AFTER_MISS, false);
-    assert_int_equal(r.at[1].live_backend, 1);
+    assert_int_equal(r.at[1].live_backend, 2);
     /* Another rail of that entry is no miss of memory, and then a hit. */
     fx_use(f, A + 64, 64);
     regcache_put(f->c, fx_get(f, A + 64, 64));
@@ -390,6 +395,7 @@ static void before_miss_ends_the_get(void **state)
     fx_create(f);
     static struct recorder r;
     listen_to_misses(f, &r)->refuse = REGCACHE_ERR_QUEUE_FULL;
+    rc_listener_pending(f->c, r.id, true);
     fx_get_fails(f, A, 64, REGCACHE_ERR_QUEUE_FULL);
     assert_int_equal(f->fb.regs, 0);
     assert_int_equal(r.n, 1);
