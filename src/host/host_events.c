@@ -16,6 +16,7 @@
 
 #include "cache.h"
 #include "host_monitor.h"
+#include "host_release.h"
 
 #define RING 1024
 
@@ -31,7 +32,6 @@ static _Atomic uint64_t tail;
 static uint64_t head; /* under drain_lock */
 static atomic_bool overflow;
 static pthread_mutex_t drain_lock = PTHREAD_MUTEX_INITIALIZER;
-static _Thread_local bool draining;
 
 /* Bump the posted half; the low half is the drainer's. */
 static void count(void)
@@ -91,11 +91,6 @@ bool rc_host_events_crowded(void)
     return t - h >= RING / 2;
 }
 
-bool rc_host_events_draining(void)
-{
-    return draining;
-}
-
 /* Mark everything up to `upto` handled (the low half never goes back). */
 static void handled(uint32_t upto)
 {
@@ -111,9 +106,11 @@ static void handled(uint32_t upto)
 }
 
 /* Under drain_lock: read every slot claimed so far.  A producer between
- * its claim and its mark is a few stores from done: waited for. */
-static void drain_ring(void)
+ * its claim and its mark is a few stores from done: waited for.  True when
+ * a cache has deregistrations or notices to give. */
+static bool drain_ring(void)
 {
+    bool later = false;
     uint64_t end = atomic_load_explicit(&tail, memory_order_acquire);
     while (head != end) {
         struct slot *s = &ring[head % RING];
@@ -123,8 +120,9 @@ static void drain_ring(void)
         uintptr_t start = s->start, stop = s->end;
         atomic_store_explicit(&s->lap, filled + 1, memory_order_release);
         __atomic_store_n(&head, head + 1, __ATOMIC_RELAXED);
-        rc_registry_invalidate(start, stop, REGCACHE_REASON_FREED_MONITOR);
+        later |= rc_host_watch_unmapped(start, stop);
     }
+    return later;
 }
 
 bool rc_host_events_drain(bool wait)
@@ -133,20 +131,20 @@ bool rc_host_events_drain(bool wait)
         pthread_mutex_lock(&drain_lock);
     else if (pthread_mutex_trylock(&drain_lock) != 0)
         return false;
-    draining = true;
     uint32_t upto =
         (uint32_t)(atomic_load_explicit(&rc_host_monitor_line.events, memory_order_seq_cst) >> 32);
     /* A reader that counted before upto was taken and has not posted its
      * ranges yet: this drain cannot vouch for them.  One that has posted
      * did so before the ring's tail is read below. */
     bool complete = atomic_load_explicit(&readers, memory_order_seq_cst) == 0;
-    if (atomic_exchange_explicit(&overflow, false, memory_order_acq_rel))
-        rc_host_monitor_invalidate_watched();
-    drain_ring();
+    bool later = atomic_exchange_explicit(&overflow, false, memory_order_acq_rel) &&
+                 rc_host_monitor_invalidate_watched();
+    later |= drain_ring();
     if (complete)
         handled(upto);
-    draining = false;
     pthread_mutex_unlock(&drain_lock);
+    if (later)
+        rc_host_release_later();
     return true;
 }
 
@@ -159,6 +157,5 @@ void rc_host_events_reset(void)
     atomic_store(&overflow, false);
     atomic_store(&readers, 0);
     atomic_store(&rc_host_monitor_line.events, 0);
-    draining = false;
     pthread_mutex_init(&drain_lock, NULL);
 }

@@ -2,12 +2,15 @@
  *
  * A hook runs wherever libc's function would: inside malloc with an arena
  * locked, in a signal handler, in a thread that holds a cache's lock.  So
- * it takes no lock, allocates nothing and calls nothing but the lock-free
- * post to the queue (and, when the queue fills, a write to the monitor
- * thread's eventfd); the invalidation itself, which deregisters and may
- * free, runs later in a thread of the library's choosing.  The range is
- * posted before libc unmaps it: once the call returns, a get finds the
- * queue ahead of the drain and drains first. */
+ * it takes no lock, allocates nothing and calls nothing but lock-free
+ * stores and the write that wakes the monitor thread (async-signal-safe);
+ * the invalidation itself, which deregisters and may free, runs later in
+ * threads of the library's.  A range that may be watched is posted before
+ * libc unmaps it, so that once the call returns a get finds the queue
+ * ahead of the drain and drains first, and again after, for a
+ * registration made meanwhile; between the two the range is listed in
+ * flight (host_unmapping.h), whatever it is, so that such a registration
+ * is never cached. */
 #include "host_libc.h"
 
 #include <dlfcn.h>
@@ -26,13 +29,17 @@
 #include "cuda_seam.h"
 #include "host_events.h"
 #include "host_monitor.h"
+#include "host_unmapping.h"
 #include "patch_set.h"
 
 #ifndef MADV_DONTNEED_LOCKED
 #define MADV_DONTNEED_LOCKED 24
 #endif
+#ifndef MADV_GUARD_INSTALL
+#define MADV_GUARD_INSTALL 102
+#endif
 
-enum { MUNMAP, MREMAP, MMAP, MADVISE, BRK, SBRK, SHMDT, FNS };
+enum { MUNMAP, MREMAP, MMAP, MADVISE, BRK, SBRK, SHMAT, SHMDT, FNS };
 
 typedef int (*munmap_fn)(void *, size_t);
 typedef void *(*mremap_fn)(void *, size_t, size_t, int, ...);
@@ -40,12 +47,12 @@ typedef void *(*mmap_fn)(void *, size_t, int, int, int, off_t);
 typedef int (*madvise_fn)(void *, size_t, int);
 typedef int (*brk_fn)(void *);
 typedef void *(*sbrk_fn)(intptr_t);
+typedef void *(*shmat_fn)(int, const void *, int);
 typedef int (*shmdt_fn)(const void *);
 
 static _Atomic(void *) originals[FNS];
 #define REAL(fn, type) ((type)atomic_load_explicit(&originals[fn], memory_order_acquire))
 
-static _Atomic uintptr_t watch_lo = UINTPTR_MAX, watch_hi;
 static uintptr_t page_mask;
 
 /* The self-test's calls: which hooks this thread reached.  Initial-exec:
@@ -54,32 +61,74 @@ static uintptr_t page_mask;
 static atomic_int probing;
 static _Thread_local volatile unsigned reached __attribute__((tls_model("initial-exec")));
 
-void rc_host_libc_watch(uintptr_t lo, uintptr_t hi)
-{
-    atomic_store_explicit(&watch_lo, lo, memory_order_relaxed);
-    atomic_store_explicit(&watch_hi, hi, memory_order_release);
-}
-
-static void leaving(int fn, uintptr_t start, uintptr_t end)
+static void reach(int fn)
 {
     if (__builtin_expect(atomic_load_explicit(&probing, memory_order_relaxed) != 0, 0))
         reached |= 1u << fn;
+}
+
+/* A range that may be watched is posted, and the monitor woken: its leave
+ * notices then come without waiting for the next get. */
+static void post_if_watched(uintptr_t start, uintptr_t end)
+{
+    if (rc_host_monitor_may_watch(start, end)) {
+        rc_host_events_post(start, end);
+        rc_host_monitor_kick();
+    }
+}
+
+#define NO_TOKEN INT32_MIN
+
+/* One range a hook's call takes away. */
+struct leave {
+    uintptr_t start, end;
+    int token; /* rc_host_unmapping_begin()'s, or NO_TOKEN: nothing leaves */
+};
+
+/* Before the call: the range is in flight from now on (host_unmapping.h),
+ * and posted if it may be watched, so that the entries over its pages go
+ * before the call returns. */
+static void leave_begin(struct leave *l, int fn, uintptr_t start, uintptr_t end)
+{
+    reach(fn);
+    start &= ~page_mask;
     if (end < start) /* wrapped: to the top */
         end = UINTPTR_MAX & ~page_mask;
     else
         end = (end + page_mask) & ~page_mask;
-    if (start < atomic_load_explicit(&watch_hi, memory_order_acquire) &&
-        end > atomic_load_explicit(&watch_lo, memory_order_relaxed) && start < end) {
-        rc_host_events_post(start, end);
-        if (rc_host_events_crowded())
-            rc_host_monitor_kick();
-    }
+    l->start = start;
+    l->end = end;
+    l->token = NO_TOKEN;
+    if (start >= end)
+        return;
+    int saved = errno;
+    l->token = rc_host_unmapping_begin(start, end);
+    post_if_watched(start, end);
+    errno = saved;
 }
+
+/* After the call: posted again if it may be watched now - a registration
+ * made meanwhile may have pinned the pages that left, under a watch made
+ * after leave_begin() looked - and no longer in flight. */
+static void leave_end(const struct leave *l)
+{
+    if (l->token == NO_TOKEN)
+        return;
+    int saved = errno;
+    post_if_watched(l->start, l->end);
+    rc_host_unmapping_end(l->token);
+    errno = saved;
+}
+
+static const struct leave nothing_leaves = { 0, 0, NO_TOKEN };
 
 static int hook_munmap(void *addr, size_t len)
 {
-    leaving(MUNMAP, (uintptr_t)addr, (uintptr_t)addr + len);
-    return REAL(MUNMAP, munmap_fn)(addr, len);
+    struct leave l;
+    leave_begin(&l, MUNMAP, (uintptr_t)addr, (uintptr_t)addr + len);
+    int rc = REAL(MUNMAP, munmap_fn)(addr, len);
+    leave_end(&l);
+    return rc;
 }
 
 /* The old pages leave wherever the mapping goes (even growing in place is
@@ -88,67 +137,105 @@ static int hook_munmap(void *addr, size_t len)
 static void *hook_mremap(void *old, size_t old_len, size_t new_len, int flags, ...)
 {
     void *to = NULL;
+    struct leave at_to = nothing_leaves, l;
     if (flags & MREMAP_FIXED) {
         va_list ap;
         va_start(ap, flags);
         to = va_arg(ap, void *);
         va_end(ap);
-        leaving(MREMAP, (uintptr_t)to, (uintptr_t)to + new_len);
+        leave_begin(&at_to, MREMAP, (uintptr_t)to, (uintptr_t)to + new_len);
     }
-    leaving(MREMAP, (uintptr_t)old, (uintptr_t)old + old_len);
-    return REAL(MREMAP, mremap_fn)(old, old_len, new_len, flags, to);
+    leave_begin(&l, MREMAP, (uintptr_t)old, (uintptr_t)old + old_len);
+    void *moved = REAL(MREMAP, mremap_fn)(old, old_len, new_len, flags, to);
+    leave_end(&l);
+    leave_end(&at_to);
+    return moved;
 }
 
 static void *hook_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
+    struct leave l = nothing_leaves;
     if (flags & MAP_FIXED)
-        leaving(MMAP, (uintptr_t)addr, (uintptr_t)addr + len);
-    else if (atomic_load_explicit(&probing, memory_order_relaxed))
-        reached |= 1u << MMAP;
-    return REAL(MMAP, mmap_fn)(addr, len, prot, flags, fd, off);
+        leave_begin(&l, MMAP, (uintptr_t)addr, (uintptr_t)addr + len);
+    else
+        reach(MMAP);
+    void *mapped = REAL(MMAP, mmap_fn)(addr, len, prot, flags, fd, off);
+    leave_end(&l);
+    return mapped;
 }
 
-/* The advice that drops pages: the next touch maps new ones. */
+/* The advice that drops pages: the next touch maps new ones (or, behind a
+ * guard, faults). */
 static int hook_madvise(void *addr, size_t len, int advice)
 {
+    struct leave l = nothing_leaves;
     if (advice == MADV_DONTNEED || advice == MADV_FREE || advice == MADV_REMOVE ||
-        advice == MADV_DONTNEED_LOCKED)
-        leaving(MADVISE, (uintptr_t)addr, (uintptr_t)addr + len);
-    return REAL(MADVISE, madvise_fn)(addr, len, advice);
+        advice == MADV_DONTNEED_LOCKED || advice == MADV_GUARD_INSTALL)
+        leave_begin(&l, MADVISE, (uintptr_t)addr, (uintptr_t)addr + len);
+    else
+        reach(MADVISE);
+    int rc = REAL(MADVISE, madvise_fn)(addr, len, advice);
+    leave_end(&l);
+    return rc;
 }
 
 /* The break moving down to `to` takes the pages from there to where it is
- * now. */
-static void break_to(int fn, uintptr_t to)
+ * now (none when it moves up). */
+static void break_to(struct leave *l, int fn, uintptr_t to)
 {
-    uintptr_t now = to && to < atomic_load_explicit(&watch_hi, memory_order_acquire)
-                        ? (uintptr_t)syscall(SYS_brk, 0)
-                        : 0;
-    leaving(fn, to, to < now ? now : to);
+    uintptr_t now = to ? (uintptr_t)syscall(SYS_brk, 0) : 0;
+    leave_begin(l, fn, to, to < now ? now : to);
 }
 
 static int hook_brk(void *addr)
 {
-    break_to(BRK, (uintptr_t)addr);
-    return REAL(BRK, brk_fn)(addr);
+    struct leave l;
+    break_to(&l, BRK, (uintptr_t)addr);
+    int rc = REAL(BRK, brk_fn)(addr);
+    leave_end(&l);
+    return rc;
 }
 
 /* libc's sbrk (and malloc's trimming through it) calls brk; another
  * patcher's sbrk (UCX's ucm) makes the system call itself. */
 static void *hook_sbrk(intptr_t increment)
 {
+    struct leave l = nothing_leaves;
     if (increment < 0)
-        break_to(SBRK, (uintptr_t)syscall(SYS_brk, 0) + (uintptr_t)increment);
-    else if (atomic_load_explicit(&probing, memory_order_relaxed))
-        reached |= 1u << SBRK;
-    return REAL(SBRK, sbrk_fn)(increment);
+        break_to(&l, SBRK, (uintptr_t)syscall(SYS_brk, 0) + (uintptr_t)increment);
+    else
+        reach(SBRK);
+    void *was = REAL(SBRK, sbrk_fn)(increment);
+    leave_end(&l);
+    return was;
 }
 
-/* The segment's size is not among the arguments: everything watched from
- * its start up is counted as leaving. */
+/* A segment attached over a range replaces its pages; its size is asked
+ * of the kernel, and when it cannot be, everything from there up is
+ * counted as leaving. */
+static void *hook_shmat(int id, const void *addr, int flags)
+{
+    struct leave l = nothing_leaves;
+    if (flags & SHM_REMAP) {
+        uintptr_t at = (uintptr_t)addr & ~(flags & SHM_RND ? page_mask : 0);
+        struct shmid_ds ds;
+        int saved = errno;
+        uintptr_t end = shmctl(id, IPC_STAT, &ds) == 0 ? at + ds.shm_segsz : 0;
+        errno = saved;
+        leave_begin(&l, SHMAT, at, end);
+    } else {
+        reach(SHMAT);
+    }
+    void *attached = REAL(SHMAT, shmat_fn)(id, addr, flags);
+    leave_end(&l);
+    return attached;
+}
+
+/* A detach takes a System V segment's mapping, and the monitor never
+ * watches a shared mapping: nothing it watches leaves. */
 static int hook_shmdt(const void *addr)
 {
-    leaving(SHMDT, (uintptr_t)addr, atomic_load_explicit(&watch_hi, memory_order_acquire));
+    reach(SHMDT);
     return REAL(SHMDT, shmdt_fn)(addr);
 }
 
@@ -159,6 +246,7 @@ static struct rc_patch_fn fns[FNS] = {
     [MADVISE] = { .name = "madvise", .wrapper = (void *)hook_madvise },
     [BRK] = { .name = "brk", .wrapper = (void *)hook_brk },
     [SBRK] = { .name = "sbrk", .wrapper = (void *)hook_sbrk },
+    [SHMAT] = { .name = "shmat", .wrapper = (void *)hook_shmat },
     [SHMDT] = { .name = "shmdt", .wrapper = (void *)hook_shmdt },
 };
 
@@ -203,7 +291,8 @@ static int prove(char *why, size_t n)
         madvise(p, page, MADV_DONTNEED);
         mremap(p, page, page, 0);
         int saved = errno;
-        shmdt(p); /* not a segment: EINVAL */
+        shmat(-1, NULL, 0); /* no segment: EINVAL */
+        shmdt(p);           /* not a segment: EINVAL */
         errno = saved;
         int moved = brk(sbrk(0)); /* the break where it is: nothing moves */
         (void)moved;

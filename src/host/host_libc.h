@@ -1,11 +1,11 @@
 /* The host memory monitor's libc hooks: the entries of libc's munmap,
- * mremap, mmap, madvise, brk, sbrk and shmdt are patched (as the interception
- * patches libcuda) with a jump to a hook that posts the range about to
- * leave to the queue of unmaps (host_events.h), in the calling thread,
- * before libc goes on.  libc's own calls - free() and realloc() unmapping
- * a chunk, malloc trimming its heap - reach the same entries.  A system
- * call made without libc is not seen: that is what the userfaultfd is
- * for. */
+ * mremap, mmap, madvise, brk, sbrk, shmat and shmdt are patched (as the
+ * interception patches libcuda) with a jump to a hook that posts the range
+ * about to leave to the queue of unmaps (host_events.h), in the calling
+ * thread, before libc goes on and again once it returns.  libc's own
+ * calls - free() and realloc() unmapping a chunk, malloc trimming its
+ * heap - reach the same entries.  A system call made without libc (the
+ * loader's own munmap at dlclose() among them) is not seen. */
 #ifndef RC_HOST_LIBC_H
 #define RC_HOST_LIBC_H
 
@@ -24,10 +24,5 @@ int rc_host_libc_ensure(char *why, size_t n);
  * since unmaps went unseen meanwhile.  A few loads when nothing changed.
  * Thread safe. */
 void rc_host_libc_check(void);
-
-/* The ranges the hooks post: the union of the watched ranges, which only
- * grows until nothing is watched (then empty: lo > hi).  Under the
- * monitor's claims lock. */
-void rc_host_libc_watch(uintptr_t lo, uintptr_t hi);
 
 #endif

@@ -14,4 +14,10 @@
  * Three system calls and no allocation.  Thread safe. */
 bool rc_host_mapping_span(uintptr_t start, uintptr_t end, uintptr_t *lo, uintptr_t *hi);
 
+/* Whether [start, end) is mapped without a hole, by private mappings only:
+ * a shared one (MAP_SHARED, System V shared memory, a memfd's) may lose
+ * its pages through its file or another process, which no monitor sees.
+ * Reads /proc/self/maps (its text before Linux 6.11).  Thread safe. */
+bool rc_host_mapping_private(uintptr_t start, uintptr_t end);
+
 #endif

@@ -21,15 +21,24 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cache.h"
 #include "host_libc.h"
+#include "host_mapping.h"
+#include "host_objects.h"
+#include "host_release.h"
 #include "host_uffd.h"
+#include "range_filter.h"
 
-/* How long the posts of libc's hooks may wait for a drain when no get of
- * host memory comes: the pages their entries pin are held that long. */
+/* How long the posts of libc's hooks may wait for a drain when the wake
+ * that each post gives was lost: the pages their entries pin are held that
+ * long. */
 #define LIBC_DRAIN_MS 50
+/* How soon the thread tries again when a get was draining as it woke (the
+ * get's drain began before the posts that woke it). */
+#define RETRY_NS 100000
 
 struct rc_host_claim {
     struct rc_itree_node node;
@@ -41,16 +50,20 @@ static pthread_mutex_t life_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t claims_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 static atomic_int kick_fd = -1; /* an eventfd: wakes the thread */
+/* A hook's wake is on its way: the hooks after it need not write. */
+static atomic_bool kicked;
 static atomic_bool stopping;
 static bool running; /* under life_lock */
 static pthread_t thread;
 static struct rc_itree claims; /* under claims_lock */
 static unsigned generation;
-/* Under claims_lock: the claims libc's hooks watch, and the union of their
- * ranges, which only grows until there are none. */
+/* Under claims_lock: the claims libc's hooks watch. */
 static size_t libc_claims;
-static uintptr_t libc_lo = UINTPTR_MAX, libc_hi;
 static atomic_bool libc_watching; /* libc_claims != 0, for the thread */
+/* Every claim's range, for the hooks to ask without a lock (written under
+ * claims_lock); `watched_ready` once its first table is there. */
+static struct rc_range_filter watched;
+static atomic_bool watched_ready;
 
 /* The child has no monitor thread, and the parent's fd reports the
  * parent's mappings (the child's lost their registration at the fork):
@@ -67,9 +80,11 @@ static void atfork_child(void)
     rc_itree_init(&claims);
     generation++;
     libc_claims = 0;
-    libc_lo = UINTPTR_MAX, libc_hi = 0;
-    rc_host_libc_watch(libc_lo, libc_hi);
     atomic_store(&libc_watching, false);
+    if (atomic_load(&watched_ready))
+        rc_filter_clear(&watched);
+    atomic_store(&kicked, false);
+    rc_host_release_forget();
     rc_host_events_reset();
     pthread_mutex_init(&life_lock, NULL);
     pthread_mutex_init(&claims_lock, NULL);
@@ -80,11 +95,16 @@ static void install_atfork(void)
     pthread_atfork(NULL, NULL, atfork_child);
 }
 
-/* Under life_lock: the eventfd that wakes the thread, opened with the
- * first cache that watches (as the userfaultfd is), not at its first
- * range. */
+/* Under life_lock: the eventfd that wakes the thread and the filter of
+ * watched ranges, made with the first cache that watches (as the
+ * userfaultfd is), not at its first range. */
 static bool open_kick_locked(void)
 {
+    if (!atomic_load(&watched_ready)) {
+        if (rc_filter_init(&watched) != REGCACHE_OK)
+            return false;
+        atomic_store_explicit(&watched_ready, true, memory_order_release);
+    }
     if (atomic_load(&kick_fd) < 0) {
         int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         if (fd < 0)
@@ -94,44 +114,54 @@ static bool open_kick_locked(void)
     return true;
 }
 
-#define LIBC_WAYS                                                                       \
-    "munmap, mremap, MAP_FIXED, madvise, brk, shmdt, and libc's own unmapping in free " \
-    "and realloc"
+/* What each way sees, and what it cannot watch (docs/design.md). */
+#define LIBC_SEES                                                                          \
+    "munmap, mremap, MAP_FIXED, madvise, brk and shmat(SHM_REMAP) through libc, free and " \
+    "realloc included; not seen: system calls made without libc"
+#define UFFD_SEES                                                                              \
+    "every unmap, system calls included, but not shmat(SHM_REMAP), and a get racing an unmap " \
+    "may cache the pages it takes"
+#define NOT_WATCHED "shared mappings are not watched: invalidate those yourself"
 
-enum rc_host_by rc_host_monitor_open(int mode, char *why, size_t n)
+enum rc_host_by rc_host_monitor_open(int mode, const char *asked, char *why, size_t n)
 {
     pthread_once(&atfork_once, install_atfork);
     pthread_mutex_lock(&life_lock);
     bool kick = open_kick_locked();
     pthread_mutex_unlock(&life_lock);
     if (!kick) {
-        snprintf(why, n, "not monitored (eventfd: %s)", strerror(errno));
+        snprintf(why, n, "not monitored (%s; eventfd: %s)", asked, strerror(errno));
         return RC_HOST_BY_NONE;
     }
     char libc_why[200] = "", uffd_why[160] = "";
     if (mode != REGCACHE_HOST_MONITOR_UFFD && rc_host_libc_ensure(libc_why, sizeof libc_why)) {
         snprintf(why, n,
-                 "monitored by patching libc (" LIBC_WAYS "; a system call made without libc "
-                 "is not seen: REGCACHE_HOST_MONITOR=uffd sees those too)");
+                 "monitored by patching libc (%s): " LIBC_SEES "; " NOT_WATCHED
+                 ", nor the segments of objects dlopen() loads",
+                 asked);
         return RC_HOST_BY_LIBC;
     }
+    /* The userfaultfd cannot close the unmap window: only when asked. */
     int err = 1;
-    if (mode != REGCACHE_HOST_MONITOR_LIBC) {
+    if (mode == REGCACHE_HOST_MONITOR_UFFD) {
         pthread_mutex_lock(&life_lock);
         err = rc_host_uffd_open(uffd_why, sizeof uffd_why);
         pthread_mutex_unlock(&life_lock);
     }
     if (!err) {
-        snprintf(why, n, "monitored by userfaultfd (" LIBC_WAYS ", and system calls%s%s)",
-                 libc_why[0] ? "; " : "", libc_why);
+        snprintf(why, n, "monitored by userfaultfd (%s): " UFFD_SEES "; " NOT_WATCHED, asked);
         return RC_HOST_BY_UFFD;
     }
-    snprintf(why, n, "not monitored (%s%s%s)", libc_why, libc_why[0] && uffd_why[0] ? "; " : "",
-             uffd_why);
+    if (mode == REGCACHE_HOST_MONITOR_AUTO)
+        snprintf(uffd_why, sizeof uffd_why,
+                 "AUTO never takes the userfaultfd, which cannot close the unmap window");
+    snprintf(why, n, "not monitored (%s; %s%s%s): invalidate before unmapping", asked, libc_why,
+             libc_why[0] && uffd_why[0] ? "; " : "", uffd_why);
     return RC_HOST_BY_NONE;
 }
 
-void rc_host_monitor_kick(void)
+/* Wake the thread (async-signal-safe). */
+static void wake(void)
 {
     uint64_t one = 1;
     int fd = atomic_load_explicit(&kick_fd, memory_order_acquire);
@@ -140,15 +170,32 @@ void rc_host_monitor_kick(void)
     }
 }
 
+void rc_host_monitor_kick(void)
+{
+    if (!atomic_load_explicit(&kicked, memory_order_relaxed) &&
+        !atomic_exchange_explicit(&kicked, true, memory_order_acq_rel))
+        wake();
+}
+
+bool rc_host_monitor_may_watch(uintptr_t start, uintptr_t end)
+{
+    return atomic_load_explicit(&watched_ready, memory_order_acquire) &&
+           rc_filter_may_overlap(&watched, start, end);
+}
+
 static void *monitor(void *arg)
 {
     (void)arg;
+    bool retry = false;
     for (;;) {
         struct pollfd p[2] = { { .fd = atomic_load(&kick_fd), .events = POLLIN },
                                { .fd = rc_host_uffd_fd(), .events = POLLIN } };
-        int timeout =
-            atomic_load_explicit(&libc_watching, memory_order_relaxed) ? LIBC_DRAIN_MS : -1;
-        if (poll(p, 2, timeout) < 0)
+        struct timespec soon = { 0, RETRY_NS }, later = { 0, LIBC_DRAIN_MS * 1000000L };
+        const struct timespec *timeout =
+            retry                                                        ? &soon
+            : atomic_load_explicit(&libc_watching, memory_order_relaxed) ? &later
+                                                                         : NULL;
+        if (ppoll(p, 2, timeout, NULL) < 0)
             continue; /* EINTR */
         if (p[0].revents & POLLIN) {
             uint64_t count;
@@ -157,13 +204,17 @@ static void *monitor(void *arg)
             }
             if (atomic_load(&stopping))
                 return NULL;
+            /* Posts from here on wake the thread again. */
+            atomic_store_explicit(&kicked, false, memory_order_seq_cst);
         }
         if (p[1].revents & POLLIN)
             rc_host_uffd_read();
         if (atomic_load_explicit(&libc_watching, memory_order_relaxed))
             rc_host_libc_check();
-        if (rc_host_monitor_behind())
-            rc_host_events_drain(false);
+        /* Never waiting for the drain lock (a get's drain takes the caches'
+         * locks): soon again instead, while behind. */
+        retry =
+            rc_host_monitor_behind() && !rc_host_events_drain(false) && rc_host_monitor_behind();
     }
 }
 
@@ -183,22 +234,61 @@ static bool start_locked(void)
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (running)
         pthread_setname_np(thread, "regcache-mon");
+    if (running && !rc_host_release_start()) {
+        atomic_store(&stopping, true);
+        wake();
+        pthread_join(thread, NULL);
+        running = false;
+    }
     return running;
 }
 
 /* Under claims_lock: a claim for libc's hooks. */
-static bool watch_libc_locked(uintptr_t start, uintptr_t end)
+static bool watch_libc_locked(void)
 {
-    libc_lo = start < libc_lo ? start : libc_lo;
-    libc_hi = end > libc_hi ? end : libc_hi;
-    rc_host_libc_watch(libc_lo, libc_hi);
     bool first = libc_claims++ == 0;
     atomic_store(&libc_watching, true);
     return first;
 }
 
+/* The claims' filter asked to grow: a larger table, made without the lock
+ * (claims_lock is never held across an allocation), filled with every
+ * claim under it, unless another grew it meanwhile. */
+static int refill(struct rc_itree_node *n, void *table)
+{
+    rc_filter_refill(table, n->start, n->end);
+    return 0;
+}
+
+static void grow_watched(void)
+{
+    struct rc_filter_table *t = rc_filter_grow_begin(&watched), *spare = t;
+    if (!t)
+        return;
+    pthread_mutex_lock(&claims_lock);
+    if (rc_filter_grows_into(&watched, t)) {
+        rc_itree_visit_overlaps(&claims, 0, UINTPTR_MAX, refill, t);
+        rc_filter_grow_end(&watched, t);
+        spare = NULL;
+    }
+    pthread_mutex_unlock(&claims_lock);
+    free(spare);
+}
+
+/* Whether the way can watch [start, end): not a shared mapping (its pages
+ * may go through its file or another process), nor - through libc's hooks
+ * - a loaded object's segment (dlclose() unmaps it with the loader's own
+ * munmap; the userfaultfd sees that). */
+static bool watchable(uintptr_t start, uintptr_t end, enum rc_host_by by)
+{
+    return rc_host_mapping_private(start, end) &&
+           (by != RC_HOST_BY_LIBC || !rc_host_object_overlaps(start, end));
+}
+
 struct rc_host_claim *rc_host_monitor_watch(uintptr_t start, uintptr_t end, enum rc_host_by by)
 {
+    if (by == RC_HOST_BY_NONE || !watchable(start, end, by))
+        return NULL;
     struct rc_host_claim *claim = malloc(sizeof *claim);
     if (!claim)
         return NULL;
@@ -207,23 +297,29 @@ struct rc_host_claim *rc_host_monitor_watch(uintptr_t start, uintptr_t end, enum
     claim->by_uffd = by == RC_HOST_BY_UFFD;
     if (by == RC_HOST_BY_LIBC)
         rc_host_libc_check();
-    bool first = false;
+    bool first = false, crowded = false;
     pthread_mutex_lock(&life_lock);
-    bool ok = by != RC_HOST_BY_NONE && start_locked();
+    bool ok = start_locked();
     if (ok) {
         pthread_mutex_lock(&claims_lock);
         ok = !claim->by_uffd || rc_host_uffd_register(start, end);
         if (ok) {
             claim->generation = generation;
             rc_itree_insert(&claims, &claim->node);
+            crowded = rc_filter_add(&watched, start, end);
             if (!claim->by_uffd)
-                first = watch_libc_locked(start, end);
+                first = watch_libc_locked();
         }
         pthread_mutex_unlock(&claims_lock);
     }
     pthread_mutex_unlock(&life_lock);
+    /* A hook that began before its range was in the filter and did not see
+     * it is in flight (host_unmapping.h) when the caller looks next. */
+    atomic_thread_fence(memory_order_seq_cst);
     if (first) /* from now on the thread drains on a timer */
-        rc_host_monitor_kick();
+        wake();
+    if (crowded)
+        grow_watched();
     if (ok)
         return claim;
     free(claim);
@@ -255,14 +351,13 @@ void rc_host_monitor_unwatch(struct rc_host_claim *claim)
     pthread_mutex_lock(&claims_lock);
     if (claim->generation == generation) {
         rc_itree_remove(&claims, &claim->node);
+        rc_filter_remove(&watched, claim->node.start, claim->node.end);
         if (claim->by_uffd) {
             struct gaps g = { claim->node.start, claim->node.end };
             rc_itree_visit_overlaps(&claims, g.at, g.end, skip_claimed, &g);
             if (g.at < g.end)
                 rc_host_uffd_unregister(g.at, g.end);
         } else if (--libc_claims == 0) {
-            libc_lo = UINTPTR_MAX, libc_hi = 0;
-            rc_host_libc_watch(libc_lo, libc_hi);
             atomic_store(&libc_watching, false);
         }
     }
@@ -286,30 +381,26 @@ static int collect(struct rc_itree_node *n, void *arg)
     return 0;
 }
 
-void rc_host_monitor_invalidate_watched(void)
+bool rc_host_monitor_invalidate_watched(void)
 {
     pthread_mutex_lock(&claims_lock);
     size_t room = claims.count;
-    uintptr_t lo = libc_lo, hi = libc_hi;
     pthread_mutex_unlock(&claims_lock);
     struct ranges r = { malloc(room * sizeof *r.at + 1), 0, room };
-    if (!r.at) { /* every range libc's hooks watch, and what lies between */
-        if (lo < hi)
-            rc_registry_invalidate(lo, hi, REGCACHE_REASON_FREED_MONITOR);
-        return;
-    }
+    if (!r.at) /* every range, watched or not */
+        return rc_host_watch_unmapped(0, UINTPTR_MAX);
     pthread_mutex_lock(&claims_lock);
     rc_itree_visit_overlaps(&claims, 0, UINTPTR_MAX, collect, &r);
     pthread_mutex_unlock(&claims_lock);
+    bool later = false;
     for (size_t i = 0; i < r.n; i++)
-        rc_registry_invalidate(r.at[i][0], r.at[i][1], REGCACHE_REASON_FREED_MONITOR);
+        later |= rc_host_watch_unmapped(r.at[i][0], r.at[i][1]);
     free(r.at);
+    return later;
 }
 
 void rc_host_monitor_catch_up(void)
 {
-    if (rc_host_events_draining())
-        return;
     uint64_t w = atomic_load_explicit(&rc_host_monitor_line.events, memory_order_acquire);
     uint32_t target = (uint32_t)(w >> 32);
     while ((int32_t)((uint32_t)w - target) < 0) {
@@ -336,8 +427,9 @@ static void stop(bool always)
     }
     if (running) {
         atomic_store(&stopping, true);
-        rc_host_monitor_kick();
+        wake();
         pthread_join(thread, NULL);
+        rc_host_release_stop();
         running = false;
     }
     int fd = atomic_exchange(&kick_fd, -1);
