@@ -284,6 +284,9 @@ void bench_host_ranges(void);
 /* host_monitor.c: munmap+mmap of a watched and of an unwatched cached host
  * range, and a host hit with the monitor on and off. */
 void bench_host_monitor(void);
+/* leave_notice.c: how soon a leave notice arrives after an unmap of
+ * watched host memory, per way, with no further call. */
+void bench_leave_notice(void);
 /* ucx.c: UCX's ucs_rcache beside regcache in the hits and threads rows.
  * bench_ucx_load: m's UCX version, or a skip when there is no UCX. */
 struct bench_ucx;

@@ -59,6 +59,7 @@ int main(int argc, char **argv)
     bench_prefetch(&cpu);
     bench_host_ranges();
     bench_host_monitor();
+    bench_leave_notice();
     if (bench_cuda_open(&gpu, &m) == 0) {
         bench_hits(&gpu);
         bench_threads(&gpu);

@@ -225,6 +225,10 @@ class Report:
         self.pair("host hit with the monitor on = off within noise",
                   f(what="hit watched", **mon), f(what="hit unwatched", **mon), "same",
                   source="null")
+        for way in ("libc", "uffd"):
+            r = f(workload="leave_notice", what=way)
+            self.below("host leave notice after an unmap, no further call (%s): p99 <= 1 ms" % way,
+                       r and r.get("p99"), 1000000)
         two_mib = dict(workload="host_ranges", size_bytes=2 << 20)
         for what, unit, limit in (("entries", "registrations", 4), ("pinned_peak", "MiB", 36)):
             v = m(what=what, **two_mib)

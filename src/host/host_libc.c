@@ -54,6 +54,11 @@ static _Atomic(void *) originals[FNS];
 #define REAL(fn, type) ((type)atomic_load_explicit(&originals[fn], memory_order_acquire))
 
 static uintptr_t page_mask;
+/* Set once the self-test has proven the hooks: until then (and for good
+ * after a failed one, with a sanitizer's allocator, whose threads may
+ * reach a hook where its runtime no longer tracks them) a hook only counts
+ * itself reached and calls on. */
+static atomic_bool live;
 
 /* The self-test's calls: which hooks this thread reached.  Initial-exec:
  * a hook must never enter the TLS resolver, which may allocate.  Volatile:
@@ -65,6 +70,13 @@ static void reach(int fn)
 {
     if (__builtin_expect(atomic_load_explicit(&probing, memory_order_relaxed) != 0, 0))
         reached |= 1u << fn;
+}
+
+/* Whether the hooks act: what they ask the kernel to find their range
+ * (the break, a segment's size) is not asked before. */
+static bool acting(void)
+{
+    return atomic_load_explicit(&live, memory_order_relaxed);
 }
 
 /* A range that may be watched is posted, and the monitor woken: its leave
@@ -99,7 +111,7 @@ static void leave_begin(struct leave *l, int fn, uintptr_t start, uintptr_t end)
     l->start = start;
     l->end = end;
     l->token = NO_TOKEN;
-    if (start >= end)
+    if (start >= end || !acting())
         return;
     int saved = errno;
     l->token = rc_host_unmapping_begin(start, end);
@@ -183,7 +195,7 @@ static int hook_madvise(void *addr, size_t len, int advice)
  * now (none when it moves up). */
 static void break_to(struct leave *l, int fn, uintptr_t to)
 {
-    uintptr_t now = to ? (uintptr_t)syscall(SYS_brk, 0) : 0;
+    uintptr_t now = to && acting() ? (uintptr_t)syscall(SYS_brk, 0) : 0;
     leave_begin(l, fn, to, to < now ? now : to);
 }
 
@@ -201,7 +213,7 @@ static int hook_brk(void *addr)
 static void *hook_sbrk(intptr_t increment)
 {
     struct leave l = nothing_leaves;
-    if (increment < 0)
+    if (increment < 0 && acting())
         break_to(&l, SBRK, (uintptr_t)syscall(SYS_brk, 0) + (uintptr_t)increment);
     else
         reach(SBRK);
@@ -216,7 +228,7 @@ static void *hook_sbrk(intptr_t increment)
 static void *hook_shmat(int id, const void *addr, int flags)
 {
     struct leave l = nothing_leaves;
-    if (flags & SHM_REMAP) {
+    if (flags & SHM_REMAP && acting()) {
         uintptr_t at = (uintptr_t)addr & ~(flags & SHM_RND ? page_mask : 0);
         struct shmid_ds ds;
         int saved = errno;
@@ -325,6 +337,8 @@ static void install(void)
     char why[sizeof failure - 32];
     if (patch(why, sizeof why) != 0 || !prove(why, sizeof why))
         snprintf(failure, sizeof failure, "libc not patched: %s", why);
+    else
+        atomic_store_explicit(&live, true, memory_order_release);
 }
 
 static pthread_mutex_t repatch_lock = PTHREAD_MUTEX_INITIALIZER;

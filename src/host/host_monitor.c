@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -36,9 +37,11 @@
  * that each post gives was lost: the pages their entries pin are held that
  * long. */
 #define LIBC_DRAIN_MS 50
-/* How soon the thread tries again when a get was draining as it woke (the
- * get's drain began before the posts that woke it). */
-#define RETRY_NS 100000
+/* While unmaps come, the thread looks this often instead of being woken
+ * by each (a write, some hundreds of nanoseconds of the unmapping
+ * thread's), and keeps doing so for this many looks after the last. */
+#define POLL_NS 100000
+#define QUIET_POLLS 100
 
 struct rc_host_claim {
     struct rc_itree_node node;
@@ -50,7 +53,8 @@ static pthread_mutex_t life_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t claims_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 static atomic_int kick_fd = -1; /* an eventfd: wakes the thread */
-/* A hook's wake is on its way: the hooks after it need not write. */
+/* A wake is on its way, or the thread looks soon anyway: the hooks need
+ * not write. */
 static atomic_bool kicked;
 static atomic_bool stopping;
 static bool running; /* under life_lock */
@@ -172,8 +176,8 @@ static void wake(void)
 
 void rc_host_monitor_kick(void)
 {
-    if (!atomic_load_explicit(&kicked, memory_order_relaxed) &&
-        !atomic_exchange_explicit(&kicked, true, memory_order_acq_rel))
+    if (!atomic_load_explicit(&kicked, memory_order_seq_cst) &&
+        !atomic_exchange_explicit(&kicked, true, memory_order_seq_cst))
         wake();
 }
 
@@ -183,38 +187,61 @@ bool rc_host_monitor_may_watch(uintptr_t start, uintptr_t end)
            rc_filter_may_overlap(&watched, start, end);
 }
 
+/* Handle what was posted; false when a get was draining (it began before
+ * those posts): then the thread looks again soon.  It never waits for the
+ * drain lock, which a get's drain holds while it takes the caches'
+ * locks. */
+static bool drained(void)
+{
+    return !rc_host_monitor_behind() || rc_host_events_drain(false) || !rc_host_monitor_behind();
+}
+
 static void *monitor(void *arg)
 {
     (void)arg;
-    bool retry = false;
+    /* Busy: unmaps came lately, and the thread looks every POLL_NS, which
+     * the hooks know by `kicked` (they write nothing then); after
+     * QUIET_POLLS looks that found nothing it sleeps until woken. */
+    bool busy = false;
+    unsigned quiet = 0;
+    /* Looks every POLL_NS, not the 50 us later the default slack allows. */
+    prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
     for (;;) {
         struct pollfd p[2] = { { .fd = atomic_load(&kick_fd), .events = POLLIN },
                                { .fd = rc_host_uffd_fd(), .events = POLLIN } };
-        struct timespec soon = { 0, RETRY_NS }, later = { 0, LIBC_DRAIN_MS * 1000000L };
+        struct timespec soon = { 0, POLL_NS }, later = { 0, LIBC_DRAIN_MS * 1000000L };
         const struct timespec *timeout =
-            retry                                                        ? &soon
+            busy                                                         ? &soon
             : atomic_load_explicit(&libc_watching, memory_order_relaxed) ? &later
                                                                          : NULL;
         if (ppoll(p, 2, timeout, NULL) < 0)
             continue; /* EINTR */
-        if (p[0].revents & POLLIN) {
+        bool woken = p[0].revents & POLLIN;
+        if (woken) {
             uint64_t count;
             if (read(p[0].fd, &count, sizeof count) < 0) {
                 /* Another wake read it: nothing to do. */
             }
             if (atomic_load(&stopping))
                 return NULL;
-            /* Posts from here on wake the thread again. */
-            atomic_store_explicit(&kicked, false, memory_order_seq_cst);
         }
         if (p[1].revents & POLLIN)
             rc_host_uffd_read();
         if (atomic_load_explicit(&libc_watching, memory_order_relaxed))
             rc_host_libc_check();
-        /* Never waiting for the drain lock (a get's drain takes the caches'
-         * locks): soon again instead, while behind. */
-        retry =
-            rc_host_monitor_behind() && !rc_host_events_drain(false) && rc_host_monitor_behind();
+        bool work = rc_host_monitor_behind();
+        if (!drained() || work || woken) {
+            busy = true, quiet = 0;
+            atomic_store_explicit(&kicked, true, memory_order_relaxed);
+        } else if (busy && ++quiet == QUIET_POLLS) {
+            /* A post after this store writes; one before it is seen by
+             * the look that follows (both seq_cst). */
+            atomic_store_explicit(&kicked, false, memory_order_seq_cst);
+            busy = !drained() || rc_host_monitor_behind();
+            quiet = 0;
+            if (busy)
+                atomic_store_explicit(&kicked, true, memory_order_relaxed);
+        }
     }
 }
 
