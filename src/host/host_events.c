@@ -16,7 +16,6 @@
 
 #include "cache.h"
 #include "host_monitor.h"
-#include "host_release.h"
 
 #define RING 1024
 
@@ -144,7 +143,7 @@ bool rc_host_events_drain(bool wait)
         handled(upto);
     pthread_mutex_unlock(&drain_lock);
     if (later)
-        rc_host_release_later();
+        rc_host_monitor_release_later();
     return true;
 }
 

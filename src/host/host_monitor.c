@@ -1,15 +1,15 @@
 /* The host memory monitor (host_monitor.h): the claims, the choice of how
- * to hear of unmaps, and the thread regcache-mon, which reads the
- * userfaultfd and drains the queue of unmaps when no get does.
+ * to hear of unmaps, and the thread regcache-mon, which drains the queue of
+ * unmaps when no get does and gives the deregistrations and notices that
+ * drains leave.
  *
- * Nothing that an unmapping thread may hold while it waits for the
- * userfaultfd to be read is ever waited for by the thread before its read:
- * it takes no lock between poll() and read(), drains only when the drain
- * lock is free, and claims_lock (the tree of claims, the ioctl()s on the
- * userfaultfd) is never held across an allocation, a free or a munmap.
+ * An unmapping thread may hold anything while it waits for the userfaultfd
+ * to be read: its reader (host_reader.h) takes no lock.  claims_lock (the
+ * tree of claims, the ioctl()s on the userfaultfd) is never held across an
+ * allocation, a free or a munmap all the same.
  *
- * Locks: life_lock (start and stop of the thread, opening and closing the
- * fds; never taken by the thread) before claims_lock. */
+ * Locks: life_lock (start and stop of the threads, opening and closing the
+ * fds; never taken by the threads) before claims_lock. */
 #include "host_monitor.h"
 
 #include <errno.h>
@@ -29,7 +29,7 @@
 #include "host_libc.h"
 #include "host_mapping.h"
 #include "host_objects.h"
-#include "host_release.h"
+#include "host_reader.h"
 #include "host_uffd.h"
 #include "range_filter.h"
 
@@ -56,6 +56,8 @@ static atomic_int kick_fd = -1; /* an eventfd: wakes the thread */
 /* A wake is on its way, or the thread looks soon anyway: the hooks need
  * not write. */
 static atomic_bool kicked;
+/* A drain left deregistrations or notices for the thread to give. */
+static atomic_bool release_due;
 static atomic_bool stopping;
 static bool running; /* under life_lock */
 static pthread_t thread;
@@ -64,8 +66,9 @@ static unsigned generation;
 /* Under claims_lock: the claims libc's hooks watch. */
 static size_t libc_claims;
 static atomic_bool libc_watching; /* libc_claims != 0, for the thread */
-/* Every claim's range, for the hooks to ask without a lock (written under
- * claims_lock); `watched_ready` once its first table is there. */
+/* The ranges of the claims libc's hooks watch, for the hooks to ask
+ * without a lock (written under claims_lock); `watched_ready` once its
+ * first table is there. */
 static struct rc_range_filter watched;
 static atomic_bool watched_ready;
 
@@ -88,7 +91,8 @@ static void atfork_child(void)
     if (atomic_load(&watched_ready))
         rc_filter_clear(&watched);
     atomic_store(&kicked, false);
-    rc_host_release_forget();
+    rc_host_reader_forget();
+    atomic_store(&release_due, false);
     rc_host_events_reset();
     pthread_mutex_init(&life_lock, NULL);
     pthread_mutex_init(&claims_lock, NULL);
@@ -196,6 +200,24 @@ static bool drained(void)
     return !rc_host_monitor_behind() || rc_host_events_drain(false) || !rc_host_monitor_behind();
 }
 
+void rc_host_monitor_release_later(void)
+{
+    atomic_store_explicit(&release_due, true, memory_order_seq_cst);
+    rc_host_monitor_kick();
+}
+
+/* What the drains left: given here, where no lock is held, no drain is
+ * under way and nobody waits (the userfaultfd has its own reader), so a
+ * callback that waits for an application's lock stalls nothing but this
+ * thread. */
+static bool release(void)
+{
+    if (!atomic_exchange_explicit(&release_due, false, memory_order_seq_cst))
+        return false;
+    rc_host_watch_release();
+    return true;
+}
+
 static void *monitor(void *arg)
 {
     (void)arg;
@@ -207,37 +229,36 @@ static void *monitor(void *arg)
     /* Looks every POLL_NS, not the 50 us later the default slack allows. */
     prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
     for (;;) {
-        struct pollfd p[2] = { { .fd = atomic_load(&kick_fd), .events = POLLIN },
-                               { .fd = rc_host_uffd_fd(), .events = POLLIN } };
+        struct pollfd p = { .fd = atomic_load(&kick_fd), .events = POLLIN };
         struct timespec soon = { 0, POLL_NS }, later = { 0, LIBC_DRAIN_MS * 1000000L };
         const struct timespec *timeout =
             busy                                                         ? &soon
             : atomic_load_explicit(&libc_watching, memory_order_relaxed) ? &later
                                                                          : NULL;
-        if (ppoll(p, 2, timeout, NULL) < 0)
+        if (ppoll(&p, 1, timeout, NULL) < 0)
             continue; /* EINTR */
-        bool woken = p[0].revents & POLLIN;
+        bool woken = p.revents & POLLIN;
         if (woken) {
             uint64_t count;
-            if (read(p[0].fd, &count, sizeof count) < 0) {
+            if (read(p.fd, &count, sizeof count) < 0) {
                 /* Another wake read it: nothing to do. */
             }
             if (atomic_load(&stopping))
                 return NULL;
         }
-        if (p[1].revents & POLLIN)
-            rc_host_uffd_read();
         if (atomic_load_explicit(&libc_watching, memory_order_relaxed))
             rc_host_libc_check();
         bool work = rc_host_monitor_behind();
-        if (!drained() || work || woken) {
+        bool left = !drained();
+        if (release() || left || work || woken) {
             busy = true, quiet = 0;
             atomic_store_explicit(&kicked, true, memory_order_relaxed);
         } else if (busy && ++quiet == QUIET_POLLS) {
-            /* A post after this store writes; one before it is seen by
-             * the look that follows (both seq_cst). */
+            /* A post or a drain after this store writes; one before it is
+             * seen by the looks that follow (all seq_cst). */
             atomic_store_explicit(&kicked, false, memory_order_seq_cst);
-            busy = !drained() || rc_host_monitor_behind();
+            busy = rc_host_monitor_behind() ||
+                   atomic_load_explicit(&release_due, memory_order_seq_cst);
             quiet = 0;
             if (busy)
                 atomic_store_explicit(&kicked, true, memory_order_relaxed);
@@ -246,7 +267,8 @@ static void *monitor(void *arg)
 }
 
 /* Under life_lock: the thread, with every signal blocked (the
- * application's handlers run on its threads). */
+ * application's handlers run on its threads).  Started once for good: it
+ * stops only when no range is watched. */
 static bool start_locked(void)
 {
     if (running)
@@ -261,13 +283,14 @@ static bool start_locked(void)
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (running)
         pthread_setname_np(thread, "regcache-mon");
-    if (running && !rc_host_release_start()) {
-        atomic_store(&stopping, true);
-        wake();
-        pthread_join(thread, NULL);
-        running = false;
-    }
     return running;
+}
+
+/* Under life_lock: the thread, and the userfaultfd's reader once it is
+ * open. */
+static bool start_all_locked(void)
+{
+    return start_locked() && (rc_host_uffd_fd() < 0 || rc_host_reader_start());
 }
 
 /* Under claims_lock: a claim for libc's hooks. */
@@ -283,7 +306,8 @@ static bool watch_libc_locked(void)
  * claim under it, unless another grew it meanwhile. */
 static int refill(struct rc_itree_node *n, void *table)
 {
-    rc_filter_refill(table, n->start, n->end);
+    if (!rc_container_of(n, struct rc_host_claim, node)->by_uffd)
+        rc_filter_refill(table, n->start, n->end);
     return 0;
 }
 
@@ -326,16 +350,17 @@ struct rc_host_claim *rc_host_monitor_watch(uintptr_t start, uintptr_t end, enum
         rc_host_libc_check();
     bool first = false, crowded = false;
     pthread_mutex_lock(&life_lock);
-    bool ok = start_locked();
+    bool ok = start_all_locked();
     if (ok) {
         pthread_mutex_lock(&claims_lock);
         ok = !claim->by_uffd || rc_host_uffd_register(start, end);
         if (ok) {
             claim->generation = generation;
             rc_itree_insert(&claims, &claim->node);
-            crowded = rc_filter_add(&watched, start, end);
-            if (!claim->by_uffd)
+            if (!claim->by_uffd) {
+                crowded = rc_filter_add(&watched, start, end);
                 first = watch_libc_locked();
+            }
         }
         pthread_mutex_unlock(&claims_lock);
     }
@@ -378,7 +403,8 @@ void rc_host_monitor_unwatch(struct rc_host_claim *claim)
     pthread_mutex_lock(&claims_lock);
     if (claim->generation == generation) {
         rc_itree_remove(&claims, &claim->node);
-        rc_filter_remove(&watched, claim->node.start, claim->node.end);
+        if (!claim->by_uffd)
+            rc_filter_remove(&watched, claim->node.start, claim->node.end);
         if (claim->by_uffd) {
             struct gaps g = { claim->node.start, claim->node.end };
             rc_itree_visit_overlaps(&claims, g.at, g.end, skip_claimed, &g);
@@ -456,9 +482,9 @@ static void stop(bool always)
         atomic_store(&stopping, true);
         wake();
         pthread_join(thread, NULL);
-        rc_host_release_stop();
         running = false;
     }
+    rc_host_reader_stop();
     int fd = atomic_exchange(&kick_fd, -1);
     if (fd >= 0)
         close(fd);

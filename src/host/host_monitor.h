@@ -10,8 +10,9 @@
  * thread a post, or a userfaultfd (host_uffd.h), which also sees system
  * calls made without libc but makes the unmapping thread wait for the
  * monitor thread, and cannot close the unmap window (AUTO never takes it).
- * The deregistrations and notices the drains leave are given by a thread
- * of their own (host_release.h).  See docs/design.md "Host memory
+ * The monitor thread (regcache-mon) drains when no get does and gives the
+ * deregistrations and notices that drains leave; the userfaultfd has a
+ * reader of its own (host_reader.h).  See docs/design.md "Host memory
  * monitor". */
 #ifndef RC_HOST_MONITOR_H
 #define RC_HOST_MONITOR_H
@@ -59,13 +60,17 @@ void rc_host_monitor_unwatch(struct rc_host_claim *claim);
  * Drainer only. */
 bool rc_host_monitor_invalidate_watched(void);
 
-/* Whether [start, end) may meet a watched range (a few loads; false
+/* Whether [start, end) may meet a range libc's hooks watch (a few loads; false
  * answers are exact).  Async-signal-safe. */
 bool rc_host_monitor_may_watch(uintptr_t start, uintptr_t end);
 
 /* Wake the monitor thread to drain: one write until it wakes, none
  * after.  Async-signal-safe. */
 void rc_host_monitor_kick(void);
+
+/* A drain left deregistrations or notices (rc_host_watch_unmapped()): the
+ * monitor thread gives them soon.  Async-signal-safe. */
+void rc_host_monitor_release_later(void);
 
 /* The last cache of the process was destroyed: stop the thread and close
  * the userfaultfd, once no range is watched.  Thread safe. */
