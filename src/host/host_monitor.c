@@ -31,6 +31,7 @@
 #include "host_objects.h"
 #include "host_reader.h"
 #include "host_uffd.h"
+#include "host_unmapping.h"
 #include "range_filter.h"
 
 /* How long the posts of libc's hooks may wait for a drain when the wake
@@ -72,10 +73,10 @@ static atomic_bool libc_watching; /* libc_claims != 0, for the thread */
 static struct rc_range_filter watched;
 static atomic_bool watched_ready;
 
-/* The child has no monitor thread, and the parent's fd reports the
- * parent's mappings (the child's lost their registration at the fork):
- * forget both; the child's first cache opens its own.  libc stays
- * patched. */
+/* The child has none of the monitor's threads, and the parent's fd reports
+ * the parent's mappings (the child's lost their registration at the fork):
+ * forget them, the claims, and the unmaps other threads had in flight;
+ * the child's first cache opens its own.  libc stays patched. */
 static void atfork_child(void)
 {
     int fd = atomic_exchange(&kick_fd, -1);
@@ -92,6 +93,7 @@ static void atfork_child(void)
         rc_filter_clear(&watched);
     atomic_store(&kicked, false);
     rc_host_reader_forget();
+    rc_host_unmapping_forget();
     atomic_store(&release_due, false);
     rc_host_events_reset();
     pthread_mutex_init(&life_lock, NULL);
@@ -129,7 +131,7 @@ static bool open_kick_locked(void)
 #define UFFD_SEES                                                                              \
     "every unmap, system calls included, but not shmat(SHM_REMAP), and a get racing an unmap " \
     "may cache the pages it takes"
-#define NOT_WATCHED "shared mappings are not watched: invalidate those yourself"
+#define NOT_WATCHED "not watched (invalidate those yourself): shared mappings"
 
 enum rc_host_by rc_host_monitor_open(int mode, const char *asked, char *why, size_t n)
 {
@@ -145,7 +147,7 @@ enum rc_host_by rc_host_monitor_open(int mode, const char *asked, char *why, siz
     if (mode != REGCACHE_HOST_MONITOR_UFFD && rc_host_libc_ensure(libc_why, sizeof libc_why)) {
         snprintf(why, n,
                  "monitored by patching libc (%s): " LIBC_SEES "; " NOT_WATCHED
-                 ", nor the segments of objects dlopen() loads",
+                 " and the segments of objects dlopen() loads",
                  asked);
         return RC_HOST_BY_LIBC;
     }

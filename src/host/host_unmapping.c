@@ -66,3 +66,12 @@ bool rc_host_unmapping_meets(uintptr_t start, uintptr_t end)
     }
     return false;
 }
+
+void rc_host_unmapping_forget(void)
+{
+    for (unsigned i = 0; i < SLOTS; i++) {
+        atomic_store_explicit(&slots[i].start, 0, memory_order_relaxed);
+        atomic_store_explicit(&slots[i].end, 0, memory_order_relaxed);
+    }
+    atomic_store_explicit(&unplaced, 0, memory_order_relaxed);
+}

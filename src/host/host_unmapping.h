@@ -22,4 +22,8 @@ void rc_host_unmapping_end(int token);
  * every hook that did not see that watch is seen here while it lasts. */
 bool rc_host_unmapping_meets(uintptr_t start, uintptr_t end);
 
+/* The child of a fork: the threads whose unmaps were in flight are the
+ * parent's. */
+void rc_host_unmapping_forget(void);
+
 #endif
