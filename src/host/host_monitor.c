@@ -182,8 +182,11 @@ static void wake(void)
 
 void rc_host_monitor_kick(void)
 {
-    if (!atomic_load_explicit(&kicked, memory_order_seq_cst) &&
-        !atomic_exchange_explicit(&kicked, true, memory_order_seq_cst))
+    /* A queue half full is drained now, whatever the thread is doing: it
+     * would overflow before the next look. */
+    if ((!atomic_load_explicit(&kicked, memory_order_seq_cst) &&
+         !atomic_exchange_explicit(&kicked, true, memory_order_seq_cst)) ||
+        rc_host_events_crowded())
         wake();
 }
 

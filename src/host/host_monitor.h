@@ -64,8 +64,9 @@ bool rc_host_monitor_invalidate_watched(void);
  * answers are exact).  Async-signal-safe. */
 bool rc_host_monitor_may_watch(uintptr_t start, uintptr_t end);
 
-/* Wake the monitor thread to drain: one write until it wakes, none
- * after.  Async-signal-safe. */
+/* Wake the monitor thread to drain: one write until it wakes, none while
+ * it looks often anyway, unless the queue is half full.
+ * Async-signal-safe. */
 void rc_host_monitor_kick(void);
 
 /* A drain left deregistrations or notices (rc_host_watch_unmapped()): the
