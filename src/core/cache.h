@@ -253,6 +253,7 @@ struct rc_want {
      * registration and any merge with other entries stay inside; 0, 0
      * when unknown (host_merge.c). */
     uintptr_t span_start, span_end;
+    bool span_shared; /* one of those mappings is shared */
     /* The access to register (rc_access_of()): the get's, and that of the
      * narrower entries of the same memory it replaces. */
     unsigned access;

@@ -44,7 +44,11 @@ struct rc_host_claim *rc_host_watch(struct regcache *c, const struct rc_want *w,
 {
     if (c->host_by == RC_HOST_BY_NONE || !pageable_host(w))
         return NULL;
-    return rc_host_monitor_watch(e->node.start, e->node.end, c->host_by);
+    /* Merged or not, the range lies inside the mappings the miss learnt. */
+    enum rc_host_sharing sharing = !w->span_end     ? RC_HOST_SHARING_UNKNOWN
+                                   : w->span_shared ? RC_HOST_SHARED
+                                                    : RC_HOST_PRIVATE;
+    return rc_host_monitor_watch(e->node.start, e->node.end, c->host_by, sharing);
 }
 
 void rc_host_watch_set_locked(struct regcache *c, struct regcache_entry *e, const struct rc_want *w,

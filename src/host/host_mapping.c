@@ -60,7 +60,8 @@ static bool mapping_at(int fd, uintptr_t addr, uintptr_t *lo, uintptr_t *hi, boo
     return true;
 }
 
-bool rc_host_mapping_span(uintptr_t start, uintptr_t end, uintptr_t *lo, uintptr_t *hi)
+bool rc_host_mapping_span(uintptr_t start, uintptr_t end, uintptr_t *lo, uintptr_t *hi,
+                          bool *shared)
 {
     if (atomic_load_explicit(&unsupported, memory_order_relaxed))
         return false;
@@ -72,10 +73,12 @@ bool rc_host_mapping_span(uintptr_t start, uintptr_t end, uintptr_t *lo, uintptr
     /* A query answers with the mapping that covers the address, so one
      * found at the end of the last starts there: no hole between them. */
     uintptr_t next;
-    bool shared;
-    bool mapped = mapping_at(fd, start, lo, hi, &shared);
-    while (mapped && *hi < end)
-        mapped = mapping_at(fd, *hi, &next, hi, &shared);
+    bool one;
+    bool mapped = mapping_at(fd, start, lo, hi, shared);
+    while (mapped && *hi < end) {
+        mapped = mapping_at(fd, *hi, &next, hi, &one);
+        *shared |= one;
+    }
     close(fd);
     return mapped;
 }

@@ -335,15 +335,18 @@ static void grow_watched(void)
  * may go through its file or another process), nor - through libc's hooks
  * - a loaded object's segment (dlclose() unmaps it with the loader's own
  * munmap; the userfaultfd sees that). */
-static bool watchable(uintptr_t start, uintptr_t end, enum rc_host_by by)
+static bool watchable(uintptr_t start, uintptr_t end, enum rc_host_by by,
+                      enum rc_host_sharing sharing)
 {
-    return rc_host_mapping_private(start, end) &&
-           (by != RC_HOST_BY_LIBC || !rc_host_object_overlaps(start, end));
+    bool private = sharing == RC_HOST_SHARING_UNKNOWN ? rc_host_mapping_private(start, end)
+                                                      : sharing == RC_HOST_PRIVATE;
+    return private && (by != RC_HOST_BY_LIBC || !rc_host_object_overlaps(start, end));
 }
 
-struct rc_host_claim *rc_host_monitor_watch(uintptr_t start, uintptr_t end, enum rc_host_by by)
+struct rc_host_claim *rc_host_monitor_watch(uintptr_t start, uintptr_t end, enum rc_host_by by,
+                                            enum rc_host_sharing sharing)
 {
-    if (by == RC_HOST_BY_NONE || !watchable(start, end, by))
+    if (by == RC_HOST_BY_NONE || !watchable(start, end, by, sharing))
         return NULL;
     struct rc_host_claim *claim = malloc(sizeof *claim);
     if (!claim)

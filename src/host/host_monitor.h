@@ -26,6 +26,9 @@
 /* How a range is watched. */
 enum rc_host_by { RC_HOST_BY_NONE, RC_HOST_BY_LIBC, RC_HOST_BY_UFFD };
 
+/* Whether a range's mappings are shared, as the miss learnt it. */
+enum rc_host_sharing { RC_HOST_SHARING_UNKNOWN, RC_HOST_PRIVATE, RC_HOST_SHARED };
+
 /* Get of host memory: every unmap posted before the call is handled
  * first.  Waits only for another drain (which calls back nobody) and for a
  * read of the userfaultfd under way. */
@@ -43,13 +46,15 @@ enum rc_host_by rc_host_monitor_open(int mode, const char *asked, char *why, siz
 struct rc_host_claim;
 
 /* Watch [start, end) (page aligned) before it is registered: a claim, or
- * NULL when the range cannot be watched (a shared mapping; through libc's
+ * NULL when the range cannot be watched (a shared mapping, asked of the
+ * kernel when `sharing` does not say; through libc's
  * hooks, a loaded object's segment; a mapping the userfaultfd does not
  * report or one another userfaultfd watches; no memory).  A hook in flight
  * that did not see the watch is listed (host_unmapping.h) by the time it
  * returns.  Allocates; call without any lock of the cache.  Thread
  * safe. */
-struct rc_host_claim *rc_host_monitor_watch(uintptr_t start, uintptr_t end, enum rc_host_by by);
+struct rc_host_claim *rc_host_monitor_watch(uintptr_t start, uintptr_t end, enum rc_host_by by,
+                                            enum rc_host_sharing sharing);
 
 /* The entry over a claim was deregistered: its pages that no other claim
  * covers are no longer watched.  NULL is a no-op.  Thread safe. */
