@@ -24,10 +24,10 @@ import sys
 import xml.dom.minidom
 
 WORKLOADS = {"hits", "threads", "churn", "invalidation", "misses", "ucx", "linked", "pins",
-             "host_ranges", "prefetch", "host_monitor"}
+             "host_ranges", "prefetch", "host_monitor", "leave_notice"}
 CPU_WORKLOADS = WORKLOADS - {"ucx", "linked", "pins"}
 THREADS = [1, 2, 4, 8, 16, 24, 32]
-GOALS = 31
+GOALS = 33
 
 
 def fail(msg):
