@@ -42,11 +42,11 @@ static int held_fd[2], go_fd[2];
 
 static void on_sigsys(int sig, siginfo_t *si, void *ctx)
 {
-    (void)sig, (void)si;
+    (void)sig;
 #if defined(__x86_64__)
     greg_t *r = ((ucontext_t *)ctx)->uc_mcontext.gregs;
-    long regs[7] = { r[REG_RAX], r[REG_RDI], r[REG_RSI], r[REG_RDX],
-                     r[REG_R10], r[REG_R8],  r[REG_R9] };
+    long regs[7] = { si->si_syscall, r[REG_RDI], r[REG_RSI], r[REG_RDX],
+                     r[REG_R10],     r[REG_R8],  r[REG_R9] };
     memcpy(call, regs, sizeof call);
     char c = 0;
     ssize_t n = write(held_fd[1], &c, 1);
@@ -54,7 +54,7 @@ static void on_sigsys(int sig, siginfo_t *si, void *ctx)
     (void)n;
     r[REG_RAX] = result;
 #else
-    (void)ctx;
+    (void)si, (void)ctx;
     abort();
 #endif
 }
