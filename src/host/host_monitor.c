@@ -281,6 +281,9 @@ static bool start_locked(void)
     if (!open_kick_locked())
         return false;
     atomic_store(&stopping, false);
+    /* A thread that stopped busy left the flag set: this one sleeps until
+     * the first post writes. */
+    atomic_store(&kicked, false);
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
