@@ -305,6 +305,10 @@ void bench_eager(const struct bench_src *s);
 void bench_host_cache(const struct bench_src *s);
 /* instructions.c: instructions per get+put where the CPU counts them. */
 void bench_instructions(const struct bench_src *s);
+/* leave_notice.c: how soon a leave notice arrives after an unmap of
+ * watched host memory, per way, with no further call.  After
+ * bench_host_monitor(), whose second half loads UCX's memory hooks. */
+void bench_leave_notice(void);
 /* ucx.c: UCX's ucs_rcache beside regcache in the hits and threads rows.
  * bench_ucx_load: m's UCX version, or a skip when there is no UCX. */
 struct bench_ucx;

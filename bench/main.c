@@ -64,6 +64,7 @@ int main(int argc, char **argv)
     bench_host_ranges();
     bench_host_merge();
     bench_host_cache(&cpu);
+    bench_leave_notice();
     if (bench_cuda_open(&gpu, &m) == 0) {
         bench_hits(&gpu);
         bench_threads(&gpu);
