@@ -1,7 +1,7 @@
 /* How soon a leave notice arrives once watched host memory is unmapped and
  * the transport makes no further call: a cache per way the monitor hears
- * of unmaps (UCX's events, where UCX's memory hooks are loaded; libc's
- * hooks; the userfaultfd), null backend, host_memory on.
+ * of unmaps (libc's hooks, the userfaultfd; then UCX's events, in a child
+ * with UCX's memory hooks live), null backend, host_memory on.
  * Each sample maps a 2 MiB range, caches it (get+put), then times from its
  * munmap to the notice, which the callback stamps; the thread that
  * unmapped only waits on a condition variable meanwhile.  The ways take
@@ -97,37 +97,45 @@ static double one(struct way *w)
     return (double)(at - from);
 }
 
+/* A row with a note went out with it (bench_note()). */
 static void emit(struct way *w)
 {
-    if (!w->row.note[0] && w->n) {
-        double *sorted = malloc(w->n * sizeof *sorted);
-        if (sorted) {
-            memcpy(sorted, w->samples, w->n * sizeof *sorted);
-            qsort(sorted, w->n, sizeof *sorted, bench_cmp_double);
-            w->row.median = sorted[(w->n - 1) / 2];
-            w->row.p99 = sorted[(w->n * 99 + 99) / 100 - 1];
-            w->row.nsamples = w->n;
-            w->row.samples = w->samples;
-            w->row.slots = w->slots;
-            free(sorted);
-        } else {
-            bench_note(&w->row, "no memory for the samples");
-        }
+    if (w->row.note[0])
+        return;
+    if (!w->n) {
+        bench_note(&w->row, "no samples");
+        return;
     }
+    double *sorted = malloc(w->n * sizeof *sorted);
+    if (!sorted) {
+        bench_note(&w->row, "no memory for the samples");
+        return;
+    }
+    memcpy(sorted, w->samples, w->n * sizeof *sorted);
+    qsort(sorted, w->n, sizeof *sorted, bench_cmp_double);
+    w->row.median = sorted[(w->n - 1) / 2];
+    w->row.p99 = sorted[(w->n * 99 + 99) / 100 - 1];
+    w->row.nsamples = w->n;
+    w->row.samples = w->samples;
+    w->row.slots = w->slots;
+    free(sorted);
     bench_emit(&w->row);
 }
 
-#define WAYS 3
-static const enum regcache_host_monitor monitors[WAYS] = { REGCACHE_HOST_MONITOR_UCM,
-                                                           REGCACHE_HOST_MONITOR_LIBC,
-                                                           REGCACHE_HOST_MONITOR_UFFD };
-static const char *const names[WAYS] = { "ucm", "libc", "uffd" };
+enum { UCM, LIBC, UFFD, WAYS };
+static const enum regcache_host_monitor monitors[WAYS] = {
+    [UCM] = REGCACHE_HOST_MONITOR_UCM,
+    [LIBC] = REGCACHE_HOST_MONITOR_LIBC,
+    [UFFD] = REGCACHE_HOST_MONITOR_UFFD,
+};
+static const char *const names[WAYS] = { [UCM] = "ucm", [LIBC] = "libc", [UFFD] = "uffd" };
 
-void bench_leave_notice(void)
+/* The ways [first, end), taking turns sample by sample. */
+static void measure(int first, int end)
 {
     struct way ways[WAYS];
     unsigned warm = bench.samples / 10, total = bench.samples + warm;
-    for (size_t k = 0; k < WAYS; k++) {
+    for (int k = first; k < end; k++) {
         struct way *w = &ways[k];
         *w = (struct way){ .row = { .workload = "leave_notice",
                                     .source = "null",
@@ -138,12 +146,13 @@ void bench_leave_notice(void)
         pthread_cond_init(&w->noticed, NULL);
         w->samples = calloc(total, sizeof *w->samples);
         w->slots = calloc(total, sizeof *w->slots);
-        w->cache = w->samples && w->slots ? host_cache(w, monitors[k]) : NULL;
         if (!w->samples || !w->slots)
             bench_note(&w->row, "no memory for the samples");
+        else
+            w->cache = host_cache(w, monitors[k]);
     }
     for (unsigned i = 0; i < total; i++)
-        for (size_t k = 0; k < WAYS; k++) {
+        for (int k = first; k < end; k++) {
             struct way *w = &ways[k];
             if (!w->cache || w->row.note[0])
                 continue;
@@ -153,10 +162,26 @@ void bench_leave_notice(void)
                 w->samples[w->n++] = ns;
             }
         }
-    for (size_t k = 0; k < WAYS; k++) {
+    for (int k = first; k < end; k++) {
         emit(&ways[k]);
         regcache_destroy(ways[k].cache);
         free(ways[k].samples);
         free(ways[k].slots);
     }
+}
+
+static void measure_ucm(void)
+{
+    measure(UCM, UCM + 1);
+}
+
+void bench_leave_notice(void)
+{
+    measure(LIBC, UFFD + 1);
+    struct bench_row skipped = { .workload = "leave_notice",
+                                 .source = "null",
+                                 .impl = "regcache",
+                                 .what = names[UCM],
+                                 .size = RANGE };
+    bench_beside_ucx_hooks(measure_ucm, &skipped);
 }

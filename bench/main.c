@@ -52,6 +52,7 @@ int main(int argc, char **argv)
     }
     /* Before UCX is loaded (without its memory hooks). */
     bench_host_monitor();
+    bench_leave_notice();
     bench_ucx_load(&m);
     bench_instructions(&cpu);
     bench_hits(&cpu);
@@ -64,7 +65,6 @@ int main(int argc, char **argv)
     bench_host_ranges();
     bench_host_merge();
     bench_host_cache(&cpu);
-    bench_leave_notice();
     if (bench_cuda_open(&gpu, &m) == 0) {
         bench_hits(&gpu);
         bench_threads(&gpu);
