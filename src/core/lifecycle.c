@@ -231,12 +231,13 @@ void regcache_destroy(regcache_t *c)
     /* A fork child's registry no longer lists inherited caches. */
     if (!child)
         rc_registry_remove(c);
-    /* Features on the edge go first: they may register through the cache
-     * and use its workers. */
-    rc_listeners_call_destroy(c);
-    /* The workers register through the cache, and publish its statistics
-     * record at their misses: they stop before either goes. */
+    /* The workers register through the cache, tell its listeners what they
+     * published and publish its statistics record at their misses: they
+     * stop before any of these goes. */
     rc_prefetch_stop(c);
+    /* Then the features on the edge, whose own threads may still register
+     * through the cache (and so tell them) until their on_destroy. */
+    rc_listeners_call_destroy(c);
     rc_statseg_detach(c);
     /* A parent thread that held the cache lock at the fork may have been
      * halfway through changing what it guards (a tree rotation, a heap or
