@@ -372,6 +372,19 @@ bool rc_option_bar1_bytes(size_t *bytes, char *why, size_t n)
     return ok;
 }
 
+_Static_assert(ROWS <= 32, "from_env has a bit for every row");
+
+bool rc_options_set_by_env(const struct rc_options *o, size_t offset, char *out, size_t n)
+{
+    for (size_t i = 0; i < ROWS; i++)
+        if (env_options[i].width && env_options[i].offset == offset && o->from_env >> i & 1) {
+            const char *text = getenv(env_options[i].name);
+            snprintf(out, n, "%s=%s", env_options[i].name, text ? text : "");
+            return true;
+        }
+    return false;
+}
+
 /* The name to blame for a field: the variable when it set the field. */
 static const char *source(unsigned from_env, enum row r, const char *field)
 {
@@ -474,6 +487,7 @@ int rc_options_resolve(const struct regcache_params *in, struct rc_options *out)
                            env_options[i].accepts);
         from_env |= 1u << i;
     }
+    out->from_env = from_env;
     int rc = check(out, from_env);
     out->params.access = rc_access_with_local_write(out->params.access);
     return rc == REGCACHE_OK ? resolve_name(out) : rc;

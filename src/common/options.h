@@ -29,6 +29,7 @@ struct rc_options {
     unsigned header_minor;
     char validation_reason[512]; /* why validation is what it is; set by
                                     regcache_create */
+    unsigned from_env;           /* the table's rows whose variable was set */
 };
 
 /* Copy *in (honouring in->size), apply the environment, check the result.
@@ -40,6 +41,10 @@ int rc_options_resolve(const struct regcache_params *in, struct rc_options *out)
  * false (and *out untouched) when the text is neither. */
 bool rc_parse_size(const char *s, size_t *out);
 bool rc_parse_bool(const char *s, int *out);
+
+/* When the variable of the field at `offset` in struct rc_options set it:
+ * true, with "VARIABLE=value" in out[n] for a message. */
+bool rc_options_set_by_env(const struct rc_options *o, size_t offset, char *out, size_t n);
 
 /* The process-wide options (no field of the params), read where they act
  * and parsed by the table's row, as regcache_create() parses them (and

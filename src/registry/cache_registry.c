@@ -191,45 +191,26 @@ static void walk_leave(struct rc_thread *t, struct walk *w)
     t->walk_depth--;
 }
 
-/* Which notice: a free, or an allocation (of pinned host memory). */
-enum notice { FREED, ALLOCATED, ALLOCATED_HOST };
-
-/* One cache's part of a notice; an allocation goes on to the listeners
- * (eager registration queues the new memory). */
-static void notify_cache(struct regcache *c, uintptr_t start, uintptr_t end,
-                         enum regcache_reason why, enum notice allocated)
-{
-    rc_cache_notify(c, start, end, why);
-    if (allocated != FREED)
-        rc_listeners_allocated(c, start, end, allocated == ALLOCATED_HOST);
-}
-
 /* Without a record: counted, and every destroy waits while it lasts.  The
  * count's seq_cst increment orders it before the load of the head. */
-static void anonymous_walk(uintptr_t start, uintptr_t end, enum regcache_reason why,
-                           enum notice allocated)
+static void anonymous_walk(void (*fn)(struct regcache *c, void *arg), void *arg)
 {
     atomic_fetch_add_explicit(&anonymous_walkers, 1, memory_order_seq_cst);
     anonymous_depth++;
     for (struct regcache *c = atomic_load_explicit(&registry_head, memory_order_acquire); c;
          c = atomic_load_explicit(&c->registry_next, memory_order_acquire))
-        notify_cache(c, start, end, why, allocated);
+        fn(c, arg);
     anonymous_depth--;
     atomic_fetch_sub_explicit(&anonymous_walkers, 1, memory_order_release);
 }
 
-/* Both notices drop what overlaps the range, in every cache: before a free
- * so that nothing is served from memory about to go, after an allocation
- * so that nothing a get registered of the memory that was there before
- * (between the first notice and the free itself) survives. */
-static void invalidate_all(uintptr_t start, uintptr_t end, enum regcache_reason why,
-                           enum notice allocated)
+void rc_registry_each(void (*fn)(struct regcache *c, void *arg), void *arg)
 {
     if (!atomic_load_explicit(&registry_count, memory_order_acquire))
         return;
     struct rc_thread *t = rc_thread_self();
     if (!t) {
-        anonymous_walk(start, end, why, allocated);
+        anonymous_walk(fn, arg);
         return;
     }
     struct walk w;
@@ -237,18 +218,43 @@ static void invalidate_all(uintptr_t start, uintptr_t end, enum regcache_reason 
     for (struct regcache *c = atomic_load_explicit(&registry_head, memory_order_acquire); c;
          c = atomic_load_explicit(&c->registry_next, memory_order_acquire)) {
         walk_inside(&w, c);
-        notify_cache(c, start, end, why, allocated);
+        fn(c, arg);
         walk_between(&w);
     }
     walk_leave(t, &w);
 }
 
-void rc_registry_invalidate(uintptr_t start, uintptr_t end, enum regcache_reason why)
+/* Which notice: a free, or an allocation (of pinned host memory). */
+enum notice_of { FREED, ALLOCATED, ALLOCATED_HOST };
+
+/* A notice to every cache; an allocation goes on to the listeners (eager
+ * registration queues the new memory). */
+struct notice {
+    uintptr_t start, end;
+    enum regcache_reason why;
+    enum notice_of allocated;
+};
+
+static void notify_cache(struct regcache *c, void *arg)
 {
-    invalidate_all(start, end, why, FREED);
+    const struct notice *n = arg;
+    rc_cache_notify(c, n->start, n->end, n->why);
+    if (n->allocated != FREED)
+        rc_listeners_allocated(c, n->start, n->end, n->allocated == ALLOCATED_HOST);
 }
 
-static void notify(const void *addr, size_t len, enum notice allocated)
+/* Both notices drop what overlaps the range, in every cache: before a free
+ * so that nothing is served from memory about to go, after an allocation
+ * so that nothing a get registered of the memory that was there before
+ * (between the first notice and the free itself) survives. */
+static void invalidate_all(uintptr_t start, uintptr_t end, enum regcache_reason why,
+                           enum notice_of allocated)
+{
+    struct notice n = { start, end, why, allocated };
+    rc_registry_each(notify_cache, &n);
+}
+
+static void notify(const void *addr, size_t len, enum notice_of allocated)
 {
     uintptr_t start = (uintptr_t)addr;
     if (len == 0 || len > UINTPTR_MAX - start)
