@@ -152,13 +152,10 @@ struct regcache {
      * at the next locked moment (release.c). */
     _Atomic(struct regcache_entry *) returned;
 
-    /* Pageable host entries are watched by the host memory monitor
-     * (host_watch.c); host_note says whether and how, for the reason and
-     * the dump; host_unwatched counts the entries it does not watch. */
-    int host_by; /* enum rc_host_by */
+    /* Whether and how pageable host entries are watched (src/host says at
+     * create), for the validation reason and the dump. */
     char host_note[384];
     char host_reason[400]; /* "; host memory: " and the note, or empty */
-    atomic_size_t host_unwatched;
 
     /* Why a GPU has no shared budget, for the REGCACHE_STATS dump. */
     char ledger_note[256];
@@ -345,40 +342,6 @@ struct rc_reg_time {
  * birth: the fine clock is dear (stats.h), so each reading serves all. */
 int rc_register_rail(struct regcache *c, struct regcache_entry *e, unsigned rail, bool speculative,
                      void *get_arg, struct rc_reg_time *t);
-
-/* ---- the host memory monitor (host_watch.c) ------------------------------ */
-
-/* At create: whether the cache's host entries are watched, and why. */
-void rc_host_watch_setup(struct regcache *c);
-
-/* Without the lock, before e's first registration: a watch over e's range
- * when w is pageable host memory and the cache watches it, else NULL. */
-struct rc_host_claim *rc_host_watch(struct regcache *c, const struct rc_want *w,
-                                    const struct regcache_entry *e);
-
-/* Under the lock: e keeps the watch, or - pageable host memory without
- * one - counts as unwatched. */
-void rc_host_watch_set_locked(struct regcache *c, struct regcache_entry *e, const struct rc_want *w,
-                              struct rc_host_claim *claim);
-
-/* Under the lock, before e, registered, is published: whether an unmap
- * of its pages is in flight through hooks, libc's or UCX's (the
- * registration may have pinned the pages it takes away, and the hook may
- * not have seen the watch), with the reason for its one-shot in *why
- * then.  An unmap that
- * ended before saw the watch after its call and posted the range. */
-bool rc_host_watch_unsettled(const struct regcache_entry *e, enum regcache_reason *why);
-
-/* Without the lock, once e is deregistered: its watch or count ends. */
-void rc_host_unwatch(struct regcache *c, struct regcache_entry *e);
-
-/* The monitor heard that [start, end) was unmapped or replaced: the
- * entries of it leave every cache that watches its host memory, calling
- * back nobody.  True when a cache has deregistrations or notices to give:
- * rc_host_watch_release() gives them, in a thread that waits for
- * nothing.  Thread safe. */
-bool rc_host_watch_unmapped(uintptr_t start, uintptr_t end);
-void rc_host_watch_release(void);
 
 /* ---- eviction and budgets (evict.c, budget.c) --------------------------- */
 
@@ -602,6 +565,40 @@ static inline void rc_listeners_allocated(struct regcache *c, uintptr_t start, u
 {
     if (rc_listened(c, RC_ON_ALLOC))
         rc_listeners_call_alloc(c, start, end, pinned_host);
+}
+
+/* Without the lock, before the first registration of e, pageable host
+ * memory for w: the watching listener's mark, or NULL. */
+static inline void *rc_listeners_before_register(struct regcache *c, const struct regcache_entry *e,
+                                                 const struct rc_want *w)
+{
+    if (!rc_listened(c, RC_ON_BEFORE_REGISTER) || !rc_entry_pageable(e))
+        return NULL;
+    struct rc_watch_want ww = { e->node.start, e->node.end, w->span_start, w->span_end,
+                                w->span_shared };
+    return rc_listeners_call_before_register(c, &ww);
+}
+
+/* Under the lock, before e, registered, joins the cache: whether the
+ * memory of a marked entry may be going already (*why says why). */
+static inline bool rc_listeners_unsettled_locked(struct regcache *c, const struct regcache_entry *e,
+                                                 enum regcache_reason *why)
+{
+    if (!e->mark)
+        return false;
+    enum regcache_reason r = rc_listeners_call_before_publish(c, e->mark);
+    if (r == REGCACHE_REASON_COUNT)
+        return false;
+    *why = r;
+    return true;
+}
+
+/* Without the lock, once e is deregistered: its mark goes. */
+static inline void rc_listeners_unmark(struct regcache *c, struct regcache_entry *e)
+{
+    if (e->mark)
+        rc_listeners_call_after_deregister(c, e->mark);
+    e->mark = NULL;
 }
 
 static inline void rc_listeners_invalidated(struct regcache *c, uintptr_t start, uintptr_t end)

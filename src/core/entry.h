@@ -137,11 +137,10 @@ struct regcache_entry {
     uintptr_t *pages;
     uint32_t npages, pages_cap;
     uintptr_t pages_inline[RC_INLINE_PAGES];
-    /* Pageable host memory: the monitor's watch over the registered range
-     * (host_monitor.h), or - unwatched - counted in the cache's
-     * host_unwatched until its deregistration. */
-    struct rc_host_claim *claim;
-    bool unwatched;
+    /* Pageable host memory: the mark of the listener that watches such
+     * memory (its before_register's, listeners.h), from before the first
+     * registration until after the deregistration; NULL else. */
+    void *mark;
     /* Zombie list, or a caller's list of victims to deregister. */
     struct regcache_entry *link_next, *link_prev;
     /* Callbacks of regcache_entry_invalidate() due after its

@@ -10,14 +10,17 @@ static unsigned takes(const struct rc_listener *ops)
            (ops->after_register ? RC_ON_AFTER_REGISTER : 0) | (ops->on_leave ? RC_ON_LEAVE : 0) |
            (ops->before_deregister ? RC_ON_BEFORE_DEREGISTER : 0) |
            (ops->on_invalidate ? RC_ON_INVALIDATE : 0) | (ops->on_alloc ? RC_ON_ALLOC : 0) |
-           (ops->on_destroy ? RC_ON_DESTROY : 0) | (ops->after_drain ? RC_ON_AFTER_DRAIN : 0);
+           (ops->on_destroy ? RC_ON_DESTROY : 0) | (ops->after_drain ? RC_ON_AFTER_DRAIN : 0) |
+           (ops->before_register ? RC_ON_BEFORE_REGISTER : 0);
 }
 
 int rc_listen(struct regcache *c, const struct rc_listener *ops, void *arg)
 {
     struct rc_listeners *ls = &c->listeners;
-    if (ls->n == RC_LISTENERS)
+    if (ls->n == RC_LISTENERS || (ops->before_register && ls->marker))
         return -1;
+    if (ops->before_register)
+        ls->marker = ls->n + 1;
     ls->l[ls->n].ops = ops;
     ls->l[ls->n].arg = arg;
     ls->l[ls->n].takes = takes(ops);
@@ -156,6 +159,24 @@ void rc_listeners_call_alloc(struct regcache *c, uintptr_t start, uintptr_t end,
     CALL(c, RC_ON_ALLOC, on_alloc, start, end, pinned_host);
 }
 
+/* The marker alone hears of what it marked. */
+#define MARKER(c) (&(c)->listeners.l[(c)->listeners.marker - 1])
+
+void *rc_listeners_call_before_register(struct regcache *c, const struct rc_watch_want *w)
+{
+    return MARKER(c)->ops->before_register(MARKER(c)->arg, w);
+}
+
+enum regcache_reason rc_listeners_call_before_publish(struct regcache *c, void *mark)
+{
+    return MARKER(c)->ops->before_publish(MARKER(c)->arg, mark);
+}
+
+void rc_listeners_call_after_deregister(struct regcache *c, void *mark)
+{
+    MARKER(c)->ops->after_deregister(MARKER(c)->arg, mark);
+}
+
 /* Nobody else uses the cache during its destroy (regcache_destroy's rule):
  * the table changes without the lock. */
 void rc_listeners_call_destroy(struct regcache *c)
@@ -166,7 +187,7 @@ void rc_listeners_call_destroy(struct regcache *c)
             ls->l[i].ops->on_destroy(ls->l[i].arg);
     ls->events = 0;
     for (unsigned i = 0; i < ls->n; i++) {
-        ls->l[i].takes &= RC_ON_AFTER_DRAIN;
+        ls->l[i].takes &= RC_ON_AFTER_DRAIN | RC_ON_BEFORE_REGISTER;
         ls->events |= ls->l[i].takes;
     }
     atomic_store_explicit(&c->listeners_pending, 0, memory_order_relaxed);
@@ -180,4 +201,5 @@ void rc_listeners_call_drained(struct regcache *c)
             ls->l[i].ops->after_drain(ls->l[i].arg);
     ls->n = 0;
     ls->events = 0;
+    ls->marker = 0;
 }

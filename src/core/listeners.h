@@ -17,6 +17,18 @@
  *                    the background takes it.  Without the lock.
  *   after_miss       a miss ended (a get's or a background one), at clock
  *                    reading `now` (clock.h).  Without the lock.
+ *   before_register  an entry of pageable host memory is about to be
+ *                    registered for the first time: the listener that
+ *                    watches such memory (at most one takes this event)
+ *                    returns its mark for the entry, which the entry keeps
+ *                    until after its deregistration.  Without the lock.
+ *   before_publish   an entry it marked is registered and about to join
+ *                    the cache: a reason (REGCACHE_REASON_FREED_MONITOR)
+ *                    when its memory may be going already - the
+ *                    registration is then handed out once, never cached -
+ *                    else REGCACHE_REASON_COUNT.  Under the cache lock.
+ *   after_deregister an entry it marked is deregistered (or never was
+ *                    registered): the mark goes.  Without the lock.
  *   after_register   an entry became servable (published, or one more of
  *                    its rails registered).  Under the cache lock.
  *   on_leave         a published entry left the cache (evicted,
@@ -38,7 +50,8 @@
  *                    the feature stops what runs on its own (a thread
  *                    that registers through the cache stops here, and so
  *                    the listeners after it still hear it).  After it a
- *                    listener hears nothing but after_drain.
+ *                    listener hears nothing but the drain: after_deregister
+ *                    of what it marked, and after_drain.
  *   after_drain      at regcache_destroy(), once every entry is
  *                    deregistered, in the reverse order (what a listener
  *                    uses of another that registered before it is still
@@ -60,6 +73,16 @@
 
 struct regcache;
 
+/* What the listener that watches pageable host memory is told of an entry
+ * before its first registration: valid during the call. */
+struct rc_watch_want {
+    uintptr_t start, end; /* the range it registers */
+    /* The mappings that hold it, as the miss learnt them (0, 0: unknown),
+     * and whether one of them is shared. */
+    uintptr_t span_start, span_end;
+    bool span_shared;
+};
+
 /* What a listener is told of an entry: valid during the call. */
 struct rc_entry_view {
     /* The entry's identity: the same from its after_register to its
@@ -76,6 +99,9 @@ struct rc_entry_view {
 struct rc_listener {
     int (*before_miss)(void *arg, uintptr_t start, uintptr_t end, struct rc_req rq);
     void (*after_miss)(void *arg, uint64_t now);
+    void *(*before_register)(void *arg, const struct rc_watch_want *w);
+    enum regcache_reason (*before_publish)(void *arg, void *mark);
+    void (*after_deregister)(void *arg, void *mark);
     void (*after_register)(void *arg, const struct rc_entry_view *e);
     void (*on_leave)(void *arg, const struct rc_entry_view *e);
     void (*before_deregister)(void *arg, const struct rc_entry_view *e);
@@ -96,6 +122,7 @@ enum rc_event {
     RC_ON_ALLOC = 1u << 6,
     RC_ON_DESTROY = 1u << 7,
     RC_ON_AFTER_DRAIN = 1u << 8,
+    RC_ON_BEFORE_REGISTER = 1u << 9, /* with before_publish and after_deregister */
 };
 
 #define RC_LISTENERS 8
@@ -104,6 +131,7 @@ enum rc_event {
  * (cache.h).  Set at create, read by every miss. */
 struct rc_listeners {
     unsigned n;
+    unsigned marker; /* 1 + the listener that takes before_register, or 0 */
     unsigned events; /* the events some listener takes: the inline checks' one load */
     struct {
         const struct rc_listener *ops;
@@ -115,7 +143,8 @@ struct rc_listeners {
 /* At create, before the cache is shared: ops (a static table; any event
  * may be NULL) hears every event of c from now on, with arg, after the
  * listeners registered before it.  Returns the listener's number (for
- * rc_listener_pending), or -1 when the table is full. */
+ * rc_listener_pending), or -1 when the table is full, or when ops takes
+ * before_register and another listener does. */
 int rc_listen(struct regcache *c, const struct rc_listener *ops, void *arg);
 
 /* The arg of c's listener with these ops, or NULL. */
@@ -152,6 +181,9 @@ void rc_listeners_call_leave(struct regcache *c, const struct regcache_entry *e,
 void rc_listeners_call_deregister(struct regcache *c, const struct regcache_entry *e);
 void rc_listeners_call_invalidate(struct regcache *c, uintptr_t start, uintptr_t end);
 void rc_listeners_call_alloc(struct regcache *c, uintptr_t start, uintptr_t end, bool pinned_host);
+void *rc_listeners_call_before_register(struct regcache *c, const struct rc_watch_want *w);
+enum regcache_reason rc_listeners_call_before_publish(struct regcache *c, void *mark);
+void rc_listeners_call_after_deregister(struct regcache *c, void *mark);
 void rc_listeners_call_destroy(struct regcache *c);
 void rc_listeners_call_drained(struct regcache *c);
 

@@ -9,7 +9,7 @@
  * registration in flight. */
 #include "cache.h"
 #include "hold.h"
-#include "host_monitor.h"
+#include "host_seam.h"
 #include "last_error.h"
 
 __thread bool rc_get_lookup __attribute__((tls_model("initial-exec")));
@@ -60,7 +60,7 @@ int rc_lookup_cached(struct regcache *c, uintptr_t start, uintptr_t end, struct 
     /* An unmap the monitor read but did not yet handle leaves entries of
      * its memory in the cache: not to be served. */
     if (rc_host_monitor_behind())
-        rc_host_monitor_catch_up();
+        rc_host_catch_up();
     struct find f = {
         .start = start, .end = end, .access = rc_access_of(c, rq.want), .rail = rq.rail
     };

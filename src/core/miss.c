@@ -20,7 +20,7 @@
 #include "cache.h"
 #include "compiler.h"
 #include "hold.h"
-#include "host_monitor.h"
+#include "host_seam.h"
 #include "last_error.h"
 #include "threads.h"
 
@@ -346,14 +346,13 @@ static int register_new(struct regcache *c, struct rc_want *w, uint64_t seq, uns
     rc_unlock(&c->lock);
     rc_deregister_victims(c, *victims);
     /* Watched before it is registered: an unmap in between is seen. */
-    struct rc_host_claim *claim = rc_host_watch(c, w, e);
+    e->mark = rc_listeners_before_register(c, e, w);
 
     struct rc_reg_time t;
     int rc = room || !speculative ? rc_register_rail(c, e, rail, speculative, w->get_arg, &t)
                                   : RC_NO_ROOM;
 
     rc_lock(&c->lock);
-    rc_host_watch_set_locked(c, e, w, claim);
     rc_pool_return_locked(c, *victims);
     *victims = NULL;
     d->pending -= rc_entry_len(e);
@@ -369,7 +368,7 @@ static int register_new(struct regcache *c, struct rc_want *w, uint64_t seq, uns
     if (rc == REGCACHE_OK && !detached &&
         !rc_invalidated_since_locked(c, seq, e->match_start, e->match_end, rc_entry_pageable(e),
                                      &why) &&
-        !rc_host_watch_unsettled(e, &why) &&
+        !rc_listeners_unsettled_locked(c, e, &why) &&
         publish_locked(c, e, w->start, speculative, t.ended, victims) == REGCACHE_OK) {
         /* Its count was this thread's and those of gets registering other
          * rails meanwhile; in the cache now, the entry may be held by a
@@ -582,7 +581,7 @@ int rc_slow_get(struct regcache *c, uintptr_t start, uintptr_t end, struct rc_re
     /* An unmap the monitor read but did not yet handle leaves entries of
      * its memory in the cache: not to be served, nor merged. */
     if (rc_host_monitor_behind())
-        rc_host_monitor_catch_up();
+        rc_host_catch_up();
     if (c->patches_intact)
         rc_validation_recheck(c);
     uint64_t seq = rc_miss_enter(c);

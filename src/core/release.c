@@ -228,7 +228,7 @@ static void deregister(struct regcache *c, struct regcache_entry *e)
         e->handles[r] = NULL;
     }
     atomic_store_explicit(&e->rails_ready, 0, memory_order_relaxed);
-    rc_host_unwatch(c, e);
+    rc_listeners_unmark(c, e);
     free((void *)e->more);
     e->more = NULL;
     e->nmore = 0;

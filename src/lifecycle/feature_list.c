@@ -6,6 +6,7 @@
 
 #include "cache.h"
 #include "device_keys.h"
+#include "host_watch.h"
 #include "prefetch.h"
 #include "stats_publish.h"
 
@@ -15,6 +16,7 @@
 static int (*const features[])(struct regcache *c, const struct rc_options *o) = {
     rc_prefetch_open,
     rc_device_keys_open,
+    rc_host_watch_open,
     rc_stats_open,
 };
 

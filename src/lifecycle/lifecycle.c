@@ -8,7 +8,6 @@
 #include "cache.h"
 #include "feature_list.h"
 #include "hook_detect.h"
-#include "host_monitor.h"
 #include "intercept.h"
 #include "last_error.h"
 #include "cache_registry.h"
@@ -165,10 +164,6 @@ int regcache_create(const struct regcache_params *params, regcache_t **out)
         free_cache(c, true);
         return rc;
     }
-    rc_host_watch_setup(c);
-    if (p->host_memory)
-        snprintf(c->host_reason, sizeof c->host_reason, "; host memory: %s", c->host_note);
-    rc_validation_append_host(c, c->opts.validation_reason, sizeof c->opts.validation_reason);
     bool tag_check = c->validation == REGCACHE_VALIDATE_TAG_CHECK;
     atomic_init(&c->tag_check, tag_check);
     atomic_init(&c->fenceless, tag_check && atomic_load(&rc_heavy_fence_works));
@@ -187,6 +182,11 @@ int regcache_create(const struct regcache_params *params, regcache_t **out)
         free_cache(c, true);
         return rc;
     }
+    /* The host memory feature said how the cache's host memory is watched
+     * (host_note): the validation reason goes on with it. */
+    if (p->host_memory)
+        snprintf(c->host_reason, sizeof c->host_reason, "; host memory: %s", c->host_note);
+    rc_validation_append_host(c, c->opts.validation_reason, sizeof c->opts.validation_reason);
     rc_registry_add(c);
     /* A switch to real fences that went through the registry before the
      * add did not see this cache (asym_fence.c). */
@@ -223,7 +223,6 @@ void regcache_destroy(regcache_t *c)
     rc_listeners_call_drained(c);
     rc_budget_fini(c);
     free_cache(c, consistent);
-    rc_host_monitor_idle();
 }
 
 int regcache_method_used(const regcache_t *c)

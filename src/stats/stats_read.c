@@ -8,6 +8,7 @@
 
 #include "cache.h"
 #include "last_error.h"
+#include "host_watch.h"
 #include "prefetch.h"
 #include "symver.h"
 #include "threads.h"
@@ -195,7 +196,7 @@ static void fill(const struct regcache *c, int slot, struct regcache_stats *out,
     /* Background registrations: the whole cache's, in device stats too. */
     rc_prefetch_counts(c, &s.prefetches, &s.prefetch_failures, &s.prefetch_dropped);
     if (all || slot == RC_HOST_SLOT)
-        s.host_unmonitored = atomic_load_explicit(&c->host_unwatched, memory_order_relaxed);
+        s.host_unmonitored = rc_host_watch_unwatched(c);
     memcpy(out, &s, size);
 }
 
