@@ -13,7 +13,8 @@
 
 #define BENCH_NELEM(a) (sizeof(a) / sizeof((a)[0]))
 
-/* How long each figure is measured for (main.c: --quick or full). */
+/* How long each figure is measured for (settings.c; main.c sets it:
+ * --quick or full). */
 extern struct bench_settings {
     int quick;
     unsigned samples;   /* timed samples per single-thread figure */
