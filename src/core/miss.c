@@ -559,47 +559,67 @@ static int serve(struct regcache *c, struct rc_want *w, uint64_t seq, unsigned r
     return rc;
 }
 
+/* Before the memory is looked at: a non-blocking get's miss is the
+ * listeners', and a blocking one lets them end it first (a failure kept
+ * for the range). */
+static int before_miss(struct regcache *c, uintptr_t start, uintptr_t end, struct rc_req rq)
+{
+    if (__builtin_expect(rc_get_nonblocking, 0))
+        return nonblocking_miss(c, start, end, rq);
+    return rc_listeners_before_miss(c, start, end, rq);
+}
+
+/* The miss begins (its sequence number, for the invalidations that land
+ * inside it) once the cache is as current as the monitor and the patches
+ * can make it: an unmap the monitor read but did not yet handle leaves
+ * entries of its memory in the cache, not to be served, nor merged. */
+static uint64_t enter(struct regcache *c)
+{
+    if (rc_host_monitor_behind())
+        rc_host_catch_up();
+    if (c->patches_intact)
+        rc_validation_recheck(c);
+    return rc_miss_enter(c);
+}
+
+/* Memory the cache cannot register: only lock holders count a miss as
+ * ended. */
+static int refused(struct regcache *c, int rc)
+{
+    rc_lock(&c->lock);
+    unlock_leaving(c);
+    return rc;
+}
+
+/* The miss ended with rc: the listeners hear of it, dated by the reading
+ * that ended the registration where there was one (the histogram's, which
+ * also dates the entry and paced the ledger's counters). */
+static int ended(struct regcache *c, struct rc_want *w, int rc, regcache_entry_t **out)
+{
+    rc_want_fini(w);
+    if (rc != REGCACHE_OK && out)
+        *out = NULL;
+    if (rc_listened(c, RC_ON_AFTER_MISS))
+        rc_listeners_call_after_miss(c, w->clock ? w->clock : rc_clock_now_coarse());
+    return rc;
+}
+
 int rc_slow_get(struct regcache *c, uintptr_t start, uintptr_t end, struct rc_req rq,
                 regcache_entry_t **out)
 {
-    unsigned rail = rq.rail;
     if (__builtin_expect(rc_get_lookup, 0))
         return rc_lookup_cached(c, start, end, rq, out);
-    if (out) {
-        int rc = __builtin_expect(rc_get_nonblocking, 0)
-                     ? nonblocking_miss(c, start, end, rq)
-                     : rc_listeners_before_miss(c, start, end, rq);
-        if (rc != REGCACHE_OK) {
-            *out = NULL;
-            return rc;
-        }
+    int rc = out ? before_miss(c, start, end, rq) : REGCACHE_OK;
+    if (rc != REGCACHE_OK) {
+        *out = NULL;
+        return rc;
     }
     struct rc_want w = { .start = start,
                          .end = end,
                          .access = rc_access_of(c, rq.want),
                          .get_arg = rc_take_get_arg(out) };
-    /* An unmap the monitor read but did not yet handle leaves entries of
-     * its memory in the cache: not to be served, nor merged. */
-    if (rc_host_monitor_behind())
-        rc_host_catch_up();
-    if (c->patches_intact)
-        rc_validation_recheck(c);
-    uint64_t seq = rc_miss_enter(c);
-    int rc = rc_classify(c, &w);
-    if (rc == REGCACHE_OK) {
-        rc = serve(c, &w, seq, rail, out);
-    } else {
-        /* Only lock holders count a miss as ended. */
-        rc_lock(&c->lock);
-        unlock_leaving(c);
-    }
-    rc_want_fini(&w);
-    if (rc != REGCACHE_OK && out)
-        *out = NULL;
-    /* Dated by the reading that ended the registration, where there was
-     * one: the histogram's, which also dates the entry and paced the
-     * ledger's counters. */
-    if (rc_listened(c, RC_ON_AFTER_MISS))
-        rc_listeners_call_after_miss(c, w.clock ? w.clock : rc_clock_now_coarse());
-    return rc;
+    uint64_t seq = enter(c);
+    rc = rc_classify(c, &w);
+    rc = rc == REGCACHE_OK ? serve(c, &w, seq, rq.rail, out) : refused(c, rc);
+    return ended(c, &w, rc, out);
 }
