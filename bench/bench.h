@@ -305,6 +305,10 @@ void bench_eager(const struct bench_src *s);
 void bench_host_cache(const struct bench_src *s);
 /* instructions.c: instructions per get+put where the CPU counts them. */
 void bench_instructions(const struct bench_src *s);
+/* leave_notice.c: how soon a leave notice arrives after an unmap of
+ * watched host memory, per way, with no further call; UCX's events in a
+ * child with UCX's memory hooks live.  Before bench_ucx_load(). */
+void bench_leave_notice(void);
 /* ucx.c: UCX's ucs_rcache beside regcache in the hits and threads rows.
  * bench_ucx_load: m's UCX version, or a skip when there is no UCX. */
 struct bench_ucx;
@@ -312,6 +316,9 @@ void bench_ucx_load(struct bench_machine *m);
 /* libucs loaded with its memory hooks live, as UCX runs by default (not
  * what bench_ucx_load does): NULL, or why not. */
 const char *bench_ucx_hooks(void);
+/* run() in a child process with UCX's memory hooks live; `skipped` noted
+ * with why not where they cannot be.  Before bench_ucx_load(). */
+void bench_beside_ucx_hooks(void (*run)(void), struct bench_row *skipped);
 /* An rcache holding `regions` regions of s, and op: random hits on it, as
  * a regcache target's; NULL without UCX, or with r emitted with a note when
  * it cannot be had.  Fills r's impl and entries. */

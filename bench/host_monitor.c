@@ -15,8 +15,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #define RANGE ((size_t)2 << 20)
 #define RANGES 8 /* unmapped per sample */
@@ -187,7 +185,6 @@ static void measure(bool ucx_loaded)
             arms[n++] = (struct bench_arm){ &rows[k], &ops[k], RANGES, 0 };
         } else {
             bench_note(&rows[k], "%s", why);
-            bench_emit(&rows[k]);
         }
     }
     if (n)
@@ -202,40 +199,22 @@ static void measure(bool ucx_loaded)
                                    .what = i ? "hit unwatched" : "hit watched",
                                    .size = RANGE };
             bench_note(&r, "no cache watched by libc's hooks to compare");
-            bench_emit(&r);
         }
     destroy(m, WAYS);
 }
 
-/* With UCX's hooks live, in a child (libucs stays loaded once loaded, and
- * the rest of the run wants it without them): its rows go out through the
- * same file offset while the parent waits. */
-static void beside_ucx(void)
+static void measure_beside_ucx(void)
 {
-    bench_json_flush();
-    pid_t pid = fork();
-    if (pid == 0) {
-        const char *why = bench_ucx_hooks();
-        if (why) {
-            struct bench_row r = { .workload = "host_monitor",
-                                   .source = "null",
-                                   .impl = "regcache",
-                                   .what = "munmap+mmap, UCX",
-                                   .size = RANGE };
-            bench_note(&r, "%s", why);
-        } else {
-            measure(true);
-        }
-        bench_json_flush();
-        _exit(0);
-    }
-    int status;
-    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status))
-        fprintf(stderr, "host_monitor: the run with UCX loaded did not end\n");
+    measure(true);
 }
 
 void bench_host_monitor(void)
 {
     measure(false);
-    beside_ucx();
+    struct bench_row skipped = { .workload = "host_monitor",
+                                 .source = "null",
+                                 .impl = "regcache",
+                                 .what = "munmap+mmap, UCX",
+                                 .size = RANGE };
+    bench_beside_ucx_hooks(measure_beside_ucx, &skipped);
 }

@@ -52,6 +52,7 @@ int main(int argc, char **argv)
     }
     /* Before UCX is loaded (without its memory hooks). */
     bench_host_monitor();
+    bench_leave_notice();
     bench_ucx_load(&m);
     bench_instructions(&cpu);
     bench_hits(&cpu);

@@ -247,6 +247,10 @@ class Report:
                                                                          at_once["p99"]),
                       None, "a figure, no goal: a race with the workers, which the "
                       "allocation only queued" if at_once else why)
+        for way in ("ucm", "libc", "uffd"):
+            r = f(workload="leave_notice", what=way)
+            self.below("host leave notice after an unmap, no further call (%s): p99 <= 1 ms" % way,
+                       r and r.get("p99"), 1000000)
         two_mib = dict(workload="host_ranges", size_bytes=2 << 20)
         for what, unit, limit in (("entries", "registrations", 4), ("pinned_peak", "MiB", 36)):
             v = m(what=what, **two_mib)

@@ -11,6 +11,8 @@
 #include "bench.h"
 
 #include <stdio.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #ifndef BENCH_UCS_LIBRARY
 void bench_ucx_load(struct bench_machine *m)
@@ -206,3 +208,24 @@ void bench_ucx_close(struct bench_ucx *u)
     free(u);
 }
 #endif
+
+/* In a child: libucs stays loaded once loaded, and the rest of the run
+ * wants it without its hooks.  The child's rows go out through the same
+ * file offset while the parent waits. */
+void bench_beside_ucx_hooks(void (*run)(void), struct bench_row *skipped)
+{
+    bench_json_flush();
+    pid_t pid = fork();
+    if (pid == 0) {
+        const char *why = bench_ucx_hooks();
+        if (why)
+            bench_note(skipped, "%s", why);
+        else
+            run();
+        bench_json_flush();
+        _exit(0);
+    }
+    int status;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status))
+        fprintf(stderr, "%s: the run with UCX's memory hooks did not end\n", skipped->workload);
+}

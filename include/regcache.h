@@ -422,41 +422,42 @@ struct regcache_params {
 };
 
 /*
- * regcache_params.host_monitor.  The process's host memory monitor, one for
- * every cache, invalidates a cached pageable host range in every cache
- * when its pages are unmapped or replaced (munmap, mremap, mmap(MAP_FIXED)
- * over them, madvise(DONTNEED, FREE, REMOVE), brk shrinking, shmdt, free()
- * and realloc() of the chunks that libc unmaps), before any get can be
- * served from it once the unmapping call has returned; no
- * regcache_invalidate() is needed then.  It hears of unmaps in one of
- * three ways:
+ * regcache_params.host_monitor: whether this cache's pageable host entries
+ * (host_memory=1) are invalidated without regcache_invalidate() when their
+ * pages are unmapped or replaced (munmap, mremap, mmap(MAP_FIXED) or
+ * shmat(SHM_REMAP) over them, madvise(DONTNEED, FREE, REMOVE,
+ * GUARD_INSTALL), brk shrinking, free() and realloc() of the chunks that
+ * libc unmaps), before any get is served from them once the unmapping call
+ * has returned.  The monitor that hears of unmaps is one per process
+ * (copies of the library in one process share its hooks); the setting is
+ * each cache's, and an OFF cache's entries are never dropped by it.  It
+ * hears of unmaps in one of three ways:
  *   UCM   UCX's memory events (libucm, where it is loaded): UCX already
  *         hooks those calls, and the monitor registers its handlers with
  *         it instead of patching libc on top of UCX's patches.
  *   LIBC  libc's functions are patched in the process (x86-64, the entries
  *         of the glibc builds known, proven by a self-test): the unmapping
- *         thread queues the range, some tens of nanoseconds.  A system call
- *         made without libc (syscall(SYS_munmap), a runtime with its own
- *         system calls) is not seen.  Copies of the library in one process
- *         share one set of hooks.
- *   UFFD  a userfaultfd sees every unmap, whatever made it, but the
- *         unmapping thread waits for the monitor thread to read the event
- *         (a few microseconds).  It cannot watch System V shared memory,
- *         file mappings it does not report, or a range another userfaultfd
- *         watches; the mappings it watches are registered whole, and no
- *         longer merge with a mapping placed next to them.
- * AUTO (the default): UCM where libucm is loaded, else LIBC where it
- * installs; never UFFD.  OFF: no monitor.
- * Where the chosen way cannot watch a range, its entries keep the explicit
- * contract: call regcache_invalidate() or regcache_notify_free() before the
- * memory goes; regcache_validation_reason() says which applies and the
- * statistics count such entries (host_unmonitored).
- * REGCACHE_HOST_MONITOR=auto|off|libc|uffd|ucm overrides the field.  The
- * invalidations run, with their dereg callbacks, in the next get of host
- * memory or on the thread regcache-mon (at the latest 50 ms after an unmap
- * seen by libc's hooks or UCX's events); a dereg callback must not unmap
- * host memory that a cache with UFFD holds (its unmap would wait for the
- * monitor itself).  See regcache_create(3).
+ *         thread queues the range, some tens of nanoseconds.
+ *   UFFD  a userfaultfd sees every unmap but shmat(SHM_REMAP), whatever
+ *         made it, but the unmapping thread waits for the reader thread
+ *         (a few microseconds), a get racing an unmap of its pages may
+ *         cache the pages that go, and the mappings it watches no longer
+ *         merge with a mapping placed next to them.
+ * Through UCM and LIBC a system call made without libc (syscall(SYS_munmap),
+ * the loader's munmap at dlclose()) is not seen.  AUTO (the default): UCM
+ * where libucm is loaded, else LIBC where it installs, else none; never
+ * UFFD.  OFF: no monitor.  Ranges the way cannot watch keep the explicit
+ * contract (call regcache_invalidate() or regcache_notify_free() before the
+ * memory goes): shared mappings (MAP_SHARED, memfd, System V), loaded
+ * objects' segments through UCM and LIBC, those the userfaultfd refuses;
+ * regcache_validation_reason() says what applies and the statistics count
+ * such entries (host_unmonitored).  REGCACHE_HOST_MONITOR=
+ * auto|off|libc|uffd|ucm overrides the field.  The invalidations run in
+ * the next get of host memory or on the thread regcache-mon, which the
+ * unmapping thread wakes; their deregistrations and notices run on
+ * regcache-mon, never inside a get, where a callback may wait for a lock
+ * a thread holds while it gets host memory or unmaps.
+ * regcache_create(3) says more.
  */
 enum regcache_host_monitor {
     REGCACHE_HOST_MONITOR_AUTO = 0,

@@ -30,7 +30,8 @@ enum rc_cause { RC_BY_TAG, RC_BY_NOTIFY, RC_BY_EXPLICIT, RC_BY_MONITOR, RC_CAUSE
 /* Counters of one device; atomics so that stats read them without a lock. */
 struct rc_counters {
     atomic_uint_fast64_t shared_hits, slow_hits, misses, registrations, deregistrations, evictions,
-        invalidations[RC_CAUSES], reg_failures, one_shots, peak_bytes, leaves[REGCACHE_REASON_COUNT];
+        invalidations[RC_CAUSES], reg_failures, one_shots, peak_bytes,
+        leaves[REGCACHE_REASON_COUNT];
 };
 
 /* One device's share of the cache: its eviction order, budget and
@@ -139,6 +140,9 @@ struct regcache {
     /* Entries whose params.on_leave is due, each with a counted hold that
      * keeps it registered until the notice is given (release.c). */
     _Atomic(struct regcache_entry *) notices;
+    /* Entries that left the cache unused and whose deregistration (with
+     * its callbacks) waits for another thread (rc_cache_notify_later). */
+    _Atomic(struct regcache_entry *) deferred;
 
     struct rc_lock lock;           /* tree, LRU, budgets, zombies, pool, log */
     struct rc_cond registered;     /* a pending registration finished */
@@ -163,8 +167,8 @@ struct regcache {
     char ledger_note[256];
 
     struct rc_stats stats;
-    int stat_record; /* its record in the process's statistics segment, or -1 */
-    int stat_pid;    /* the process whose segment that is */
+    int stat_record;                     /* its record in the process's statistics segment, or -1 */
+    int stat_pid;                        /* the process whose segment that is */
     atomic_uint_fast64_t stat_published; /* when it last went out there (a clock reading) */
     char stat_note[256];                 /* why it has no record, for the dump */
 
@@ -289,6 +293,7 @@ struct rc_want {
      * registration and any merge with other entries stay inside; 0, 0
      * when unknown (host_merge.c). */
     uintptr_t span_start, span_end;
+    bool span_shared; /* one of those mappings is shared */
     /* The access to register (rc_access_of()): the get's, and that of the
      * narrower entries of the same memory it replaces. */
     unsigned access;
@@ -356,11 +361,27 @@ struct rc_host_claim *rc_host_watch(struct regcache *c, const struct rc_want *w,
 
 /* Under the lock: e keeps the watch, or - pageable host memory without
  * one - counts as unwatched. */
-void rc_host_watch_set_locked(struct regcache *c, struct regcache_entry *e,
-                              const struct rc_want *w, struct rc_host_claim *claim);
+void rc_host_watch_set_locked(struct regcache *c, struct regcache_entry *e, const struct rc_want *w,
+                              struct rc_host_claim *claim);
+
+/* Under the lock, before e, registered, is published: whether an unmap
+ * of its pages is in flight through hooks, libc's or UCX's (the
+ * registration may have pinned the pages it takes away, and the hook may
+ * not have seen the watch), with the reason for its one-shot in *why
+ * then.  An unmap that
+ * ended before saw the watch after its call and posted the range. */
+bool rc_host_watch_unsettled(const struct regcache_entry *e, enum regcache_reason *why);
 
 /* Without the lock, once e is deregistered: its watch or count ends. */
 void rc_host_unwatch(struct regcache *c, struct regcache_entry *e);
+
+/* The monitor heard that [start, end) was unmapped or replaced: the
+ * entries of it leave every cache that watches its host memory, calling
+ * back nobody.  True when a cache has deregistrations or notices to give:
+ * rc_host_watch_release() gives them, in a thread that waits for
+ * nothing.  Thread safe. */
+bool rc_host_watch_unmapped(uintptr_t start, uintptr_t end);
+void rc_host_watch_release(void);
 
 /* ---- eviction and budgets (evict.c, budget.c) --------------------------- */
 
@@ -434,9 +455,12 @@ void rc_cache_invalidate(struct regcache *c, uintptr_t start, uintptr_t end,
  * and no miss is in flight. */
 void rc_cache_notify(struct regcache *c, uintptr_t start, uintptr_t end, enum regcache_reason why);
 
-/* rc_cache_notify() on every live cache: regcache_notify_free(), and the
- * host memory monitor's single way in (registry.c). */
-void rc_registry_invalidate(uintptr_t start, uintptr_t end, enum regcache_reason why);
+/* rc_cache_notify(), calling back nobody: the unused entries that leave
+ * wait in c->deferred, the notices of held ones in c->notices, and the
+ * listeners' invalidate event (rc_listener_pending), for
+ * rc_release_deferred().  True when any of those waits. */
+bool rc_cache_notify_later(struct regcache *c, uintptr_t start, uintptr_t end,
+                           enum regcache_reason why);
 
 /* A miss enters before its memory query and leaves in its last locked
  * step, after its entry is published (or not); in between,
@@ -488,6 +512,12 @@ void rc_victim_push(struct regcache *c, struct regcache_entry **victims, struct 
 /* Without the lock: deregister a list of victims and give them back. */
 void rc_release_victims(struct regcache *c, struct regcache_entry *list);
 
+/* Without the lock: a list of victims waits in c->deferred for
+ * rc_release_deferred(), which releases them, gives c's notices and tells
+ * the listeners of the invalidations, in whichever thread calls it. */
+void rc_defer_victims(struct regcache *c, struct regcache_entry *list);
+void rc_release_deferred(struct regcache *c);
+
 /* The two halves of rc_release_victims for a caller that takes the lock
  * again anyway: deregister without the lock, then hand the list back to the
  * pool under it, where rc_release_victims pays two locked instructions to
@@ -512,6 +542,14 @@ void rc_zombie_locked(struct regcache *c, struct regcache_entry *e);
 
 /* Under the lock: every zombie goes to *victims (destroy). */
 void rc_drain_entries_locked(struct regcache *c, struct regcache_entry **victims);
+
+/* Does the reason mean the memory is gone (rather than the cache letting
+ * go of a registration it could keep)? */
+static inline bool rc_memory_gone(enum regcache_reason why)
+{
+    return why == REGCACHE_REASON_FREED_HOOK || why == REGCACHE_REASON_FREED_MONITOR ||
+           why == REGCACHE_REASON_FREED_TAG || why == REGCACHE_REASON_INVALIDATE;
+}
 
 /* Without the lock: give the notices that detachers left (c->notices). */
 void rc_give_notices(struct regcache *c);

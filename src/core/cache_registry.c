@@ -193,28 +193,53 @@ static void walk_leave(struct rc_thread *t, struct walk *w)
     t->walk_depth--;
 }
 
-/* One cache's part of a notice; after an allocation, eager registration
- * queues the new memory too. */
-static void notify_cache(struct regcache *c, uintptr_t start, uintptr_t end, enum regcache_reason why,
-                         enum rc_eager allocated)
-{
-    rc_cache_notify(c, start, end, why);
-    if (allocated != RC_EAGER_NONE)
-        rc_eager_notify(c, start, end, allocated);
-}
-
 /* Without a record: counted, and every destroy waits while it lasts.  The
  * count's seq_cst increment orders it before the load of the head. */
-static void anonymous_walk(uintptr_t start, uintptr_t end, enum regcache_reason why,
-                           enum rc_eager allocated)
+static void anonymous_walk(void (*fn)(struct regcache *c, void *arg), void *arg)
 {
     atomic_fetch_add_explicit(&anonymous_walkers, 1, memory_order_seq_cst);
     anonymous_depth++;
     for (struct regcache *c = atomic_load_explicit(&registry_head, memory_order_acquire); c;
          c = atomic_load_explicit(&c->registry_next, memory_order_acquire))
-        notify_cache(c, start, end, why, allocated);
+        fn(c, arg);
     anonymous_depth--;
     atomic_fetch_sub_explicit(&anonymous_walkers, 1, memory_order_release);
+}
+
+void rc_registry_each(void (*fn)(struct regcache *c, void *arg), void *arg)
+{
+    if (!atomic_load_explicit(&registry_count, memory_order_acquire))
+        return;
+    struct rc_thread *t = rc_thread_self();
+    if (!t) {
+        anonymous_walk(fn, arg);
+        return;
+    }
+    struct walk w;
+    walk_enter(t, &w);
+    for (struct regcache *c = atomic_load_explicit(&registry_head, memory_order_acquire); c;
+         c = atomic_load_explicit(&c->registry_next, memory_order_acquire)) {
+        walk_inside(&w, c);
+        fn(c, arg);
+        walk_between(&w);
+    }
+    walk_leave(t, &w);
+}
+
+/* A notice to every cache; after an allocation, eager registration queues
+ * the new memory too. */
+struct notice {
+    uintptr_t start, end;
+    enum regcache_reason why;
+    enum rc_eager allocated;
+};
+
+static void notify_cache(struct regcache *c, void *arg)
+{
+    const struct notice *n = arg;
+    rc_cache_notify(c, n->start, n->end, n->why);
+    if (n->allocated != RC_EAGER_NONE)
+        rc_eager_notify(c, n->start, n->end, n->allocated);
 }
 
 /* Both notices drop what overlaps the range, in every cache: before a free
@@ -224,27 +249,8 @@ static void anonymous_walk(uintptr_t start, uintptr_t end, enum regcache_reason 
 static void invalidate_all(uintptr_t start, uintptr_t end, enum regcache_reason why,
                            enum rc_eager allocated)
 {
-    if (!atomic_load_explicit(&registry_count, memory_order_acquire))
-        return;
-    struct rc_thread *t = rc_thread_self();
-    if (!t) {
-        anonymous_walk(start, end, why, allocated);
-        return;
-    }
-    struct walk w;
-    walk_enter(t, &w);
-    for (struct regcache *c = atomic_load_explicit(&registry_head, memory_order_acquire); c;
-         c = atomic_load_explicit(&c->registry_next, memory_order_acquire)) {
-        walk_inside(&w, c);
-        notify_cache(c, start, end, why, allocated);
-        walk_between(&w);
-    }
-    walk_leave(t, &w);
-}
-
-void rc_registry_invalidate(uintptr_t start, uintptr_t end, enum regcache_reason why)
-{
-    invalidate_all(start, end, why, RC_EAGER_NONE);
+    struct notice n = { start, end, why, allocated };
+    rc_registry_each(notify_cache, &n);
 }
 
 static void notify(const void *addr, size_t len, enum rc_eager allocated)

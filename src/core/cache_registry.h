@@ -10,6 +10,11 @@ void rc_registry_add(struct regcache *c);
  * progress elsewhere may be deregistering its entries). */
 void rc_registry_remove(struct regcache *c);
 
+/* fn(c, arg) on every live cache, in the order of the newest first,
+ * holding no lock: a destroy of c waits until fn has returned (and only
+ * for that).  Thread safe. */
+void rc_registry_each(void (*fn)(struct regcache *c, void *arg), void *arg);
+
 /* rc_cache_fence_always() on every cache (asym_fence.c). */
 void rc_registry_fence_everywhere(void);
 

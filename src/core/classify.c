@@ -119,7 +119,7 @@ static int choose_pageable_range(struct regcache *c, struct rc_want *w)
 {
     uintptr_t lo, hi;
     (void)rc_device(c, w->slot); /* fixes the budget, as choose_range() does */
-    if (!rc_host_mapping_span(w->start, w->end, &lo, &hi))
+    if (!rc_host_mapping_span(w->start, w->end, &lo, &hi, &w->span_shared))
         return choose_range(c, w, w->start, w->end, c->host_page, false);
     int rc = round_out(w->start, w->end, c->opts.params.alignment, &w->reg_start, &w->reg_end);
     if (rc != REGCACHE_OK)

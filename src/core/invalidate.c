@@ -83,8 +83,27 @@ static int collect(struct rc_itree_node *n, void *list)
     return 0;
 }
 
-void rc_cache_invalidate(struct regcache *c, uintptr_t start, uintptr_t end,
-                         enum regcache_reason why)
+/* Under the lock: zombies (entries held after they left the cache) whose
+ * memory is now gone, though they left while it was there (replaced by a
+ * merge, say): their holders hear of it now, for this reason, as holders of
+ * entries still in the cache do. */
+static void zombies_gone_locked(struct regcache *c, uintptr_t start, uintptr_t end,
+                                enum regcache_reason why)
+{
+    if (!rc_memory_gone(why))
+        return;
+    for (struct regcache_entry *e = c->zombies; e; e = e->link_next)
+        if (!rc_memory_gone(e->reason) && rc_entry_overlaps(e, start, end) &&
+            concerns(why, rc_entry_pageable(e))) {
+            e->reason = (uint8_t)why;
+            rc_notice_due_locked(c, e);
+        }
+}
+
+/* The entries of [start, end) leave the cache for `why`: the unused ones
+ * are returned, to be deregistered without the lock. */
+static struct regcache_entry *take_out(struct regcache *c, uintptr_t start, uintptr_t end,
+                                       enum regcache_reason why)
 {
     struct regcache_entry *victims = NULL, *found = NULL;
     rc_lock(&c->lock);
@@ -99,10 +118,17 @@ void rc_cache_invalidate(struct regcache *c, uintptr_t start, uintptr_t end,
         if (rc_entry_overlaps(e, start, end) && concerns(why, rc_entry_pageable(e)))
             rc_detach_locked(c, e, &victims, why);
     }
+    zombies_gone_locked(c, start, end, why);
     rc_check_locked(c);
     rc_unlock(&c->lock);
     rc_prefetch_forget(c, start, end);
-    rc_release_victims(c, victims);
+    return victims;
+}
+
+void rc_cache_invalidate(struct regcache *c, uintptr_t start, uintptr_t end,
+                         enum regcache_reason why)
+{
+    rc_release_victims(c, take_out(c, start, end, why));
     rc_listeners_invalidated(c, start, end);
 }
 
@@ -112,11 +138,18 @@ void rc_cache_invalidate(struct regcache *c, uintptr_t start, uintptr_t end,
  * through the lock every earlier leave), and a miss still in flight sends
  * this call to the slow path, where it is logged.  The filter's table is
  * loaded after that: a replacement before the add is seen, and one made
- * later was filled with every entry counted before it, this one included. */
+ * later was filled with every entry counted before it, this one included.
+ * Zombies are in no filter: while there are any, the slow path looks. */
+static bool may_concern(struct regcache *c, uintptr_t start, uintptr_t end)
+{
+    return misses_in_flight(c) || rc_filter_may_overlap(&c->filter, start, end) ||
+           rc_prefetch_failures_kept(c) ||
+           atomic_load_explicit(&c->put_flags, memory_order_relaxed) & RC_PUT_ZOMBIES;
+}
+
 void rc_cache_notify(struct regcache *c, uintptr_t start, uintptr_t end, enum regcache_reason why)
 {
-    if (!misses_in_flight(c) && !rc_filter_may_overlap(&c->filter, start, end) &&
-        !rc_prefetch_failures_kept(c)) {
+    if (!may_concern(c, start, end)) {
         /* An entry that left before this notice looked may still be on its
          * way out through a listener (rc_listener_pending). */
         atomic_thread_fence(memory_order_acquire);
@@ -124,6 +157,20 @@ void rc_cache_notify(struct regcache *c, uintptr_t start, uintptr_t end, enum re
         return;
     }
     rc_cache_invalidate(c, start, end, why);
+}
+
+bool rc_cache_notify_later(struct regcache *c, uintptr_t start, uintptr_t end,
+                           enum regcache_reason why)
+{
+    if (may_concern(c, start, end))
+        rc_defer_victims(c, take_out(c, start, end, why));
+    /* An entry on its way out through a listener, whether it left now or
+     * before (the fence as above): the releasing thread tells the
+     * listeners, as an invalidation does before it returns. */
+    atomic_thread_fence(memory_order_acquire);
+    return atomic_load_explicit(&c->deferred, memory_order_relaxed) ||
+           atomic_load_explicit(&c->notices, memory_order_relaxed) ||
+           atomic_load_explicit(&c->listeners_pending, memory_order_relaxed);
 }
 
 int regcache_invalidate(regcache_t *c, const void *addr, size_t len)
@@ -171,6 +218,9 @@ void rc_cache_drain(struct regcache *c)
     if (!child)
         rc_lock(&c->lock);
     rc_itree_visit_all(&c->tree, drain_visit, &all);
+    /* Left the cache, not yet deregistered: nobody else will now. */
+    struct regcache_entry *late =
+        atomic_exchange_explicit(&c->deferred, NULL, memory_order_acquire);
     while (all) {
         struct regcache_entry *e = all;
         all = e->link_next;
@@ -181,5 +231,6 @@ void rc_cache_drain(struct regcache *c)
     rc_drain_entries_locked(c, &victims);
     if (!child)
         rc_unlock(&c->lock);
+    rc_release_victims(c, late);
     rc_release_victims(c, victims);
 }

@@ -370,6 +370,7 @@ static int register_new(struct regcache *c, struct rc_want *w, uint64_t seq, uns
     if (rc == REGCACHE_OK && !detached &&
         !rc_invalidated_since_locked(c, seq, e->match_start, e->match_end, rc_entry_pageable(e),
                                      &why) &&
+        !rc_host_watch_unsettled(e, &why) &&
         publish_locked(c, e, w->start, speculative, t.ended, victims) == REGCACHE_OK) {
         /* Its count was this thread's and those of gets registering other
          * rails meanwhile; in the cache now, the entry may be held by a

@@ -140,6 +140,22 @@ struct rc_filter_table *rc_filter_grow_begin(const struct rc_range_filter *f)
     return new_table(t->bits + GROWTH);
 }
 
+bool rc_filter_grows_into(const struct rc_range_filter *f, const struct rc_filter_table *t)
+{
+    return atomic_load_explicit(&f->fine, memory_order_relaxed)->bits + GROWTH == t->bits;
+}
+
+void rc_filter_clear(struct rc_range_filter *f)
+{
+    struct rc_filter_table *t = atomic_load_explicit(&f->fine, memory_order_relaxed);
+    for (size_t i = 0; i < (size_t)1 << t->bits; i++)
+        atomic_store_explicit(&t->n[i], 0, memory_order_relaxed);
+    t->occupied = 0;
+    for (size_t i = 0; i < RC_FILTER_COARSE_SLOTS; i++)
+        atomic_store_explicit(&f->coarse[i], 0, memory_order_relaxed);
+    atomic_store_explicit(&f->huge, 0, memory_order_relaxed);
+}
+
 void rc_filter_refill(struct rc_filter_table *t, uintptr_t start, uintptr_t end)
 {
     if (fine(start, end))

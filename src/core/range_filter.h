@@ -60,7 +60,14 @@ bool rc_filter_may_overlap(const struct rc_range_filter *f, uintptr_t start, uin
  * correct and slower), then every range counted in the filter refilled into
  * it, then the table published. */
 struct rc_filter_table *rc_filter_grow_begin(const struct rc_range_filter *f);
+/* Whether t, made by rc_filter_grow_begin() without the writers' lock, is
+ * still the next size (no other writer grew the table meanwhile). */
+bool rc_filter_grows_into(const struct rc_range_filter *f, const struct rc_filter_table *t);
 void rc_filter_refill(struct rc_filter_table *t, uintptr_t start, uintptr_t end);
 void rc_filter_grow_end(struct rc_range_filter *f, struct rc_filter_table *t);
+
+/* Forget every range counted (a fork child's copy of a filter whose ranges
+ * are its parent's); writers only. */
+void rc_filter_clear(struct rc_range_filter *f);
 
 #endif

@@ -92,14 +92,6 @@ void rc_leave_locked(struct regcache *c, struct regcache_entry *e, enum regcache
     }
 }
 
-/* Does the reason mean the memory is gone (rather than the cache letting
- * go of a registration it could keep)? */
-static bool memory_gone(enum regcache_reason why)
-{
-    return why == REGCACHE_REASON_FREED_HOOK || why == REGCACHE_REASON_FREED_MONITOR ||
-           why == REGCACHE_REASON_FREED_TAG || why == REGCACHE_REASON_INVALIDATE;
-}
-
 /* Is a notice due for e, registered and not yet noticed? */
 static bool notice_due(const struct regcache *c, const struct regcache_entry *e)
 {
@@ -185,7 +177,7 @@ void rc_detach_locked(struct regcache *c, struct regcache_entry *e, struct regca
     if (!rc_entry_held(e)) {
         zombie_unlink(c, e);
         rc_victim_push(c, victims, e);
-    } else if (memory_gone(why)) {
+    } else if (rc_memory_gone(why)) {
         rc_notice_due_locked(c, e);
     }
 }
@@ -270,6 +262,31 @@ void rc_release_victims(struct regcache *c, struct regcache_entry *list)
         } while (!atomic_compare_exchange_weak_explicit(
             &c->returned, &head, e, memory_order_release, memory_order_relaxed));
     }
+}
+
+void rc_defer_victims(struct regcache *c, struct regcache_entry *list)
+{
+    if (!list)
+        return;
+    struct regcache_entry *last = list;
+    while (last->link_next)
+        last = last->link_next;
+    struct regcache_entry *head = atomic_load_explicit(&c->deferred, memory_order_relaxed);
+    do {
+        last->link_next = head;
+    } while (!atomic_compare_exchange_weak_explicit(&c->deferred, &head, list, memory_order_release,
+                                                    memory_order_relaxed));
+}
+
+void rc_release_deferred(struct regcache *c)
+{
+    if (atomic_load_explicit(&c->deferred, memory_order_relaxed))
+        rc_release_victims(c, atomic_exchange_explicit(&c->deferred, NULL, memory_order_acquire));
+    else
+        rc_give_notices(c);
+    /* What an invalidation tells the listeners before it returns, for the
+     * invalidations whose entries were deferred (the range is not kept). */
+    rc_listeners_invalidated(c, 0, UINTPTR_MAX);
 }
 
 void rc_release_if_unheld(struct regcache *c, struct regcache_entry *e)

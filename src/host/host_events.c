@@ -35,7 +35,6 @@ static _Atomic uint64_t taken_seq;
 static _Atomic uintptr_t taken_start, taken_end;
 static atomic_bool overflow;
 static pthread_mutex_t drain_lock = PTHREAD_MUTEX_INITIALIZER;
-static _Thread_local bool draining;
 
 /* Bump the posted half; the low half is the drainer's. */
 static void count(void)
@@ -96,11 +95,6 @@ bool rc_host_events_crowded(void)
     return t - h >= RING / 2;
 }
 
-bool rc_host_events_draining(void)
-{
-    return draining;
-}
-
 /* Mark everything up to `upto` handled (the low half never goes back). */
 static void handled(uint32_t upto)
 {
@@ -128,9 +122,11 @@ static void take(uintptr_t start, uintptr_t end)
 
 /* Under drain_lock: read every slot claimed so far.  A producer between
  * its claim and its mark is a few stores from done: waited for.  A range
- * is taken before its slot is free again (rc_host_events_concern()). */
-static void drain_ring(void)
+ * is taken before its slot is free again (rc_host_events_concern()).  True
+ * when a cache has deregistrations or notices to give. */
+static bool drain_ring(void)
 {
+    bool later = false;
     uint64_t end = atomic_load_explicit(&tail, memory_order_acquire);
     while (head != end) {
         struct slot *s = &ring[head % RING];
@@ -141,9 +137,10 @@ static void drain_ring(void)
         take(start, stop);
         atomic_store_explicit(&s->lap, filled + 1, memory_order_release);
         __atomic_store_n(&head, head + 1, __ATOMIC_RELAXED);
-        rc_registry_invalidate(start, stop, REGCACHE_REASON_FREED_MONITOR);
+        later |= rc_host_watch_unmapped(start, stop);
         take(0, 0);
     }
+    return later;
 }
 
 /* A slot of the ring that holds an unread range overlapping [start, end):
@@ -196,24 +193,25 @@ bool rc_host_events_drain(bool wait)
         pthread_mutex_lock(&drain_lock);
     else if (pthread_mutex_trylock(&drain_lock) != 0)
         return false;
-    draining = true;
     uint32_t upto =
         (uint32_t)(atomic_load_explicit(&rc_host_monitor_line.events, memory_order_seq_cst) >> 32);
     /* A reader that counted before upto was taken and has not posted its
      * ranges yet: this drain cannot vouch for them.  One that has posted
      * did so before the ring's tail is read below. */
     bool complete = atomic_load_explicit(&readers, memory_order_seq_cst) == 0;
+    bool later = false;
     if (atomic_load_explicit(&overflow, memory_order_acquire)) {
         take(0, UINTPTR_MAX); /* before the flag falls (rc_host_events_concern()) */
         if (atomic_exchange_explicit(&overflow, false, memory_order_acq_rel))
-            rc_host_monitor_invalidate_watched();
+            later = rc_host_monitor_invalidate_watched();
         take(0, 0);
     }
-    drain_ring();
+    later |= drain_ring();
     if (complete)
         handled(upto);
-    draining = false;
     pthread_mutex_unlock(&drain_lock);
+    if (later)
+        rc_host_monitor_release_later();
     return true;
 }
 
@@ -229,6 +227,5 @@ void rc_host_events_reset(void)
     atomic_store(&taken_start, 0);
     atomic_store(&taken_end, 0);
     atomic_store(&rc_host_monitor_line.events, 0);
-    draining = false;
     pthread_mutex_init(&drain_lock, NULL);
 }

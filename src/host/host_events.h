@@ -55,15 +55,15 @@ bool rc_host_events_concern(uintptr_t start, uintptr_t end);
 /* Whether the queue is half full or more: time to wake a drainer. */
 bool rc_host_events_crowded(void);
 
-/* Handle what was counted: invalidate each range in every cache.  One
- * drainer at a time: with `wait`, a thread that finds another draining
- * waits for it, then drains what is left; without, it returns false at
- * once.  Returns true when it drained.  Never call it from inside a hook. */
+/* Handle what was counted: the entries of each range leave every cache
+ * that watches, calling back nobody; their deregistrations and notices
+ * are left to the monitor's releasing thread (host_monitor.h).  So a drain
+ * waits for nothing an application's thread may hold, and a callback
+ * never runs inside one.  One drainer at a time: with `wait`, a thread
+ * that finds another draining waits for it, then drains what is left;
+ * without, it returns false at once.  Returns true when it drained.  Never
+ * call it from inside a hook. */
 bool rc_host_events_drain(bool wait);
-
-/* Whether this thread is draining (its own invalidations' callbacks must
- * not drain again). */
-bool rc_host_events_draining(void);
 
 /* The child of a fork starts with nothing queued. */
 void rc_host_events_reset(void);

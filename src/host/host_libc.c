@@ -2,12 +2,13 @@
  *
  * A hook runs wherever libc's function would: inside malloc with an arena
  * locked, in a signal handler, in a thread that holds a cache's lock.  So
- * it takes no lock, allocates nothing and calls nothing but the lock-free
- * post to the queue (and, when the queue fills, a write to the monitor
- * thread's eventfd); the invalidation itself, which deregisters and may
- * free, runs later in a thread of the library's choosing.  The range is
- * posted before libc unmaps it: once the call returns, a get finds the
- * queue ahead of the drain and drains first. */
+ * it takes no lock, allocates nothing and calls nothing but lock-free
+ * stores and the write that wakes the monitor thread (async-signal-safe);
+ * the invalidation itself, which deregisters and may free, runs later in
+ * threads of the library's.  What a hook does with the range its call
+ * takes away - listed in flight, posted before the call and after it - is
+ * host_leave.h's, and it hands the same to every copy of the library that
+ * joined this one (host_rendezvous.h). */
 #include "host_libc.h"
 
 #include <dlfcn.h>
@@ -25,15 +26,18 @@
 
 #include "cuda_seam.h"
 #include "host_events.h"
-#include "host_monitor.h"
+#include "host_leave.h"
 #include "host_rendezvous.h"
 #include "patch_set.h"
 
 #ifndef MADV_DONTNEED_LOCKED
 #define MADV_DONTNEED_LOCKED 24
 #endif
+#ifndef MADV_GUARD_INSTALL
+#define MADV_GUARD_INSTALL 102
+#endif
 
-enum { MUNMAP, MREMAP, MMAP, MADVISE, BRK, SBRK, SHMDT, FNS };
+enum { MUNMAP, MREMAP, MMAP, MADVISE, BRK, SBRK, SHMAT, SHMDT, FNS };
 
 typedef int (*munmap_fn)(void *, size_t);
 typedef void *(*mremap_fn)(void *, size_t, size_t, int, ...);
@@ -41,62 +45,73 @@ typedef void *(*mmap_fn)(void *, size_t, int, int, int, off_t);
 typedef int (*madvise_fn)(void *, size_t, int);
 typedef int (*brk_fn)(void *);
 typedef void *(*sbrk_fn)(intptr_t);
+typedef void *(*shmat_fn)(int, const void *, int);
 typedef int (*shmdt_fn)(const void *);
 
 static _Atomic(void *) originals[FNS];
 #define REAL(fn, type) ((type)atomic_load_explicit(&originals[fn], memory_order_acquire))
 
-static _Atomic uintptr_t watch_lo = UINTPTR_MAX, watch_hi;
-/* The page size less one: set at load, before any hook or UCX handler of
- * the library can run, and never changed (relaxed loads). */
-static _Atomic uintptr_t page_mask;
-
-__attribute__((constructor)) static void learn_page_size(void)
-{
-    atomic_store_explicit(&page_mask, (uintptr_t)sysconf(_SC_PAGESIZE) - 1, memory_order_relaxed);
-}
+/* Set once the self-test has proven the hooks (this copy's own, or those
+ * of the copy it joined): until then (and for good after a failed one,
+ * with a sanitizer's allocator, whose threads may reach a hook where its
+ * runtime no longer tracks them) a hook only counts itself reached and
+ * calls on. */
+static atomic_bool live;
 
 /* The self-test's calls: which hooks this thread reached (bit POSTED: a
- * range reached rc_host_libc_post, through this copy's hooks or through
- * those of the copy it joined), and whether its calls of brk and sbrk stop
- * at their hooks.  Initial-exec: a hook must never enter the TLS
- * resolver, which may allocate.  Volatile: the compiler cannot know that a
- * call into libc comes back to a hook. */
+ * range reached this copy's side of the hooks of the copy it joined), and
+ * whether its calls of brk and sbrk stop at their hooks.  Initial-exec: a
+ * hook must never enter the TLS resolver, which may allocate.  Volatile:
+ * the compiler cannot know that a call into libc comes back to a hook. */
 #define POSTED FNS
 static atomic_int probing;
 static _Thread_local volatile unsigned reached __attribute__((tls_model("initial-exec")));
 static _Thread_local volatile bool probe_stops __attribute__((tls_model("initial-exec")));
 
-void rc_host_libc_watch(uintptr_t lo, uintptr_t hi)
-{
-    atomic_store_explicit(&watch_lo, lo, memory_order_relaxed);
-    atomic_store_explicit(&watch_hi, hi, memory_order_release);
-}
-
-void rc_host_libc_post(uintptr_t start, uintptr_t end)
-{
-    if (__builtin_expect(atomic_load_explicit(&probing, memory_order_relaxed) != 0, 0))
-        reached |= 1u << POSTED;
-    uintptr_t mask = atomic_load_explicit(&page_mask, memory_order_relaxed);
-    if (end < start) /* wrapped: to the top */
-        end = UINTPTR_MAX & ~mask;
-    else
-        end = (end + mask) & ~mask;
-    if (start < atomic_load_explicit(&watch_hi, memory_order_acquire) &&
-        end > atomic_load_explicit(&watch_lo, memory_order_relaxed) && start < end) {
-        rc_host_events_post(start, end);
-        if (rc_host_events_crowded())
-            rc_host_monitor_kick();
-    }
-}
-
-static void leaving(int fn, uintptr_t start, uintptr_t end)
+static void reach(int fn)
 {
     if (__builtin_expect(atomic_load_explicit(&probing, memory_order_relaxed) != 0, 0))
         reached |= 1u << fn;
-    rc_host_libc_post(start, end);
-    rc_rendezvous_forward(start, end);
 }
+
+/* Whether the hooks act: what they ask the kernel to find their range
+ * (the break, a segment's size) is not asked before. */
+static bool acting(void)
+{
+    return atomic_load_explicit(&live, memory_order_relaxed);
+}
+
+/* One range a hook's call takes away: this copy's side, and that of every
+ * copy that joined it. */
+struct leave {
+    struct rc_host_leave own;
+    struct rc_rendezvous_marks peers;
+};
+
+static void leave_begin(struct leave *l, int fn, uintptr_t start, uintptr_t end)
+{
+    reach(fn);
+    if (!acting()) {
+        l->own.token = RC_HOST_NO_TOKEN;
+        return;
+    }
+    rc_host_leave_begin(&l->own, start, end);
+    if (l->own.token != RC_HOST_NO_TOKEN)
+        rc_rendezvous_forward_begin(l->own.start, l->own.end, &l->peers);
+}
+
+static void leave_end(const struct leave *l)
+{
+    if (l->own.token == RC_HOST_NO_TOKEN)
+        return;
+    rc_host_leave_end(&l->own);
+    rc_rendezvous_forward_end(l->own.start, l->own.end, &l->peers);
+}
+
+#define NOTHING_LEAVES                      \
+    {                                       \
+        .own = {.token = RC_HOST_NO_TOKEN } \
+    }
 
 /* The self-test's calls of brk and sbrk end at their hooks: reaching them
  * is all the test asks, and passed on they would set libc's idea of the
@@ -112,8 +127,11 @@ static bool probe_stopped(int fn)
 
 static int hook_munmap(void *addr, size_t len)
 {
-    leaving(MUNMAP, (uintptr_t)addr, (uintptr_t)addr + len);
-    return REAL(MUNMAP, munmap_fn)(addr, len);
+    struct leave l;
+    leave_begin(&l, MUNMAP, (uintptr_t)addr, (uintptr_t)addr + len);
+    int rc = REAL(MUNMAP, munmap_fn)(addr, len);
+    leave_end(&l);
+    return rc;
 }
 
 /* The old pages leave wherever the mapping goes (even growing in place is
@@ -122,55 +140,68 @@ static int hook_munmap(void *addr, size_t len)
 static void *hook_mremap(void *old, size_t old_len, size_t new_len, int flags, ...)
 {
     void *to = NULL;
+    struct leave at_to = NOTHING_LEAVES, l;
     if (flags & MREMAP_FIXED) {
         va_list ap;
         va_start(ap, flags);
         to = va_arg(ap, void *);
         va_end(ap);
-        leaving(MREMAP, (uintptr_t)to, (uintptr_t)to + new_len);
+        leave_begin(&at_to, MREMAP, (uintptr_t)to, (uintptr_t)to + new_len);
     }
-    leaving(MREMAP, (uintptr_t)old, (uintptr_t)old + old_len);
-    return REAL(MREMAP, mremap_fn)(old, old_len, new_len, flags, to);
+    leave_begin(&l, MREMAP, (uintptr_t)old, (uintptr_t)old + old_len);
+    void *moved = REAL(MREMAP, mremap_fn)(old, old_len, new_len, flags, to);
+    leave_end(&l);
+    leave_end(&at_to);
+    return moved;
 }
 
 static void *hook_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
+    struct leave l = NOTHING_LEAVES;
     if (flags & MAP_FIXED)
-        leaving(MMAP, (uintptr_t)addr, (uintptr_t)addr + len);
-    else if (atomic_load_explicit(&probing, memory_order_relaxed))
-        reached |= 1u << MMAP;
-    return REAL(MMAP, mmap_fn)(addr, len, prot, flags, fd, off);
+        leave_begin(&l, MMAP, (uintptr_t)addr, (uintptr_t)addr + len);
+    else
+        reach(MMAP);
+    void *mapped = REAL(MMAP, mmap_fn)(addr, len, prot, flags, fd, off);
+    leave_end(&l);
+    return mapped;
 }
 
 bool rc_host_advice_drops(int advice)
 {
     return advice == MADV_DONTNEED || advice == MADV_FREE || advice == MADV_REMOVE ||
-           advice == MADV_DONTNEED_LOCKED;
+           advice == MADV_DONTNEED_LOCKED || advice == MADV_GUARD_INSTALL;
 }
 
 static int hook_madvise(void *addr, size_t len, int advice)
 {
+    struct leave l = NOTHING_LEAVES;
     if (rc_host_advice_drops(advice))
-        leaving(MADVISE, (uintptr_t)addr, (uintptr_t)addr + len);
-    return REAL(MADVISE, madvise_fn)(addr, len, advice);
+        leave_begin(&l, MADVISE, (uintptr_t)addr, (uintptr_t)addr + len);
+    else
+        reach(MADVISE);
+    int rc = REAL(MADVISE, madvise_fn)(addr, len, advice);
+    leave_end(&l);
+    return rc;
 }
 
 /* The break moving down to `to` takes the pages from there to where it is
- * now. */
-static void break_to(int fn, uintptr_t to)
+ * now (none when it moves up). */
+static void break_to(struct leave *l, int fn, uintptr_t to)
 {
-    uintptr_t now = to && to < atomic_load_explicit(&watch_hi, memory_order_acquire)
-                        ? (uintptr_t)syscall(SYS_brk, 0)
-                        : 0;
-    leaving(fn, to, to < now ? now : to);
+    uintptr_t now = to && acting() ? (uintptr_t)syscall(SYS_brk, 0) : 0;
+    leave_begin(l, fn, to, to < now ? now : to);
 }
 
 static int hook_brk(void *addr)
 {
     if (probe_stopped(BRK))
         return 0;
-    break_to(BRK, (uintptr_t)addr);
-    return REAL(BRK, brk_fn)(addr);
+    struct leave l;
+    break_to(&l, BRK, (uintptr_t)addr);
+    int rc = REAL(BRK, brk_fn)(addr);
+    leave_end(&l);
+    return rc;
 }
 
 /* libc's sbrk (and malloc's trimming through it) calls brk; another
@@ -179,18 +210,42 @@ static void *hook_sbrk(intptr_t increment)
 {
     if (probe_stopped(SBRK))
         return NULL;
-    if (increment < 0)
-        break_to(SBRK, (uintptr_t)syscall(SYS_brk, 0) + (uintptr_t)increment);
-    else if (atomic_load_explicit(&probing, memory_order_relaxed))
-        reached |= 1u << SBRK;
-    return REAL(SBRK, sbrk_fn)(increment);
+    struct leave l = NOTHING_LEAVES;
+    if (increment < 0 && acting())
+        break_to(&l, SBRK, (uintptr_t)syscall(SYS_brk, 0) + (uintptr_t)increment);
+    else
+        reach(SBRK);
+    void *was = REAL(SBRK, sbrk_fn)(increment);
+    leave_end(&l);
+    return was;
 }
 
-/* The segment's size is not among the arguments: everything watched from
- * its start up is counted as leaving. */
+/* A segment attached over a range replaces its pages; its size is asked
+ * of the kernel, and when it cannot be, everything from there up is
+ * counted as leaving. */
+static void *hook_shmat(int id, const void *addr, int flags)
+{
+    struct leave l = NOTHING_LEAVES;
+    if (flags & SHM_REMAP && acting()) {
+        uintptr_t at = (uintptr_t)addr - (flags & SHM_RND ? (uintptr_t)addr % SHMLBA : 0);
+        struct shmid_ds ds;
+        int saved = errno;
+        uintptr_t end = shmctl(id, IPC_STAT, &ds) == 0 ? at + ds.shm_segsz : 0;
+        errno = saved;
+        leave_begin(&l, SHMAT, at, end);
+    } else {
+        reach(SHMAT);
+    }
+    void *attached = REAL(SHMAT, shmat_fn)(id, addr, flags);
+    leave_end(&l);
+    return attached;
+}
+
+/* A detach takes a System V segment's mapping, and the monitor never
+ * watches a shared mapping: nothing it watches leaves. */
 static int hook_shmdt(const void *addr)
 {
-    leaving(SHMDT, (uintptr_t)addr, atomic_load_explicit(&watch_hi, memory_order_acquire));
+    reach(SHMDT);
     return REAL(SHMDT, shmdt_fn)(addr);
 }
 
@@ -201,8 +256,36 @@ static struct rc_patch_fn fns[FNS] = {
     [MADVISE] = { .name = "madvise", .wrapper = (void *)hook_madvise },
     [BRK] = { .name = "brk", .wrapper = (void *)hook_brk },
     [SBRK] = { .name = "sbrk", .wrapper = (void *)hook_sbrk },
+    [SHMAT] = { .name = "shmat", .wrapper = (void *)hook_shmat },
     [SHMDT] = { .name = "shmdt", .wrapper = (void *)hook_shmdt },
 };
+
+/* This copy's side of the hooks of the copy it joined: what its own hooks
+ * would do, and the self-test's mark. */
+static void joined_post(uintptr_t start, uintptr_t end)
+{
+    reach(POSTED);
+    if (acting())
+        rc_host_leave_post(start, end);
+}
+
+static int joined_begin(uintptr_t start, uintptr_t end)
+{
+    reach(POSTED);
+    if (!acting())
+        return RC_HOST_NO_TOKEN;
+    struct rc_host_leave l;
+    rc_host_leave_begin(&l, start, end);
+    return l.token;
+}
+
+static void joined_end(uintptr_t start, uintptr_t end, int token)
+{
+    struct rc_host_leave l = { start, end, token };
+    rc_host_leave_end(&l);
+}
+
+static const struct rc_rendezvous_peer me = { joined_post, joined_begin, joined_end };
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static char failure[200]; /* empty once installed and proven */
@@ -226,7 +309,7 @@ static int patch_or_join(char *why, size_t n)
 {
     void *owner = rc_patch_owner(fns[MUNMAP].entry);
     if (owner) {
-        int j = rc_rendezvous_join(owner, rc_host_libc_post);
+        int j = rc_rendezvous_join(owner, &me);
         if (j == 1) {
             atomic_store(&joined, true);
             return 0;
@@ -286,7 +369,7 @@ static unsigned reached_by_free(void)
  * them.  The probe mapping is nobody's; brk and sbrk stop at their hooks. */
 static int prove(char *why, size_t n)
 {
-    size_t page = atomic_load_explicit(&page_mask, memory_order_relaxed) + 1;
+    size_t page = rc_host_page_mask() + 1;
     atomic_fetch_add(&probing, 1);
     reached = 0;
     char *p = mmap(NULL, page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -295,7 +378,8 @@ static int prove(char *why, size_t n)
         madvise(p, page, MADV_DONTNEED);
         mremap(p, page, page, 0);
         int saved = errno;
-        shmdt(p); /* not a segment: EINVAL */
+        shmat(-1, NULL, 0); /* no segment: EINVAL */
+        shmdt(p);           /* not a segment: EINVAL */
         errno = saved;
         munmap(p, page);
     }
@@ -319,11 +403,11 @@ static int prove(char *why, size_t n)
     return 1;
 }
 
-/* Joined: an unmap and free() reach this copy's post through the hooks of
- * the copy that patched libc. */
+/* Joined: an unmap and free() reach this copy's side of the hooks of the
+ * copy that patched libc. */
 static int prove_joined(char *why, size_t n)
 {
-    size_t page = atomic_load_explicit(&page_mask, memory_order_relaxed) + 1;
+    size_t page = rc_host_page_mask() + 1;
     atomic_fetch_add(&probing, 1);
     reached = 0;
     char *p = mmap(NULL, page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -361,7 +445,11 @@ static void install(void)
     char why[sizeof failure - 32];
     int ok = patch(why, sizeof why) == 0 &&
              (atomic_load(&joined) ? prove_joined(why, sizeof why) : prove(why, sizeof why));
-    if (!ok) {
+    if (ok) {
+        /* Before the copies that wait to join hear of it: the hooks act
+         * for them too. */
+        atomic_store_explicit(&live, true, memory_order_release);
+    } else {
         /* Nothing this copy wrote stays behind a test that failed. */
         rc_patch_set_undo(fns, FNS);
         snprintf(failure, sizeof failure, "libc not patched: %s", why);
@@ -375,8 +463,7 @@ static void install(void)
 static bool take_the_front(const struct rc_patch_fn *lost)
 {
     void *owner = rc_patch_owner(lost->entry);
-    if (owner && owner != rc_rendezvous_mine() &&
-        rc_rendezvous_join(owner, rc_host_libc_post) == 1) {
+    if (owner && owner != rc_rendezvous_mine() && rc_rendezvous_join(owner, &me) == 1) {
         /* Its trampolines lead through this copy's thunks: past its hooks
          * from now on, which would only see each range again. */
         for (int i = 0; i < FNS; i++) {

@@ -1,11 +1,13 @@
 /* The host memory monitor's libc hooks: the entries of libc's munmap,
- * mremap, mmap, madvise, brk, sbrk and shmdt are patched (as the interception
- * patches libcuda) with a jump to a hook that posts the range about to
- * leave to the queue of unmaps (host_events.h), in the calling thread,
- * before libc goes on.  libc's own calls - free() and realloc() unmapping
- * a chunk, malloc trimming its heap - reach the same entries.  A system
- * call made without libc is not seen: that is what the userfaultfd is
- * for. */
+ * mremap, mmap, madvise, brk, sbrk, shmat and shmdt are patched (as the
+ * interception patches libcuda) with a jump to a hook that, in the calling
+ * thread, lists the range about to leave in flight and posts it to the
+ * queue of unmaps (host_events.h) before libc goes on, and posts it again
+ * once libc returns (host_leave.h).  libc's own calls - free() and
+ * realloc() unmapping a chunk, malloc trimming its heap - reach the same
+ * entries.  A system call made without libc (the loader's own munmap at
+ * dlclose() among them) is not seen.  The hooks act only once their
+ * self-test has proven them. */
 #ifndef RC_HOST_LIBC_H
 #define RC_HOST_LIBC_H
 
@@ -33,19 +35,9 @@ int rc_host_libc_ensure(char *why, size_t n);
  * Thread safe. */
 bool rc_host_libc_check(void);
 
-/* What a hook does with a range that leaves: [start, end) rounded out to
- * pages, posted to the queue of unmaps if it touches a watched range.
- * Lock-free and async-signal-safe; also the post of every other way that
- * hooks the calls (UCX's events, another copy's hooks). */
-void rc_host_libc_post(uintptr_t start, uintptr_t end);
-
 /* Whether madvise() with `advice` drops the pages (the next touch maps new
- * ones): MADV_DONTNEED, _FREE, _REMOVE, _DONTNEED_LOCKED. */
+ * ones, or, behind a guard, faults): MADV_DONTNEED, _FREE, _REMOVE,
+ * _DONTNEED_LOCKED, _GUARD_INSTALL. */
 bool rc_host_advice_drops(int advice);
-
-/* The ranges the hooks post: the union of the watched ranges, which only
- * grows until nothing is watched (then empty: lo > hi).  Under the
- * monitor's claims lock. */
-void rc_host_libc_watch(uintptr_t lo, uintptr_t hi);
 
 #endif

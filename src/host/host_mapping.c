@@ -2,7 +2,9 @@
  * the PROCMAP_QUERY ioctl of /proc/self/maps (Linux 6.11).  Parsing the
  * text of /proc/self/maps instead costs time in the number of mappings
  * (the kernel prints every one before the one asked for), and probing with
- * mincore() sees holes but not where one mapping ends and the next begins. */
+ * mincore() sees holes but not where one mapping ends and the next begins:
+ * the text is read only where the ioctl is missing and nothing else
+ * answers (whether a mapping is shared). */
 #include "host_mapping.h"
 
 #include <errno.h>
@@ -35,6 +37,7 @@ struct procmap_query {
     uint64_t build_id_addr;
 };
 #define PROCMAP_QUERY _IOWR(0x66, 17, struct procmap_query)
+#define PROCMAP_QUERY_VMA_SHARED 0x08
 #endif
 #ifndef PROCMAP_QUERY_COVERING_OR_NEXT_VMA
 #define PROCMAP_QUERY_COVERING_OR_NEXT_VMA 0x10
@@ -45,8 +48,9 @@ struct procmap_query {
 static atomic_bool unsupported;
 
 /* The mapping that holds addr (with `flags`, the first at or after it),
- * or false. */
-static bool query(int fd, uintptr_t addr, uint64_t flags, uintptr_t *lo, uintptr_t *hi)
+ * or false; *shared: whether it is. */
+static bool query(int fd, uintptr_t addr, uint64_t flags, uintptr_t *lo, uintptr_t *hi,
+                  bool *shared)
 {
     struct procmap_query q = { .size = sizeof(q), .query_flags = flags, .query_addr = addr };
     if (ioctl(fd, PROCMAP_QUERY, &q) != 0) {
@@ -56,10 +60,12 @@ static bool query(int fd, uintptr_t addr, uint64_t flags, uintptr_t *lo, uintptr
     }
     *lo = (uintptr_t)q.vma_start;
     *hi = (uintptr_t)q.vma_end;
+    *shared = q.vma_flags & PROCMAP_QUERY_VMA_SHARED;
     return true;
 }
 
-bool rc_host_mapping_span(uintptr_t start, uintptr_t end, uintptr_t *lo, uintptr_t *hi)
+bool rc_host_mapping_span(uintptr_t start, uintptr_t end, uintptr_t *lo, uintptr_t *hi,
+                          bool *shared)
 {
     if (atomic_load_explicit(&unsupported, memory_order_relaxed))
         return false;
@@ -71,11 +77,48 @@ bool rc_host_mapping_span(uintptr_t start, uintptr_t end, uintptr_t *lo, uintptr
     /* A query answers with the mapping that covers the address, so one
      * found at the end of the last starts there: no hole between them. */
     uintptr_t next;
-    bool mapped = query(fd, start, 0, lo, hi);
-    while (mapped && *hi < end)
-        mapped = query(fd, *hi, 0, &next, hi);
+    bool one;
+    bool mapped = query(fd, start, 0, lo, hi, shared);
+    while (mapped && *hi < end) {
+        mapped = query(fd, *hi, 0, &next, hi, &one);
+        *shared |= one;
+    }
     close(fd);
     return mapped;
+}
+
+/* Without the ioctl: the text, mapping by mapping. */
+struct private_walk {
+    uintptr_t covered, end;
+    bool private;
+};
+
+static int private_so_far(const struct rc_mapping *m, void *arg)
+{
+    struct private_walk *w = arg;
+    if (m->start > w->covered || m->shared)
+        return 1;
+    w->covered = m->end;
+    w->private = w->covered >= w->end;
+    return w->private;
+}
+
+bool rc_host_mapping_private(uintptr_t start, uintptr_t end)
+{
+    int fd = atomic_load_explicit(&unsupported, memory_order_relaxed)
+                 ? -1
+                 : open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        uintptr_t lo, at = start;
+        bool shared = false, mapped = true;
+        while (mapped && !shared && at < end)
+            mapped = query(fd, at, 0, &lo, &at, &shared);
+        close(fd);
+        if (mapped || !atomic_load_explicit(&unsupported, memory_order_relaxed))
+            return mapped && !shared;
+    }
+    struct private_walk w = { start, end, false };
+    return rc_maps_visit(start, end, private_so_far, &w) == 0 && w.private;
 }
 
 struct collect {
@@ -101,9 +144,10 @@ int rc_host_mappings(uintptr_t start, uintptr_t end, uintptr_t (*out)[2], int ma
                  : open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
     int n = 0;
     uintptr_t at = start, lo, hi;
+    bool shared;
     if (fd >= 0) {
-        while (n < max && at < end && query(fd, at, PROCMAP_QUERY_COVERING_OR_NEXT_VMA, &lo, &hi) &&
-               lo < end) {
+        while (n < max && at < end &&
+               query(fd, at, PROCMAP_QUERY_COVERING_OR_NEXT_VMA, &lo, &hi, &shared) && lo < end) {
             out[n][0] = lo;
             out[n][1] = hi;
             n++;

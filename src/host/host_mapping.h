@@ -8,11 +8,19 @@
 #include <stdint.h>
 
 /* [*lo, *hi): the mappings that hold [start, end), one after the other
- * without a hole.  False when part of the range is not mapped, or when the
+ * without a hole; *shared: whether one of them is shared (MAP_SHARED,
+ * System V shared memory, a memfd's): its pages may go through its file
+ * or another process.  False when part of the range is not mapped, or when the
  * kernel cannot be asked cheaply (no PROCMAP_QUERY: before Linux 6.11, or
  * /proc not readable); the caller then registers the request's pages only.
  * Three system calls and no allocation.  Thread safe. */
-bool rc_host_mapping_span(uintptr_t start, uintptr_t end, uintptr_t *lo, uintptr_t *hi);
+bool rc_host_mapping_span(uintptr_t start, uintptr_t end, uintptr_t *lo, uintptr_t *hi,
+                          bool *shared);
+
+/* Whether [start, end) is mapped without a hole, by private mappings only,
+ * where rc_host_mapping_span() could not say: reads /proc/self/maps (its
+ * text before Linux 6.11).  Thread safe. */
+bool rc_host_mapping_private(uintptr_t start, uintptr_t end);
 
 /* The mappings that overlap [start, end), whole, in address order: their
  * number (at most max, the first max of them), or -1 when the kernel cannot

@@ -1,15 +1,15 @@
 /* The host memory monitor (host_monitor.h): the claims, the choice of how
- * to hear of unmaps, and the thread regcache-mon, which reads the
- * userfaultfd and drains the queue of unmaps when no get does.
+ * to hear of unmaps, and the thread regcache-mon, which drains the queue of
+ * unmaps when no get does and gives the deregistrations and notices that
+ * drains leave.
  *
- * Nothing that an unmapping thread may hold while it waits for the
- * userfaultfd to be read is ever waited for by the thread before its read:
- * it takes no lock between poll() and read(), drains only when the drain
- * lock is free, and claims_lock (the tree of claims, the ioctl()s on the
- * userfaultfd) is never held across an allocation, a free or a munmap.
+ * An unmapping thread may hold anything while it waits for the userfaultfd
+ * to be read: its reader (host_reader.h) takes no lock.  claims_lock (the
+ * tree of claims, the ioctl()s on the userfaultfd) is never held across an
+ * allocation, a free or a munmap all the same.
  *
- * Locks: life_lock (start and stop of the thread, opening and closing the
- * fds; never taken by the thread) before claims_lock. */
+ * Locks: life_lock (start and stop of the threads, opening and closing the
+ * fds; never taken by the threads) before claims_lock. */
 #include "host_monitor.h"
 
 #include <errno.h>
@@ -21,18 +21,30 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cache.h"
 #include "exiting.h"
 #include "host_libc.h"
 #include "host_mapping.h"
+#include "host_objects.h"
+#include "host_reader.h"
 #include "host_ucm.h"
 #include "host_uffd.h"
+#include "host_unmapping.h"
+#include "range_filter.h"
 
-/* How long the posts of libc's hooks may wait for a drain when no get of
- * host memory comes: the pages their entries pin are held that long. */
-#define LIBC_DRAIN_MS 50
+/* How long the posts of the hooks (libc's or UCX's) may wait for a drain when the wake
+ * that each post gives was lost: the pages their entries pin are held that
+ * long. */
+#define HOOKS_DRAIN_MS 50
+/* While unmaps come, the thread looks this often instead of being woken
+ * by each (a write, some hundreds of nanoseconds of the unmapping
+ * thread's), and keeps doing so for this many looks after the last. */
+#define POLL_NS 100000
+#define QUIET_POLLS 100
 
 struct rc_host_claim {
     struct rc_itree_node node;
@@ -44,21 +56,29 @@ static pthread_mutex_t life_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t claims_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 static atomic_int kick_fd = -1; /* an eventfd: wakes the thread */
+/* A wake is on its way, or the thread looks soon anyway: the hooks need
+ * not write. */
+static atomic_bool kicked;
+/* A drain left deregistrations or notices for the thread to give. */
+static atomic_bool release_due;
 static atomic_bool stopping;
 static bool running; /* under life_lock */
 static pthread_t thread;
 static struct rc_itree claims; /* under claims_lock */
 static unsigned generation;
-/* Under claims_lock: the claims libc's hooks watch, and the union of their
- * ranges, which only grows until there are none. */
-static size_t libc_claims;
-static uintptr_t libc_lo = UINTPTR_MAX, libc_hi;
-static atomic_bool libc_watching; /* libc_claims != 0, for the thread */
+/* Under claims_lock: the claims hooks watch (libc's or UCX's). */
+static size_t hook_claims;
+static atomic_bool hooks_watching; /* hook_claims != 0, for the thread */
+/* The ranges of the claims hooks watch, for the hooks to ask
+ * without a lock (written under claims_lock); `watched_ready` once its
+ * first table is there. */
+static struct rc_range_filter watched;
+static atomic_bool watched_ready;
 
-/* The child has no monitor thread, and the parent's fd reports the
- * parent's mappings (the child's lost their registration at the fork):
- * forget both; the child's first cache opens its own.  libc stays
- * patched. */
+/* The child has none of the monitor's threads, and the parent's fd reports
+ * the parent's mappings (the child's lost their registration at the fork):
+ * forget them, the claims, and the unmaps other threads had in flight;
+ * the child's first cache opens its own.  libc stays patched. */
 static void atfork_child(void)
 {
     int fd = atomic_exchange(&kick_fd, -1);
@@ -69,10 +89,14 @@ static void atfork_child(void)
     atomic_store(&stopping, false);
     rc_itree_init(&claims);
     generation++;
-    libc_claims = 0;
-    libc_lo = UINTPTR_MAX, libc_hi = 0;
-    rc_host_libc_watch(libc_lo, libc_hi);
-    atomic_store(&libc_watching, false);
+    hook_claims = 0;
+    atomic_store(&hooks_watching, false);
+    if (atomic_load(&watched_ready))
+        rc_filter_clear(&watched);
+    atomic_store(&kicked, false);
+    rc_host_reader_forget();
+    rc_host_unmapping_forget();
+    atomic_store(&release_due, false);
     rc_host_events_reset();
     pthread_mutex_init(&life_lock, NULL);
     pthread_mutex_init(&claims_lock, NULL);
@@ -83,11 +107,16 @@ static void install_atfork(void)
     pthread_atfork(NULL, NULL, atfork_child);
 }
 
-/* Under life_lock: the eventfd that wakes the thread, opened with the
- * first cache that watches (as the userfaultfd is), not at its first
- * range. */
+/* Under life_lock: the eventfd that wakes the thread and the filter of
+ * watched ranges, made with the first cache that watches (as the
+ * userfaultfd is), not at its first range. */
 static bool open_kick_locked(void)
 {
+    if (!atomic_load(&watched_ready)) {
+        if (rc_filter_init(&watched) != REGCACHE_OK)
+            return false;
+        atomic_store_explicit(&watched_ready, true, memory_order_release);
+    }
     if (atomic_load(&kick_fd) < 0) {
         int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         if (fd < 0)
@@ -97,44 +126,67 @@ static bool open_kick_locked(void)
     return true;
 }
 
-#define LIBC_WAYS                                                                       \
-    "munmap, mremap, MAP_FIXED, madvise, brk, shmdt, and libc's own unmapping in free " \
-    "and realloc"
+/* What each way sees, and what it cannot watch (docs/design.md). */
+#define CALLS_SEEN "munmap, mremap, MAP_FIXED, madvise, brk and shmat(SHM_REMAP)"
+#define LIBC_SEES                                                                       \
+    CALLS_SEEN " through libc, free and realloc included; not seen: system calls made " \
+               "without libc"
+#define UCM_SEES                                                                    \
+    CALLS_SEEN " through libucm's hooks, free and realloc included, and UCX's own " \
+               "allocator's; not seen: system calls made without libc"
+#define UFFD_SEES                                                                              \
+    "every unmap, system calls included, but not shmat(SHM_REMAP), and a get racing an unmap " \
+    "may cache the pages it takes"
+#define NOT_WATCHED "not watched (invalidate those yourself): shared mappings"
+#define NOR_OBJECTS " and the segments of objects dlopen() loads"
 
 /* UCX's events: where libucm is loaded and AUTO or UCM asks. */
-static enum rc_host_by open_ucm(int mode, char *why, size_t n, char *ucm_why, size_t ucm_n)
+static bool open_ucm(int mode, const char *asked, char *why, size_t n, char *ucm_why, size_t ucm_n)
 {
     if (mode != REGCACHE_HOST_MONITOR_UCM &&
         (mode != REGCACHE_HOST_MONITOR_AUTO || !rc_host_ucm_loaded()))
-        return RC_HOST_BY_NONE;
+        return false;
     if (!rc_host_ucm_ensure(ucm_why, ucm_n))
-        return RC_HOST_BY_NONE;
+        return false;
     snprintf(why, n,
-             "monitored by UCX's memory events (libucm's hooks: " LIBC_WAYS
-             ", and UCX's own allocator; a system call made without libc is not seen)");
-    return RC_HOST_BY_UCM;
+             "monitored by UCX's memory events (%s): " UCM_SEES "; " NOT_WATCHED NOR_OBJECTS,
+             asked);
+    return true;
 }
 
-enum rc_host_by rc_host_monitor_open(int mode, char *why, size_t n)
+/* Why not, every way that was tried. */
+static void not_monitored(const char *asked, const char *const reasons[], size_t count, char *why,
+                          size_t n)
+{
+    int k = snprintf(why, n, "not monitored (%s", asked);
+    for (size_t i = 0; i < count; i++)
+        if (reasons[i][0] && k > 0 && (size_t)k < n)
+            k += snprintf(why + k, n - (size_t)k, "; %s", reasons[i]);
+    if (k > 0 && (size_t)k < n)
+        snprintf(why + k, n - (size_t)k, "): invalidate before unmapping");
+}
+
+enum rc_host_by rc_host_monitor_open(int mode, const char *asked, char *why, size_t n)
 {
     pthread_once(&atfork_once, install_atfork);
     pthread_mutex_lock(&life_lock);
     bool kick = open_kick_locked();
     pthread_mutex_unlock(&life_lock);
     if (!kick) {
-        snprintf(why, n, "not monitored (eventfd: %s)", strerror(errno));
+        snprintf(why, n, "not monitored (%s; eventfd: %s)", asked, strerror(errno));
         return RC_HOST_BY_NONE;
     }
     char ucm_why[200] = "", libc_why[200] = "", uffd_why[160] = "";
-    if (open_ucm(mode, why, n, ucm_why, sizeof ucm_why) == RC_HOST_BY_UCM)
+    if (open_ucm(mode, asked, why, n, ucm_why, sizeof ucm_why))
         return RC_HOST_BY_UCM;
     bool libc = mode == REGCACHE_HOST_MONITOR_LIBC || mode == REGCACHE_HOST_MONITOR_AUTO;
     if (libc && rc_host_libc_ensure(libc_why, sizeof libc_why)) {
-        snprintf(why, n,
-                 "monitored by patching libc (" LIBC_WAYS "; a system call made without libc "
-                 "is not seen: REGCACHE_HOST_MONITOR=uffd sees those too)");
+        snprintf(why, n, "monitored by patching libc (%s): " LIBC_SEES "; " NOT_WATCHED NOR_OBJECTS,
+                 asked);
         return RC_HOST_BY_LIBC;
     }
+    /* The userfaultfd cannot close the unmap window, and changes how the
+     * mappings it watches merge: only when asked. */
     int err = 1;
     if (mode == REGCACHE_HOST_MONITOR_UFFD) {
         pthread_mutex_lock(&life_lock);
@@ -142,23 +194,19 @@ enum rc_host_by rc_host_monitor_open(int mode, char *why, size_t n)
         pthread_mutex_unlock(&life_lock);
     }
     if (!err) {
-        snprintf(why, n, "monitored by userfaultfd (" LIBC_WAYS ", and system calls)");
+        snprintf(why, n, "monitored by userfaultfd (%s): " UFFD_SEES "; " NOT_WATCHED, asked);
         return RC_HOST_BY_UFFD;
     }
-    const char *reasons[] = { ucm_why, libc_why, uffd_why };
-    int k = snprintf(why, n, "not monitored (");
-    bool first = true;
-    for (size_t i = 0; i < sizeof reasons / sizeof reasons[0]; i++)
-        if (reasons[i][0] && k > 0 && (size_t)k < n) {
-            k += snprintf(why + k, n - (size_t)k, "%s%s", first ? "" : "; ", reasons[i]);
-            first = false;
-        }
-    if (k > 0 && (size_t)k < n)
-        snprintf(why + k, n - (size_t)k, ")");
+    if (mode == REGCACHE_HOST_MONITOR_AUTO)
+        snprintf(uffd_why, sizeof uffd_why,
+                 "AUTO never takes the userfaultfd, which cannot close the unmap window");
+    const char *const reasons[] = { ucm_why, libc_why, uffd_why };
+    not_monitored(asked, reasons, sizeof reasons / sizeof reasons[0], why, n);
     return RC_HOST_BY_NONE;
 }
 
-void rc_host_monitor_kick(void)
+/* Wake the thread (async-signal-safe). */
+static void wake(void)
 {
     uint64_t one = 1;
     int fd = atomic_load_explicit(&kick_fd, memory_order_acquire);
@@ -167,38 +215,104 @@ void rc_host_monitor_kick(void)
     }
 }
 
+void rc_host_monitor_kick(void)
+{
+    /* A queue half full is drained now, whatever the thread is doing: it
+     * would overflow before the next look. */
+    if ((!atomic_load_explicit(&kicked, memory_order_seq_cst) &&
+         !atomic_exchange_explicit(&kicked, true, memory_order_seq_cst)) ||
+        rc_host_events_crowded())
+        wake();
+}
+
+bool rc_host_monitor_may_watch(uintptr_t start, uintptr_t end)
+{
+    return atomic_load_explicit(&watched_ready, memory_order_acquire) &&
+           rc_filter_may_overlap(&watched, start, end);
+}
+
+/* Handle what was posted; false when a get was draining (it began before
+ * those posts): then the thread looks again soon.  It never waits for the
+ * drain lock, which a get's drain holds while it takes the caches'
+ * locks. */
+static bool drained(void)
+{
+    return !rc_host_monitor_behind() || rc_host_events_drain(false) || !rc_host_monitor_behind();
+}
+
+void rc_host_monitor_release_later(void)
+{
+    atomic_store_explicit(&release_due, true, memory_order_seq_cst);
+    rc_host_monitor_kick();
+}
+
+/* What the drains left: given here, where no lock is held, no drain is
+ * under way and nobody waits (the userfaultfd has its own reader), so a
+ * callback that waits for an application's lock stalls nothing but this
+ * thread. */
+static bool release(void)
+{
+    if (!atomic_exchange_explicit(&release_due, false, memory_order_seq_cst))
+        return false;
+    /* Those call the application: not once it is exiting (exiting.h).  The
+     * entries stay out of the caches, and their destroy deregisters them. */
+    if (rc_exiting())
+        return false;
+    rc_host_watch_release();
+    return true;
+}
+
 static void *monitor(void *arg)
 {
     (void)arg;
+    /* Busy: unmaps came lately, and the thread looks every POLL_NS, which
+     * the hooks know by `kicked` (they write nothing then); after
+     * QUIET_POLLS looks that found nothing it sleeps until woken. */
+    bool busy = false;
+    unsigned quiet = 0;
+    /* Looks every POLL_NS, not the 50 us later the default slack allows. */
+    prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
     for (;;) {
-        struct pollfd p[2] = { { .fd = atomic_load(&kick_fd), .events = POLLIN },
-                               { .fd = rc_host_uffd_fd(), .events = POLLIN } };
-        int timeout =
-            atomic_load_explicit(&libc_watching, memory_order_relaxed) ? LIBC_DRAIN_MS : -1;
-        if (poll(p, 2, timeout) < 0)
+        struct pollfd p = { .fd = atomic_load(&kick_fd), .events = POLLIN };
+        struct timespec soon = { 0, POLL_NS }, later = { 0, HOOKS_DRAIN_MS * 1000000L };
+        const struct timespec *timeout =
+            busy                                                          ? &soon
+            : atomic_load_explicit(&hooks_watching, memory_order_relaxed) ? &later
+                                                                          : NULL;
+        if (ppoll(&p, 1, timeout, NULL) < 0)
             continue; /* EINTR */
-        if (p[0].revents & POLLIN) {
+        bool woken = p.revents & POLLIN;
+        if (woken) {
             uint64_t count;
-            if (read(p[0].fd, &count, sizeof count) < 0) {
+            if (read(p.fd, &count, sizeof count) < 0) {
                 /* Another wake read it: nothing to do. */
             }
             if (atomic_load(&stopping))
                 return NULL;
         }
-        if (p[1].revents & POLLIN)
-            rc_host_uffd_read();
-        if (atomic_load_explicit(&libc_watching, memory_order_relaxed))
+        if (atomic_load_explicit(&hooks_watching, memory_order_relaxed))
             rc_host_libc_check();
-        /* Draining calls the application (deregistrations, notices): not
-         * once it is exiting (exiting.h).  The userfaultfd is still read:
-         * unmapping threads wait for that. */
-        if (rc_host_monitor_behind() && !rc_exiting())
-            rc_host_events_drain(false);
+        bool work = rc_host_monitor_behind();
+        bool left = !drained();
+        if (release() || left || work || woken) {
+            busy = true, quiet = 0;
+            atomic_store_explicit(&kicked, true, memory_order_relaxed);
+        } else if (busy && ++quiet == QUIET_POLLS) {
+            /* A post or a drain after this store writes; one before it is
+             * seen by the looks that follow (all seq_cst). */
+            atomic_store_explicit(&kicked, false, memory_order_seq_cst);
+            busy = rc_host_monitor_behind() ||
+                   atomic_load_explicit(&release_due, memory_order_seq_cst);
+            quiet = 0;
+            if (busy)
+                atomic_store_explicit(&kicked, true, memory_order_relaxed);
+        }
     }
 }
 
 /* Under life_lock: the thread, with every signal blocked (the
- * application's handlers run on its threads). */
+ * application's handlers run on its threads).  Started once for good: it
+ * stops only when no range is watched. */
 static bool start_locked(void)
 {
     if (running)
@@ -207,6 +321,9 @@ static bool start_locked(void)
         return false;
     atomic_store(&stopping, false);
     rc_exiting_watch();
+    /* A thread that stopped busy left the flag set: this one sleeps until
+     * the first post writes. */
+    atomic_store(&kicked, false);
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
@@ -217,14 +334,18 @@ static bool start_locked(void)
     return running;
 }
 
-/* Under claims_lock: a claim for libc's hooks. */
-static bool watch_libc_locked(uintptr_t start, uintptr_t end)
+/* Under life_lock: the thread, and the userfaultfd's reader once it is
+ * open. */
+static bool start_all_locked(void)
 {
-    libc_lo = start < libc_lo ? start : libc_lo;
-    libc_hi = end > libc_hi ? end : libc_hi;
-    rc_host_libc_watch(libc_lo, libc_hi);
-    bool first = libc_claims++ == 0;
-    atomic_store(&libc_watching, true);
+    return start_locked() && (rc_host_uffd_fd() < 0 || rc_host_reader_start());
+}
+
+/* Under claims_lock: a claim that hooks watch. */
+static bool watch_hooks_locked(void)
+{
+    bool first = hook_claims++ == 0;
+    atomic_store(&hooks_watching, true);
     return first;
 }
 
@@ -256,8 +377,48 @@ static bool register_mappings_locked(const struct mappings *m)
     return true;
 }
 
-struct rc_host_claim *rc_host_monitor_watch(uintptr_t start, uintptr_t end, enum rc_host_by by)
+/* The claims' filter asked to grow: a larger table, made without the lock
+ * (claims_lock is never held across an allocation), filled with every
+ * claim under it, unless another grew it meanwhile. */
+static int refill(struct rc_itree_node *n, void *table)
 {
+    if (!rc_container_of(n, struct rc_host_claim, node)->by_uffd)
+        rc_filter_refill(table, n->start, n->end);
+    return 0;
+}
+
+static void grow_watched(void)
+{
+    struct rc_filter_table *t = rc_filter_grow_begin(&watched), *spare = t;
+    if (!t)
+        return;
+    pthread_mutex_lock(&claims_lock);
+    if (rc_filter_grows_into(&watched, t)) {
+        rc_itree_visit_overlaps(&claims, 0, UINTPTR_MAX, refill, t);
+        rc_filter_grow_end(&watched, t);
+        spare = NULL;
+    }
+    pthread_mutex_unlock(&claims_lock);
+    free(spare);
+}
+
+/* Whether the way can watch [start, end): not a shared mapping (its pages
+ * may go through its file or another process), nor - through hooks,
+ * libc's or UCX's - a loaded object's segment (dlclose() unmaps it with
+ * the loader's own munmap; the userfaultfd sees that). */
+static bool watchable(uintptr_t start, uintptr_t end, enum rc_host_by by,
+                      enum rc_host_sharing sharing)
+{
+    bool private = sharing == RC_HOST_SHARING_UNKNOWN ? rc_host_mapping_private(start, end)
+                                                      : sharing == RC_HOST_PRIVATE;
+    return private && (by == RC_HOST_BY_UFFD || !rc_host_object_overlaps(start, end));
+}
+
+struct rc_host_claim *rc_host_monitor_watch(uintptr_t start, uintptr_t end, enum rc_host_by by,
+                                            enum rc_host_sharing sharing)
+{
+    if (by == RC_HOST_BY_NONE || !watchable(start, end, by, sharing))
+        return NULL;
     struct rc_host_claim *claim = malloc(sizeof *claim);
     if (!claim)
         return NULL;
@@ -269,23 +430,30 @@ struct rc_host_claim *rc_host_monitor_watch(uintptr_t start, uintptr_t end, enum
     struct mappings maps;
     if (claim->by_uffd && !mappings_of(start, end, &maps))
         by = RC_HOST_BY_NONE;
-    bool first = false;
+    bool first = false, crowded = false;
     pthread_mutex_lock(&life_lock);
-    bool ok = by != RC_HOST_BY_NONE && start_locked();
+    bool ok = by != RC_HOST_BY_NONE && start_all_locked();
     if (ok) {
         pthread_mutex_lock(&claims_lock);
         ok = !claim->by_uffd || register_mappings_locked(&maps);
         if (ok) {
             claim->generation = generation;
             rc_itree_insert(&claims, &claim->node);
-            if (!claim->by_uffd)
-                first = watch_libc_locked(start, end);
+            if (!claim->by_uffd) {
+                crowded = rc_filter_add(&watched, start, end);
+                first = watch_hooks_locked();
+            }
         }
         pthread_mutex_unlock(&claims_lock);
     }
     pthread_mutex_unlock(&life_lock);
+    /* A hook that began before its range was in the filter and did not see
+     * it is in flight (host_unmapping.h) when the caller looks next. */
+    atomic_thread_fence(memory_order_seq_cst);
     if (first) /* from now on the thread drains on a timer */
-        rc_host_monitor_kick();
+        wake();
+    if (crowded)
+        grow_watched();
     if (ok)
         return claim;
     free(claim);
@@ -315,10 +483,10 @@ void rc_host_monitor_unwatch(struct rc_host_claim *claim)
                 if (!rc_itree_visit_overlaps(&claims, maps.at[i][0], maps.at[i][1], uffd_claim,
                                              NULL))
                     rc_host_uffd_unregister(maps.at[i][0], maps.at[i][1]);
-        } else if (--libc_claims == 0) {
-            libc_lo = UINTPTR_MAX, libc_hi = 0;
-            rc_host_libc_watch(libc_lo, libc_hi);
-            atomic_store(&libc_watching, false);
+        } else {
+            rc_filter_remove(&watched, claim->node.start, claim->node.end);
+            if (--hook_claims == 0)
+                atomic_store(&hooks_watching, false);
         }
     }
     pthread_mutex_unlock(&claims_lock);
@@ -341,30 +509,26 @@ static int collect(struct rc_itree_node *n, void *arg)
     return 0;
 }
 
-void rc_host_monitor_invalidate_watched(void)
+bool rc_host_monitor_invalidate_watched(void)
 {
     pthread_mutex_lock(&claims_lock);
     size_t room = claims.count;
-    uintptr_t lo = libc_lo, hi = libc_hi;
     pthread_mutex_unlock(&claims_lock);
     struct ranges r = { malloc(room * sizeof *r.at + 1), 0, room };
-    if (!r.at) { /* every range libc's hooks watch, and what lies between */
-        if (lo < hi)
-            rc_registry_invalidate(lo, hi, REGCACHE_REASON_FREED_MONITOR);
-        return;
-    }
+    if (!r.at) /* every range, watched or not */
+        return rc_host_watch_unmapped(0, UINTPTR_MAX);
     pthread_mutex_lock(&claims_lock);
     rc_itree_visit_overlaps(&claims, 0, UINTPTR_MAX, collect, &r);
     pthread_mutex_unlock(&claims_lock);
+    bool later = false;
     for (size_t i = 0; i < r.n; i++)
-        rc_registry_invalidate(r.at[i][0], r.at[i][1], REGCACHE_REASON_FREED_MONITOR);
+        later |= rc_host_watch_unmapped(r.at[i][0], r.at[i][1]);
     free(r.at);
+    return later;
 }
 
 void rc_host_monitor_catch_up(void)
 {
-    if (rc_host_events_draining())
-        return;
     uint64_t w = atomic_load_explicit(&rc_host_monitor_line.events, memory_order_acquire);
     uint32_t target = (uint32_t)(w >> 32);
     while ((int32_t)((uint32_t)w - target) < 0) {
@@ -391,10 +555,11 @@ static void stop(bool always)
     }
     if (running) {
         atomic_store(&stopping, true);
-        rc_host_monitor_kick();
+        wake();
         pthread_join(thread, NULL);
         running = false;
     }
+    rc_host_reader_stop();
     int fd = atomic_exchange(&kick_fd, -1);
     if (fd >= 0)
         close(fd);

@@ -2,7 +2,8 @@
  *
  * A handler runs inside ucm's hook, wherever the call was made (inside
  * malloc, in a signal handler, under ucm's event lock): like a libc hook it
- * only posts (rc_host_libc_post), and allocates and locks nothing. */
+ * only does what host_leave.h says with the range, and allocates and locks
+ * nothing. */
 #include "host_ucm.h"
 
 #include <dlfcn.h>
@@ -16,6 +17,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "host_leave.h"
 #include "host_libc.h"
 #include "resident.h"
 
@@ -94,81 +96,121 @@ enum { BEFORE = 1, AFTER = 2 };
 static atomic_int probing;
 static _Thread_local volatile unsigned reached __attribute__((tls_model("initial-exec")));
 
-/* The range ucm said a call of this thread takes away, kept for the
- * handler after the call where the call's own arguments do not say it (a
- * segment's size, the break before brk). */
-static _Thread_local uintptr_t said_start __attribute__((tls_model("initial-exec")));
-static _Thread_local uintptr_t said_end __attribute__((tls_model("initial-exec")));
-
 static void mark(unsigned when)
 {
     if (__builtin_expect(atomic_load_explicit(&probing, memory_order_relaxed) != 0, 0))
         reached |= when;
 }
 
-static void post(uintptr_t start, size_t len)
-{
-    rc_host_libc_post(start, start + len);
-}
+/* The ranges this thread's calls take away, from ucm's word before each
+ * call (VM_UNMAPPED, which says a segment's size and the break where the
+ * call's own arguments do not) to the event of the call after it.  A
+ * stack: a call made inside another's handlers (another handler's own
+ * allocation, a signal handler's unmap) begins and ends within it.  The
+ * after-event finds its call's range by where it starts; one that finds
+ * none (ucm_vm_munmap() called by hand says no call follows) is ended
+ * when the stack is full, oldest first, or by a later call's event that
+ * starts where it does. */
+#define DEPTH 4
+static _Thread_local struct rc_host_leave begun[DEPTH] __attribute__((tls_model("initial-exec")));
+static _Thread_local unsigned n_begun __attribute__((tls_model("initial-exec")));
 
 static void before(int type, union ucm_event *e, void *arg)
 {
     (void)type, (void)arg;
     mark(BEFORE);
-    said_start = (uintptr_t)e->vm_unmapped.address;
-    said_end = said_start + e->vm_unmapped.size;
-    post(said_start, e->vm_unmapped.size);
+    uintptr_t at = (uintptr_t)e->vm_unmapped.address;
+    struct rc_host_leave l;
+    rc_host_leave_begin(&l, at, at + e->vm_unmapped.size);
+    if (l.token == RC_HOST_NO_TOKEN)
+        return;
+    if (n_begun == DEPTH) {
+        rc_host_leave_end(&begun[0]);
+        for (unsigned i = 1; i < DEPTH; i++)
+            begun[i - 1] = begun[i];
+        n_begun--;
+    }
+    begun[n_begun] = l;
+    atomic_signal_fence(memory_order_seq_cst);
+    n_begun++;
 }
 
-/* What ucm said before the call, if it began at `start`; else everything
- * from `start` up (over-invalidating, never missing). */
-static void post_said(uintptr_t start)
+/* The call that began at `at` returned: its range, and any begun after
+ * it, end.  False when none began there. */
+static bool end_at(uintptr_t at)
 {
-    rc_host_libc_post(start, said_start == start ? said_end : UINTPTR_MAX);
+    at &= ~rc_host_page_mask();
+    unsigned i = n_begun;
+    while (i > 0 && begun[i - 1].start != at)
+        i--;
+    if (i == 0)
+        return false;
+    while (n_begun >= i) {
+        unsigned top = n_begun - 1;
+        struct rc_host_leave l = begun[top];
+        n_begun = top;
+        atomic_signal_fence(memory_order_seq_cst);
+        rc_host_leave_end(&l);
+    }
+    return true;
 }
 
+/* After the call: what began before it ends; a range that leaves and
+ * began nowhere (nothing said it before the call) is posted now. */
 static void after(int type, union ucm_event *e, void *arg)
 {
     (void)arg;
     switch (type) {
     case UCM_EVENT_MUNMAP:
         mark(AFTER);
-        post((uintptr_t)e->munmap.address, e->munmap.size);
+        if (!end_at((uintptr_t)e->munmap.address))
+            rc_host_leave_post((uintptr_t)e->munmap.address,
+                               (uintptr_t)e->munmap.address + e->munmap.size);
         break;
     case UCM_EVENT_MREMAP:
-        post((uintptr_t)e->mremap.address, e->mremap.old_size);
-        /* The target it replaced: known only now (it is the result). */
+        if (!end_at((uintptr_t)e->mremap.address))
+            rc_host_leave_post((uintptr_t)e->mremap.address,
+                               (uintptr_t)e->mremap.address + e->mremap.old_size);
+        /* The target it replaced: ucm says it before the call to nobody,
+         * so it is known only now (it is the result). */
         if ((e->mremap.flags & MREMAP_FIXED) && e->mremap.result != MAP_FAILED)
-            post((uintptr_t)e->mremap.result, e->mremap.new_size);
+            rc_host_leave_post((uintptr_t)e->mremap.result,
+                               (uintptr_t)e->mremap.result + e->mremap.new_size);
         break;
     case UCM_EVENT_MMAP:
-        if (e->mmap.flags & MAP_FIXED)
-            post((uintptr_t)e->mmap.address, e->mmap.size);
+        if ((e->mmap.flags & MAP_FIXED) && !end_at((uintptr_t)e->mmap.address))
+            rc_host_leave_post((uintptr_t)e->mmap.address,
+                               (uintptr_t)e->mmap.address + e->mmap.size);
         break;
     case UCM_EVENT_MADVISE:
-        if (rc_host_advice_drops(e->madvise.advice))
-            post((uintptr_t)e->madvise.addr, e->madvise.length);
-        break;
-    case UCM_EVENT_SHMDT:
-        post_said((uintptr_t)e->shmdt.shmaddr);
+        /* Whatever advice ucm said before the call for, that ends. */
+        if (!end_at((uintptr_t)e->madvise.addr) && rc_host_advice_drops(e->madvise.advice))
+            rc_host_leave_post((uintptr_t)e->madvise.addr,
+                               (uintptr_t)e->madvise.addr + e->madvise.length);
         break;
     case UCM_EVENT_SHMAT:
-        if ((e->shmat.shmflg & SHM_REMAP) && e->shmat.shmaddr)
-            post_said((uintptr_t)e->shmat.shmaddr -
-                      ((e->shmat.shmflg & SHM_RND) ? (uintptr_t)e->shmat.shmaddr % SHMLBA : 0));
+        /* Without ucm's word before: everything from there up
+         * (over-invalidating, never missing). */
+        if ((e->shmat.shmflg & SHM_REMAP) && e->shmat.shmaddr) {
+            uintptr_t at = (uintptr_t)e->shmat.shmaddr -
+                           ((e->shmat.shmflg & SHM_RND) ? (uintptr_t)e->shmat.shmaddr % SHMLBA : 0);
+            if (!end_at(at))
+                rc_host_leave_post(at, UINTPTR_MAX);
+        }
+        break;
+    case UCM_EVENT_SHMDT:
+        end_at((uintptr_t)e->shmdt.shmaddr); /* a shared mapping: never watched */
         break;
     case UCM_EVENT_BRK:
-        if (said_start == (uintptr_t)e->brk.addr)
-            post_said(said_start);
+        end_at((uintptr_t)e->brk.addr); /* none began where the break moved up */
         break;
     case UCM_EVENT_SBRK:
         if (e->sbrk.increment < 0)
-            post((uintptr_t)syscall(SYS_brk, 0), (size_t)-e->sbrk.increment);
+            end_at((uintptr_t)syscall(SYS_brk, 0)); /* where it moved down to */
         break;
     default:
         break;
     }
-    said_start = said_end = 0;
 }
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;

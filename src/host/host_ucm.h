@@ -10,8 +10,10 @@
  * What ucm says, and when: UCM_EVENT_VM_UNMAPPED before the call, with the
  * range it takes away (ucm works out a segment's size for shmdt, the
  * break for brk); the call's own event (UCM_EVENT_MUNMAP and the rest) to
- * handlers of priority 0 and above after the call.  Each range is posted
- * (rc_host_libc_post) at both. */
+ * handlers of priority above 0 after the call.  A range begins to leave
+ * at the first (listed in flight, posted) and ends at the second (posted
+ * again), as through libc's hooks (host_leave.h): this way has no unmap
+ * window either. */
 #ifndef RC_HOST_UCM_H
 #define RC_HOST_UCM_H
 

@@ -3,7 +3,8 @@
  * the kernel only reports what happens to their mappings (unmap, remove,
  * remap), wherever that comes from - libc, its internal calls in free(), or
  * a raw system call - and the unmapping thread waits until the event is
- * read.  The monitor's locks serialise every call here (host_monitor.c). */
+ * read.  The monitor's locks serialise every call here (host_monitor.c)
+ * but the reader's, which stops before the fd closes. */
 #ifndef RC_HOST_UFFD_H
 #define RC_HOST_UFFD_H
 
@@ -23,7 +24,7 @@ int rc_host_uffd_fd(void);
 bool rc_host_uffd_register(uintptr_t start, uintptr_t end);
 void rc_host_uffd_unregister(uintptr_t start, uintptr_t end);
 
-/* The monitor thread: read the queued events and post their ranges to the
+/* The reader thread: read the queued events and post their ranges to the
  * queue of unmaps (host_events.h). */
 void rc_host_uffd_read(void);
 

@@ -28,10 +28,11 @@ static int each_mapping(int (*fn)(const struct rc_mapping *m, void *arg), void *
         if (*p != '-')
             continue;
         m.end = (uintptr_t)strtoull(p + 1, &p, 16);
-        if (p[0] != ' ' || p[1] == '\0' || p[2] == '\0' || p[3] == '\0')
+        if (p[0] != ' ' || p[1] == '\0' || p[2] == '\0' || p[3] == '\0' || p[4] == '\0')
             continue;
         m.prot = (p[1] == 'r' ? PROT_READ : 0) | (p[2] == 'w' ? PROT_WRITE : 0) |
                  (p[3] == 'x' ? PROT_EXEC : 0);
+        m.shared = p[4] == 's';
         stop = fn(&m, arg);
     }
     free(line);

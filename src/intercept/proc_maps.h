@@ -3,12 +3,14 @@
 #ifndef RC_PROC_MAPS_H
 #define RC_PROC_MAPS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 struct rc_mapping {
     uintptr_t start, end;
-    int prot; /* PROT_READ | PROT_WRITE | PROT_EXEC */
+    int prot;    /* PROT_READ | PROT_WRITE | PROT_EXEC */
+    bool shared; /* its pages are shared (MAP_SHARED, System V, a memfd's) */
 };
 
 /* The mapping that holds addr: 0 and *m, or -1 (none, or maps unreadable). */

@@ -25,10 +25,10 @@ import xml.dom.minidom
 
 WORKLOADS = {"hits", "threads", "churn", "invalidation", "misses", "ucx", "linked", "pins",
              "host_ranges", "prefetch", "host_monitor", "host_merge", "eager", "host_cache",
-             "instructions"}
+             "instructions", "leave_notice"}
 CPU_WORKLOADS = WORKLOADS - {"ucx", "linked", "pins"}
 THREADS = [1, 2, 4, 8, 16, 24, 32]
-GOALS = 40
+GOALS = 43
 
 
 def fail(msg):

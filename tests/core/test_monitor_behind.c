@@ -1,10 +1,11 @@
 /* Gets of cached host memory while the host memory monitor is behind: its
- * drain hangs in a slow deregistration (a gate in the fake backend's
- * dereg) of a range that was unmapped.  A non-blocking get of a range that
- * no unhandled unmap concerns is a hit at once - it never waits for the
- * drain, and queues nothing - and so is a blocking one; a get of a range
- * that an unmap queued behind the drain concerns is no hit: the
- * non-blocking one returns AGAIN at once, and once the drain ends the
+ * drain, which calls back nobody, is held while it takes an unmapped
+ * range out of another cache (a gate in that cache's listener, which
+ * hears the entry leave under the cache's lock).  A non-blocking get of a
+ * range that no unhandled unmap concerns is a hit at once - it never
+ * waits for the drain, and queues nothing - and so is a blocking one; a
+ * get of a range that an unmap queued behind the drain concerns is no hit:
+ * the non-blocking one returns AGAIN at once, and once the drain ends the
  * range misses.  Hangs are reported by alarm(). */
 #include <pthread.h>
 #include <setjmp.h>
@@ -18,20 +19,28 @@
 
 #include <cmocka.h>
 
+#include "cache.h"
 #include "cache_fixture.h"
 #include "host_events.h"
 #include "test_sync.h"
 
 #define LEN (1 * MiB)
 
-static struct gate dereg_gate;
-static char *slow; /* the range whose deregistration waits at the gate */
+static struct gate drain_gate;
+static char *slow; /* the range whose leave holds the drain at the gate */
 
-static void slow_dereg(void *arg, const struct fake_handle *h)
+static void slow_leave(void *arg, const struct rc_entry_view *e)
 {
     (void)arg;
-    if (h->start >= (uintptr_t)slow && h->start < (uintptr_t)slow + LEN)
-        gate_pass(&dereg_gate);
+    if (e->start >= (uintptr_t)slow && e->start < (uintptr_t)slow + LEN)
+        gate_pass(&drain_gate);
+}
+
+static const struct rc_listener slow_listener = { .on_leave = slow_leave };
+
+static bool deregistered_two(const void *arg)
+{
+    return atomic_load(&((const struct fx *)arg)->fb.deregs) == 2;
 }
 
 static char *anon(void *at, int flags)
@@ -51,11 +60,19 @@ static void gets_while_the_monitor_drains_slowly(void **state)
     struct fx *f = *state;
     f->p.host_memory = 1;
     f->p.alignment = 4096;
-    gate_init(&dereg_gate);
-    f->fb.during_dereg = slow_dereg;
+    gate_init(&drain_gate);
     fx_create(f);
+    /* Newer than f's: the drain comes to it first. */
+    void *other;
+    fx_setup(&other);
+    struct fx *held = other;
+    held->p.host_memory = 1;
+    held->p.alignment = 4096;
+    fx_create(held);
+    assert_true(rc_listen(held->c, &slow_listener, NULL) >= 0);
     slow = anon(NULL, 0);
     char *kept = anon(NULL, 0), *gone = anon(NULL, 0);
+    fx_use(held, (uintptr_t)slow, 4096);
     fx_use(f, (uintptr_t)slow, 4096);
     fx_use(f, (uintptr_t)kept, 4096);
     fx_use(f, (uintptr_t)gone, 4096);
@@ -63,8 +80,9 @@ static void gets_while_the_monitor_drains_slowly(void **state)
 
     alarm(60);
     assert_int_equal(munmap(slow, LEN), 0);
-    assert_true(gate_await(&dereg_gate, 1, HANG_SECONDS));
-    /* The drain is in slow's deregistration; gone's unmap queues behind. */
+    assert_true(gate_await(&drain_gate, 1, HANG_SECONDS));
+    /* The drain is in slow's leave from the other cache; gone's unmap
+     * queues behind. */
     assert_int_equal(munmap(gone, LEN), 0);
     char *fresh = anon(gone, MAP_FIXED_NOREPLACE);
     assert_true(rc_host_monitor_behind());
@@ -82,25 +100,27 @@ static void gets_while_the_monitor_drains_slowly(void **state)
     assert_int_equal(atomic_load(&f->fb.regs), regs);
     fx_assert_stats(f, FX_STAT(hits, 2), FX_STAT(prefetches, 1), NULL);
 
-    /* Once the drain ends, both unmapped ranges are deregistered, and the
-     * new pages registered (by the queued range). */
-    gate_open(&dereg_gate);
+    /* Once the drain ends, both unmapped ranges are deregistered (by the
+     * monitor's thread), and the new pages registered (by the queued
+     * range). */
+    gate_open(&drain_gate);
     assert_int_equal(regcache_prefetch_wait(f->c), REGCACHE_OK);
+    assert_true(wait_until(deregistered_two, f, HANG_SECONDS));
     alarm(0);
-    assert_int_equal(atomic_load(&f->fb.deregs), 2);
     assert_int_equal(atomic_load(&f->fb.regs), regs + 1);
     e = fx_get(f, (uintptr_t)fresh, 4096);
     regcache_put(f->c, e);
     assert_int_equal(atomic_load(&f->fb.regs), regs + 1);
     regcache_destroy(f->c);
     f->c = NULL;
+    fx_teardown(&other);
     munmap(kept, LEN);
     munmap(fresh, LEN);
 }
 
 /* libc cannot be patched where a sanitizer's allocator unmaps by system
  * call, and the userfaultfd would have the unmapping thread wait for the
- * monitor thread that the gate holds: a skip, said so. */
+ * drain that the gate holds: a skip, said so. */
 static bool monitored(void)
 {
     void *state;

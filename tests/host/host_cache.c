@@ -31,18 +31,9 @@ void host_create(struct fx *f)
     const char *why = regcache_validation_reason(f->c);
     if (strstr(why, expected))
         return;
-    if (SANITIZED && strstr(why, "free() of a 64 MiB block")) {
+    if (HX_SANITIZED && strstr(why, "free() of a 64 MiB block")) {
         printf("SKIP: a sanitizer's allocator: %s\n", why);
         exit(77);
     }
     fail_msg("not watched as asked (%s): %s", asked, why);
-}
-
-void host_load_ucm(void)
-{
-    /* libucm leaves some of its symbols to libucs, whose start installs
-     * ucm's hooks. */
-    void *ucs = dlopen("libucs.so.0", RTLD_NOW | RTLD_GLOBAL);
-    if (!ucs || !dlopen("libucm.so.0", RTLD_NOW | RTLD_GLOBAL))
-        fail_msg("libucm.so.0: %s", dlerror());
 }

@@ -11,8 +11,8 @@
 
 #include <cmocka.h>
 
-const char *const libc_fn_names[LIBC_FNS] = { "munmap", "mremap", "mmap", "madvise",
-                                              "brk",    "sbrk",   "shmdt" };
+const char *const libc_fn_names[LIBC_FNS] = { "munmap", "mremap", "mmap",  "madvise",
+                                              "brk",    "sbrk",   "shmat", "shmdt" };
 
 void *libc_fn(const char *name)
 {

@@ -116,7 +116,8 @@ static void munmap_of_a_part_works(void **state)
 int main(void)
 {
     if (strcmp(getenv("REGCACHE_HOST_MONITOR"), "ucm") == 0)
-        host_load_ucm();
+        if (!hx_load_ucm())
+            return 1;
     return FX_RUN(fx_setup, fx_teardown, mremap_moves_the_mapping, mprotect_of_a_part_works,
                   munmap_of_a_part_works);
 }

@@ -31,7 +31,8 @@ static void failed_self_test_leaves_libc_as_it_was(void **state)
     f->p.alignment = 4096;
     fx_create(f);
     const char *why = regcache_validation_reason(f->c);
-    if (!strstr(why, "not monitored (libc not patched: free() of a 64 MiB block"))
+    if (!strstr(why, "not monitored (") ||
+        !strstr(why, "libc not patched: free() of a 64 MiB block"))
         fail_msg("the self-test did not fail as expected: %s", why);
     libc_entries_read(after);
     for (int i = 0; i < LIBC_FNS; i++)

@@ -3,11 +3,14 @@
  * second finds the hooks the first patched into libc and shares them
  * instead of patching on top.  Both copies' caches see every unmap; libc's
  * munmap keeps one patch (no copy patches on top of the other, round after
- * round); and munmap never goes round the two copies' hooks for ever
- * (alarm).  The program does not link the library: it loads the built one
- * and a copy of it under another name, each RTLD_LOCAL. */
+ * round); munmap never goes round the two copies' hooks for ever (alarm);
+ * and the copy that joined has no unmap window either: a registration made
+ * while an unmap is held at its system call is not served once new pages
+ * are there.  The program does not link the library: it loads the built
+ * one and a copy of it under another name, each RTLD_LOCAL. */
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -18,6 +21,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -25,21 +29,23 @@
 #include "hang_alarm.h"
 #include "host_case.h"
 #include "loaded_regcache.h"
+#include "syscall_trap.h"
 
 #define LEN ((size_t)4 << 20)
 #define ROUNDS 4
 
-/* Each copy's backend counts its deregistrations. */
+/* Each copy's backend counts its registrations and deregistrations. */
 struct copy {
     struct loaded_regcache api;
     struct regcache_backend backend;
     regcache_t *cache;
-    atomic_int deregs;
+    atomic_int regs, deregs;
 };
 
 static int reg(void *arg, void *addr, size_t len, int device, int rail, void **handle)
 {
-    (void)arg, (void)len, (void)device, (void)rail;
+    (void)len, (void)device, (void)rail;
+    atomic_fetch_add(&((struct copy *)arg)->regs, 1);
     *handle = addr;
     return 0;
 }
@@ -85,7 +91,7 @@ static void open_copy(struct copy *c, const char *path)
     p.alignment = 4096;
     assert_int_equal(c->api.create(&p, &c->cache), REGCACHE_OK);
     const char *why = c->api.validation_reason(c->cache);
-    if (SANITIZED && strstr(why, "free() of a 64 MiB block")) {
+    if (HX_SANITIZED && strstr(why, "free() of a 64 MiB block")) {
         printf("SKIP: a sanitizer's allocator: %s\n", why);
         exit(77);
     }
@@ -100,19 +106,44 @@ static void use(struct copy *c, void *p)
     c->api.put(c->cache, e);
 }
 
-static void copies_share_the_hooks(void **state)
+/* The first copy (which patches libc) and the second (which joins it),
+ * open for the process's life. */
+static struct copy a, b;
+
+static int open_copies(void **state)
 {
     (void)state;
     char dir[] = "/tmp/regcache-copies-XXXXXX", path[64];
     assert_non_null(mkdtemp(dir));
     snprintf(path, sizeof path, "%s/libregcache-copy.so", dir);
     copy_library(path);
-    static struct copy a, b;
-    hang_alarm(60, "mmap or munmap went round the two copies' hooks");
     open_copy(&a, REGCACHE_LIBRARY);
     open_copy(&b, path);
     unlink(path);
     rmdir(dir);
+    return 0;
+}
+
+static int close_copies(void **state)
+{
+    (void)state;
+    a.api.destroy(a.cache);
+    b.api.destroy(b.cache);
+    return 0;
+}
+
+/* Deregistrations come from each copy's monitor thread: the copy's count
+ * reaches n (the hang alarm says when it never does). */
+static void wait_for_deregs(struct copy *c, int n)
+{
+    while (atomic_load(&c->deregs) < n)
+        usleep(1000);
+}
+
+static void copies_share_the_hooks(void **state)
+{
+    (void)state;
+    hang_alarm(60, "mmap or munmap went round the two copies' hooks");
     uint8_t *entry = libc_fn("munmap"), patched[ENTRY_BYTES];
     memcpy(patched, entry, sizeof patched);
     char *p = mmap(NULL, LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -128,6 +159,8 @@ static void copies_share_the_hooks(void **state)
                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0) == p);
         use(&a, p);
         use(&b, p);
+        wait_for_deregs(&a, round + 1);
+        wait_for_deregs(&b, round + 1);
         if (atomic_load(&a.deregs) != round + 1 || atomic_load(&b.deregs) != round + 1)
             fail_msg("round %d: the first copy deregistered %d entries, the second %d", round,
                      atomic_load(&a.deregs), atomic_load(&b.deregs));
@@ -135,13 +168,70 @@ static void copies_share_the_hooks(void **state)
             fail_msg("round %d: munmap's entry was patched again", round);
     }
     hang_alarm_off();
-    a.api.destroy(a.cache);
-    b.api.destroy(b.cache);
+    munmap(p, LEN);
+}
+
+/* The held unmap: its address, and two pipes - the trap's handler says it
+ * is held on one and waits on the other. */
+static uintptr_t held_addr;
+static int held_fd[2], go_fd[2];
+
+static long hold_the_call(const long args[6], void *unused)
+{
+    (void)unused;
+    char c = 0;
+    ssize_t n = write(held_fd[1], &c, 1);
+    n = read(go_fd[0], &c, 1);
+    (void)n;
+    return syscall_trap_pass(args);
+}
+
+/* In the held thread: no cmocka there. */
+static void *unmap_held(void *p)
+{
+    if (syscall_trap_install_at(SYS_munmap, held_addr, hold_the_call, NULL) != 0 ||
+        munmap(p, LEN) != 0)
+        abort();
+    return NULL;
+}
+
+static void joined_copy_has_no_unmap_window(void **state)
+{
+    (void)state;
+    hang_alarm(60, "the unmap held at its system call");
+    char *p = mmap(NULL, LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(p != MAP_FAILED);
+    p[0] = 1;
+    held_addr = (uintptr_t)p;
+    assert_int_equal(pipe(held_fd), 0);
+    assert_int_equal(pipe(go_fd), 0);
+    int regs = atomic_load(&b.regs);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, unmap_held, p), 0);
+    char c;
+    assert_int_equal(read(held_fd[0], &c, 1), 1);
+    /* Held at the call: the old pages are still there, and the second
+     * copy registers them. */
+    use(&b, p);
+    assert_int_equal(write(go_fd[1], &c, 1), 1);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_true(mmap(p, LEN, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0) == p);
+    p[0] = 2;
+    use(&b, p);
+    if (atomic_load(&b.regs) != regs + 2)
+        fail_msg("the second copy served the new pages a registration of the old ones");
+    hang_alarm_off();
+    for (int i = 0; i < 2; i++) {
+        close(held_fd[i]);
+        close(go_fd[i]);
+    }
     munmap(p, LEN);
 }
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = { cmocka_unit_test(copies_share_the_hooks) };
-    return cmocka_run_group_tests_name("two_copies", tests, NULL, NULL);
+    const struct CMUnitTest tests[] = { cmocka_unit_test(copies_share_the_hooks),
+                                        cmocka_unit_test(joined_copy_has_no_unmap_window) };
+    return cmocka_run_group_tests_name("two_copies", tests, open_copies, close_copies);
 }
