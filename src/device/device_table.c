@@ -110,6 +110,12 @@ int rc_dtable_create(struct rc_dtable **out, regcache_t *cache, int device,
     t->p = *p;
     pthread_mutex_init(&t->writer, NULL);
     pthread_mutex_init(&t->applier, NULL);
+    pthread_mutex_init(&t->nap, NULL);
+    pthread_condattr_t monotonic;
+    pthread_condattr_init(&monotonic);
+    pthread_condattr_setclock(&monotonic, CLOCK_MONOTONIC); /* rc_dtable_clock()'s */
+    pthread_cond_init(&t->kicked, &monotonic);
+    pthread_condattr_destroy(&monotonic);
     unsigned bits = (unsigned)__builtin_ctzll(p->page_slots);
     size_t chunks = p->page_slots / RC_KT_CHUNK + 1;
     int rc = rc_kt_init(&t->kt, bits, p->max_probe, (uint32_t)p->records)
@@ -152,8 +158,15 @@ void rc_dtable_destroy(struct rc_dtable *t, bool child)
     free(t->copies);
     free(t->given_up);
     free(t->open);
-    pthread_mutex_destroy(&t->drain_lock);
-    pthread_mutex_destroy(&t->writer);
-    pthread_mutex_destroy(&t->applier);
+    /* A fork child's copies of the locks may be held, and the condition
+     * waited on, by the parent's threads: destroying that condition would
+     * wait for a waiter that is not in this process. */
+    if (!child) {
+        pthread_mutex_destroy(&t->drain_lock);
+        pthread_mutex_destroy(&t->writer);
+        pthread_mutex_destroy(&t->applier);
+        pthread_mutex_destroy(&t->nap);
+        pthread_cond_destroy(&t->kicked);
+    }
     free(t);
 }

@@ -60,11 +60,17 @@ struct rc_dtable {
     } * open;
 
     /* The ring's reader (regcache-keys) and the table's writer
-     * (regcache-kwrite). */
+     * (regcache-kwrite), which sleeps until the reader kicks it: kicks
+     * counts the kicks, under nap; asleep says the writer waits for one.
+     * Both sleep on `kicked`, which stopping broadcasts. */
     pthread_t reader, writer_thread;
     bool reading, writing;
     atomic_bool stop;
     uint64_t next_ticket;
+    pthread_mutex_t nap;
+    pthread_cond_t kicked;
+    uint64_t kicks;
+    atomic_bool asleep;
 
     atomic_uint_fast64_t flushes, flush_failures, flush_ns_total, flush_ns_max, requests,
         request_failures, answer_ns_total, answer_ns_max, register_ns_total, register_ns_max,
@@ -87,6 +93,12 @@ void rc_dtable_apply_lock(struct rc_dtable *t);
 /* Apply what was published and left, and write it to the device; return
  * once the device holds it.  REGCACHE_OK or ERR_CUDA (counted). */
 int rc_dtable_flush(struct rc_dtable *t);
+
+/* Every removal numbered so far reads on the device (its record empty),
+ * and nothing else is written: what a free notice and a deregistration
+ * wait for.  Returns once the device holds it; REGCACHE_OK or ERR_CUDA
+ * (counted as a failed write). */
+int rc_dtable_write_removals(struct rc_dtable *t);
 
 /* Before a deregistration: removal number `removal` is written (flushed),
  * and every hold section open then has ended, or drain_timeout_ns passed. */

@@ -16,7 +16,23 @@
  * short) and, in C, one per run of changed slot chunks. */
 #include "device_table.h"
 
+#include <stddef.h>
 #include <string.h>
+
+/* Dirty chunks this close together go in one copy: rewriting the clean
+ * chunks between them (the image holds there what the device holds) costs
+ * less than a copy of its own - 32 KiB at the bus's speed against a call
+ * into the driver - and a burst of entries scatters its slots over most of
+ * a large table, a few chunks apart. */
+#define RC_KT_GAP 8
+
+/* The copy of slot chunks [first, end) from the image. */
+static struct rc_copy slot_run(const struct rc_dtable *t, size_t first, size_t end)
+{
+    size_t at = first * RC_KT_CHUNK, bytes = (end - first) * RC_KT_CHUNK * sizeof *t->image_slots;
+    return (struct rc_copy){ (uint64_t)(uintptr_t)t->desc.slots + at * sizeof *t->image_slots,
+                             &t->image_slots[at], bytes };
+}
 
 /* Under kt's lock: the slot lines changed go to the image (the others hold
  * there what the device holds), and the runs of chunks they lie in become
@@ -24,29 +40,20 @@
 static void take_slot_runs(struct rc_dtable *t, size_t *n)
 {
     struct rc_key_table *kt = &t->kt;
-    size_t chunks = kt->nslots / RC_KT_CHUNK;
-    uint64_t slots = (uint64_t)(uintptr_t)t->desc.slots;
-    for (size_t c = 0; c < chunks;) {
-        if (!kt->chunk_dirty[c]) {
-            c++;
-            continue;
+    size_t first = 0, end = 0; /* the run gathered: chunks [first, end); none while end is 0 */
+    for (size_t c = rc_kt_next_chunk_locked(kt, 0); c < kt->nchunks;
+         c = rc_kt_next_chunk_locked(kt, c + 1)) {
+        rc_kt_take_chunk_locked(kt, c, t->image_slots);
+        if (end && c - end > RC_KT_GAP) {
+            t->copies[(*n)++] = slot_run(t, first, end);
+            end = 0;
         }
-        size_t first = c;
-        for (; c < chunks && kt->chunk_dirty[c]; c++) {
-            kt->chunk_dirty[c] = 0;
-            for (size_t l = c * (RC_KT_CHUNK / RC_KT_LINE);
-                 l < (c + 1) * (RC_KT_CHUNK / RC_KT_LINE); l++) {
-                if (!kt->line_dirty[l])
-                    continue;
-                kt->line_dirty[l] = 0;
-                memcpy(&t->image_slots[l * RC_KT_LINE], &kt->slots[l * RC_KT_LINE],
-                       RC_KT_LINE * sizeof *kt->slots);
-            }
-        }
-        size_t at = first * RC_KT_CHUNK, count = (c - first) * RC_KT_CHUNK;
-        t->copies[(*n)++] = (struct rc_copy){ slots + at * sizeof *kt->slots, &t->image_slots[at],
-                                              count * sizeof *kt->slots };
+        if (!end)
+            first = c;
+        end = c + 1;
     }
+    if (end)
+        t->copies[(*n)++] = slot_run(t, first, end);
 }
 
 /* The queue goes a step at a time: the cache lock's holders (publishing,
@@ -73,6 +80,17 @@ static int copy(struct rc_dtable *t, const struct rc_copy *c, size_t n)
     return n ? rc_devmem_copy(&t->mem, c, n) : REGCACHE_OK;
 }
 
+/* Step A of record r: the device holds an entry in it (the image's number
+ * is even) and the host's copy now says `seq`: the number turns odd.
+ * True when it did. */
+static bool empty_on_device(struct regcache_device_record *img, uint64_t seq)
+{
+    if ((img->seq & 1) || img->seq == seq)
+        return false;
+    img->seq = seq & 1 ? seq : seq - 1;
+    return true;
+}
+
 /* Steps A to C over records [lo, hi], the slot copies t->copies[1 .. runs]
  * going with the last step. */
 static int write_steps(struct rc_dtable *t, uint32_t lo, uint32_t hi, size_t runs)
@@ -80,14 +98,8 @@ static int write_steps(struct rc_dtable *t, uint32_t lo, uint32_t hi, size_t run
     struct regcache_device_record *img = t->image_records, *want = t->want;
     bool a = false, b = false;
     for (uint32_t r = lo; r <= hi && lo <= hi; r++) {
-        uint64_t g = img[r].seq, d = want[r].seq;
-        if (d == g)
-            continue;
-        if (!(g & 1)) {
-            img[r].seq = d & 1 ? d : d - 1;
-            a = true;
-        }
-        b |= !(d & 1);
+        a |= empty_on_device(&img[r], want[r].seq);
+        b |= !(want[r].seq & 1) && img[r].seq != want[r].seq;
     }
     uint64_t records = (uint64_t)(uintptr_t)t->desc.records_at;
     t->copies[0] = (struct rc_copy){ records + lo * sizeof *img, &img[lo],
@@ -114,6 +126,22 @@ static int write_steps(struct rc_dtable *t, uint32_t lo, uint32_t hi, size_t run
     return rc;
 }
 
+/* Under the writer's lock: a write that began at `begun` ended with rc;
+ * when it succeeded, removals up to number `removals` are on the device. */
+static int written(struct rc_dtable *t, uint64_t begun, int rc, uint64_t removals)
+{
+    if (rc == REGCACHE_OK) {
+        atomic_store_explicit(&t->flushed, removals, memory_order_release);
+        atomic_fetch_add_explicit(&t->flushes, 1, memory_order_relaxed);
+    } else {
+        atomic_fetch_add_explicit(&t->flush_failures, 1, memory_order_relaxed);
+    }
+    uint64_t ns = rc_dtable_clock() - begun;
+    atomic_fetch_add_explicit(&t->flush_ns_total, ns, memory_order_relaxed);
+    rc_dtable_raise(&t->flush_ns_max, ns);
+    return rc;
+}
+
 int rc_dtable_flush(struct rc_dtable *t)
 {
     struct rc_key_table *kt = &t->kt;
@@ -133,16 +161,45 @@ int rc_dtable_flush(struct rc_dtable *t)
     uint64_t removals = kt->removals;
     pthread_mutex_unlock(&kt->lock);
 
-    int rc = write_steps(t, lo, hi, n - 1);
-    if (rc == REGCACHE_OK) {
-        atomic_store_explicit(&t->flushed, removals, memory_order_release);
-        atomic_fetch_add_explicit(&t->flushes, 1, memory_order_relaxed);
-    } else {
-        atomic_fetch_add_explicit(&t->flush_failures, 1, memory_order_relaxed);
+    int rc = written(t, begun, write_steps(t, lo, hi, n - 1), removals);
+    pthread_mutex_unlock(&t->writer);
+    return rc;
+}
+
+/* Step A alone, for every record changed since the last write whose entry
+ * the device still holds.  A removal needs no more: a lookup accepts a
+ * record only while its number is the one its slot carries, which is
+ * even, so the record and every slot naming it are dead from this word on.
+ * The slots themselves, the queue and the new records are the writer's
+ * next write; a record the device never held (its number still odd there)
+ * needs nothing. */
+int rc_dtable_write_removals(struct rc_dtable *t)
+{
+    struct rc_key_table *kt = &t->kt;
+    struct regcache_device_record *img = t->image_records;
+    pthread_mutex_lock(&t->writer);
+    uint64_t begun = rc_dtable_clock();
+    pthread_mutex_lock(&kt->lock);
+    uint64_t removals = kt->removals;
+    uint32_t lo = kt->nrecords, hi = 0;
+    for (uint32_t r = kt->dirty_lo; r <= kt->dirty_hi; r++) {
+        if (empty_on_device(&img[r], kt->records[r].seq)) {
+            lo = r < lo ? r : lo;
+            hi = r;
+        }
     }
-    uint64_t ns = rc_dtable_clock() - begun;
-    atomic_fetch_add_explicit(&t->flush_ns_total, ns, memory_order_relaxed);
-    rc_dtable_raise(&t->flush_ns_max, ns);
+    pthread_mutex_unlock(&kt->lock);
+    int rc = REGCACHE_OK;
+    if (lo <= hi) {
+        /* The words from the first number to the last: one word when one
+         * record changed (what lies between is what the device holds). */
+        size_t seq = offsetof(struct regcache_device_record, seq);
+        struct rc_copy c = { (uint64_t)(uintptr_t)t->desc.records_at + lo * sizeof *img + seq,
+                             (char *)&img[lo] + seq, (hi - lo) * sizeof *img + sizeof img[lo].seq };
+        rc = written(t, begun, copy(t, &c, 1), removals);
+    } else {
+        atomic_store_explicit(&t->flushed, removals, memory_order_release);
+    }
     pthread_mutex_unlock(&t->writer);
     return rc;
 }

@@ -63,8 +63,9 @@ struct rc_key_table {
      * the device is sent) and the slot lines in them (what the snapshot
      * copies, under the lock). */
     uint32_t dirty_lo, dirty_hi; /* dirty_lo > dirty_hi: none */
-    uint8_t *chunk_dirty;        /* [nslots / RC_KT_CHUNK] */
-    uint8_t *line_dirty;         /* [nslots / RC_KT_LINE] */
+    size_t nchunks;              /* nslots / RC_KT_CHUNK */
+    uint64_t *chunk_bits;        /* bit c: chunk c changed */
+    uint16_t *line_bits;         /* [nchunks]: bit l: line l of the chunk changed */
     size_t used_slots, deleted_slots;
     uint64_t removals;   /* removals numbered so far */
     uint64_t live;       /* records holding an entry */
@@ -78,6 +79,7 @@ struct rc_key_table {
  * its slots over most chunks of a large table. */
 #define RC_KT_CHUNK 256
 #define RC_KT_LINE 16
+_Static_assert(RC_KT_CHUNK / RC_KT_LINE == 16, "a chunk's lines are the bits of a uint16_t");
 
 int rc_kt_init(struct rc_key_table *t, unsigned slot_bits, unsigned max_probe, uint32_t nrecords);
 void rc_kt_fini(struct rc_key_table *t);
@@ -104,6 +106,14 @@ bool rc_kt_apply_step_locked(struct rc_key_table *t, size_t *next);
 
 /* Under t->lock, after the queue was applied to its end: empty it. */
 void rc_kt_queue_done_locked(struct rc_key_table *t);
+
+/* Under t->lock.  The first chunk changed since it was last taken, from
+ * chunk `from` on; t->nchunks when none. */
+size_t rc_kt_next_chunk_locked(const struct rc_key_table *t, size_t from);
+
+/* Under t->lock.  The lines of chunk c that changed are copied to the same
+ * place of `to` (an image of the slots), and the chunk reads unchanged. */
+void rc_kt_take_chunk_locked(struct rc_key_table *t, size_t c, struct regcache_device_slot *to);
 
 /* Under t->lock.  Every record empty, every slot unused (the table is
  * being detached). */
