@@ -122,11 +122,13 @@ int rc_dtable_create(struct rc_dtable **out, regcache_t *cache, int device,
                  ? rc_fail(REGCACHE_ERR_NO_MEMORY, "out of memory for a device key table")
                  : REGCACHE_OK;
     t->want = malloc(p->records * sizeof *t->want);
-    t->copies = malloc((chunks + 2) * sizeof *t->copies);
+    t->ncopies = chunks + 2;
+    t->copies = malloc(t->ncopies * sizeof *t->copies);
+    t->removed = malloc(p->records * sizeof *t->removed);
     t->given_up = calloc(p->hold_slots, sizeof *t->given_up);
     t->open = malloc(p->hold_slots * sizeof *t->open);
     pthread_mutex_init(&t->drain_lock, NULL);
-    if (rc == REGCACHE_OK && (!t->want || !t->copies || !t->given_up || !t->open))
+    if (rc == REGCACHE_OK && (!t->want || !t->copies || !t->removed || !t->given_up || !t->open))
         rc = rc_fail(REGCACHE_ERR_NO_MEMORY, "out of memory for a device key table");
     struct layout l = layout_of(p);
     if (rc == REGCACHE_OK)
@@ -156,6 +158,7 @@ void rc_dtable_destroy(struct rc_dtable *t, bool child)
         rc_kt_fini(&t->kt);
     free(t->want);
     free(t->copies);
+    free(t->removed);
     free(t->given_up);
     free(t->open);
     /* A fork child's copies of the locks may be held, and the condition

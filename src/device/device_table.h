@@ -46,7 +46,9 @@ struct rc_dtable {
      * of copies.  Applying the queue: one at a time, under applier. */
     pthread_mutex_t writer, applier;
     struct regcache_device_record *want;
-    struct rc_copy *copies;
+    struct rc_copy *copies; /* [ncopies] */
+    size_t ncopies;
+    uint32_t *removed;            /* [records]: the removals a write takes */
     atomic_bool dirty;            /* published since the last flush */
     atomic_uint_fast64_t flushed; /* removals written to the device */
     atomic_uint_fast64_t drained; /* removals whose sections ended */

@@ -17,6 +17,7 @@
 #include "device_table.h"
 
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Dirty chunks this close together go in one copy: rewriting the clean
@@ -158,6 +159,7 @@ int rc_dtable_flush(struct rc_dtable *t)
     kt->dirty_hi = 0;
     size_t n = 1; /* t->copies[0] is the span of records */
     take_slot_runs(t, &n);
+    rc_kt_take_unsent_locked(kt, NULL); /* their step A is below */
     uint64_t removals = kt->removals;
     pthread_mutex_unlock(&kt->lock);
 
@@ -166,40 +168,64 @@ int rc_dtable_flush(struct rc_dtable *t)
     return rc;
 }
 
-/* Step A alone, for every record changed since the last write whose entry
- * the device still holds.  A removal needs no more: a lookup accepts a
- * record only while its number is the one its slot carries, which is
- * even, so the record and every slot naming it are dead from this word on.
- * The slots themselves, the queue and the new records are the writer's
- * next write; a record the device never held (its number still odd there)
- * needs nothing. */
+/* Removed records this close together are written in one copy, from the
+ * first's number to the last's (what lies between is what the device
+ * holds). */
+#define RC_REMOVAL_GAP 64
+
+static int by_index(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The copy of the numbers of records first .. last from the image. */
+static struct rc_copy numbers(const struct rc_dtable *t, uint32_t first, uint32_t last)
+{
+    const struct regcache_device_record *img = t->image_records;
+    size_t seq = offsetof(struct regcache_device_record, seq);
+    return (struct rc_copy){ (uint64_t)(uintptr_t)t->desc.records_at + first * sizeof *img + seq,
+                             (const char *)&img[first] + seq,
+                             (last - first) * sizeof *img + sizeof img[first].seq };
+}
+
+/* Step A alone, for the records whose entry left since the device was last
+ * written and which the device still holds.  A removal needs no more: a
+ * lookup accepts a record only while its number is the one its slot
+ * carries, which is even, so the record and every slot naming it are dead
+ * from this word on.  The slots themselves, the queue and new records are
+ * the writer's next write; a record the device never held (its number
+ * still odd there) needs nothing. */
 int rc_dtable_write_removals(struct rc_dtable *t)
 {
     struct rc_key_table *kt = &t->kt;
-    struct regcache_device_record *img = t->image_records;
+    uint32_t *gone = t->removed;
     pthread_mutex_lock(&t->writer);
     uint64_t begun = rc_dtable_clock();
     pthread_mutex_lock(&kt->lock);
     uint64_t removals = kt->removals;
-    uint32_t lo = kt->nrecords, hi = 0;
-    for (uint32_t r = kt->dirty_lo; r <= kt->dirty_hi; r++) {
-        if (empty_on_device(&img[r], kt->records[r].seq)) {
-            lo = r < lo ? r : lo;
-            hi = r;
+    uint32_t n = rc_kt_take_unsent_locked(kt, gone), held = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (empty_on_device(&t->image_records[gone[i]], kt->records[gone[i]].seq))
+            gone[held++] = gone[i];
+    pthread_mutex_unlock(&kt->lock);
+    if (held > 1)
+        qsort(gone, held, sizeof *gone, by_index);
+    int rc = REGCACHE_OK;
+    size_t copies = 0;
+    for (uint32_t i = 0, j; i < held && rc == REGCACHE_OK; i = j + 1) {
+        for (j = i; j + 1 < held && gone[j + 1] - gone[j] <= RC_REMOVAL_GAP; j++)
+            ;
+        t->copies[copies++] = numbers(t, gone[i], gone[j]);
+        if (copies == t->ncopies || j + 1 == held) {
+            rc = copy(t, t->copies, copies);
+            copies = 0;
         }
     }
-    pthread_mutex_unlock(&kt->lock);
-    int rc = REGCACHE_OK;
-    if (lo <= hi) {
-        /* The words from the first number to the last: one word when one
-         * record changed (what lies between is what the device holds). */
-        size_t seq = offsetof(struct regcache_device_record, seq);
-        struct rc_copy c = { (uint64_t)(uintptr_t)t->desc.records_at + lo * sizeof *img + seq,
-                             (char *)&img[lo] + seq, (hi - lo) * sizeof *img + sizeof img[lo].seq };
-        rc = written(t, begun, copy(t, &c, 1), removals);
-    } else {
+    if (held)
+        written(t, begun, rc, removals);
+    else
         atomic_store_explicit(&t->flushed, removals, memory_order_release);
-    }
     pthread_mutex_unlock(&t->writer);
     return rc;
 }

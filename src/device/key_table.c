@@ -47,11 +47,13 @@ int rc_kt_init(struct rc_key_table *t, unsigned slot_bits, unsigned max_probe, u
     t->owner = calloc(nrecords, sizeof *t->owner);
     t->free_records = malloc(nrecords * sizeof *t->free_records);
     t->leaving = malloc(nrecords * sizeof *t->leaving);
+    t->unsent = malloc(nrecords * sizeof *t->unsent);
+    t->unsent_mark = calloc(nrecords, sizeof *t->unsent_mark);
     t->members = calloc(t->member_cap, sizeof *t->members);
     t->chunk_bits = calloc(chunk_words(t), sizeof *t->chunk_bits);
     t->line_bits = calloc(t->nchunks, sizeof *t->line_bits);
-    if (!t->slots || !t->records || !t->owner || !t->free_records || !t->leaving || !t->members ||
-        !t->chunk_bits || !t->line_bits) {
+    if (!t->slots || !t->records || !t->owner || !t->free_records || !t->leaving || !t->unsent ||
+        !t->unsent_mark || !t->members || !t->chunk_bits || !t->line_bits) {
         rc_kt_fini(t);
         return -1;
     }
@@ -75,6 +77,8 @@ void rc_kt_fini(struct rc_key_table *t)
     free(t->owner);
     free(t->free_records);
     free(t->leaving);
+    free(t->unsent);
+    free(t->unsent_mark);
     free(t->members);
     free(t->chunk_bits);
     free(t->line_bits);
@@ -338,6 +342,10 @@ uint64_t rc_kt_leave_locked(struct rc_key_table *t, const void *id)
     set_seq(t, r, t->records[r].seq + 1); /* odd: empty from the next write on */
     record_dirty(t, r);
     t->leaving[t->nleaving++] = r;
+    if (!t->unsent_mark[r]) {
+        t->unsent_mark[r] = 1;
+        t->unsent[t->nunsent++] = r;
+    }
     t->live--;
     t->removed++;
     m->record = 0;
@@ -410,6 +418,18 @@ static void apply_insert(struct rc_key_table *t, const struct rc_kt_insert *in)
     for (uint64_t p = first_page(in->start); p <= last_page(in->end); p++)
         if (!insert_slot(t, p, r))
             t->unmirrored++;
+}
+
+uint32_t rc_kt_take_unsent_locked(struct rc_key_table *t, uint32_t *out)
+{
+    uint32_t n = t->nunsent;
+    for (uint32_t i = 0; i < n; i++) {
+        if (out)
+            out[i] = t->unsent[i];
+        t->unsent_mark[t->unsent[i]] = 0;
+    }
+    t->nunsent = 0;
+    return n;
 }
 
 bool rc_kt_apply_step_locked(struct rc_key_table *t, size_t *next)

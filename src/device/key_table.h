@@ -55,6 +55,10 @@ struct rc_key_table {
     /* Records whose entry left: their slots go and they are freed at the
      * next apply. */
     uint32_t *leaving, nleaving;
+    /* Records whose entry left since the device was last written, once
+     * each (unsent_mark[r]): the removals a free notice waits for. */
+    uint32_t *unsent, nunsent;
+    uint8_t *unsent_mark;
     struct rc_kt_member *members; /* open addressing by id */
     size_t nmembers, member_cap, member_tombs;
     struct rc_kt_insert *queue;
@@ -106,6 +110,11 @@ bool rc_kt_apply_step_locked(struct rc_key_table *t, size_t *next);
 
 /* Under t->lock, after the queue was applied to its end: empty it. */
 void rc_kt_queue_done_locked(struct rc_key_table *t);
+
+/* Under t->lock.  The records whose entry left since this was last asked
+ * (or the device last written) go to out[] (room for nrecords), or
+ * nowhere when out is NULL: how many. */
+uint32_t rc_kt_take_unsent_locked(struct rc_key_table *t, uint32_t *out);
 
 /* Under t->lock.  The first chunk changed since it was last taken, from
  * chunk `from` on; t->nchunks when none. */

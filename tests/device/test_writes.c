@@ -177,35 +177,48 @@ static void unwritten_record_needs_no_write(void **state)
 }
 
 /* Records the device holds: one word for one of them, the span from the
- * first number to the last for two; each record dead on the device. */
+ * first number to the last for two close together, a word each for two
+ * far apart; each record dead on the device, the others still there. */
 static void removals_write_numbers_only(void **state)
 {
-    struct rc_dtable *t = table(*state);
-    for (uint64_t page = 2000; page < 2004; page++)
+    struct kx *k = *state;
+    enum { N = 80 };
+    struct rc_dtable *t = table(k);
+    for (uint64_t page = 2000; page < 2000 + N; page++)
         publish(t, page, (uint32_t)page);
     assert_int_equal(rc_dtable_flush(t), REGCACHE_OK);
-    struct regcache_device_key key[4];
-    for (int i = 0; i < 4; i++)
+    struct regcache_device_key key[N];
+    for (int i = 0; i < N; i++)
         assert_int_equal(look(t, 2000 + (uint64_t)i, &key[i]), REGCACHE_DEVICE_HIT);
+    assert_true(key[N - 1].record - key[0].record > 64);
     reset_copies();
     leave(t, 2001);
     assert_int_equal(rc_dtable_write_removals(t), REGCACHE_OK);
     assert_int_equal(atomic_load(&fake_gpu.copies), 1);
     assert_int_equal(atomic_load(&fake_gpu.bytes_copied), sizeof(uint64_t));
     reset_copies();
-    leave(t, 2000);
     leave(t, 2003);
+    leave(t, 2000);
     assert_int_equal(rc_dtable_write_removals(t), REGCACHE_OK);
     assert_int_equal(atomic_load(&fake_gpu.copies), 1);
     assert_int_equal(atomic_load(&fake_gpu.bytes_copied),
                      (key[3].record - key[0].record) * sizeof(struct regcache_device_record) +
                          sizeof(uint64_t));
-    assert_int_equal(atomic_load(&t->flushed), 3);
+    reset_copies();
+    leave(t, 2000 + N - 1);
+    leave(t, 2004);
+    assert_int_equal(rc_dtable_write_removals(t), REGCACHE_OK);
+    assert_int_equal(atomic_load(&fake_gpu.copies), 2);
+    assert_int_equal(atomic_load(&fake_gpu.bytes_copied), 2 * sizeof(uint64_t));
+    assert_int_equal(atomic_load(&t->flushed), 5);
     struct regcache_device_key found;
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < N; i++) {
+        bool left = i <= 1 || i == 3 || i == 4 || i == N - 1;
         assert_int_equal(look(t, 2000 + (uint64_t)i, &found),
-                         i == 2 ? REGCACHE_DEVICE_HIT : REGCACHE_DEVICE_MISS);
-    assert_int_equal(found.lkey, 2002);
+                         left ? REGCACHE_DEVICE_MISS : REGCACHE_DEVICE_HIT);
+        if (!left)
+            assert_int_equal(found.lkey, 2000 + i);
+    }
     rc_dtable_destroy(t, false);
 }
 
