@@ -73,6 +73,9 @@ struct rc_dtable {
     pthread_cond_t kicked;
     uint64_t kicks;
     atomic_bool asleep;
+    /* Bytes the table's copies wrote, and until when the writer rests
+     * after its last write (a nanosecond a byte it copied). */
+    atomic_uint_fast64_t bytes_written, rest_until;
 
     atomic_uint_fast64_t flushes, flush_failures, flush_ns_total, flush_ns_max, requests,
         request_failures, answer_ns_total, answer_ns_max, register_ns_total, register_ns_max,
@@ -105,6 +108,16 @@ int rc_dtable_write_removals(struct rc_dtable *t);
 /* Before a deregistration: removal number `removal` is written (flushed),
  * and every hold section open then has ended, or drain_timeout_ns passed. */
 void rc_dtable_drain(struct rc_dtable *t, uint64_t removal);
+
+/* The writer's write: rc_dtable_flush(), then a rest of a nanosecond for
+ * each byte it copied. */
+void rc_dtable_write_and_rest(struct rc_dtable *t);
+
+/* Whether the ring's reader kicks the writer at time `now` (the clock's),
+ * having last kicked it at `last`: something was published, the writer
+ * sleeps and has rested as long as its last write asked, and poll_ns
+ * passed since the last kick. */
+bool rc_dtable_writer_due(struct rc_dtable *t, uint64_t now, uint64_t last);
 
 /* Start and stop the table's threads: the ring's reader and the writer. */
 int rc_dtable_start(struct rc_dtable *t);

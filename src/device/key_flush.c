@@ -35,16 +35,15 @@ static struct rc_copy slot_run(const struct rc_dtable *t, size_t first, size_t e
                              &t->image_slots[at], bytes };
 }
 
-/* Under kt's lock: the slot lines changed go to the image (the others hold
- * there what the device holds), and the runs of chunks they lie in become
- * copies appended to t->copies[*n]. */
+/* Under the applier's lock: the slot lines changed go to the image (the
+ * others hold there what the device holds), and the runs of chunks they
+ * lie in become copies appended to t->copies[*n]. */
 static void take_slot_runs(struct rc_dtable *t, size_t *n)
 {
     struct rc_key_table *kt = &t->kt;
     size_t first = 0, end = 0; /* the run gathered: chunks [first, end); none while end is 0 */
-    for (size_t c = rc_kt_next_chunk_locked(kt, 0); c < kt->nchunks;
-         c = rc_kt_next_chunk_locked(kt, c + 1)) {
-        rc_kt_take_chunk_locked(kt, c, t->image_slots);
+    for (size_t c = rc_kt_next_chunk(kt, 0); c < kt->nchunks; c = rc_kt_next_chunk(kt, c + 1)) {
+        rc_kt_take_chunk(kt, c, t->image_slots);
         if (end && c - end > RC_KT_GAP) {
             t->copies[(*n)++] = slot_run(t, first, end);
             end = 0;
@@ -61,23 +60,30 @@ static void take_slot_runs(struct rc_dtable *t, size_t *n)
  * leaving) wait at most one step for kt's lock.  One applier at a time (the
  * ring's reader applies too, outside the writer's lock): a second would
  * apply an insert the first applied already, and give an entry that left
- * meanwhile a record again. */
-void rc_dtable_apply_lock(struct rc_dtable *t)
+ * meanwhile a record again.  Under t->applier; returns with kt's lock. */
+static void apply_queue(struct rc_dtable *t)
 {
     struct rc_key_table *kt = &t->kt;
     size_t next = 0;
-    pthread_mutex_lock(&t->applier);
     pthread_mutex_lock(&kt->lock);
     while (rc_kt_apply_step_locked(kt, &next)) {
         pthread_mutex_unlock(&kt->lock);
         pthread_mutex_lock(&kt->lock);
     }
     rc_kt_queue_done_locked(kt);
+}
+
+void rc_dtable_apply_lock(struct rc_dtable *t)
+{
+    pthread_mutex_lock(&t->applier);
+    apply_queue(t);
     pthread_mutex_unlock(&t->applier);
 }
 
 static int copy(struct rc_dtable *t, const struct rc_copy *c, size_t n)
 {
+    for (size_t i = 0; i < n; i++)
+        atomic_fetch_add_explicit(&t->bytes_written, c[i].bytes, memory_order_relaxed);
     return n ? rc_devmem_copy(&t->mem, c, n) : REGCACHE_OK;
 }
 
@@ -151,17 +157,21 @@ int rc_dtable_flush(struct rc_dtable *t)
     /* Cleared first: what is published after it is in this snapshot or
      * sets it again. */
     atomic_store_explicit(&t->dirty, false, memory_order_seq_cst);
-    rc_dtable_apply_lock(t);
+    pthread_mutex_lock(&t->applier);
+    apply_queue(t);
     uint32_t lo = kt->dirty_lo, hi = kt->dirty_hi;
     if (lo <= hi)
         memcpy(&t->want[lo], &kt->records[lo], (size_t)(hi - lo + 1) * sizeof *t->want);
     kt->dirty_lo = 1;
     kt->dirty_hi = 0;
-    size_t n = 1; /* t->copies[0] is the span of records */
-    take_slot_runs(t, &n);
     rc_kt_take_unsent_locked(kt, NULL); /* their step A is below */
     uint64_t removals = kt->removals;
     pthread_mutex_unlock(&kt->lock);
+    /* Slots change only where the queue is applied, under the applier's
+     * lock: they are taken without kt's, which publishing waits for. */
+    size_t n = 1; /* t->copies[0] is the span of records */
+    take_slot_runs(t, &n);
+    pthread_mutex_unlock(&t->applier);
 
     int rc = written(t, begun, write_steps(t, lo, hi, n - 1), removals);
     pthread_mutex_unlock(&t->writer);

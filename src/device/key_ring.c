@@ -17,11 +17,13 @@
  *
  * regcache-kwrite writes to the GPU what was published since the last
  * write.  It sleeps until regcache-keys, looking at the ring, finds
- * something published and kicks it - at most once a poll_ns, and only when
- * it sleeps: publishing (under the cache lock) only sets a flag, so a miss
- * pays no system call and wakes no thread, and a burst of them is written
- * in a few writes instead of one each.  A write that waits behind the
- * application's work delays later lookups' hits, never an answer. */
+ * something published and kicks it - at most once a poll_ns, only when it
+ * sleeps, and after a rest as long as its last write was large
+ * (rc_dtable_writer_due()): publishing (under the cache lock) only sets a
+ * flag, so a miss pays no system call and wakes no thread, and a burst of
+ * them is written in a few writes instead of one each.  A write that waits
+ * behind the application's work delays later lookups' hits, never an
+ * answer. */
 #include "device_table.h"
 
 #include <pthread.h>
@@ -134,15 +136,35 @@ static void doze(struct rc_dtable *t, uint64_t *nap)
     *nap = *nap * 2 > t->p.poll_ns ? t->p.poll_ns : *nap * 2;
 }
 
-/* The writer sleeps: kick it when something was published, at most once
- * a poll_ns (`last`: when this thread last did). */
+/* A write rests the writer a nanosecond for each byte it copied: the
+ * table's writes take a gigabyte a second of the bus at most, however
+ * fast entries come - a stream of misses scatters its slots over the
+ * whole table, and each write would copy most of it. */
+#define RC_REST_NS_PER_BYTE 1
+
+void rc_dtable_write_and_rest(struct rc_dtable *t)
+{
+    uint64_t bytes = atomic_load_explicit(&t->bytes_written, memory_order_relaxed);
+    rc_dtable_flush(t);
+    bytes = atomic_load_explicit(&t->bytes_written, memory_order_relaxed) - bytes;
+    atomic_store_explicit(&t->rest_until, rc_dtable_clock() + bytes * RC_REST_NS_PER_BYTE,
+                          memory_order_relaxed);
+}
+
+bool rc_dtable_writer_due(struct rc_dtable *t, uint64_t now, uint64_t last)
+{
+    return atomic_load_explicit(&t->dirty, memory_order_acquire) &&
+           atomic_load_explicit(&t->asleep, memory_order_acquire) &&
+           now >= atomic_load_explicit(&t->rest_until, memory_order_relaxed) &&
+           now - last >= t->p.poll_ns;
+}
+
+/* The writer sleeps: kick it when it is due (`last`: when this thread last
+ * did). */
 static void kick(struct rc_dtable *t, uint64_t *last)
 {
-    if (!atomic_load_explicit(&t->dirty, memory_order_acquire) ||
-        !atomic_load_explicit(&t->asleep, memory_order_acquire))
-        return;
     uint64_t now = rc_dtable_clock();
-    if (now - *last < t->p.poll_ns)
+    if (!rc_dtable_writer_due(t, now, *last))
         return;
     *last = now;
     pthread_mutex_lock(&t->nap);
@@ -187,7 +209,7 @@ static void *writer(void *arg)
     pthread_setname_np(pthread_self(), "regcache-kwrite");
     uint64_t seen = 0;
     while (await_kick(t, &seen))
-        rc_dtable_flush(t);
+        rc_dtable_write_and_rest(t);
     return NULL;
 }
 

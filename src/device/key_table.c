@@ -195,7 +195,7 @@ static void all_slots_dirty(struct rc_key_table *t)
     }
 }
 
-size_t rc_kt_next_chunk_locked(const struct rc_key_table *t, size_t from)
+size_t rc_kt_next_chunk(const struct rc_key_table *t, size_t from)
 {
     for (size_t w = from / 64; from < t->nchunks; w++, from = w * 64) {
         uint64_t bits = t->chunk_bits[w] & (UINT64_MAX << (from % 64));
@@ -205,7 +205,7 @@ size_t rc_kt_next_chunk_locked(const struct rc_key_table *t, size_t from)
     return t->nchunks;
 }
 
-void rc_kt_take_chunk_locked(struct rc_key_table *t, size_t c, struct regcache_device_slot *to)
+void rc_kt_take_chunk(struct rc_key_table *t, size_t c, struct regcache_device_slot *to)
 {
     for (unsigned lines = t->line_bits[c]; lines; lines &= lines - 1) {
         size_t at = c * RC_KT_CHUNK + (size_t)__builtin_ctz(lines) * RC_KT_LINE;
@@ -367,17 +367,19 @@ uint64_t rc_kt_forget_locked(struct rc_key_table *t, const void *id)
     return removal;
 }
 
-/* The leaving records lose their slots and return to the free list. */
+/* A few leaving records lose their slots and return to the free list
+ * (all of them would hold the lock as long as a burst of invalidations
+ * took). */
 static void apply_leaving(struct rc_key_table *t)
 {
-    for (uint32_t k = 0; k < t->nleaving; k++) {
-        uint32_t r = t->leaving[k];
+    for (uint32_t k = 0; k < RC_KT_LEAVE_STEP && t->nleaving; k++) {
+        uint32_t r = t->leaving[--t->nleaving];
         each_slot_of(t, r, delete_slot);
         t->owner[r] = NULL;
         t->free_records[t->nfree++] = r;
     }
-    t->nleaving = 0;
-    maybe_rehash(t);
+    if (!t->nleaving)
+        maybe_rehash(t);
 }
 
 static void apply_insert(struct rc_key_table *t, const struct rc_kt_insert *in)
@@ -434,8 +436,10 @@ uint32_t rc_kt_take_unsent_locked(struct rc_key_table *t, uint32_t *out)
 
 bool rc_kt_apply_step_locked(struct rc_key_table *t, size_t *next)
 {
-    if (t->nleaving)
+    if (t->nleaving) {
         apply_leaving(t);
+        return true;
+    }
     while (*next < t->nqueue) {
         const struct rc_kt_insert *in = &t->queue[(*next)++];
         if (!in->cancelled) {

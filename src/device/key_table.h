@@ -103,9 +103,12 @@ uint64_t rc_kt_leave_locked(struct rc_key_table *t, const void *id);
  * number rc_kt_leave_locked() gave it, or 0. */
 uint64_t rc_kt_forget_locked(struct rc_key_table *t, const void *id);
 
-/* Under t->lock.  Apply the leaving records and one insert of the queue;
- * false when the queue is done (each step is short, so the lock can be let
- * go between them). */
+/* Leaving records applied in one step, at most. */
+#define RC_KT_LEAVE_STEP 8
+
+/* Under t->lock.  Apply a few leaving records (RC_KT_LEAVE_STEP), or when
+ * none is left one insert of the queue; false when both are done (each step
+ * is short, so the lock can be let go between them). */
 bool rc_kt_apply_step_locked(struct rc_key_table *t, size_t *next);
 
 /* Under t->lock, after the queue was applied to its end: empty it. */
@@ -116,13 +119,18 @@ void rc_kt_queue_done_locked(struct rc_key_table *t);
  * nowhere when out is NULL: how many. */
 uint32_t rc_kt_take_unsent_locked(struct rc_key_table *t, uint32_t *out);
 
-/* Under t->lock.  The first chunk changed since it was last taken, from
- * chunk `from` on; t->nchunks when none. */
-size_t rc_kt_next_chunk_locked(const struct rc_key_table *t, size_t from);
+/* The slots, and what changed of them, change only in
+ * rc_kt_apply_step_locked() and rc_kt_clear_locked(): a caller that keeps
+ * those from running (device_table.h: the applier's lock) reads them and
+ * takes their changes without t->lock, which publishing and leaving take.
+ *
+ * The first chunk changed since it was last taken, from chunk `from` on;
+ * t->nchunks when none. */
+size_t rc_kt_next_chunk(const struct rc_key_table *t, size_t from);
 
-/* Under t->lock.  The lines of chunk c that changed are copied to the same
- * place of `to` (an image of the slots), and the chunk reads unchanged. */
-void rc_kt_take_chunk_locked(struct rc_key_table *t, size_t c, struct regcache_device_slot *to);
+/* The lines of chunk c that changed are copied to the same place of `to`
+ * (an image of the slots), and the chunk reads unchanged. */
+void rc_kt_take_chunk(struct rc_key_table *t, size_t c, struct regcache_device_slot *to);
 
 /* Under t->lock.  Every record empty, every slot unused (the table is
  * being detached). */

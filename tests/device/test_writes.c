@@ -1,10 +1,13 @@
 /* What the host writes to the GPU, and when: a removal is its record's
  * number alone (one word; the span between the first and the last when
- * several records left), and nothing at all for a record the device never
- * held; slot changes a few chunks apart go in one copy, far apart in
- * copies of their own; publishing wakes no thread - the writer sleeps
- * until the ring's reader kicks it; the host's copy of the slots is in
- * memory from the start, so that filling it faults no page in. */
+ * several records close together left, a word each when far apart), and
+ * nothing at all for a record the device never held; slot changes a few
+ * chunks apart go in one copy, far apart in copies of their own;
+ * publishing wakes no thread - the writer sleeps until the ring's reader
+ * kicks it, after a rest as long as its last write was large; departures
+ * are applied to the host's copy a few at a time; the host's copy of the
+ * slots is in memory from the start, so that filling it faults no page
+ * in. */
 #include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -222,6 +225,65 @@ static void removals_write_numbers_only(void **state)
     rc_dtable_destroy(t, false);
 }
 
+/* A burst of departures is applied a few records a step, the table's
+ * lock let go between steps (publishing waits for it). */
+static void departures_applied_a_few_at_a_time(void **state)
+{
+    struct rc_dtable *t = table(*state);
+    for (uint64_t page = 3000; page < 3000 + 3 * RC_KT_LEAVE_STEP; page++)
+        publish(t, page, 1);
+    rc_dtable_apply_lock(t);
+    pthread_mutex_unlock(&t->kt.lock);
+    for (uint64_t page = 3000; page < 3000 + 3 * RC_KT_LEAVE_STEP; page++)
+        leave(t, page);
+    size_t next = 0;
+    pthread_mutex_lock(&t->kt.lock);
+    bool more = rc_kt_apply_step_locked(&t->kt, &next);
+    uint32_t left = t->kt.nleaving;
+    pthread_mutex_unlock(&t->kt.lock);
+    rc_dtable_destroy(t, false);
+    assert_true(more);
+    assert_int_equal(left, 2 * RC_KT_LEAVE_STEP);
+}
+
+/* The writer rests after a write as long as the write was large, and is
+ * kicked only when something was published, it sleeps, it has rested and
+ * poll_ns passed since the last kick. */
+static void writer_rests_by_what_it_wrote(void **state)
+{
+    struct kx *k = *state;
+    k->kp.poll_ns = 1000;
+    struct rc_dtable *t = table(k);
+    for (uint64_t page = 4000; page < 4064; page++)
+        publish(t, page, 1);
+    uint64_t begun = rc_dtable_clock();
+    rc_dtable_write_and_rest(t);
+    uint64_t bytes = atomic_load(&t->bytes_written), rest = atomic_load(&t->rest_until);
+    struct regcache_device_key key;
+    int found = look(t, 4063, &key);
+    atomic_store(&t->asleep, true);
+    atomic_store(&t->dirty, true);
+    bool early = rc_dtable_writer_due(t, rest - 1, 0);
+    bool rested = rc_dtable_writer_due(t, rest, 0);
+    bool soon = rc_dtable_writer_due(t, rest + 999, rest);
+    bool later = rc_dtable_writer_due(t, rest + 1000, rest);
+    atomic_store(&t->dirty, false);
+    bool clean = rc_dtable_writer_due(t, rest + 1000, rest);
+    atomic_store(&t->dirty, true);
+    atomic_store(&t->asleep, false);
+    bool busy = rc_dtable_writer_due(t, rest + 1000, rest);
+    rc_dtable_destroy(t, false);
+    assert_int_equal(found, REGCACHE_DEVICE_HIT);
+    assert_true(bytes >= 64 * sizeof(struct regcache_device_slot));
+    assert_true(rest >= begun + bytes);
+    assert_false(early);
+    assert_true(rested);
+    assert_false(soon);
+    assert_true(later);
+    assert_false(clean);
+    assert_false(busy);
+}
+
 /* A page whose search starts in slot chunk `chunk`, from page `from` on. */
 static uint64_t page_in_chunk(const struct rc_dtable *t, size_t chunk, uint64_t from)
 {
@@ -275,4 +337,5 @@ static void slots_resident_from_the_start(void **state)
 }
 
 KX_MAIN(removal_writes_its_number, publishing_wakes_nobody, unwritten_record_needs_no_write,
-        removals_write_numbers_only, near_chunks_share_a_copy, slots_resident_from_the_start)
+        removals_write_numbers_only, departures_applied_a_few_at_a_time,
+        writer_rests_by_what_it_wrote, near_chunks_share_a_copy, slots_resident_from_the_start)
