@@ -958,13 +958,14 @@ REGCACHE_API int regcache_device_keys_params_init(struct regcache_device_keys_pa
  * memory, submitting no GPU work), regcache-kwrite writes the table.  The
  * table holds every registration the cache has now and every one it makes
  * later whose access covers params.access; it is written before this call
- * returns, and a registration made later is written within poll_ns (or at
- * regcache_device_keys_sync()), unless the copy waits behind the
- * application's GPU work.  What the first registration on the device needs
- * (its budget) is read here.  Before a registration the table mirrored is
- * deregistered, its record leaves the table and the hold sections open
- * then end (at most drain_timeout_ns).  *table receives the table as
- * kernels take it.  params may be NULL (every default).
+ * returns, and a registration made later is written within poll_ns of a
+ * quiet spell (later after a large write: the writer rests a nanosecond for
+ * each byte it copied) or at regcache_device_keys_sync(), unless the copy
+ * waits behind the application's GPU work.  What the first registration on
+ * the device needs (its budget) is read here.  Before a registration the
+ * table mirrored is deregistered, its record leaves the table and the hold
+ * sections open then end (at most drain_timeout_ns).  *table receives the
+ * table as kernels take it.  params may be NULL (every default).
  * Needs every CUDA free seen: a cache in HOOKS mode, or one whose frees the
  * preload hook or the in-process interception reports (this call installs
  * the interception if it can).
