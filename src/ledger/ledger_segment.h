@@ -1,7 +1,7 @@
 /* The BAR1 ledger's shared memory: one segment per GPU and user, in which
  * every cache of every process on that GPU keeps one record (see ledger.h
- * for what the caches do with it, README "The shared BAR1 budget" for the
- * operator's view).  This part is shared with regcache-stat: the layout,
+ * for what the caches do with it, docs/design.md "The shared BAR1 budget"
+ * for the operator's view).  This part is shared with regcache-stat: the layout,
  * the segment's name, opening it safely, and telling live owners from
  * dead ones.  It reports failures in a `why` buffer, not through
  * regcache_last_error(), so that the tool needs nothing else of the
