@@ -6,12 +6,13 @@
  * The host registers the tensors ahead (regcache_prefetch(), then
  * regcache_device_keys_sync()), launches the kernel, and frees a tensor
  * while the cache holds it.  Each warp of the kernel takes a tensor: it
- * opens a hold section (the keys it finds stay registered until it ends),
- * looks the tensor up, and fills one work request per piece - clipped where
- * the registration ends.  A tensor the table lacks is asked for through the
- * ring outside the section, then looked up again.  A real transport would
- * ring the NIC's doorbell and poll the completions before ending the
- * section; this one only counts the work requests.
+ * finds the tensor's key - in the table, or for a tensor the table lacks
+ * in the host's answer to the miss it posts through the ring - then opens a
+ * hold section (keys that are current in it stay registered until it
+ * ends), checks the key, and fills one work request per piece, clipped
+ * where the registration ends.  A real transport would ring the NIC's
+ * doorbell and poll the completions before ending the section; this one
+ * only counts the work requests.
  *
  * No NIC is needed to run it: a stand-in backend makes up keys.  With a NIC
  * the cache uses the built-in verbs backend (params.pd), and the table's
@@ -57,17 +58,27 @@ __global__ void build_wqes(regcache_device_table t, void *const *tensors, wqe *o
         return;
     const char *p = (const char *)tensors[w];
     regcache_device_key key;
-    if (regcache_device_lookup(&t, p, TENSOR_BYTES, 0, &key) != REGCACHE_DEVICE_HIT &&
-        regcache_device_get_key(&t, p, TENSOR_BYTES, 0, 1ull << 24, &key) != REGCACHE_DEVICE_HIT)
-        return; /* no key: a real transport sends from a bounce buffer */
-    regcache_device_hold_begin(&t, w);
-    for (size_t done = 0; done < TENSOR_BYTES;) {
-        if (regcache_device_lookup(&t, p + done, TENSOR_BYTES - done, 0, &key) !=
-            REGCACHE_DEVICE_HIT)
+    /* The table's key, else the ring's (about two seconds of waiting at
+     * most); one that left before the section opened is asked for again. */
+    for (int tries = 0;; tries++) {
+        if (tries == 3 || regcache_device_get_key(&t, p, TENSOR_BYTES, 0, 1ull << 21, &key) !=
+                              REGCACHE_DEVICE_HIT)
+            return; /* no key: a real transport sends from a bounce buffer */
+        regcache_device_hold_begin(&t, w);
+        if (regcache_device_key_current(&t, &key))
             break;
+        regcache_device_hold_end(&t, w);
+    }
+    for (size_t done = 0, at = 0; done < TENSOR_BYTES;) {
+        if (done - at >= key.bytes) { /* past that registration: the next */
+            at = done;
+            if (regcache_device_lookup(&t, p + done, TENSOR_BYTES - done, 0, &key) !=
+                REGCACHE_DEVICE_HIT)
+                break;
+        }
         size_t len = TENSOR_BYTES - done;
         len = len > PIECE ? PIECE : len;
-        len = len > key.bytes ? key.bytes : len;
+        len = len > key.bytes - (done - at) ? key.bytes - (done - at) : len;
         unsigned i = atomicAdd(count, 1u);
         out[i] = wqe{ (unsigned long long)(p + done), len, key.lkey };
         done += len;

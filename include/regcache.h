@@ -952,13 +952,16 @@ REGCACHE_API int regcache_device_keys_params_init(struct regcache_device_keys_pa
 
 /*
  * Mirror the cache's registrations into a key table on CUDA device
- * `device`, for kernels (regcache_device.h), and start the table's thread
- * (regcache-keys), which serves the misses kernels post.  The table holds
- * every registration the cache has now and every one it makes later whose
- * access covers params.access; it is written before this call returns, and
- * a registration made later is written within poll_ns (or at
- * regcache_device_keys_sync()).  Before a registration the table mirrored
- * is deregistered, its record leaves the table and the hold sections open
+ * `device`, for kernels (regcache_device.h), and start the table's
+ * threads: regcache-keys answers the misses kernels post (from host
+ * memory, submitting no GPU work), regcache-kwrite writes the table.  The
+ * table holds every registration the cache has now and every one it makes
+ * later whose access covers params.access; it is written before this call
+ * returns, and a registration made later is written within poll_ns (or at
+ * regcache_device_keys_sync()), unless the copy waits behind the
+ * application's GPU work.  What the first registration on the device needs
+ * (its budget) is read here.  Before a registration the table mirrored is
+ * deregistered, its record leaves the table and the hold sections open
  * then end (at most drain_timeout_ns).  *table receives the table as
  * kernels take it.  params may be NULL (every default).
  * Needs every CUDA free seen: a cache in HOOKS mode, or one whose frees the
@@ -1002,8 +1005,16 @@ struct regcache_device_keys_stats {
     uint64_t unmirrored;       /* registrations or pages without room */
     uint64_t flushes;          /* writes to the device */
     uint64_t flush_failures;   /* writes the driver failed */
+    uint64_t flush_ns_total;   /* time the writes took, in all */
+    uint64_t flush_ns_max;     /* the longest write */
     uint64_t requests;         /* misses kernels posted */
     uint64_t request_failures; /* of them, answered with an error */
+    uint64_t answer_ns_total;  /* from the table's thread reading a miss
+                                  to its answer, summed over misses */
+    uint64_t answer_ns_max;    /* the longest of those */
+    uint64_t register_ns_total; /* of that, the thread's gets (the
+                                   registrations), in all */
+    uint64_t register_ns_max;   /* the longest of its gets */
     uint64_t drains;           /* deregistrations that waited for hold
                                   sections */
     uint64_t drain_ns_total;   /* how long they waited, in all */

@@ -19,9 +19,10 @@
  *   ... poll the completions of what was posted ...
  *   regcache_device_hold_end(&t, slot);            ... to here
  *
- * and, outside a hold section, for what missed: regcache_device_request()
- * (at most one post to the host per warp) and regcache_device_wait(), then
- * look up again, or take a fallback (a bounce buffer the table holds).
+ * and, outside a hold section, for what missed: regcache_device_get_key()
+ * (at most one post to the host per warp; the host's answer carries the
+ * key), then, in the section, regcache_device_key_current() before the key
+ * is used - or a fallback (a bounce buffer the table holds).
  *
  * Never a stale key: a registration's record leaves the table (its
  * sequence number changes) before the host deregisters it, and the host
@@ -29,6 +30,11 @@
  * drain_timeout_ns) before it deregisters.  A lookup re-checks the
  * record's sequence number after reading it, so it never returns a key of
  * a record being changed.
+ *
+ * The host answers a miss from host memory, with no GPU work of its own in
+ * between: a kernel's wait never depends on a copy to the GPU, which could
+ * queue behind the application's work (say a synchronous copy that waits
+ * for this very kernel).
  */
 #ifndef REGCACHE_DEVICE_H
 #define REGCACHE_DEVICE_H
@@ -41,7 +47,7 @@ extern "C" {
 #endif
 
 /* The layout's version, in struct regcache_device_table.abi. */
-#define REGCACHE_DEVICE_ABI 1
+#define REGCACHE_DEVICE_ABI 2
 
 /* Pages the table is keyed by: 64 KiB, the GPU's BAR page. */
 #define REGCACHE_DEVICE_PAGE_SHIFT 16
@@ -80,6 +86,21 @@ struct regcache_device_request {
     uint32_t reserved;
 };
 
+/* The host's answer to a miss, one per ring cell (host memory mapped to the
+ * device): the key of the registration that serves it, one aligned line.
+ * The host writes word last, and REGCACHE_DEVICE_ANSWER_BUSY into it before
+ * it rewrites the rest for a later ticket of the same cell. */
+struct regcache_device_answer {
+    uint64_t word;       /* ticket << 16 | -status: whose answer this is */
+    uint64_t start, end; /* what the key serves */
+    uint64_t seq;        /* the record's sequence number then */
+    uint64_t key;        /* lkey << 32 | the record that holds it */
+    uint64_t rail;       /* the rail of lkey */
+    uint64_t reserved[2];
+};
+
+#define REGCACHE_DEVICE_ANSWER_BUSY UINT64_MAX
+
 /*
  * The table as kernels see it: filled by regcache_device_keys_attach() and
  * regcache_device_keys_table() on the host, passed to kernels by value (a
@@ -95,12 +116,15 @@ struct regcache_device_table {
     uint32_t ring_slots;                             /* ring cells, a power of two */
     const struct regcache_device_slot *slots;        /* device memory */
     const struct regcache_device_record *records_at; /* device memory */
-    uint32_t *holds;                      /* host-mapped: per hold slot, odd while open */
-    uint32_t *hold_counts;                /* device memory: sections per hold slot */
-    struct regcache_device_request *ring; /* host-mapped cells */
-    unsigned long long *ring_tail;        /* device memory: tickets handed out */
-    uint64_t *status;                     /* host-mapped: per cell, ticket << 16 | -status */
-    uint64_t *completed;                  /* host-mapped: tickets below it are answered */
+    uint32_t *holds;                        /* host-mapped: per hold slot, odd while open */
+    uint32_t *hold_counts;                  /* device memory: sections per hold slot */
+    struct regcache_device_request *ring;   /* host-mapped cells */
+    unsigned long long *ring_tail;          /* device memory: tickets handed out */
+    struct regcache_device_answer *answers; /* host-mapped: one per cell */
+    uint64_t *completed;                    /* host-mapped: tickets below it are answered */
+    /* Host-mapped: each record's sequence number as the host has it now,
+     * ahead of the table's copy (keys from answers are checked here). */
+    const uint64_t *record_seqs;
 };
 
 /* What the device functions return. */
@@ -116,13 +140,16 @@ enum regcache_device_result {
                                        had no room in the table (*status says) */
 };
 
-/* A key found by a lookup. */
+/* A key found by a lookup, or carried by the host's answer to a miss. */
 struct regcache_device_key {
     uint32_t lkey;
-    uint32_t record; /* the record it came from */
-    uint64_t bytes;  /* from the address looked up to the end of what the
-                        key serves: clip a work request there */
-    uint64_t seq;    /* the record's sequence number then */
+    uint32_t record;   /* the record it came from */
+    uint64_t bytes;    /* from the address looked up to the end of what the
+                          key serves: clip a work request there */
+    uint64_t seq;      /* the record's sequence number then */
+    uint32_t answered; /* 1: from an answer, whose record the table's copy
+                          may not hold yet */
+    uint32_t reserved;
 };
 
 /* ------------------------------------------------------------------------ */
@@ -265,7 +292,7 @@ REGCACHE_DEVICE_FN int regcache_device_lookup(const struct regcache_device_table
     uint64_t page = a >> REGCACHE_DEVICE_PAGE_SHIFT;
     uint32_t mask = (1u << t->slot_bits) - 1;
     uint32_t at = regcache_device_slot_of(page, t->slot_bits);
-    struct regcache_device_key best = { 0, 0, 0, 0 };
+    struct regcache_device_key best = { 0, 0, 0, 0, 0, 0 };
     if (rail >= REGCACHE_DEVICE_RAILS)
         return REGCACHE_DEVICE_MISS;
     for (uint32_t probe = 0; probe < t->max_probe; probe++, at = (at + 1) & mask) {
@@ -310,12 +337,17 @@ REGCACHE_DEVICE_FN int regcache_device_lookup(const struct regcache_device_table
 }
 
 /* Does the record a key came from still hold it (1) or has it left or
- * changed since (0)?  One load.  A kernel that posts without a hold section
- * asks after posting: 0 means the registration may be gone, and the work
- * request may complete in error. */
+ * changed since (0)?  One load: the table's (L2), or for a key from an
+ * answer the number in host memory (a PCIe round trip).  Asked in a hold
+ * section about a key found before it, 1 means the key may be used in the
+ * section and stays registered until it ends.  A kernel that posts without
+ * a hold section asks after posting: 0 means the registration may be gone,
+ * and the work request may complete in error. */
 REGCACHE_DEVICE_FN int regcache_device_key_current(const struct regcache_device_table *t,
                                                    const struct regcache_device_key *key)
 {
+    if (key->answered)
+        return regcache_device_load_sys_(&t->record_seqs[key->record]) == key->seq;
     return regcache_device_load_seq_(&t->records_at[key->record].seq) == key->seq;
 }
 
@@ -326,8 +358,9 @@ REGCACHE_DEVICE_FN int regcache_device_key_current(const struct regcache_device_
 /*
  * Open a hold section on hold slot `slot` (0 .. hold_slots-1), one lane of
  * the warp (or block) that owns the slot: no other warp may use the slot
- * until regcache_device_hold_end().  Keys looked up from now on stay
- * registered until the section ends: the host, before deregistering a
+ * until regcache_device_hold_end().  Keys looked up from now on, and keys
+ * found before that regcache_device_key_current() then says are current,
+ * stay registered until the section ends: the host, before deregistering a
  * registration whose record left the table, waits for every section open
  * then.  Costs one store to host memory and a system-scope fence (about a
  * PCIe round trip): open one per batch of work requests, not per lookup.
@@ -358,14 +391,15 @@ REGCACHE_DEVICE_FN void regcache_device_hold_end(const struct regcache_device_ta
 /* ------------------------------------------------------------------------ */
 
 /*
- * Ask the host to register [addr, addr+len) on `rail` and put it in the
- * table.  Warp-collective: every lane of the converged warp calls it, those
+ * Ask the host to register [addr, addr+len) on `rail`, put it in the
+ * table and answer with its key.  Warp-collective: every lane of the converged warp calls it, those
  * without a miss with need 0.  The lowest lane with need posts its range,
  * once for the warp, and every lane with need gets its ticket in *ticket:
  * REGCACHE_DEVICE_POSTED where the range posted is the lane's own,
  * REGCACHE_DEVICE_NOT_POSTED where it is another (wait for the ticket all
  * the same: the registration posted may cover this lane's range too, as a
- * whole allocation does; look up again, and ask again if not).  A lane
+ * whole allocation does; regcache_device_answer() tells, and ask again if
+ * not).  A lane
  * without need gets REGCACHE_DEVICE_NOT_POSTED and no ticket.  A post costs an
  * atomic add in device memory and three stores to host memory with a
  * system fence; when all ring cells are taken it waits for the host to
@@ -417,22 +451,24 @@ REGCACHE_DEVICE_FN int regcache_device_request(const struct regcache_device_tabl
 /*
  * Wait for the answer to a ticket, reading host memory at most max_polls
  * times (each read a PCIe round trip, about a microsecond):
- * REGCACHE_DEVICE_DONE (look up again: the registration is in the table,
- * unless it was answered so long before that the ring reused its word),
+ * REGCACHE_DEVICE_DONE (regcache_device_answer() gives the key; unless the
+ * answer is so old that the ring reused its cell, then look up again),
  * REGCACHE_DEVICE_FAILED (*status, if not NULL, is the REGCACHE_ERR_* code
  * of the registration, or REGCACHE_ERR_NO_SPACE when the table had no room
  * for it), or REGCACHE_DEVICE_PENDING (ask again later, or take the
- * fallback).  Any thread; outside hold sections.
+ * fallback).  Any thread; outside hold sections.  Lanes that share a
+ * ticket need only one of them to wait (regcache_device_get_key() does
+ * so): each read is a transaction on the PCIe bus.
  */
 REGCACHE_DEVICE_FN int regcache_device_wait(const struct regcache_device_table *t, uint64_t ticket,
                                             uint64_t max_polls, int *status)
 {
     for (uint64_t i = 0; i < max_polls; i++) {
         if (regcache_device_load_sys_(t->completed) > ticket) {
-            uint64_t s = regcache_device_load_sys_(&t->status[ticket & (t->ring_slots - 1)]);
-            /* Answered so long ago that a later ticket took the word: the
+            uint64_t w = regcache_device_load_sys_(&t->answers[ticket & (t->ring_slots - 1)].word);
+            /* Answered so long ago that a later ticket took the cell: the
              * next lookup tells. */
-            int code = s >> 16 == ticket ? -(int)(s & 0xffff) : 0;
+            int code = w >> 16 == ticket ? -(int)(w & 0xffff) : 0;
             if (status)
                 *status = code;
             return code == 0 ? REGCACHE_DEVICE_DONE : REGCACHE_DEVICE_FAILED;
@@ -442,13 +478,55 @@ REGCACHE_DEVICE_FN int regcache_device_wait(const struct regcache_device_table *
 }
 
 /*
- * Lookup, and on a miss the request and the wait, then a second lookup:
- * REGCACHE_DEVICE_HIT with *key, or REGCACHE_DEVICE_MISS (take the
+ * Once regcache_device_wait() said REGCACHE_DEVICE_DONE for ticket: the key
+ * the answer carries, for memory at addr on rail - REGCACHE_DEVICE_HIT with
+ * *key (key->answered set), or REGCACHE_DEVICE_MISS where the registration
+ * answered does not hold addr on that rail (another lane's range was
+ * posted), or the ring reused the cell meanwhile (look up, or ask again).
+ * Four reads of host memory, issued together.  In a hold section, check
+ * the key with regcache_device_key_current() before use: the table's copy
+ * may not hold its record yet, and the answer may be older than the
+ * registration's end.
+ */
+REGCACHE_DEVICE_FN int regcache_device_answer(const struct regcache_device_table *t,
+                                              uint64_t ticket, const void *addr, size_t len,
+                                              unsigned rail, struct regcache_device_key *key)
+{
+    const struct regcache_device_answer *ans = &t->answers[ticket & (t->ring_slots - 1)];
+    uint64_t a = (uint64_t)(uintptr_t)addr;
+    (void)len;
+    uint64_t word = regcache_device_load_sys_(&ans->word);
+    if (word != ticket << 16)
+        return REGCACHE_DEVICE_MISS; /* failed, or not this ticket's any more */
+    uint64_t start = regcache_device_load_sys_(&ans->start);
+    uint64_t end = regcache_device_load_sys_(&ans->end);
+    uint64_t seq = regcache_device_load_sys_(&ans->seq);
+    uint64_t k = regcache_device_load_sys_(&ans->key);
+    uint64_t r = regcache_device_load_sys_(&ans->rail);
+    /* The fields are this ticket's only if the word still is (the host
+     * marks it busy before it rewrites them). */
+    if (regcache_device_load_sys_(&ans->word) != word)
+        return REGCACHE_DEVICE_MISS;
+    if (r != rail || a < start || a >= end)
+        return REGCACHE_DEVICE_MISS;
+    key->record = (uint32_t)k;
+    key->lkey = (uint32_t)(k >> 32);
+    key->bytes = end - a;
+    key->seq = seq;
+    key->answered = 1;
+    key->reserved = 0;
+    return REGCACHE_DEVICE_HIT;
+}
+
+/*
+ * Lookup, and on a miss the request, the wait and the key the answer
+ * carries: REGCACHE_DEVICE_HIT with *key, or REGCACHE_DEVICE_MISS (take the
  * fallback).  Warp-collective (the converged warp calls it): lanes that
  * miss the same allocation cost one post for the warp, lanes that miss
- * different ones one post per round.  Call it outside hold sections, and
- * open a section (then look up again) before the key is used.
- * A miss costs the host's registration (a round trip of tens of
+ * different ones one post per round; one lane of those sharing a post
+ * polls for its answer.  Call it outside hold sections; open a section,
+ * then use the key if regcache_device_key_current() says so (else call
+ * again).  A miss costs the host's registration (a round trip of tens of
  * microseconds, more for memory never registered) or max_polls reads.
  */
 REGCACHE_DEVICE_FN int regcache_device_get_key(const struct regcache_device_table *t,
@@ -467,14 +545,31 @@ REGCACHE_DEVICE_FN int regcache_device_get_key(const struct regcache_device_tabl
 #endif
         uint64_t ticket = 0;
         int posted = regcache_device_request(t, addr, len, rail, need, &ticket);
-        if (need) {
-            if (regcache_device_wait(t, ticket, max_polls, NULL) != REGCACHE_DEVICE_DONE)
+        if (!need)
+            continue;
+        int got;
+#if defined(__CUDA_ARCH__)
+        /* The lanes here share the ticket; the lowest polls for them. */
+        unsigned sharing = __activemask();
+        int poller = __ffs(sharing) - 1, lane;
+        asm("mov.u32 %0, %%laneid;" : "=r"(lane));
+        got = lane == poller ? regcache_device_wait(t, ticket, max_polls, NULL) : 0;
+        got = __shfl_sync(sharing, got, poller);
+#else
+        got = regcache_device_wait(t, ticket, max_polls, NULL);
+#endif
+        if (got == REGCACHE_DEVICE_PENDING)
+            return REGCACHE_DEVICE_MISS;
+        if (got == REGCACHE_DEVICE_FAILED) {
+            /* Its own range could not be had; another lane's range failing
+             * says nothing of this one: ask for it next round. */
+            if (posted == REGCACHE_DEVICE_POSTED)
                 return REGCACHE_DEVICE_MISS;
-            rc = regcache_device_lookup(t, addr, len, rail, key);
-            /* Its own range was registered and still misses: no room. */
-            if (rc != REGCACHE_DEVICE_HIT && posted == REGCACHE_DEVICE_POSTED)
-                return REGCACHE_DEVICE_MISS;
+            continue;
         }
+        rc = regcache_device_answer(t, ticket, addr, len, rail, key);
+        if (rc != REGCACHE_DEVICE_HIT)
+            rc = regcache_device_lookup(t, addr, len, rail, key);
     }
     return rc;
 }

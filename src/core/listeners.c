@@ -56,6 +56,12 @@ void rc_listeners_locked(struct regcache *c, void (*fn)(void *arg), void *arg)
     rc_unlock(&c->lock);
 }
 
+void rc_listeners_ready_device(struct regcache *c, int device)
+{
+    if (device >= 0 && device < RC_MAX_DEVICES)
+        (void)rc_device(c, device);
+}
+
 struct each {
     void (*fn)(void *arg, const struct rc_entry_view *e);
     void *arg;

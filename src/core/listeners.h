@@ -88,6 +88,11 @@ void rc_listener_pending(struct regcache *c, int id, bool on);
  * (rc_listeners_each_locked) sees no event twice and misses none. */
 void rc_listeners_locked(struct regcache *c, void (*fn)(void *arg), void *arg);
 
+/* Read now what the first registration of memory of CUDA device `device`
+ * needs (its budget, which may ask NVML, and its ledger): for a feature
+ * that registers from a thread where time matters.  Without the lock. */
+void rc_listeners_ready_device(struct regcache *c, int device);
+
 /* Under the cache lock: fn for every entry in the cache, as after_register
  * told it. */
 void rc_listeners_each_locked(struct regcache *c,

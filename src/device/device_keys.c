@@ -368,6 +368,9 @@ int regcache_device_keys_attach(regcache_t *c, int device,
         rc = frees_seen(f);
     if (rc != REGCACHE_OK)
         return rc;
+    /* Here rather than at the first miss a kernel posts, which would wait
+     * for it (NVML's start alone can take a second). */
+    rc_listeners_ready_device(c, device);
     pthread_mutex_lock(&f->attach_lock);
     struct rc_dtable *t = NULL;
     if (atomic_load(&f->tables[device]))
@@ -477,8 +480,14 @@ int regcache_device_keys_stats(const regcache_t *c, int device,
     pthread_mutex_unlock(&t->kt.lock);
     s->flushes = load(&t->flushes);
     s->flush_failures = load(&t->flush_failures);
+    s->flush_ns_total = load(&t->flush_ns_total);
+    s->flush_ns_max = load(&t->flush_ns_max);
     s->requests = load(&t->requests);
     s->request_failures = load(&t->request_failures);
+    s->answer_ns_total = load(&t->answer_ns_total);
+    s->answer_ns_max = load(&t->answer_ns_max);
+    s->register_ns_total = load(&t->register_ns_total);
+    s->register_ns_max = load(&t->register_ns_max);
     s->drains = load(&t->drains);
     s->drain_ns_total = load(&t->drain_ns_total);
     s->drain_ns_max = load(&t->drain_ns_max);

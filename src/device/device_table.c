@@ -14,6 +14,14 @@ uint64_t rc_dtable_clock(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+void rc_dtable_raise(atomic_uint_fast64_t *max, uint64_t v)
+{
+    uint64_t old = atomic_load_explicit(max, memory_order_relaxed);
+    while (v > old && !atomic_compare_exchange_weak_explicit(max, &old, v, memory_order_relaxed,
+                                                             memory_order_relaxed))
+        ;
+}
+
 static size_t round64(size_t n)
 {
     return (n + 63) & ~(size_t)63;
@@ -22,7 +30,7 @@ static size_t round64(size_t n)
 /* Where each part lies in the two blocks. */
 struct layout {
     size_t records, slots, hold_counts, tail, dev_bytes;
-    size_t holds, ring, status, completed, host_bytes;
+    size_t holds, ring, answers, record_seqs, completed, host_bytes;
 };
 
 static struct layout layout_of(const struct regcache_device_keys_params *p)
@@ -35,8 +43,9 @@ static struct layout layout_of(const struct regcache_device_keys_params *p)
     l.dev_bytes = l.tail + 64;
     l.holds = 0;
     l.ring = round64(p->hold_slots * sizeof(uint32_t));
-    l.status = l.ring + p->ring_slots * sizeof(struct regcache_device_request);
-    l.completed = l.status + p->ring_slots * sizeof(uint64_t);
+    l.answers = round64(l.ring + p->ring_slots * sizeof(struct regcache_device_request));
+    l.record_seqs = l.answers + p->ring_slots * sizeof(struct regcache_device_answer);
+    l.completed = round64(l.record_seqs + p->records * sizeof(uint64_t));
     l.host_bytes = l.completed + 64;
     return l;
 }
@@ -56,13 +65,15 @@ static int make_memory(struct rc_dtable *t, const struct layout *l)
     t->image_slots = (struct regcache_device_slot *)(img + l->slots);
     t->holds = (uint32_t *)(host + l->holds);
     t->ring = (struct regcache_device_request *)(host + l->ring);
-    t->status = (uint64_t *)(host + l->status);
+    t->answers = (struct regcache_device_answer *)(host + l->answers);
+    t->record_seqs = (uint64_t *)(host + l->record_seqs);
     t->completed = (uint64_t *)(host + l->completed);
     /* Every record empty; each ring cell free for its first ticket. */
     for (size_t r = 0; r < t->p.records; r++)
         t->image_records[r].seq = 1;
     for (size_t i = 0; i < t->p.ring_slots; i++)
         t->ring[i].seq = i;
+    rc_kt_show(&t->kt, t->record_seqs);
     return rc_devmem_copy(&t->mem, &(struct rc_copy){ t->dev_block, t->image, t->dev_bytes }, 1);
 }
 
@@ -82,8 +93,9 @@ static void describe(struct rc_dtable *t, const struct layout *l)
         .hold_counts = (uint32_t *)(uintptr_t)(dev + l->hold_counts),
         .ring = (struct regcache_device_request *)(uintptr_t)(host + l->ring),
         .ring_tail = (unsigned long long *)(uintptr_t)(dev + l->tail),
-        .status = (uint64_t *)(uintptr_t)(host + l->status),
+        .answers = (struct regcache_device_answer *)(uintptr_t)(host + l->answers),
         .completed = (uint64_t *)(uintptr_t)(host + l->completed),
+        .record_seqs = (const uint64_t *)(uintptr_t)(host + l->record_seqs),
     };
 }
 
@@ -97,6 +109,7 @@ int rc_dtable_create(struct rc_dtable **out, regcache_t *cache, int device,
     t->device = device;
     t->p = *p;
     pthread_mutex_init(&t->writer, NULL);
+    pthread_mutex_init(&t->applier, NULL);
     unsigned bits = (unsigned)__builtin_ctzll(p->page_slots);
     size_t chunks = p->page_slots / RC_KT_CHUNK + 1;
     int rc = rc_kt_init(&t->kt, bits, p->max_probe, (uint32_t)p->records)
@@ -141,5 +154,6 @@ void rc_dtable_destroy(struct rc_dtable *t, bool child)
     free(t->open);
     pthread_mutex_destroy(&t->drain_lock);
     pthread_mutex_destroy(&t->writer);
+    pthread_mutex_destroy(&t->applier);
     free(t);
 }

@@ -1,12 +1,14 @@
 /* One device key table: the host's copy (key_table.h), its image in GPU
  * memory and how it is written there (key_flush.c), the wait for kernels'
- * hold sections before a deregistration (key_drain.c), and the thread that
- * serves the misses kernels post (key_ring.c).
+ * hold sections before a deregistration (key_drain.c), and its two threads
+ * (key_ring.c): one answers the misses kernels post, the other writes the
+ * table to the GPU.
  *
  * GPU memory, one block: records | slots | hold counts | ring tail.
- * Pinned host memory the GPU maps, one block: holds | ring | status |
- * completed.  A pinned image of the GPU block is what the table's copies
- * read: it is what the device holds once the last copy is done. */
+ * Pinned host memory the GPU maps, one block: holds | ring | answers |
+ * record numbers | completed.  A pinned image of the GPU block is what the
+ * table's copies read: it is what the device holds once the last copy is
+ * done. */
 #ifndef RC_DEVICE_TABLE_H
 #define RC_DEVICE_TABLE_H
 
@@ -36,12 +38,13 @@ struct rc_dtable {
     uint64_t host_dptr; /* the same, as the GPU sees it */
     uint32_t *holds;
     struct regcache_device_request *ring;
-    uint64_t *status, *completed;
+    struct regcache_device_answer *answers;
+    uint64_t *record_seqs, *completed;
     struct regcache_device_table desc;
 
     /* The flush: one at a time; its snapshot of the records and its list
-     * of copies. */
-    pthread_mutex_t writer;
+     * of copies.  Applying the queue: one at a time, under applier. */
+    pthread_mutex_t writer, applier;
     struct regcache_device_record *want;
     struct rc_copy *copies;
     atomic_bool dirty;            /* published since the last flush */
@@ -56,14 +59,16 @@ struct rc_dtable {
         uint32_t slot, seq;
     } * open;
 
-    /* The ring's reader. */
-    pthread_t thread;
-    bool started;
+    /* The ring's reader (regcache-keys) and the table's writer
+     * (regcache-kwrite). */
+    pthread_t reader, writer_thread;
+    bool reading, writing;
     atomic_bool stop;
     uint64_t next_ticket;
 
-    atomic_uint_fast64_t flushes, flush_failures, requests, request_failures, drains,
-        drain_ns_total, drain_ns_max, drain_timeouts;
+    atomic_uint_fast64_t flushes, flush_failures, flush_ns_total, flush_ns_max, requests,
+        request_failures, answer_ns_total, answer_ns_max, register_ns_total, register_ns_max,
+        drains, drain_ns_total, drain_ns_max, drain_timeouts;
 };
 
 /* Make the table of `device` (params resolved): its memory, written empty.
@@ -75,6 +80,10 @@ int rc_dtable_create(struct rc_dtable **out, regcache_t *cache, int device,
  * (`child`), the GPU and pinned memory, which are the parent's, are left. */
 void rc_dtable_destroy(struct rc_dtable *t, bool child);
 
+/* Apply what was published and left to the host's copy, and return with
+ * t->kt.lock held. */
+void rc_dtable_apply_lock(struct rc_dtable *t);
+
 /* Apply what was published and left, and write it to the device; return
  * once the device holds it.  REGCACHE_OK or ERR_CUDA (counted). */
 int rc_dtable_flush(struct rc_dtable *t);
@@ -83,11 +92,14 @@ int rc_dtable_flush(struct rc_dtable *t);
  * and every hold section open then has ended, or drain_timeout_ns passed. */
 void rc_dtable_drain(struct rc_dtable *t, uint64_t removal);
 
-/* Start and stop the thread that serves the ring (regcache-keys). */
+/* Start and stop the table's threads: the ring's reader and the writer. */
 int rc_dtable_start(struct rc_dtable *t);
 void rc_dtable_stop(struct rc_dtable *t);
 
 /* The monotonic clock, in ns. */
 uint64_t rc_dtable_clock(void);
+
+/* *max = the larger of *max and v. */
+void rc_dtable_raise(atomic_uint_fast64_t *max, uint64_t v);
 
 #endif

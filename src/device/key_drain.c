@@ -3,7 +3,9 @@
  * (regcache_device.h): while one is open, its slot in host memory reads an
  * odd number, new for every section.  The removal was written to the
  * device first (the record's number changed), so a section opened after
- * that cannot have found the key; the drain waits for each section open
+ * that cannot have found the key - nor used one a miss's answer carried:
+ * the number kernels check such keys against, in host memory, changed when
+ * the entry left, earlier still.  The drain waits for each section open
  * then to end - its slot to read anything else - for at most
  * drain_timeout_ns.  The slots are read all at once first: a section
  * opened while the drain waits for another needs no wait, and waiting for
@@ -30,14 +32,6 @@ static void pause_for(unsigned round)
         struct timespec ts = { 0, 20000 };
         nanosleep(&ts, NULL);
     }
-}
-
-static void raise_max(atomic_uint_fast64_t *max, uint64_t v)
-{
-    uint64_t old = atomic_load_explicit(max, memory_order_relaxed);
-    while (v > old && !atomic_compare_exchange_weak_explicit(max, &old, v, memory_order_relaxed,
-                                                             memory_order_relaxed))
-        ;
 }
 
 /* The slots whose sections are open now (and not given up on): their
@@ -81,7 +75,7 @@ void rc_dtable_drain(struct rc_dtable *t, uint64_t removal)
         uint64_t ns = rc_dtable_clock() - begun;
         atomic_fetch_add_explicit(&t->drains, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&t->drain_ns_total, ns, memory_order_relaxed);
-        raise_max(&t->drain_ns_max, ns);
+        rc_dtable_raise(&t->drain_ns_max, ns);
         if (timed_out)
             atomic_fetch_add_explicit(&t->drain_timeouts, 1, memory_order_relaxed);
     }

@@ -18,7 +18,8 @@
 
 #include <string.h>
 
-/* Under kt's lock: the slot chunks changed go to the image, and become
+/* Under kt's lock: the slot lines changed go to the image (the others hold
+ * there what the device holds), and the runs of chunks they lie in become
  * copies appended to t->copies[*n]. */
 static void take_slot_runs(struct rc_dtable *t, size_t *n)
 {
@@ -31,26 +32,40 @@ static void take_slot_runs(struct rc_dtable *t, size_t *n)
             continue;
         }
         size_t first = c;
-        while (c < chunks && kt->chunk_dirty[c])
-            kt->chunk_dirty[c++] = 0;
+        for (; c < chunks && kt->chunk_dirty[c]; c++) {
+            kt->chunk_dirty[c] = 0;
+            for (size_t l = c * (RC_KT_CHUNK / RC_KT_LINE);
+                 l < (c + 1) * (RC_KT_CHUNK / RC_KT_LINE); l++) {
+                if (!kt->line_dirty[l])
+                    continue;
+                kt->line_dirty[l] = 0;
+                memcpy(&t->image_slots[l * RC_KT_LINE], &kt->slots[l * RC_KT_LINE],
+                       RC_KT_LINE * sizeof *kt->slots);
+            }
+        }
         size_t at = first * RC_KT_CHUNK, count = (c - first) * RC_KT_CHUNK;
-        memcpy(&t->image_slots[at], &kt->slots[at], count * sizeof *kt->slots);
         t->copies[(*n)++] = (struct rc_copy){ slots + at * sizeof *kt->slots, &t->image_slots[at],
                                               count * sizeof *kt->slots };
     }
 }
 
-/* Apply the queue, a step at a time: the cache lock's holders (publishing,
- * leaving) wait at most one step for kt's lock. */
-static void apply(struct rc_key_table *kt)
+/* The queue goes a step at a time: the cache lock's holders (publishing,
+ * leaving) wait at most one step for kt's lock.  One applier at a time (the
+ * ring's reader applies too, outside the writer's lock): a second would
+ * apply an insert the first applied already, and give an entry that left
+ * meanwhile a record again. */
+void rc_dtable_apply_lock(struct rc_dtable *t)
 {
+    struct rc_key_table *kt = &t->kt;
     size_t next = 0;
+    pthread_mutex_lock(&t->applier);
     pthread_mutex_lock(&kt->lock);
     while (rc_kt_apply_step_locked(kt, &next)) {
         pthread_mutex_unlock(&kt->lock);
         pthread_mutex_lock(&kt->lock);
     }
     rc_kt_queue_done_locked(kt);
+    pthread_mutex_unlock(&t->applier);
 }
 
 static int copy(struct rc_dtable *t, const struct rc_copy *c, size_t n)
@@ -103,10 +118,11 @@ int rc_dtable_flush(struct rc_dtable *t)
 {
     struct rc_key_table *kt = &t->kt;
     pthread_mutex_lock(&t->writer);
+    uint64_t begun = rc_dtable_clock();
     /* Cleared first: what is published after it is in this snapshot or
      * sets it again. */
     atomic_store_explicit(&t->dirty, false, memory_order_seq_cst);
-    apply(kt);
+    rc_dtable_apply_lock(t);
     uint32_t lo = kt->dirty_lo, hi = kt->dirty_hi;
     if (lo <= hi)
         memcpy(&t->want[lo], &kt->records[lo], (size_t)(hi - lo + 1) * sizeof *t->want);
@@ -124,6 +140,9 @@ int rc_dtable_flush(struct rc_dtable *t)
     } else {
         atomic_fetch_add_explicit(&t->flush_failures, 1, memory_order_relaxed);
     }
+    uint64_t ns = rc_dtable_clock() - begun;
+    atomic_fetch_add_explicit(&t->flush_ns_total, ns, memory_order_relaxed);
+    rc_dtable_raise(&t->flush_ns_max, ns);
     pthread_mutex_unlock(&t->writer);
     return rc;
 }

@@ -1,24 +1,37 @@
-/* The thread that serves the misses kernels post (regcache-keys): it reads
- * the ring in ticket order, registers each range through the cache's
- * normal miss path (a get and a put: the entry stays cached, and
- * publishing it queues it for the table), writes the table, and only then
- * answers - each ticket's status, then the count of tickets answered, which
- * the kernels poll.  Between looks at an idle ring it sleeps, a little
- * longer each time, up to poll_ns: a miss after a quiet spell waits that
- * long for the thread to look. */
+/* The table's two threads.
+ *
+ * regcache-keys serves the misses kernels post: it reads the ring in
+ * ticket order, registers each range through the cache's normal miss path
+ * (a get and a put: the entry stays cached, and publishing it queues it for
+ * the table), applies the queue to the host's copy of the table, and
+ * answers each ticket with the key and record that serve it - in host
+ * memory, then the count of tickets answered, which the kernels poll.  It
+ * submits no work to the GPU: the table's copies are GPU work, which can
+ * queue behind the application's (a synchronous copy of a kernel's result
+ * waits for that kernel, and the driver may hold back other threads' copies
+ * meanwhile), and that kernel may be the one waiting for the answer.
+ * Between looks at an idle ring it sleeps, a little longer each time, up to
+ * poll_ns: a miss after a quiet spell waits that long for the thread to
+ * look.
+ *
+ * regcache-kwrite writes to the GPU what was published since the last
+ * write, looking as often: a write that waits behind the application's
+ * work delays later lookups' hits, never an answer. */
 #include "device_table.h"
 
 #include <pthread.h>
 #include <string.h>
 #include <time.h>
 
-/* Tickets served in one batch, each answered after one write of the table. */
+/* Tickets served in one batch. */
 #define BATCH 64
 
 struct ask {
     uint64_t addr, len;
     unsigned rail;
     int status;
+    uint64_t start, end; /* the answer, with key, when status is OK */
+    struct regcache_device_key key;
 };
 
 /* The posted cells from t->next_ticket on, freed for their next tickets. */
@@ -31,13 +44,51 @@ static size_t take(struct rc_dtable *t, struct ask *asks)
         struct regcache_device_request *cell = &t->ring[tk & mask];
         if (__atomic_load_n(&cell->seq, __ATOMIC_ACQUIRE) != tk + 1)
             break;
-        asks[n] = (struct ask){ __atomic_load_n(&cell->addr, __ATOMIC_RELAXED),
-                                __atomic_load_n(&cell->len, __ATOMIC_RELAXED),
-                                __atomic_load_n(&cell->rail, __ATOMIC_RELAXED), 0 };
+        asks[n] = (struct ask){ .addr = __atomic_load_n(&cell->addr, __ATOMIC_RELAXED),
+                                .len = __atomic_load_n(&cell->len, __ATOMIC_RELAXED),
+                                .rail = __atomic_load_n(&cell->rail, __ATOMIC_RELAXED) };
         __atomic_store_n(&cell->seq, tk + t->p.ring_slots, __ATOMIC_RELEASE);
         n++;
     }
     return n;
+}
+
+static void count_ns(atomic_uint_fast64_t *total, atomic_uint_fast64_t *max, uint64_t ns)
+{
+    atomic_fetch_add_explicit(total, ns, memory_order_relaxed);
+    rc_dtable_raise(max, ns);
+}
+
+/* Registered: the record that serves it, as the host's copy has it once
+ * the queue is applied - or no room in the table. */
+static void find_keys(struct rc_dtable *t, struct ask *asks, size_t n)
+{
+    rc_dtable_apply_lock(t);
+    for (size_t i = 0; i < n; i++) {
+        struct ask *a = &asks[i];
+        if (a->status == REGCACHE_OK &&
+            !rc_kt_find_locked(&t->kt, a->addr, a->len, a->rail, &a->key, &a->start, &a->end))
+            a->status = REGCACHE_ERR_NO_SPACE;
+    }
+    pthread_mutex_unlock(&t->kt.lock);
+}
+
+/* The answer's fields, then its word; the word reads busy while the fields
+ * change, so that a kernel still reading the cell's older answer sees it
+ * change (regcache_device_answer()). */
+static void answer(struct rc_dtable *t, uint64_t tk, const struct ask *a)
+{
+    struct regcache_device_answer *ans = &t->answers[tk & (t->p.ring_slots - 1)];
+    __atomic_store_n(&ans->word, REGCACHE_DEVICE_ANSWER_BUSY, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    if (a->status == REGCACHE_OK) {
+        __atomic_store_n(&ans->start, a->start, __ATOMIC_RELAXED);
+        __atomic_store_n(&ans->end, a->end, __ATOMIC_RELAXED);
+        __atomic_store_n(&ans->seq, a->key.seq, __ATOMIC_RELAXED);
+        __atomic_store_n(&ans->key, (uint64_t)a->key.lkey << 32 | a->key.record, __ATOMIC_RELAXED);
+        __atomic_store_n(&ans->rail, a->rail, __ATOMIC_RELAXED);
+    }
+    __atomic_store_n(&ans->word, tk << 16 | ((uint64_t)-a->status & 0xffff), __ATOMIC_RELEASE);
 }
 
 static size_t serve(struct rc_dtable *t)
@@ -46,34 +97,39 @@ static size_t serve(struct rc_dtable *t)
     size_t n = take(t, asks);
     if (!n)
         return 0;
+    uint64_t taken = rc_dtable_clock();
     for (size_t i = 0; i < n; i++) {
         regcache_entry_t *e = NULL;
+        uint64_t begun = rc_dtable_clock();
         asks[i].status = regcache_get_rail(t->cache, asks[i].rail,
                                            (const void *)(uintptr_t)asks[i].addr, asks[i].len, &e);
         regcache_put(t->cache, e);
+        count_ns(&t->register_ns_total, &t->register_ns_max, rc_dtable_clock() - begun);
     }
-    int written = rc_dtable_flush(t);
-    pthread_mutex_lock(&t->kt.lock);
+    find_keys(t, asks, n);
+    uint64_t failures = 0;
     for (size_t i = 0; i < n; i++) {
-        if (asks[i].status == REGCACHE_OK && written != REGCACHE_OK)
-            asks[i].status = written;
-        else if (asks[i].status == REGCACHE_OK &&
-                 !rc_kt_serves_locked(&t->kt, asks[i].addr, asks[i].len, asks[i].rail))
-            asks[i].status = REGCACHE_ERR_NO_SPACE; /* registered, but no room in the table */
-    }
-    pthread_mutex_unlock(&t->kt.lock);
-    uint64_t mask = t->p.ring_slots - 1, failures = 0;
-    for (size_t i = 0; i < n; i++) {
-        uint64_t tk = t->next_ticket + i;
         failures += asks[i].status != REGCACHE_OK;
-        __atomic_store_n(&t->status[tk & mask], tk << 16 | ((uint64_t)-asks[i].status & 0xffff),
-                         __ATOMIC_RELAXED);
+        answer(t, t->next_ticket + i, &asks[i]);
     }
     t->next_ticket += n;
     __atomic_store_n(t->completed, t->next_ticket, __ATOMIC_RELEASE);
+    uint64_t ns = rc_dtable_clock() - taken;
+    atomic_fetch_add_explicit(&t->answer_ns_total, ns * n, memory_order_relaxed);
+    rc_dtable_raise(&t->answer_ns_max, ns);
     atomic_fetch_add_explicit(&t->requests, n, memory_order_relaxed);
     atomic_fetch_add_explicit(&t->request_failures, failures, memory_order_relaxed);
+    /* What the answers applied is for the writer to write. */
+    atomic_store_explicit(&t->dirty, true, memory_order_release);
     return n;
+}
+
+/* Sleep nap ns, and double it up to poll_ns for the next time. */
+static void doze(struct rc_dtable *t, uint64_t *nap)
+{
+    struct timespec ts = { (time_t)(*nap / 1000000000u), (long)(*nap % 1000000000u) };
+    nanosleep(&ts, NULL);
+    *nap = *nap * 2 > t->p.poll_ns ? t->p.poll_ns : *nap * 2;
 }
 
 static void *reader(void *arg)
@@ -82,16 +138,26 @@ static void *reader(void *arg)
     pthread_setname_np(pthread_self(), "regcache-keys");
     uint64_t nap = 1000;
     while (!atomic_load_explicit(&t->stop, memory_order_acquire)) {
-        size_t served = serve(t);
-        if (atomic_load_explicit(&t->dirty, memory_order_acquire))
-            rc_dtable_flush(t);
-        if (served) {
+        if (serve(t))
             nap = 1000;
-            continue;
+        else
+            doze(t, &nap);
+    }
+    return NULL;
+}
+
+static void *writer(void *arg)
+{
+    struct rc_dtable *t = arg;
+    pthread_setname_np(pthread_self(), "regcache-kwrite");
+    uint64_t nap = 1000;
+    while (!atomic_load_explicit(&t->stop, memory_order_acquire)) {
+        if (atomic_load_explicit(&t->dirty, memory_order_acquire)) {
+            rc_dtable_flush(t);
+            nap = 1000;
+        } else {
+            doze(t, &nap);
         }
-        struct timespec ts = { (time_t)(nap / 1000000000u), (long)(nap % 1000000000u) };
-        nanosleep(&ts, NULL);
-        nap = nap * 2 > t->p.poll_ns ? t->p.poll_ns : nap * 2;
     }
     return NULL;
 }
@@ -99,17 +165,20 @@ static void *reader(void *arg)
 int rc_dtable_start(struct rc_dtable *t)
 {
     atomic_store(&t->stop, false);
-    if (pthread_create(&t->thread, NULL, reader, t) != 0)
-        return REGCACHE_ERR_NO_MEMORY;
-    t->started = true;
-    return REGCACHE_OK;
+    t->reading = pthread_create(&t->reader, NULL, reader, t) == 0;
+    t->writing = t->reading && pthread_create(&t->writer_thread, NULL, writer, t) == 0;
+    if (t->writing)
+        return REGCACHE_OK;
+    rc_dtable_stop(t);
+    return REGCACHE_ERR_NO_MEMORY;
 }
 
 void rc_dtable_stop(struct rc_dtable *t)
 {
-    if (!t->started)
-        return;
     atomic_store_explicit(&t->stop, true, memory_order_release);
-    pthread_join(t->thread, NULL);
-    t->started = false;
+    if (t->reading)
+        pthread_join(t->reader, NULL);
+    if (t->writing)
+        pthread_join(t->writer_thread, NULL);
+    t->reading = t->writing = false;
 }

@@ -24,8 +24,9 @@ int rc_kt_init(struct rc_key_table *t, unsigned slot_bits, unsigned max_probe, u
     t->leaving = malloc(nrecords * sizeof *t->leaving);
     t->members = calloc(t->member_cap, sizeof *t->members);
     t->chunk_dirty = calloc(t->nslots / RC_KT_CHUNK + 1, 1);
+    t->line_dirty = calloc(t->nslots / RC_KT_LINE + 1, 1);
     if (!t->slots || !t->records || !t->owner || !t->free_records || !t->leaving || !t->members ||
-        !t->chunk_dirty) {
+        !t->chunk_dirty || !t->line_dirty) {
         rc_kt_fini(t);
         return -1;
     }
@@ -50,6 +51,7 @@ void rc_kt_fini(struct rc_key_table *t)
     free(t->leaving);
     free(t->members);
     free(t->chunk_dirty);
+    free(t->line_dirty);
     free(t->queue);
     pthread_mutex_destroy(&t->lock);
     memset(t, 0, sizeof *t);
@@ -117,6 +119,23 @@ static void member_drop(struct rc_key_table *t, struct rc_kt_member *m)
 
 /* ---- records and slots ---------------------------------------------------- */
 
+/* Every change of a record's number goes through here: kernels checking
+ * an answered key read the number it shows (release: after the record's
+ * new contents, which the answer also carries). */
+static void set_seq(struct rc_key_table *t, uint32_t r, uint64_t seq)
+{
+    t->records[r].seq = seq;
+    if (t->shown)
+        __atomic_store_n(&t->shown[r], seq, __ATOMIC_RELEASE);
+}
+
+void rc_kt_show(struct rc_key_table *t, uint64_t *shown)
+{
+    t->shown = shown;
+    for (uint32_t r = 0; r < t->nrecords; r++)
+        set_seq(t, r, t->records[r].seq);
+}
+
 static void record_dirty(struct rc_key_table *t, uint32_t r)
 {
     if (t->dirty_lo > t->dirty_hi) {
@@ -134,6 +153,13 @@ static void slot_set(struct rc_key_table *t, size_t i, uint64_t key, uint64_t se
     t->slots[i].key = key;
     t->slots[i].seq = seq;
     t->chunk_dirty[i / RC_KT_CHUNK] = 1;
+    t->line_dirty[i / RC_KT_LINE] = 1;
+}
+
+static void all_slots_dirty(struct rc_key_table *t)
+{
+    memset(t->chunk_dirty, 1, t->nslots / RC_KT_CHUNK + 1);
+    memset(t->line_dirty, 1, t->nslots / RC_KT_LINE + 1);
 }
 
 static uint64_t first_page(uint64_t start)
@@ -203,7 +229,7 @@ static void maybe_rehash(struct rc_key_table *t)
     if (t->deleted_slots * 4 < t->nslots)
         return;
     memset(t->slots, 0, t->nslots * sizeof *t->slots);
-    memset(t->chunk_dirty, 1, t->nslots / RC_KT_CHUNK + 1);
+    all_slots_dirty(t);
     t->used_slots = t->deleted_slots = 0;
     for (uint32_t r = 1; r < t->nrecords; r++) {
         const struct regcache_device_record *rec = &t->records[r];
@@ -260,7 +286,7 @@ uint64_t rc_kt_leave_locked(struct rc_key_table *t, const void *id)
         return 0;
     }
     uint32_t r = m->record;
-    t->records[r].seq++; /* odd: empty from the next write on */
+    set_seq(t, r, t->records[r].seq + 1); /* odd: empty from the next write on */
     record_dirty(t, r);
     t->leaving[t->nleaving++] = r;
     t->live--;
@@ -310,7 +336,7 @@ static void apply_insert(struct rc_key_table *t, const struct rc_kt_insert *in)
         rec = &t->records[r];
         rec->rails = in->rails;
         memcpy(rec->lkey, in->lkey, sizeof rec->lkey);
-        rec->seq += 2;
+        set_seq(t, r, rec->seq + 2);
         record_dirty(t, r);
         each_slot_of(t, r, renumber_slot);
         t->published++;
@@ -326,7 +352,7 @@ static void apply_insert(struct rc_key_table *t, const struct rc_kt_insert *in)
     rec->end = in->end;
     rec->rails = in->rails;
     memcpy(rec->lkey, in->lkey, sizeof rec->lkey);
-    rec->seq++; /* even: holds the entry */
+    set_seq(t, r, rec->seq + 1); /* even: holds the entry */
     t->owner[r] = in->id;
     m->record = r;
     record_dirty(t, r);
@@ -361,16 +387,17 @@ void rc_kt_clear_locked(struct rc_key_table *t)
     for (uint32_t r = 1; r < t->nrecords; r++) {
         if (t->records[r].seq & 1)
             continue;
-        t->records[r].seq++;
+        set_seq(t, r, t->records[r].seq + 1);
         record_dirty(t, r);
     }
     memset(t->slots, 0, t->nslots * sizeof *t->slots);
-    memset(t->chunk_dirty, 1, t->nslots / RC_KT_CHUNK + 1);
+    all_slots_dirty(t);
     t->used_slots = t->deleted_slots = 0;
     t->live = 0;
 }
 
-bool rc_kt_serves_locked(const struct rc_key_table *t, uint64_t addr, uint64_t len, unsigned rail)
+bool rc_kt_find_locked(const struct rc_key_table *t, uint64_t addr, uint64_t len, unsigned rail,
+                       struct regcache_device_key *key, uint64_t *start, uint64_t *end)
 {
     struct regcache_device_table view = {
         .slot_bits = t->slot_bits,
@@ -379,8 +406,11 @@ bool rc_kt_serves_locked(const struct rc_key_table *t, uint64_t addr, uint64_t l
         .slots = t->slots,
         .records_at = t->records,
     };
-    struct regcache_device_key key;
-    return regcache_device_lookup(&view, (const void *)(uintptr_t)addr, len, rail, &key) ==
-               REGCACHE_DEVICE_HIT &&
-           key.bytes >= len;
+    if (regcache_device_lookup(&view, (const void *)(uintptr_t)addr, len, rail, key) !=
+            REGCACHE_DEVICE_HIT ||
+        key->bytes < len)
+        return false;
+    *start = t->records[key->record].start;
+    *end = t->records[key->record].end;
+    return true;
 }

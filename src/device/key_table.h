@@ -12,7 +12,9 @@
  * the flush then deletes its slots and frees the record.  A record's
  * sequence number only grows, and every slot carries the number its record
  * had when the slot was written: a lookup on the device accepts a record
- * only while it still has that number. */
+ * only while it still has that number.  Every change of a number is also
+ * shown at once in `shown` (host memory the device maps), where a kernel
+ * checks a key the host answered a miss with before the table holds it. */
 #ifndef RC_KEY_TABLE_H
 #define RC_KEY_TABLE_H
 
@@ -47,6 +49,8 @@ struct rc_key_table {
     struct regcache_device_slot *slots;     /* [nslots] */
     struct regcache_device_record *records; /* [nrecords]; 0 is never used */
     const void **owner;                     /* [nrecords]: the entry mirrored */
+    uint64_t *shown;                        /* [nrecords]: each record's number, as
+                                               kernels read it (set by the caller) */
     uint32_t *free_records, nfree;
     /* Records whose entry left: their slots go and they are freed at the
      * next apply. */
@@ -55,9 +59,12 @@ struct rc_key_table {
     size_t nmembers, member_cap, member_tombs;
     struct rc_kt_insert *queue;
     size_t nqueue, queue_cap;
-    /* Changed since the last snapshot: a span of records, and slot chunks. */
+    /* Changed since the last snapshot: a span of records, slot chunks (what
+     * the device is sent) and the slot lines in them (what the snapshot
+     * copies, under the lock). */
     uint32_t dirty_lo, dirty_hi; /* dirty_lo > dirty_hi: none */
     uint8_t *chunk_dirty;        /* [nslots / RC_KT_CHUNK] */
+    uint8_t *line_dirty;         /* [nslots / RC_KT_LINE] */
     size_t used_slots, deleted_slots;
     uint64_t removals;   /* removals numbered so far */
     uint64_t live;       /* records holding an entry */
@@ -65,8 +72,12 @@ struct rc_key_table {
     uint64_t published, removed;
 };
 
-/* Slots per chunk: what a change of one slot rewrites on the device. */
+/* Slots per chunk: what a change of one slot rewrites on the device.
+ * Slots per line: what it copies into the snapshot, under the lock that
+ * publishing and the ring's answers wait for - a burst of entries spreads
+ * its slots over most chunks of a large table. */
 #define RC_KT_CHUNK 256
+#define RC_KT_LINE 16
 
 int rc_kt_init(struct rc_key_table *t, unsigned slot_bits, unsigned max_probe, uint32_t nrecords);
 void rc_kt_fini(struct rc_key_table *t);
@@ -98,8 +109,14 @@ void rc_kt_queue_done_locked(struct rc_key_table *t);
  * being detached). */
 void rc_kt_clear_locked(struct rc_key_table *t);
 
-/* Under t->lock.  Whether a record serves [addr, addr+len) on rail, as a
- * lookup on the device would find it once written. */
-bool rc_kt_serves_locked(const struct rc_key_table *t, uint64_t addr, uint64_t len, unsigned rail);
+/* Where kernels read each record's number (nrecords words), from now on:
+ * filled with the numbers now.  Before the table is shared. */
+void rc_kt_show(struct rc_key_table *t, uint64_t *shown);
+
+/* Under t->lock.  The record that serves [addr, addr+len) on rail, as a
+ * lookup on the device will find it once written: true with *key (and the
+ * record's range in *start, *end), or false. */
+bool rc_kt_find_locked(const struct rc_key_table *t, uint64_t addr, uint64_t len, unsigned rail,
+                       struct regcache_device_key *key, uint64_t *start, uint64_t *end);
 
 #endif

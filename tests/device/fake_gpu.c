@@ -4,6 +4,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cuda_seam.h"
 
@@ -176,6 +177,11 @@ static CUresult copy(CUdeviceptr dst, const void *src, size_t bytes, CUstream s)
     int one = 1;
     if (atomic_compare_exchange_strong(&fake_gpu.fail_copy, &one, 0))
         return CUDA_ERROR_UNKNOWN;
+    if (atomic_load(&fake_gpu.hold_copies)) {
+        atomic_fetch_add(&fake_gpu.copies_held, 1);
+        while (atomic_load(&fake_gpu.hold_copies))
+            nanosleep(&(struct timespec){ 0, 100000 }, NULL);
+    }
     uint64_t *to = (uint64_t *)(uintptr_t)dst;
     const uint64_t *from = src;
     for (size_t i = 0; i < bytes / 8; i++)

@@ -16,6 +16,11 @@ struct fake_gpu {
     atomic_long allocs, host_allocs, streams, retained; /* live now */
     /* Failure injection: the next alloc (device memory) or copy fails. */
     atomic_int fail_alloc, fail_copy;
+    /* While hold_copies is set, a copy waits before it writes anything (as
+     * one queued behind a kernel that waits for the host would); each copy
+     * that waited so is counted in copies_held. */
+    atomic_int hold_copies;
+    atomic_long copies_held;
 };
 
 extern struct fake_gpu fake_gpu;

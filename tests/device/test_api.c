@@ -124,6 +124,18 @@ static void failures_leave_nothing(void **state)
     kx_assert_agrees(k, FX_ALLOC(0), 64, 0);
 }
 
+/* What the first registration on the device needs is read by attach, in
+ * the caller's thread, not by the table's thread at a kernel's first miss:
+ * the device is known to the cache (its budget read) before any get. */
+static void attach_readies_device(void **state)
+{
+    struct kx *k = *state;
+    kx_attach(k);
+    struct regcache_stats s;
+    assert_int_equal(regcache_get_device_stats(k->fx.c, 0, &s), REGCACHE_OK);
+    assert_int_equal(s.misses, 0);
+}
+
 /* A fork child has no tables. */
 static void fork_child(void **state)
 {
@@ -145,4 +157,5 @@ static void fork_child(void **state)
     assert_int_equal(WEXITSTATUS(status), 0);
 }
 
-KX_MAIN(without_device_keys, bad_arguments, frees_unseen, failures_leave_nothing, fork_child)
+KX_MAIN(without_device_keys, bad_arguments, frees_unseen, failures_leave_nothing,
+        attach_readies_device, fork_child)

@@ -1,7 +1,8 @@
 /* Hold sections: a deregistration of an entry the table mirrored waits
  * for the sections open when its record left the table, and only for
  * those; a section that outlasts drain_timeout_ns is given up on, counted,
- * and not waited for again. */
+ * and not waited for again.  Keys a miss's answer carried are held the
+ * same way, and stop being current the moment their entry leaves. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,6 +10,7 @@
 
 #include <cmocka.h>
 
+#include "fake_gpu.h"
 #include "keys_fixture.h"
 #include "test_sync.h"
 
@@ -46,6 +48,11 @@ static bool a_gone(const void *arg)
     return kx_lookup((struct kx *)arg, A, 64, 0, &key) == REGCACHE_DEVICE_MISS;
 }
 
+static bool sleeping(const void *arg)
+{
+    return await_sleeping(dthread_tid((struct dthread *)arg), 0.001);
+}
+
 /* The key found in an open section stays registered until it ends. */
 static void deregistration_waits_for_section(void **state)
 {
@@ -64,6 +71,7 @@ static void deregistration_waits_for_section(void **state)
     dthread_start(&invalidator, invalidate_a, k);
     /* Out of the table already, still registered: the section is open. */
     assert_true(wait_until(a_gone, k, HANG_SECONDS));
+    assert_true(wait_until(sleeping, &invalidator, HANG_SECONDS)); /* waiting for slot 3 */
     assert_int_equal(atomic_load(&k->fx.fb.deregs), 0);
     gate_open(&h.end);
     assert_true(dthread_join(&holder, HANG_SECONDS));
@@ -74,9 +82,15 @@ static void deregistration_waits_for_section(void **state)
     assert_int_equal(s.drain_timeouts, 0);
 }
 
-static bool sleeping(const void *arg)
+struct key_of {
+    struct kx *k;
+    const struct regcache_device_key *key;
+};
+
+static bool answered_gone(const void *arg)
 {
-    return await_sleeping(dthread_tid((struct dthread *)arg), 0.001);
+    const struct key_of *o = arg;
+    return !regcache_device_key_current(&o->k->t, o->key);
 }
 
 /* A section opened while the drain waits for another is not waited for:
@@ -155,5 +169,82 @@ static void stuck_section_given_up(void **state)
     regcache_device_hold_end(&k->t, 7);
 }
 
+/* A key the host answered a miss with, found current in an open section,
+ * stays registered until the section ends, like a key looked up in it. */
+struct answered {
+    struct kx *k;
+    struct gate held, end;
+    int rc, current;
+    struct regcache_device_key key;
+};
+
+static void hold_answered_a(void *arg)
+{
+    struct answered *h = arg;
+    h->rc = regcache_device_get_key(&h->k->t, (void *)A, 64, 0, UINT64_C(1) << 40, &h->key);
+    regcache_device_hold_begin(&h->k->t, 5);
+    h->current = regcache_device_key_current(&h->k->t, &h->key);
+    gate_pass(&h->held);
+    gate_pass(&h->end);
+    regcache_device_hold_end(&h->k->t, 5);
+}
+
+static void deregistration_waits_for_answered_key(void **state)
+{
+    struct kx *k = *state;
+    fx_device_allocs(&k->fx, 1);
+    kx_attach(k);
+    struct answered h = { .k = k };
+    gate_init(&h.held);
+    gate_init(&h.end);
+    struct dthread holder, invalidator;
+    dthread_start(&holder, hold_answered_a, &h);
+    assert_true(gate_await(&h.held, 1, HANG_SECONDS));
+    assert_int_equal(h.rc, REGCACHE_DEVICE_HIT);
+    assert_int_equal(h.key.answered, 1);
+    assert_int_equal(h.key.lkey, 1);
+    assert_true(h.current);
+    gate_open(&h.held);
+    dthread_start(&invalidator, invalidate_a, k);
+    assert_true(wait_until(a_gone, k, HANG_SECONDS));
+    assert_true(wait_until(sleeping, &invalidator, HANG_SECONDS)); /* waiting for slot 5 */
+    assert_int_equal(atomic_load(&k->fx.fb.deregs), 0);
+    gate_open(&h.end);
+    assert_true(dthread_join(&holder, HANG_SECONDS));
+    assert_true(dthread_join(&invalidator, HANG_SECONDS));
+    assert_int_equal(atomic_load(&k->fx.fb.deregs), 1);
+    assert_int_equal(kx_stats(k).drain_timeouts, 0);
+}
+
+/* An answered key stops being current when its entry leaves, before any
+ * copy reaches the GPU: a section opened after the leave cannot use it even
+ * while the table's copies wait. */
+static void answered_key_gone_before_copies(void **state)
+{
+    struct kx *k = *state;
+    fx_device_allocs(&k->fx, 1);
+    kx_attach(k);
+    struct regcache_device_key key;
+    assert_int_equal(regcache_device_get_key(&k->t, (void *)A, 64, 0, UINT64_C(1) << 40, &key),
+                     REGCACHE_DEVICE_HIT);
+    assert_int_equal(key.answered, 1);
+    assert_int_equal(regcache_device_keys_sync(k->fx.c, 0), REGCACHE_OK);
+    atomic_store(&fake_gpu.hold_copies, 1);
+    struct dthread invalidator;
+    dthread_start(&invalidator, invalidate_a, k);
+    regcache_device_hold_begin(&k->t, 2);
+    bool left = wait_until(answered_gone, &(struct key_of){ k, &key }, HANG_SECONDS);
+    /* The table's copy still has it: the copy that takes it out waits. */
+    struct regcache_device_key looked;
+    int still = kx_lookup(k, A, 64, 0, &looked);
+    regcache_device_hold_end(&k->t, 2);
+    atomic_store(&fake_gpu.hold_copies, 0);
+    assert_true(dthread_join(&invalidator, HANG_SECONDS));
+    assert_true(left);
+    assert_int_equal(still, REGCACHE_DEVICE_HIT);
+    assert_int_equal(atomic_load(&k->fx.fb.deregs), 1);
+}
+
 KX_MAIN(deregistration_waits_for_section, later_sections_not_waited_for,
-        closed_sections_cost_nothing, stuck_section_given_up)
+        closed_sections_cost_nothing, stuck_section_given_up, deregistration_waits_for_answered_key,
+        answered_key_gone_before_copies)

@@ -1,8 +1,10 @@
 /* Never a stale key: threads standing in for warps open hold sections,
  * look up random addresses of a set of buffers and use each key until
- * the section ends, while another thread frees and reallocates those
- * buffers (each free told to the caches first, as the hooks do) and gets
- * them again, and a small budget evicts.  Every registration's life is
+ * the section ends - or ask for a key outside the section (through the
+ * ring when the table lacks it) and use it in the section if it is current
+ * there - while another thread frees and reallocates those buffers (each
+ * free told to the caches first, as the hooks do) and gets them again, and
+ * a small budget evicts (also in the ring's reader).  Every registration's life is
  * logged on one clock (made, deregistered), and so is every buffer id.
  * Afterwards every key a lookup returned must name a registration that
  * covered the address, was made for the buffer id the address had during
@@ -102,9 +104,10 @@ struct use {
 struct warp {
     struct kx *k;
     unsigned slot;
+    bool asks; /* through regcache_device_get_key() */
     uint32_t seed;
     struct use *uses;
-    int n;
+    int n, answered;
 };
 
 static atomic_bool churn_done;
@@ -112,28 +115,57 @@ static atomic_bool churn_done;
 /* Until the churn is done: sections of a few lookups each, whose keys are
  * held a while (as a work request in flight would) before the section
  * ends. */
+static void look_up(struct warp *w)
+{
+    regcache_device_hold_begin(&w->k->t, w->slot);
+    int first = w->n;
+    for (int j = 0; j < 8 && w->n < MAX_USES; j++) {
+        int b = (int)(test_rand(&w->seed) % BUFFERS);
+        uintptr_t addr = FX_ALLOC(b) + test_rand(&w->seed) % MiB;
+        struct regcache_device_key key;
+        uint64_t t0 = now();
+        int rc = kx_lookup(w->k, addr, 1, 0, &key);
+        uint64_t t1 = now();
+        if (rc == REGCACHE_DEVICE_HIT)
+            w->uses[w->n++] = (struct use){ key.lkey, b, addr, t0, t1, 0 };
+    }
+    for (volatile int spin = 0; spin < 2000; spin++)
+        ;
+    uint64_t used = now(); /* the keys' last use, before the section ends */
+    for (int u = first; u < w->n; u++)
+        w->uses[u].used = used;
+    regcache_device_hold_end(&w->k->t, w->slot);
+}
+
+/* One key asked for outside the section, used in it if still current. */
+static void ask(struct warp *w)
+{
+    int b = (int)(test_rand(&w->seed) % BUFFERS);
+    uintptr_t addr = FX_ALLOC(b) + test_rand(&w->seed) % MiB;
+    struct regcache_device_key key;
+    uint64_t t0 = now();
+    int rc = regcache_device_get_key(&w->k->t, (void *)addr, 1, 0, UINT64_C(1) << 40, &key);
+    regcache_device_hold_begin(&w->k->t, w->slot);
+    if (rc == REGCACHE_DEVICE_HIT && regcache_device_key_current(&w->k->t, &key) &&
+        w->n < MAX_USES) {
+        struct use *u = &w->uses[w->n++];
+        *u = (struct use){ key.lkey, b, addr, t0, now(), 0 };
+        w->answered += key.answered;
+        for (volatile int spin = 0; spin < 2000; spin++)
+            ;
+        u->used = now();
+    }
+    regcache_device_hold_end(&w->k->t, w->slot);
+}
+
 static void warp_main(void *arg)
 {
     struct warp *w = arg;
     while (!atomic_load(&churn_done)) {
-        regcache_device_hold_begin(&w->k->t, w->slot);
-        int first = w->n;
-        for (int j = 0; j < 8 && w->n < MAX_USES; j++) {
-            int b = (int)(test_rand(&w->seed) % BUFFERS);
-            uintptr_t addr = FX_ALLOC(b) + test_rand(&w->seed) % MiB;
-            struct regcache_device_key key;
-            uint64_t t0 = now();
-            int rc = kx_lookup(w->k, addr, 1, 0, &key);
-            uint64_t t1 = now();
-            if (rc == REGCACHE_DEVICE_HIT)
-                w->uses[w->n++] = (struct use){ key.lkey, b, addr, t0, t1, 0 };
-        }
-        for (volatile int spin = 0; spin < 2000; spin++)
-            ;
-        uint64_t used = now(); /* the keys' last use, before the section ends */
-        for (int u = first; u < w->n; u++)
-            w->uses[u].used = used;
-        regcache_device_hold_end(&w->k->t, w->slot);
+        if (w->asks)
+            ask(w);
+        else
+            look_up(w);
     }
 }
 
@@ -177,7 +209,9 @@ static void no_stale_no_wrong(void **state)
     struct dthread th[WARPS], churn;
     atomic_store(&churn_done, false);
     for (int i = 0; i < WARPS; i++) {
-        w[i] = (struct warp){ .k = k, .slot = (unsigned)i, .seed = 1u + (uint32_t)i * 7919 };
+        w[i] = (struct warp){
+            .k = k, .slot = (unsigned)i, .asks = i >= WARPS / 2, .seed = 1u + (uint32_t)i * 7919
+        };
         w[i].uses = calloc(MAX_USES, sizeof *w[i].uses);
         assert_non_null(w[i].uses);
         dthread_start(&th[i], warp_main, &w[i]);
@@ -189,8 +223,9 @@ static void no_stale_no_wrong(void **state)
     regcache_destroy(k->fx.c); /* every life ends */
     k->fx.c = NULL;
 
-    long hits = 0, stale = 0, wrong = 0;
+    long hits = 0, stale = 0, wrong = 0, answered = 0;
     for (int i = 0; i < WARPS; i++) {
+        answered += w[i].answered;
         for (int u = 0; u < w[i].n; u++) {
             const struct use *x = &w[i].uses[u];
             const struct life *l = &lives[x->lkey];
@@ -208,9 +243,10 @@ static void no_stale_no_wrong(void **state)
         }
         free(w[i].uses);
     }
-    printf("hits %ld, registrations %ld, stale %ld, wrong %ld\n", hits, atomic_load(&k->fx.fb.regs),
-           stale, wrong);
+    printf("hits %ld (of them keys from answers %ld), registrations %ld, stale %ld, wrong %ld\n",
+           hits, answered, atomic_load(&k->fx.fb.regs), stale, wrong);
     assert_true(hits > 0);
+    assert_true(answered > 0);
     assert_int_equal(stale, 0);
     assert_int_equal(wrong, 0);
 }

@@ -6,12 +6,15 @@
  * answers, in ticket order; a wait of no polls says pending. */
 #include <errno.h>
 #include <setjmp.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include <cmocka.h>
 
+#include "fake_gpu.h"
 #include "keys_fixture.h"
 #include "test_sync.h"
 
@@ -98,30 +101,96 @@ static void no_polls_pending(void **state)
                      REGCACHE_DEVICE_NOT_POSTED);
 }
 
+struct asker {
+    struct kx *k;
+    uintptr_t addr;
+    int rc;
+    struct regcache_device_key key;
+};
+
+static void ask_key(void *arg)
+{
+    struct asker *a = arg;
+    a->rc = regcache_device_get_key(&a->k->t, (void *)a->addr, 64, 0, POLLS, &a->key);
+}
+
+/* The table's copies are GPU work, which may wait behind the application's
+ * (a synchronous copy queued behind a kernel that waits for this very
+ * answer): a miss is answered without them, and the key it carries is good
+ * in a hold section before the table holds it. */
+static void answered_while_copies_wait(void **state)
+{
+    struct kx *k = *state;
+    fx_device_allocs(&k->fx, 1);
+    kx_attach(k);
+    atomic_store(&fake_gpu.hold_copies, 1);
+    struct asker a = { .k = k, .addr = A + 4096 };
+    struct dthread th;
+    dthread_start(&th, ask_key, &a);
+    bool answered = dthread_join(&th, HANG_SECONDS);
+    bool current = false;
+    if (answered && a.rc == REGCACHE_DEVICE_HIT) {
+        regcache_device_hold_begin(&k->t, 0);
+        current = regcache_device_key_current(&k->t, &a.key);
+        regcache_device_hold_end(&k->t, 0);
+    }
+    atomic_store(&fake_gpu.hold_copies, 0);
+    if (!answered)
+        assert_true(dthread_join(&th, HANG_SECONDS));
+    assert_true(answered);
+    assert_int_equal(a.rc, REGCACHE_DEVICE_HIT);
+    assert_int_equal(a.key.lkey, 1);
+    assert_int_equal(a.key.bytes, MiB - 4096);
+    assert_true(current);
+    /* Written once the copies go on. */
+    kx_assert_agrees(k, A, 64, 0);
+}
+
 #define POSTERS 6
 #define ASKS 40
 #define BUFFERS (2 * POSTERS)
 
 /* Each poster asks for its own two buffers, and now and then drops them
- * again so that they are asked for anew: it must be answered every time. */
+ * again so that they are asked for anew: it must be answered every time,
+ * and a key current in its hold section is the host's (the cells' answers
+ * are rewritten for later tickets meanwhile). */
 struct poster {
     struct kx *k;
     int first;
     uint32_t seed;
-    int wrong;
+    int wrong, current;
 };
+
+static uint32_t host_key(struct kx *k, uintptr_t addr)
+{
+    regcache_entry_t *e = NULL;
+    if (regcache_get(k->fx.c, (void *)addr, 1, &e) != REGCACHE_OK)
+        return 0;
+    uint32_t lkey = ((struct fake_handle *)regcache_entry_handle(e))->serial;
+    regcache_put(k->fx.c, e);
+    return lkey;
+}
 
 static void post_many(void *arg)
 {
     struct poster *p = arg;
+    unsigned slot = (unsigned)p->first;
     for (int i = 0; i < ASKS; i++) {
         uintptr_t base = FX_ALLOC(p->first + (int)(test_rand(&p->seed) % 2));
         uintptr_t addr = base + test_rand(&p->seed) % MiB;
         struct regcache_device_key key;
         if (regcache_device_get_key(&p->k->t, (void *)addr, 1, 0, POLLS, &key) !=
                 REGCACHE_DEVICE_HIT ||
-            key.bytes != base + MiB - addr)
+            key.bytes != base + MiB - addr) {
             p->wrong++;
+            continue;
+        }
+        regcache_device_hold_begin(&p->k->t, slot);
+        if (regcache_device_key_current(&p->k->t, &key)) {
+            p->current++;
+            p->wrong += key.lkey != host_key(p->k, addr);
+        }
+        regcache_device_hold_end(&p->k->t, slot);
         if ((i & 7) == 0)
             regcache_invalidate(p->k->fx.c, (void *)base, MiB);
     }
@@ -145,10 +214,12 @@ static void many_posters_small_ring(void **state)
     for (int i = 0; i < POSTERS; i++) {
         assert_true(dthread_join(&th[i], 120));
         assert_int_equal(p[i].wrong, 0);
+        assert_true(p[i].current > 0);
     }
     struct regcache_device_keys_stats s = kx_stats(k);
     assert_true(s.requests >= POSTERS);
     assert_int_equal(s.request_failures, 0);
 }
 
-KX_MAIN(first_touch, failures_answered, no_room_answered, no_polls_pending, many_posters_small_ring)
+KX_MAIN(first_touch, failures_answered, no_room_answered, no_polls_pending,
+        answered_while_copies_wait, many_posters_small_ring)

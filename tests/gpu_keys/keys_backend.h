@@ -10,8 +10,12 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <errno.h>
+#include <execinfo.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -108,16 +112,112 @@ static const regcache_backend kb_backend = { kb_reg, kb_dereg, NULL, NULL, NULL 
 // What the program is doing, for the watchdog's report.
 static const char *volatile kb_phase = "starting";
 static volatile long kb_step;
+// The cache whose table the watchdog reports on.
+static regcache_t *volatile kb_watched;
+// Its deadline, in seconds: KB_WATCHDOG_S, or $KB_WATCHDOG.
+static int kb_deadline = KB_WATCHDOG_S;
+
+static uint64_t kb_clock_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+// A report line, or an exit when stdout is gone: nothing is left to do.
+static void kb_say(const char *s, size_t n)
+{
+    if (write(1, s, n) < 0)
+        _exit(4);
+}
+
+// The table's counters in one line: its threads' work, where a miss's
+// time went on the host.
+static void kb_table_line(regcache_t *c, const char *label)
+{
+    struct regcache_device_keys_stats s;
+    if (!c || regcache_device_keys_stats(c, 0, &s) != REGCACHE_OK)
+        return;
+    char line[512];
+    double req = s.requests ? (double)s.requests : 1, fl = s.flushes ? (double)s.flushes : 1;
+    int n = snprintf(
+        line, sizeof line,
+        "%s: table: requests %llu (failed %llu), answer mean %.1f us max %.1f us, "
+        "of it gets mean %.1f us max %.1f us; writes %llu (failed %llu) mean %.1f us "
+        "max %.1f us; drains %llu max %.1f us (timeouts %llu)\n",
+        label, (unsigned long long)s.requests, (unsigned long long)s.request_failures,
+        s.answer_ns_total / req / 1e3, s.answer_ns_max / 1e3, s.register_ns_total / req / 1e3,
+        s.register_ns_max / 1e3, (unsigned long long)s.flushes,
+        (unsigned long long)s.flush_failures, s.flush_ns_total / fl / 1e3, s.flush_ns_max / 1e3,
+        (unsigned long long)s.drains, s.drain_ns_max / 1e3, (unsigned long long)s.drain_timeouts);
+    if (n > 0)
+        kb_say(line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+}
+
+// Each thread's stack, one thread at a time, on SIGUSR1.
+static volatile sig_atomic_t kb_dumped;
+
+static void kb_stack(int sig)
+{
+    (void)sig;
+    void *frames[40];
+    int n = backtrace(frames, 40);
+    backtrace_symbols_fd(frames, n, 1);
+    kb_dumped = 1;
+}
+
+static void kb_dump_threads(void)
+{
+    pid_t self = (pid_t)syscall(SYS_gettid);
+    int dir = open("/proc/self/task", O_RDONLY | O_DIRECTORY);
+    char buf[4096];
+    long got;
+    while (dir >= 0 && (got = syscall(SYS_getdents64, dir, buf, sizeof buf)) > 0) {
+        for (long off = 0; off < got;) {
+            // struct linux_dirent64: inode, offset, record length, type, name.
+            unsigned short reclen;
+            memcpy(&reclen, buf + off + 16, sizeof reclen);
+            const char *name = buf + off + 19;
+            off += reclen;
+            if (name[0] < '0' || name[0] > '9')
+                continue;
+            pid_t tid = (pid_t)atoi(name);
+            char path[64], comm[32] = "?", line[128];
+            snprintf(path, sizeof path, "/proc/self/task/%d/comm", (int)tid);
+            int fd = open(path, O_RDONLY);
+            long k = fd >= 0 ? read(fd, comm, sizeof comm - 1) : -1;
+            if (fd >= 0)
+                close(fd);
+            comm[k > 0 ? k - 1 : 1] = 0;
+            int n = snprintf(line, sizeof line, "thread %d (%s)%s:\n", (int)tid, comm,
+                             tid == self ? ", the watchdog's" : "");
+            kb_say(line, (size_t)n);
+            kb_dumped = 0;
+            if (tid == self) {
+                kb_stack(SIGUSR1);
+                continue;
+            }
+            syscall(SYS_tgkill, getpid(), tid, SIGUSR1);
+            struct timespec tick = { 0, 10000000 };
+            for (int i = 0; i < 50 && !kb_dumped; i++)
+                nanosleep(&tick, NULL);
+            if (!kb_dumped)
+                kb_say("  (no answer: the signal is blocked there)\n",
+                       strlen("  (no answer: the signal is blocked there)\n"));
+        }
+    }
+}
 
 static void kb_watchdog(int sig)
 {
     (void)sig;
     char line[256];
     int n = snprintf(line, sizeof line, "HANG: no end after %d s, in phase \"%s\", step %ld\n",
-                     KB_WATCHDOG_S, kb_phase, kb_step);
-    // Nothing is left to do if the write fails: the exit status says it.
-    if (n > 0 && write(1, line, (size_t)n) < 0)
-        _exit(4);
+                     kb_deadline, kb_phase, kb_step);
+    if (n > 0)
+        kb_say(line, (size_t)n);
+    kb_table_line(kb_watched, "HANG");
+    kb_dump_threads();
     _exit(3);
 }
 
@@ -128,12 +228,19 @@ static void kb_enter(const char *phase)
 }
 
 // Skip (77) without a GPU; set up the log and the clock, and the watchdog
-// that turns a hang into a report (KB_WATCHDOG_S seconds).
+// that turns a hang into a report (KB_WATCHDOG_S seconds, or as many as
+// $KB_WATCHDOG says).
 static void kb_init(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
+    void *warm[2];
+    backtrace(warm, 2); // loads what unwinding needs now, not in a handler
+    signal(SIGUSR1, kb_stack);
     signal(SIGALRM, kb_watchdog);
-    alarm(KB_WATCHDOG_S);
+    const char *deadline = getenv("KB_WATCHDOG");
+    if (deadline && atoi(deadline) > 0)
+        kb_deadline = atoi(deadline);
+    alarm((unsigned)kb_deadline);
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
         printf("skipped: no CUDA device\n");
@@ -166,8 +273,19 @@ static regcache_t *kb_cache(int validation, size_t max_entries,
     regcache_device_keys_params q = *kp;
     q.lkey = kb_lkey;
     kb_enter("attach");
+    uint64_t t0 = kb_clock_ns();
     KB_OK(regcache_device_keys_attach(c, 0, &q, t));
+    printf("attach: %.1f ms\n", (kb_clock_ns() - t0) / 1e6);
+    kb_watched = c;
     return c;
+}
+
+// The watchdog reports on a cache only until it goes.
+static void kb_destroy(regcache_t *c)
+{
+    if (kb_watched == c)
+        kb_watched = NULL;
+    regcache_destroy(c);
 }
 
 // The key the host's get is served for [addr, addr+len): its serial.

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # On a GPU machine: build what the device key tables need (Release) and run
 # their GPU tests, the example and the benchmark's rows, each program under
-# a time limit and its own watchdog (which names the phase it hung in),
-# every line printed as it comes.
+# a time limit and its own watchdog (which names the phase it hung in, and
+# prints the table's counters and every thread's stack), every line printed
+# as it comes.  The misses through the ring come first, the races last and
+# shorter than under ctest (RACE_STEPS churn steps each, default 500).
 #
 #   tests/gpu_keys/run-on-device.sh [BUILD]     BUILD defaults to build-keys
 #
@@ -35,21 +37,41 @@ if ! { cmake -S "$root" -B "$build" "${args[@]}" &&
 fi
 hook_lib=$(find "$build" -name 'libregcache-hook.so' | head -1)
 
+# A watchdog's stack lines name the library's hidden functions (and the
+# programs' own) only by offset: name them from the build's symbols.
+symbolize() { # LOG
+    grep -oE '[^ ]*/(libregcache[^ (]*|gpu_keys|regcache-bench-keys)\(\+0x[0-9a-f]+\)' "$1" |
+        sort -u |
+        while read -r frame; do
+            lib=${frame%%(*}
+            off=${frame##*(+}
+            off=${off%)}
+            echo "  $frame = $(addr2line -f -e "$lib" "$off" 2>/dev/null | head -1)"
+        done
+}
+
 status=0
+log=$(mktemp)
 run() { # LIMIT WAY PROGRAM ARGS...
     local limit=$1 way=$2
     shift 2
     stamp "$way $*"
-    timeout "$limit" "$root/tests/gpu_hook/gpu-test.sh" "$way" "$@"
-    local rc=$?
+    KB_WATCHDOG=$((limit - 5)) timeout "$limit" "$root/tests/gpu_hook/gpu-test.sh" "$way" "$@" 2>&1 |
+        tee "$log"
+    local rc=${PIPESTATUS[0]}
+    grep -q '^HANG' "$log" && symbolize "$log"
     stamp "exit $rc"
     [ $rc = 0 ] || status=1
 }
 keys=$build/tests/gpu_keys/gpu_keys
-run 100 "preload:$hook_lib" "$keys" race hooks
-run 100 linked-init-first "$keys" race tag
-run 100 linked-init-first "$keys" agree
-run 100 linked-init-first "$keys" ring
-run 60 linked-init-first "$build/examples/device_keys"
-run 180 linked-init-first "$build/bench/regcache-bench-keys"
+steps=${RACE_STEPS:-500}
+run 30 linked-init-first "$keys" ring sync
+run 30 linked-init-first "$keys" ring copy
+run 30 linked-init-first "$keys" ring free
+run 30 linked-init-first "$build/examples/device_keys"
+run 130 linked-init-first "$build/bench/regcache-bench-keys"
+run 60 linked-init-first "$keys" agree
+run 100 linked-init-first "$keys" race tag "$steps"
+run 100 "preload:$hook_lib" "$keys" race hooks "$steps"
+rm -f "$log"
 exit $status

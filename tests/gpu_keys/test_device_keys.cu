@@ -1,18 +1,26 @@
 // Device key tables on a real GPU, with the counting backend (keys_backend.h):
 //
-//   test_device_keys race hooks|tag   many warps look up random buffers in
-//       hold sections while the host frees and reallocates them (stream-
-//       ordered pool) and a small budget evicts; every key checked against
-//       the registrations' logged lives: 0 stale, 0 wrong.  "hooks" runs
-//       under the preload hook (validation AUTO must resolve to HOOKS);
-//       "tag" is a TAG_CHECK cache whose frees the in-process interception
-//       that attach installs reports.
+//   test_device_keys race hooks|tag [STEPS]   many warps look up random
+//       buffers in hold sections while the host frees and reallocates them
+//       (stream-ordered pool, STEPS times, default 3000) and a small budget
+//       evicts; every key checked against the registrations' logged lives:
+//       0 stale, 0 wrong.  "hooks" runs under the preload hook (validation
+//       AUTO must resolve to HOOKS); "tag" is a TAG_CHECK cache whose frees
+//       the in-process interception that attach installs reports.
 //   test_device_keys agree            1M kernel lookups over 10k packed
 //       cudaMalloc buffers give the keys host gets give.
-//   test_device_keys ring             first-touch kernels over buffers never
-//       registered complete through the ring, one post per warp.
+//   test_device_keys ring sync|copy|free   first-touch kernels (on the
+//       legacy default stream) over buffers never registered complete
+//       through the ring, one post per warp, and the keys the answers carry
+//       are current in hold sections.  What the host thread does meanwhile:
+//       cudaDeviceSynchronize (sync); a synchronous copy of the kernel's
+//       result into pageable memory (copy), which waits for the kernel; a
+//       cudaFree of another buffer (free), which waits for the device.  A
+//       kernel waits a bounded time, so that a host that cannot answer
+//       shows as misses, not as a hang.
 //
-// Each prints its figures and exits 0, 1 (a check failed) or 77 (no GPU).
+// Each prints its figures and the table's (where a miss's time went on the
+// host) and exits 0, 1 (a check failed) or 77 (no GPU).
 #include <algorithm>
 #include <string.h>
 #include <vector>
@@ -92,10 +100,10 @@ struct alloc_life {
     uint64_t from, until;
 };
 
-static int race(const char *how)
+static int race(const char *how, int churn)
 {
     bool tag = !strcmp(how, "tag");
-    const int nbuf = 64, churn = 3000, blocks = 132, threads = 128;
+    const int nbuf = 64, blocks = 132, threads = 128;
     regcache_device_keys_params kp;
     regcache_device_keys_params_init(&kp);
     kp.hold_slots = blocks * threads / 32;
@@ -174,8 +182,9 @@ static int race(const char *how)
     KB_CHECK(cudaStreamSynchronize(ks));
     struct regcache_device_keys_stats ks_stats;
     KB_OK(regcache_device_keys_stats(c, 0, &ks_stats));
+    kb_table_line(c, "race");
     kb_enter("destroy");
-    regcache_destroy(c); // every life ends
+    kb_destroy(c); // every life ends
     kb_enter("check");
     unsigned long long n = 0;
     KB_CHECK(cudaMemcpy(&n, count, 8, cudaMemcpyDeviceToHost));
@@ -297,7 +306,7 @@ static int agree(void)
            "reaching past their buffer %ld; table records %llu, unmirrored %llu\n",
            n, nbuf, hits, same, beyond, (unsigned long long)st.records,
            (unsigned long long)st.unmirrored);
-    regcache_destroy(c);
+    kb_destroy(c);
     return hits != (long)n || same != hits || beyond != 0;
 }
 
@@ -305,24 +314,40 @@ static int agree(void)
 /* ring                                                                      */
 /* ------------------------------------------------------------------------ */
 
+// Each warp asks for its own buffer (lane l at l * 64 bytes, lane 0's range
+// posted for all), then checks the key in a hold section of its own.
 __global__ void first_touch_kernel(regcache_device_table t, const unsigned long long *bufs,
-                                   uint32_t *lkeys, unsigned long long *ns)
+                                   unsigned long long max_polls, uint32_t *lkeys,
+                                   unsigned long long *ns, int *current)
 {
     unsigned w = blockIdx.x, lane = threadIdx.x;
     unsigned long long t0, t1;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
     regcache_device_key key;
     int rc =
-        regcache_device_get_key(&t, (const void *)(bufs[w] + lane * 64), 64, 0, 1ull << 24, &key);
+        regcache_device_get_key(&t, (const void *)(bufs[w] + lane * 64), 64, 0, max_polls, &key);
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
     lkeys[w * 32 + lane] = rc == REGCACHE_DEVICE_HIT ? key.lkey : 0;
     if (lane == 0)
         ns[w] = t1 - t0;
+    __syncwarp();
+    if (lane == 0)
+        regcache_device_hold_begin(&t, w);
+    __syncwarp();
+    current[w * 32 + lane] = rc == REGCACHE_DEVICE_HIT && regcache_device_key_current(&t, &key);
+    __syncwarp();
+    if (lane == 0)
+        regcache_device_hold_end(&t, w);
 }
 
-static int ring(void)
+static int ring(const char *how)
 {
     const int warps = 256;
+    bool copy = !strcmp(how, "copy"), free_one = !strcmp(how, "free");
+    if (!copy && !free_one && strcmp(how, "sync")) {
+        printf("unknown ring way %s\n", how);
+        return 2;
+    }
     regcache_device_keys_params kp;
     regcache_device_keys_params_init(&kp);
     kp.poll_ns = 20000;
@@ -334,49 +359,76 @@ static int ring(void)
         KB_CHECK(cudaMalloc(&p, 1 << 20));
         bufs[w] = (uintptr_t)p;
     }
+    void *other;
+    KB_CHECK(cudaMalloc(&other, 1 << 20));
     unsigned long long *dbufs, *dns;
     uint32_t *dkeys;
+    int *dcurrent;
     KB_CHECK(cudaMalloc(&dbufs, warps * 8));
     KB_CHECK(cudaMalloc(&dns, warps * 8));
     KB_CHECK(cudaMalloc(&dkeys, warps * 32 * 4));
+    KB_CHECK(cudaMalloc(&dcurrent, warps * 32 * 4));
     KB_CHECK(cudaMemcpy(dbufs, bufs.data(), warps * 8, cudaMemcpyHostToDevice));
-    kb_enter("first-touch kernel");
-    first_touch_kernel<<<warps, 32>>>(t, dbufs, dkeys, dns);
-    KB_CHECK(cudaDeviceSynchronize());
     std::vector<uint32_t> keys(warps * 32);
+    std::vector<int> current(warps * 32);
     std::vector<unsigned long long> ns(warps);
+    kb_enter("first-touch kernel");
+    uint64_t t0 = kb_clock_ns();
+    // About two seconds of polls at most: a host that cannot answer shows
+    // as misses.
+    first_touch_kernel<<<warps, 32>>>(t, dbufs, 1ull << 21, dkeys, dns, dcurrent);
+    KB_CHECK(cudaGetLastError());
+    if (copy) {
+        kb_enter("synchronous copy behind the kernel");
+        KB_CHECK(cudaMemcpy(keys.data(), dkeys, keys.size() * 4, cudaMemcpyDeviceToHost));
+    } else if (free_one) {
+        kb_enter("cudaFree beside the kernel");
+        KB_CHECK(cudaFree(other));
+        other = NULL;
+    }
+    kb_enter("sync");
+    KB_CHECK(cudaDeviceSynchronize());
+    double host_ms = (kb_clock_ns() - t0) / 1e6;
+    kb_enter("check");
     KB_CHECK(cudaMemcpy(keys.data(), dkeys, keys.size() * 4, cudaMemcpyDeviceToHost));
+    KB_CHECK(cudaMemcpy(current.data(), dcurrent, current.size() * 4, cudaMemcpyDeviceToHost));
     KB_CHECK(cudaMemcpy(ns.data(), dns, warps * 8, cudaMemcpyDeviceToHost));
-    long same = 0;
+    long same = 0, cur = 0;
     for (int w = 0; w < warps; w++)
-        for (int l = 0; l < 32; l++)
+        for (int l = 0; l < 32; l++) {
             same += keys[w * 32 + l] && keys[w * 32 + l] == kb_host_key(c, bufs[w] + l * 64, 64);
+            cur += current[w * 32 + l];
+        }
     struct regcache_device_keys_stats st;
     KB_OK(regcache_device_keys_stats(c, 0, &st));
     std::sort(ns.begin(), ns.end());
-    printf("ring: %d warps touching a buffer never registered: keys as the host's %ld of %d, "
-           "posts %llu (failed %llu); kernel's wait from first lookup to key: median %.1f us, "
-           "p99 %.1f us\n",
-           warps, same, warps * 32, (unsigned long long)st.requests,
-           (unsigned long long)st.request_failures, ns[warps / 2] / 1e3,
-           ns[warps * 99 / 100] / 1e3);
-    regcache_destroy(c);
-    return same != warps * 32 || st.requests != (unsigned long long)warps;
+    printf("ring %s: %d warps touching a buffer never registered: keys as the host's %ld of %d, "
+           "current in a hold section %ld, posts %llu (failed %llu); kernel's wait from first "
+           "lookup to key: min %.1f us, median %.1f us, p99 %.1f us, max %.1f us; host side "
+           "launch to sync %.1f ms\n",
+           how, warps, same, warps * 32, cur, (unsigned long long)st.requests,
+           (unsigned long long)st.request_failures, ns[0] / 1e3, ns[warps / 2] / 1e3,
+           ns[warps * 99 / 100] / 1e3, ns[warps - 1] / 1e3, host_ms);
+    kb_table_line(c, "ring");
+    if (other)
+        KB_CHECK(cudaFree(other));
+    kb_destroy(c);
+    return same != warps * 32 || cur != warps * 32 || st.requests != (unsigned long long)warps;
 }
 
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        printf("usage: %s race hooks|tag | agree | ring\n", argv[0]);
+        printf("usage: %s race hooks|tag [STEPS] | agree | ring sync|copy|free\n", argv[0]);
         return 2;
     }
     kb_init();
     if (!strcmp(argv[1], "race") && argc > 2)
-        return race(argv[2]);
+        return race(argv[2], argc > 3 ? atoi(argv[3]) : 3000);
     if (!strcmp(argv[1], "agree"))
         return agree();
     if (!strcmp(argv[1], "ring"))
-        return ring();
+        return ring(argc > 2 ? argv[2] : "sync");
     printf("unknown test %s\n", argv[1]);
     return 2;
 }
