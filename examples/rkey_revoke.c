@@ -277,8 +277,7 @@ int main(void)
     /* ... the transfer in flight completes with the key it had ... */
     regcache_put(cache, e);
     bad |= freed != 1;
-    printf("rkey_revoke: rkey %#x revoked at the peer's request, deregistered at its put\n",
-           held);
+    printf("rkey_revoke: rkey %#x revoked at the peer's request, deregistered at its put\n", held);
 
     release(cache, buf);
     regcache_destroy(cache);

@@ -27,8 +27,8 @@ struct rc_options {
      * over (struct regcache_backend's reg_access from 4 on) and of the
      * values it is told (REGCACHE_REASON_MERGED from 4 on). */
     unsigned header_minor;
-    char validation_reason[512];   /* why validation is what it is; set by
-                                      regcache_create */
+    char validation_reason[512]; /* why validation is what it is; set by
+                                    regcache_create */
 };
 
 /* Copy *in (honouring in->size), apply the environment, check the result.

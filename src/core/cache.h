@@ -30,7 +30,8 @@ enum rc_cause { RC_BY_TAG, RC_BY_NOTIFY, RC_BY_EXPLICIT, RC_BY_MONITOR, RC_CAUSE
 /* Counters of one device; atomics so that stats read them without a lock. */
 struct rc_counters {
     atomic_uint_fast64_t shared_hits, slow_hits, misses, registrations, deregistrations, evictions,
-        invalidations[RC_CAUSES], reg_failures, one_shots, peak_bytes, leaves[REGCACHE_REASON_COUNT];
+        invalidations[RC_CAUSES], reg_failures, one_shots, peak_bytes,
+        leaves[REGCACHE_REASON_COUNT];
 };
 
 /* One device's share of the cache: its eviction order, budget and
@@ -163,8 +164,8 @@ struct regcache {
     char ledger_note[256];
 
     struct rc_stats stats;
-    int stat_record; /* its record in the process's statistics segment, or -1 */
-    int stat_pid;    /* the process whose segment that is */
+    int stat_record;                     /* its record in the process's statistics segment, or -1 */
+    int stat_pid;                        /* the process whose segment that is */
     atomic_uint_fast64_t stat_published; /* when it last went out there (a clock reading) */
     char stat_note[256];                 /* why it has no record, for the dump */
 
@@ -356,8 +357,8 @@ struct rc_host_claim *rc_host_watch(struct regcache *c, const struct rc_want *w,
 
 /* Under the lock: e keeps the watch, or - pageable host memory without
  * one - counts as unwatched. */
-void rc_host_watch_set_locked(struct regcache *c, struct regcache_entry *e,
-                              const struct rc_want *w, struct rc_host_claim *claim);
+void rc_host_watch_set_locked(struct regcache *c, struct regcache_entry *e, const struct rc_want *w,
+                              struct rc_host_claim *claim);
 
 /* Without the lock, once e is deregistered: its watch or count ends. */
 void rc_host_unwatch(struct regcache *c, struct regcache_entry *e);

@@ -195,8 +195,8 @@ static void walk_leave(struct rc_thread *t, struct walk *w)
 
 /* One cache's part of a notice; after an allocation, eager registration
  * queues the new memory too. */
-static void notify_cache(struct regcache *c, uintptr_t start, uintptr_t end, enum regcache_reason why,
-                         enum rc_eager allocated)
+static void notify_cache(struct regcache *c, uintptr_t start, uintptr_t end,
+                         enum regcache_reason why, enum rc_eager allocated)
 {
     rc_cache_notify(c, start, end, why);
     if (allocated != RC_EAGER_NONE)

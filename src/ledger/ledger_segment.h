@@ -188,13 +188,12 @@ enum rc_ledger_owner_state {
 };
 
 /* The state of `owner`, the owner word read (with acquire) from record
- * `r`, seen from this process, of pid namespace `pidns`.  Gone only on a definite answer: no process with its
- * pid (ESRCH), or one that is a zombie or started at another time; or,
- * for an owner of another pid namespace, none of its pid and start time
- * among this user's processes where /proc shows every process of that
- * namespace (it shows one of them, or /proc is the initial namespace's,
- * which shows all).  Anything that cannot be read (out of descriptors,
- * no permission) is unknown, never gone.  Reads /proc: slow paths only. */
+ * `r`, seen from this process, of pid namespace `pidns`.  Gone only on a definite answer: no
+ * process with its pid (ESRCH), or one that is a zombie or started at another time; or, for an
+ * owner of another pid namespace, none of its pid and start time among this user's processes where
+ * /proc shows every process of that namespace (it shows one of them, or /proc is the initial
+ * namespace's, which shows all).  Anything that cannot be read (out of descriptors, no permission)
+ * is unknown, never gone.  Reads /proc: slow paths only. */
 enum rc_ledger_owner_state rc_ledger_owner_state(const struct rc_ledger_record *r, uint64_t owner,
                                                  uint64_t pidns);
 
