@@ -1,9 +1,8 @@
 /* Hit cost (get+put) against the number of cached entries, in NOTIFY (no
- * tag check: the bench notifies itself) and TAG_CHECK mode, beside the bare tag source a TAG_CHECK hit adds and, on
- * the null source, UCX's hit.  The goals compare them at each count, so
- * the four are measured interleaved, in blocks of samples, each on its own
- * cache; in each round a TAG_CHECK block follows its tag query's and a UCX
- * block its NOTIFY hit's, the pairs the goals take. */
+ * tag check: the bench notifies itself) and TAG_CHECK mode, beside the bare tag source a TAG_CHECK
+ * hit adds and, on the null source, UCX's hit.  The goals compare them at each count, so the four
+ * are measured interleaved, in blocks of samples, each on its own cache; in each round a TAG_CHECK
+ * block follows its tag query's and a UCX block its NOTIFY hit's, the pairs the goals take. */
 #include "bench.h"
 
 const size_t bench_entries[4] = { 1, 1000, 100000, 1000000 };

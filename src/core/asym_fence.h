@@ -41,8 +41,8 @@ void rc_fence_setup(void);
  * address of any call this frame makes, but within the frames of calls it
  * made before: so this is the fence of code that has called nothing yet
  * (the hit's); the evictor's claim, after several calls, is slower with
- * it than with the C11 fence (bench/ab/run.sh churn) and keeps that.  Elsewhere, and under TSan (which
- * models only the C11 fence), the C11 fence. */
+ * it than with the C11 fence (bench/ab/run.sh churn) and keeps that.  Elsewhere, and under TSan
+ * (which models only the C11 fence), the C11 fence. */
 static inline void rc_fence_full(void)
 {
 #if defined(__x86_64__) && !defined(RC_TSAN)

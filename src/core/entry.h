@@ -104,11 +104,11 @@ struct regcache_entry {
     void *handles[RC_MAX_RAILS];
     struct rc_itree_node node; /* registered range, in cache->tree */
     enum rc_entry_state state;
-    bool heavy_scan;         /* its cache's hits do not fence (cache.h) */
+    bool heavy_scan;        /* its cache's hits do not fence (cache.h) */
     unsigned rails_pending; /* rails being registered now, each by one thread */
     /* The thread registering each pending rail (for REENTRANT). */
     const void *registrants[RC_MAX_RAILS];
-    int device;              /* the backend's device argument */
+    int device; /* the backend's device argument */
     /* The IBV_ACCESS_* set registered (the union of the gets it was made
      * for), with RC_ACCESS_DEFAULT when that covers params.access.  Set
      * before the first registration, never changed after. */

@@ -4,8 +4,8 @@
  * (its line and one 64-byte slot, both only read); one store to a hold
  * slot of the calling thread's own record and - in HOOKS mode - one
  * seq_cst fence, the only expensive instruction (the benchmark's "hits"
- * rows, HOOKS beside TAG_CHECK, show its price); then the slot's copies of the entry's rails, device and LRU stamp,
- * the shard's count again, the record's parked flag (threads.h) and the
+ * rows, HOOKS beside TAG_CHECK, show its price); then the slot's copies of the entry's rails,
+ * device and LRU stamp, the shard's count again, the record's parked flag (threads.h) and the
  * epoch, a store of the hold's note and a
  * plain increment of the thread's own hit counter.  Its put loads the
  * slot, the note and the epoch, stores the slot, passes a compiler barrier

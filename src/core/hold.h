@@ -99,8 +99,8 @@ COLD void rc_put_misused(const char *what, const void *handle);
 #endif
 
 /* The cache a put works on: the caller's, which must be the entry's. */
-static inline struct regcache *rc_put_cache(struct regcache *cache,
-                                            const struct regcache_entry *e, const void *handle)
+static inline struct regcache *rc_put_cache(struct regcache *cache, const struct regcache_entry *e,
+                                            const void *handle)
 {
 #ifdef RC_DEBUG
     if (cache && cache != e->cache)

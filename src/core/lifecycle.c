@@ -182,7 +182,7 @@ int regcache_create(const struct regcache_params *params, regcache_t **out)
     c->rails = (unsigned)p->rails;
     c->access = (unsigned)p->access;
     rc_host_merge_setup(c);
-    c->max_reg = c->opts.max_mr_size ? c->opts.max_mr_size
+    c->max_reg = c->opts.max_mr_size  ? c->opts.max_mr_size
                  : c->backend.max_len ? c->backend.max_len
                                       : SIZE_MAX;
     c->host_page = (size_t)sysconf(_SC_PAGESIZE);
@@ -262,7 +262,7 @@ int regcache_validation_mode(const regcache_t *c)
     if (!c)
         return rc_fail(REGCACHE_ERR_INVALID, "regcache_validation_mode: cache is NULL");
     return atomic_load_explicit(&c->tag_check, memory_order_acquire) ? REGCACHE_VALIDATE_TAG_CHECK
-                                                                      : c->validation;
+                                                                     : c->validation;
 }
 
 int regcache_method_used(const regcache_t *c)

@@ -46,8 +46,8 @@ enum rc_eager {
 struct rc_job {
     uintptr_t start, end;
     unsigned rail;
-    unsigned want;      /* the access asked for (struct rc_req) */
-    enum rc_eager from; /* the allocation the hooks reported, if any */
+    unsigned want;            /* the access asked for (struct rc_req) */
+    enum rc_eager from;       /* the allocation the hooks reported, if any */
     struct rc_job *next;      /* the queue, or the free list */
     struct rc_job *hash_next; /* its bucket: queued or being registered */
 };

@@ -91,8 +91,8 @@ static struct rc_statseg *create(const char *name, uint64_t pidns, char *why, si
         struct stat st;
         char ignored[256];
         int old = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-        bool mine = old >= 0 && fstat(old, &st) == 0 && rc_ledger_file_ok(&st, path, ignored,
-                                                                           sizeof ignored);
+        bool mine = old >= 0 && fstat(old, &st) == 0 &&
+                    rc_ledger_file_ok(&st, path, ignored, sizeof ignored);
         if (old >= 0)
             close(old);
         if (mine && unlink(path) == 0)

@@ -72,19 +72,30 @@ bool rc_stats_seen(const struct regcache *c, int slot)
 }
 
 _Static_assert(REGCACHE_REASON_COUNT <= sizeof(((struct regcache_stats *)0)->leaves) / 8,
-              "regcache_stats.leaves has a column for every reason");
+               "regcache_stats.leaves has a column for every reason");
 
 /* The fields that count events (a reset restarts them), and those that
  * describe the cache now and add up over devices. */
-#define F(f) { offsetof(struct regcache_stats, f), sizeof(((struct regcache_stats *)0)->f) / 8 }
+#define F(f)                                                                            \
+    {                                                                                   \
+        offsetof(struct regcache_stats, f), sizeof(((struct regcache_stats *)0)->f) / 8 \
+    }
 static const struct field {
     size_t offset, n;
-} counters[] = { F(hits),          F(misses),
-                 F(registrations), F(deregistrations),
-                 F(evictions),     F(invalidations_tag),
-                 F(invalidations_notify), F(invalidations_explicit), F(invalidations_monitor),
-                 F(reg_failures),  F(one_shots),
-                 F(rail_registrations), F(rail_reg_failures), F(leaves) },
+} counters[] = { F(hits),
+                 F(misses),
+                 F(registrations),
+                 F(deregistrations),
+                 F(evictions),
+                 F(invalidations_tag),
+                 F(invalidations_notify),
+                 F(invalidations_explicit),
+                 F(invalidations_monitor),
+                 F(reg_failures),
+                 F(one_shots),
+                 F(rail_registrations),
+                 F(rail_reg_failures),
+                 F(leaves) },
   gauges[] = { F(entries), F(bytes), F(budget), F(mrs), F(rail_bytes) };
 #undef F
 
@@ -141,8 +152,8 @@ static void add_slot(const struct regcache *c, int slot, struct regcache_stats *
     const struct regcache_stats *base = &c->stats.base[slot].s;
     for (size_t f = 0; f < sizeof counters / sizeof counters[0]; f++)
         for (size_t i = 0; i < counters[f].n; i++)
-            *at(s, &counters[f], i) +=
-                since(*at(&t, &counters[f], i), *at((struct regcache_stats *)base, &counters[f], i));
+            *at(s, &counters[f], i) += since(*at(&t, &counters[f], i),
+                                             *at((struct regcache_stats *)base, &counters[f], i));
     for (size_t f = 0; f < sizeof gauges / sizeof gauges[0]; f++)
         for (size_t i = 0; i < gauges[f].n; i++)
             *at(s, &gauges[f], i) += *at(&t, &gauges[f], i);
@@ -162,8 +173,8 @@ static void latency_locked(const struct regcache *c, int slot, int rail, struct 
 {
     memset(l, 0, sizeof *l);
     for (int s = slot < 0 ? 0 : slot; s <= (slot < 0 ? RC_DEVICE_SLOTS - 1 : slot); s++)
-        for (unsigned r = rail < 0 ? 0 : (unsigned)rail; r <= (rail < 0 ? c->rails - 1 : (unsigned)rail);
-             r++) {
+        for (unsigned r = rail < 0 ? 0 : (unsigned)rail;
+             r <= (rail < 0 ? c->rails - 1 : (unsigned)rail); r++) {
             const struct rc_rail_counters *rc = rc_rail_counters(&c->stats, s, r);
             for (unsigned b = 0; b < RC_LATENCY_BUCKETS; b++)
                 l->bucket[b] += since(load(&rc->latency[b]), c->stats.base[s].latency[r][b]);
@@ -244,7 +255,6 @@ static void fill(const struct regcache *c, int slot, struct regcache_stats *out,
     memcpy(out, &s, size);
 }
 
-
 /* A program built against 0.2 passes the struct as it ended then, at
  * budget: its entry points copy that much, the current ones all of it. */
 #define STATS_0_2 offsetof(struct regcache_stats, fds)
@@ -263,8 +273,8 @@ static int get_stats(const regcache_t *c, struct regcache_stats *out, size_t siz
 static int device_slot(const regcache_t *c, int device, bool unseen_ok, const char *fn)
 {
     if (device != REGCACHE_DEVICE_HOST && (device < 0 || device >= RC_MAX_DEVICES)) {
-        rc_fail(REGCACHE_ERR_INVALID, "%s: device %d is neither 0..%d nor REGCACHE_DEVICE_HOST",
-                fn, device, RC_MAX_DEVICES - 1);
+        rc_fail(REGCACHE_ERR_INVALID, "%s: device %d is neither 0..%d nor REGCACHE_DEVICE_HOST", fn,
+                device, RC_MAX_DEVICES - 1);
         return -1;
     }
     int slot = device == REGCACHE_DEVICE_HOST ? RC_HOST_SLOT : device;
@@ -319,7 +329,9 @@ int regcache_get_devices(const regcache_t *c, int *devices, size_t max, size_t *
 {
     if (!c || !count || (!devices && max))
         return rc_fail(REGCACHE_ERR_INVALID, "regcache_get_devices: %s is NULL",
-                       !c ? "cache" : !count ? "count" : "devices");
+                       !c       ? "cache"
+                       : !count ? "count"
+                                : "devices");
     size_t n = 0;
     /* The host first: REGCACHE_DEVICE_HOST sorts before every ordinal. */
     for (int i = 0; i < RC_DEVICE_SLOTS; i++) {

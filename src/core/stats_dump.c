@@ -23,8 +23,8 @@ static void dump_budget(const struct regcache *c, int slot)
                        "GPU's BAR1 or memory size\n",
                 c->opts.name, (const void *)c, slot);
     else
-        fprintf(stderr, PREFIX "device %d: budget %zu bytes from %s\n", c->opts.name, (const void *)c,
-                slot, bytes, rc_budget_source_name(d->budget_source));
+        fprintf(stderr, PREFIX "device %d: budget %zu bytes from %s\n", c->opts.name,
+                (const void *)c, slot, bytes, rc_budget_source_name(d->budget_source));
 }
 
 /* The backend's account of how it registers, a line at a time. */
@@ -75,14 +75,13 @@ void rc_stats_dump(const struct regcache *c)
             PREFIX "hits %" PRIu64 " misses %" PRIu64 " registrations %" PRIu64
                    " deregistrations %" PRIu64 " evictions %" PRIu64 " invalidations tag %" PRIu64
                    " notify %" PRIu64 " explicit %" PRIu64 " monitor %" PRIu64
-                   " reg_failures %" PRIu64
-                   " one_shots %" PRIu64 " entries %" PRIu64 " bytes %" PRIu64
-                   " peak_bytes %" PRIu64 " fds %" PRIu64 " mrs %" PRIu64
+                   " reg_failures %" PRIu64 " one_shots %" PRIu64 " entries %" PRIu64
+                   " bytes %" PRIu64 " peak_bytes %" PRIu64 " fds %" PRIu64 " mrs %" PRIu64
                    " latency p50 %" PRIu64 " ns p99 %" PRIu64 " ns\n",
             c->opts.name, (const void *)c, s.hits, s.misses, s.registrations, s.deregistrations,
             s.evictions, s.invalidations_tag, s.invalidations_notify, s.invalidations_explicit,
-            s.invalidations_monitor, s.reg_failures, s.one_shots, s.entries, s.bytes, s.peak_bytes, s.fds, s.mrs,
-            s.reg_latency_p50_ns, s.reg_latency_p99_ns);
+            s.invalidations_monitor, s.reg_failures, s.one_shots, s.entries, s.bytes, s.peak_bytes,
+            s.fds, s.mrs, s.reg_latency_p50_ns, s.reg_latency_p99_ns);
     /* In the order of enum regcache_validation; AUTO is always resolved. */
     static const char *const modes[] = { "AUTO", "TAG_CHECK", "HOOKS", "NOTIFY" };
     fprintf(stderr, PREFIX "validation %s: %s\n", c->opts.name, (const void *)c,

@@ -119,8 +119,9 @@ int regcache_foreach_entry(regcache_t *c, int (*cb)(void *arg, const struct regc
         free(k.info);
         k = (struct copy){ .info = malloc(cap * sizeof *k.info), .cap = cap };
         if (!k.info) {
-            rc = rc_fail(REGCACHE_ERR_NO_MEMORY, "regcache_foreach_entry: no memory to copy "
-                                                 "%zu entries",
+            rc = rc_fail(REGCACHE_ERR_NO_MEMORY,
+                         "regcache_foreach_entry: no memory to copy "
+                         "%zu entries",
                          cap);
             break;
         }

@@ -189,8 +189,8 @@ bool rc_ledger_name_ok(const char *name)
         return false;
     memcpy(key, name, len);
     key[len] = '\0';
-    return rc_ledger_key_ok(key) && (!plus || (plus[1] >= '1' && plus[1] < '0' + RC_LEDGER_NAMES &&
-                                               plus[2] == '\0'));
+    return rc_ledger_key_ok(key) &&
+           (!plus || (plus[1] >= '1' && plus[1] < '0' + RC_LEDGER_NAMES && plus[2] == '\0'));
 }
 
 /* What is under a name: a segment to use, a name to pass by (another
@@ -199,9 +199,12 @@ enum found { USE, FOREIGN, REFUSED };
 
 static const char *kind(mode_t mode)
 {
-    return S_ISREG(mode) ? "" : S_ISDIR(mode) ? " (a directory)" : S_ISFIFO(mode) ? " (a FIFO)"
-                            : S_ISSOCK(mode) ? " (a socket)" : S_ISLNK(mode) ? " (a link)"
-                                             : " (a device)";
+    return S_ISREG(mode)    ? ""
+           : S_ISDIR(mode)  ? " (a directory)"
+           : S_ISFIFO(mode) ? " (a FIFO)"
+           : S_ISSOCK(mode) ? " (a socket)"
+           : S_ISLNK(mode)  ? " (a link)"
+                            : " (a device)";
 }
 
 /* Whoever can write a segment can make this process misjudge its budget
@@ -308,8 +311,8 @@ struct rc_ledger_segment *rc_ledger_map(const char *name, const char *key, char 
         say(why, why_len, "%s%s is %lld bytes: not a ledger", RC_LEDGER_DIR, name,
             (long long)st.st_size);
     } else {
-        p = mmap(NULL, (size_t)st.st_size, key ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED,
-                 fd, 0);
+        p = mmap(NULL, (size_t)st.st_size, key ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd,
+                 0);
         if (p == MAP_FAILED)
             say(why, why_len, "cannot map %s%s: %s", RC_LEDGER_DIR, name, strerror(errno));
     }
@@ -319,8 +322,8 @@ struct rc_ledger_segment *rc_ledger_map(const char *name, const char *key, char 
     size_t size = (size_t)st.st_size;
     /* Guarded before the first read: a truncation can come at any time. */
     if (!rc_ledger_guard(p, size)) {
-        say(why, why_len, "cannot guard %s%s against truncation (%u ledgers mapped)",
-            RC_LEDGER_DIR, name, RC_LEDGER_GUARDS);
+        say(why, why_len, "cannot guard %s%s against truncation (%u ledgers mapped)", RC_LEDGER_DIR,
+            name, RC_LEDGER_GUARDS);
         munmap(p, size);
         return NULL;
     }

@@ -105,12 +105,13 @@ static bool plausible(const struct rc_statseg_cache *c, char *why, size_t why_le
     const char *name = rc_statseg_cache_name(c);
     size_t len = strnlen(name, sizeof c->name);
     if (!len || len == sizeof c->name ||
-        strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:@+-/") != len) {
+        strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:@+-/") !=
+            len) {
         say(why, why_len, "a cache name that is not one");
         return false;
     }
-    if (c->rails < 1 || c->rails > RC_MAX_RAILS || c->host > 1 ||
-        c->bytes > RC_LEDGER_MAX_BYTES || c->entries > RC_LEDGER_MAX_BYTES) {
+    if (c->rails < 1 || c->rails > RC_MAX_RAILS || c->host > 1 || c->bytes > RC_LEDGER_MAX_BYTES ||
+        c->entries > RC_LEDGER_MAX_BYTES) {
         say(why, why_len, "cache %s: impossible figures", name);
         return false;
     }
@@ -131,15 +132,14 @@ bool rc_statseg_read(const struct rc_statseg *s, unsigned i, struct rc_statseg_c
     uint64_t *to = (uint64_t *)out;
     why[0] = '\0';
     for (int attempt = 0; attempt < 100; attempt++) {
-        uint64_t seq = atomic_load_explicit(&((struct rc_statseg_cache *)c)->seq,
-                                            memory_order_acquire);
+        uint64_t seq =
+            atomic_load_explicit(&((struct rc_statseg_cache *)c)->seq, memory_order_acquire);
         if (seq & 1)
             continue;
         for (size_t w = 0; w < sizeof *c / 8; w++)
             to[w] = atomic_load_explicit(&from[w], memory_order_relaxed);
         atomic_thread_fence(memory_order_acquire);
-        if (atomic_load_explicit(&((struct rc_statseg_cache *)c)->seq, memory_order_relaxed) !=
-            seq)
+        if (atomic_load_explicit(&((struct rc_statseg_cache *)c)->seq, memory_order_relaxed) != seq)
             continue;
         return out->in_use == 1 && plausible(out, why, why_len);
     }

@@ -27,8 +27,7 @@
 #define RC_STATSEG_NAME_WORDS 8 /* REGCACHE_NAME_MAX bytes */
 
 struct rc_statseg_rail {
-    _Atomic uint64_t registrations, failures, bytes, mapping, data_direct, p50_ns, p99_ns,
-        reserved;
+    _Atomic uint64_t registrations, failures, bytes, mapping, data_direct, p50_ns, p99_ns, reserved;
 };
 
 /* Written by the owning process only, under a seqlock: `seq` is odd while

@@ -72,9 +72,9 @@ static uint64_t owner_of(const struct rc_ledger_record *r)
 
 static bool read_row(const struct rc_ledger_record *r, uint64_t pidns, struct row *out)
 {
-    static const char *const states[] = { [RC_LEDGER_LIVE] = "live",
-                                          [RC_LEDGER_GONE] = "gone",
-                                          [RC_LEDGER_UNKNOWN] = "unknown" };
+    static const char *const states[] = {
+        [RC_LEDGER_LIVE] = "live", [RC_LEDGER_GONE] = "gone", [RC_LEDGER_UNKNOWN] = "unknown"
+    };
     uint64_t owner = owner_of(r);
     if (!owner || (owner & RC_LEDGER_CLAIMING))
         return false;
@@ -311,8 +311,8 @@ static int show(const char *prefix, enum format format)
     if (format == JSON)
         printf("]}\n");
     else if (format == TEXT && !shown)
-        printf("no regcache ledger of uid %u in use (%s/%s*)\n", (unsigned)geteuid(),
-               RC_LEDGER_DIR, prefix);
+        printf("no regcache ledger of uid %u in use (%s/%s*)\n", (unsigned)geteuid(), RC_LEDGER_DIR,
+               prefix);
     caches_free(&cs);
     free(names);
     free(g);

@@ -269,13 +269,11 @@ void caches_prometheus(const struct caches *cs)
     FAMILY("evictions_total", "counter", "Entries evicted.", evictions);
     FAMILY("invalidations_total", "counter", "Entries dropped because their memory went away.",
            invalidations);
-    FAMILY("registration_failures_total", "counter", "Failed registration calls.",
-           reg_failures);
+    FAMILY("registration_failures_total", "counter", "Failed registration calls.", reg_failures);
     FAMILY("registration_latency_p50_nanoseconds", "gauge",
            "Median registration time in nanoseconds (log2 bucket upper bound).", p50_ns);
     FAMILY("registration_latency_p99_nanoseconds", "gauge",
-           "99th percentile registration time in nanoseconds (log2 bucket upper bound).",
-           p99_ns);
+           "99th percentile registration time in nanoseconds (log2 bucket upper bound).", p99_ns);
     FAMILY("fds", "gauge", "File descriptors the cache holds now.", fds);
     FAMILY("mrs", "gauge", "Memory registrations held now, one per rail.", mrs);
     printf("# HELP regcache_device_info A device the cache has seen.\n"

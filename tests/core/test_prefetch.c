@@ -217,11 +217,13 @@ static void failure_forgotten_by_invalidation(void **state)
     f->fb.fail_rail = -1;
     fx_create(f);
     regcache_entry_t *e;
-    assert_int_equal(regcache_get_access(f->c, 0, (void *)A, 4096, f->p.access, REGCACHE_GET_NONBLOCK, &e),
-                     REGCACHE_ERR_AGAIN);
+    assert_int_equal(
+        regcache_get_access(f->c, 0, (void *)A, 4096, f->p.access, REGCACHE_GET_NONBLOCK, &e),
+        REGCACHE_ERR_AGAIN);
     await_idle(f);
-    assert_int_equal(regcache_get_access(f->c, 0, (void *)A, 4096, f->p.access, REGCACHE_GET_NONBLOCK, &e),
-                     REGCACHE_ERR_BACKEND);
+    assert_int_equal(
+        regcache_get_access(f->c, 0, (void *)A, 4096, f->p.access, REGCACHE_GET_NONBLOCK, &e),
+        REGCACHE_ERR_BACKEND);
     assert_null(e);
     f->fb.fail_count = 1;
     assert_int_equal(regcache_prefetch(f->c, 0, (void *)A, 4096), REGCACHE_OK);
@@ -298,23 +300,28 @@ static void nonblocking_get(void **state)
     hold_regs(f);
     fx_create(f);
     regcache_entry_t *e = (regcache_entry_t *)1;
-    assert_int_equal(regcache_get_access(f->c, 0, (void *)A, 4096, f->p.access, REGCACHE_GET_NONBLOCK, &e),
-                     REGCACHE_ERR_AGAIN);
+    assert_int_equal(
+        regcache_get_access(f->c, 0, (void *)A, 4096, f->p.access, REGCACHE_GET_NONBLOCK, &e),
+        REGCACHE_ERR_AGAIN);
     assert_null(e);
     assert_true(gate_await(&reg_gate, 1, HANG_SECONDS));
     /* In flight: still no waiting. */
-    assert_int_equal(regcache_get_access(f->c, 0, (void *)A, 4096, f->p.access, REGCACHE_GET_NONBLOCK, &e),
-                     REGCACHE_ERR_AGAIN);
+    assert_int_equal(
+        regcache_get_access(f->c, 0, (void *)A, 4096, f->p.access, REGCACHE_GET_NONBLOCK, &e),
+        REGCACHE_ERR_AGAIN);
     gate_open(&reg_gate);
     await_idle(f);
-    assert_int_equal(regcache_get_access(f->c, 0, (void *)A, 4096, f->p.access, REGCACHE_GET_NONBLOCK, &e),
-                     REGCACHE_OK);
+    assert_int_equal(
+        regcache_get_access(f->c, 0, (void *)A, 4096, f->p.access, REGCACHE_GET_NONBLOCK, &e),
+        REGCACHE_OK);
     regcache_put(f->c, e);
-    assert_int_equal(regcache_get_access(f->c, 1, (void *)A, 4096, f->p.access, REGCACHE_GET_NONBLOCK, &e),
-                     REGCACHE_ERR_AGAIN);
+    assert_int_equal(
+        regcache_get_access(f->c, 1, (void *)A, 4096, f->p.access, REGCACHE_GET_NONBLOCK, &e),
+        REGCACHE_ERR_AGAIN);
     await_idle(f);
-    assert_int_equal(regcache_get_access(f->c, 1, (void *)A, 4096, f->p.access, REGCACHE_GET_NONBLOCK, &e),
-                     REGCACHE_OK);
+    assert_int_equal(
+        regcache_get_access(f->c, 1, (void *)A, 4096, f->p.access, REGCACHE_GET_NONBLOCK, &e),
+        REGCACHE_OK);
     regcache_put(f->c, e);
     assert_int_equal(f->fb.regs, 2);
     fx_assert_stats(f, FX_STAT(hits, 2), FX_STAT(misses, 0), NULL);
@@ -323,11 +330,13 @@ static void nonblocking_get(void **state)
     /* More access than the entry has: queued with that access, then a hit
      * on the wider registration. */
     int atomic = f->p.access | IBV_ACCESS_REMOTE_ATOMIC;
-    assert_int_equal(regcache_get_access(f->c, 0, (void *)A, 4096, atomic, REGCACHE_GET_NONBLOCK, &e),
-                     REGCACHE_ERR_AGAIN);
+    assert_int_equal(
+        regcache_get_access(f->c, 0, (void *)A, 4096, atomic, REGCACHE_GET_NONBLOCK, &e),
+        REGCACHE_ERR_AGAIN);
     await_idle(f);
-    assert_int_equal(regcache_get_access(f->c, 0, (void *)A, 4096, atomic, REGCACHE_GET_NONBLOCK, &e),
-                     REGCACHE_OK);
+    assert_int_equal(
+        regcache_get_access(f->c, 0, (void *)A, 4096, atomic, REGCACHE_GET_NONBLOCK, &e),
+        REGCACHE_OK);
     assert_true(regcache_entry_access(e) & IBV_ACCESS_REMOTE_ATOMIC);
     regcache_put(f->c, e);
 }
@@ -622,6 +631,6 @@ FX_MAIN(prefetch_then_hit, get_waits_for_prefetch, prefetch_racing_free, prefetc
         queue_full, failure_reported_to_next_get, failure_forgotten_by_invalidation,
         failure_of_pages_mapped_since_is_dropped, failure_of_reallocated_memory_is_dropped,
         nonblocking_get, eager_from_notify_alloc, eager_across_mappings, eager_pinned_host,
-        eager_pinned_host_refused, eager_off_by_default,
-        speculative_evicted_first, speculative_never_evicts_used, destroy_with_prefetches_in_flight,
+        eager_pinned_host_refused, eager_off_by_default, speculative_evicted_first,
+        speculative_never_evicts_used, destroy_with_prefetches_in_flight,
         destroy_as_a_registration_ends, workers_named, fork_with_prefetches_in_flight)
