@@ -30,8 +30,7 @@ static void cycle_run(void *ctx, struct bench_lane *l, uint64_t n)
 
 /* A cache filled by the cycle, so that every timed get evicts; -1 (r
  * emitted with a note) when it cannot be had. */
-static int open_cycle(struct cycle *c, struct bench_row *r, const struct bench_src *s,
-                      int by_bytes)
+static int open_cycle(struct cycle *c, struct bench_row *r, const struct bench_src *s, int by_bytes)
 {
     char why[160];
     *c = (struct cycle){ .use.counter = offsetof(struct regcache_stats, misses), .base = s->base };

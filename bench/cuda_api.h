@@ -7,13 +7,21 @@
 
 /* cuda.h maps names to versioned ones (cuMemAlloc is cuMemAlloc_v2),
  * which is what libcuda exports: the loader looks up the mapped name. */
-#define BENCH_CU_CALLS(X)                                                                        \
-    X(cuInit)                                                                                    \
-    X(cuGetErrorName)                                                                            \
-    X(cuDeviceGet)                                                                               \
-    X(cuDeviceGetName) X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent) X(cuMemAlloc) X(cuMemFree) \
-        X(cuMemGetInfo) X(cuPointerGetAttribute) X(cuPointerSetAttribute)                        \
-            X(cuMemGetHandleForAddressRange)
+/* clang-format off: one entry a line, which clang-format 14 does not keep */
+#define BENCH_CU_CALLS(X)       \
+    X(cuInit)                   \
+    X(cuGetErrorName)           \
+    X(cuDeviceGet)              \
+    X(cuDeviceGetName)          \
+    X(cuDevicePrimaryCtxRetain) \
+    X(cuCtxSetCurrent)          \
+    X(cuMemAlloc)               \
+    X(cuMemFree)                \
+    X(cuMemGetInfo)             \
+    X(cuPointerGetAttribute)    \
+    X(cuPointerSetAttribute)    \
+    X(cuMemGetHandleForAddressRange)
+/* clang-format on */
 #define BENCH_CU_FN(name) __typeof__(&name) name;
 
 extern struct bench_cu {

@@ -7,9 +7,12 @@
 //   - a miss's round trip through the ring, as the kernel waits for it (the
 //     host waiting for the kernel with a synchronous copy of its result),
 //     and where the host's side of it went (the table's counters);
+//   - the least a removal can cost: a word to the GPU and the wait for it;
 //   - what the mirror adds to a host miss (get + put of memory never
 //     registered) and to an invalidation, caches with and without a table
-//     taking turns.
+//     taking turns: over the counting backend (which registers nothing) and
+//     over a backend that makes the CUDA half of a dmabuf registration
+//     (export and close), what a real one costs short of the NIC's part.
 // Prints one line per row.  Exits 77 without a GPU.
 #include <algorithm>
 #include <vector>
@@ -121,6 +124,12 @@ static double median(std::vector<double> v)
     return v[v.size() / 2];
 }
 
+static double p99(std::vector<double> v)
+{
+    std::sort(v.begin(), v.end());
+    return v[v.size() * 99 / 100];
+}
+
 // Device rows: a table of n entries of 64 KiB each.
 static void device_rows(void)
 {
@@ -226,27 +235,66 @@ static void miss_rows(uint64_t poll_ns)
     kb_destroy(c);
 }
 
-// A host miss (get + put of memory never registered) and an invalidation,
-// in a cache without a table and in one with: rounds taking turns.
-static void host_rows(void)
+// The CUDA half of a registration of GPU memory through dmabuf, which the
+// built-in backend makes before ibv_reg_dmabuf_mr (bench/README.md's pin
+// rows measure it alone): SYNC_MEMOPS and the export when registering, the
+// fd's close when deregistering.  Keys and the log are the counting
+// backend's.  What a NIC adds (the MR itself) cannot be measured here.
+static std::vector<int> dmabuf_fds;
+static long dmabuf_failures;
+
+static int dmabuf_reg(void *arg, void *addr, size_t len, int device, int rail, void **handle)
 {
-    const int n = 2000, rounds = 7;
+    unsigned one = 1;
+    int fd = -1;
+    CUdeviceptr p = (CUdeviceptr)(uintptr_t)addr;
+    if (cuPointerSetAttribute(&one, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, p) != CUDA_SUCCESS ||
+        cuMemGetHandleForAddressRange(&fd, p, len, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0) !=
+            CUDA_SUCCESS) {
+        dmabuf_failures++;
+        return EINVAL;
+    }
+    int rc = kb_reg(arg, addr, len, device, rail, handle);
+    if (rc) {
+        close(fd);
+        return rc;
+    }
+    dmabuf_fds[(uintptr_t)*handle] = fd;
+    return 0;
+}
+
+static void dmabuf_dereg(void *arg, void *handle)
+{
+    close(dmabuf_fds[(uintptr_t)handle]);
+    kb_dereg(arg, handle);
+}
+
+static const regcache_backend dmabuf_backend = { dmabuf_reg, dmabuf_dereg, NULL, NULL, NULL };
+
+// A host miss (get + put of memory never registered) and an invalidation,
+// in a cache without a table and in one with, both over `backend`, on n
+// buffers of `bytes`: rounds taking turns.  Then the table's writes in the
+// cache with one: the invalidations' removals and the writer's batches.
+static void host_rows(const regcache_backend *backend, const char *name, int n, size_t bytes)
+{
+    const int rounds = 7;
     std::vector<uintptr_t> bufs(n);
     for (int i = 0; i < n; i++) {
         void *p;
-        KB_CHECK(cudaMalloc(&p, 64 << 10));
+        KB_CHECK(cudaMalloc(&p, bytes));
         bufs[i] = (uintptr_t)p;
     }
     regcache_params p;
     regcache_params_init(&p);
-    p.backend = &kb_backend;
+    p.backend = backend;
     regcache_t *plain = NULL;
     KB_OK(regcache_create(&p, &plain));
     regcache_device_keys_params kp;
     regcache_device_keys_params_init(&kp);
     regcache_device_table t;
-    regcache_t *mirrored = kb_cache(REGCACHE_VALIDATE_AUTO, 0, &kp, &t);
+    regcache_t *mirrored = kb_cache_over(backend, REGCACHE_VALIDATE_AUTO, 0, &kp, &t);
     std::vector<double> miss[2], inval[2];
+    long unkeyed = 0;
     kb_enter("host miss and invalidation");
     for (int r = 0; r < rounds; r++) {
         kb_step = r;
@@ -254,7 +302,7 @@ static void host_rows(void)
             regcache_t *c = which ? mirrored : plain;
             uint64_t t0 = host_ns();
             for (int i = 0; i < n; i++)
-                kb_host_key(c, bufs[i], 64);
+                unkeyed += !kb_host_key(c, bufs[i], 64);
             uint64_t t1 = host_ns();
             for (int i = 0; i < n; i++)
                 regcache_invalidate(c, (void *)bufs[i], 64);
@@ -264,14 +312,57 @@ static void host_rows(void)
         }
     }
     double m0 = median(miss[0]), m1 = median(miss[1]), i0 = median(inval[0]), i1 = median(inval[1]);
-    printf("row host miss (get+put, counting backend): %.0f ns without a table, %.0f ns with "
-           "(+%.0f ns, %+.0f%%)\n",
-           m0, m1, m1 - m0, 100 * (m1 - m0) / m0);
-    printf("row invalidation of one entry: %.0f ns without a table, %.0f ns with (+%.0f ns, "
-           "%+.0f%%)\n",
-           i0, i1, i1 - i0, 100 * (i1 - i0) / i0);
+    printf("row host miss (get+put, %s, %zu KiB buffers): %.0f ns without a table, %.0f ns with "
+           "(+%.0f ns, %+.1f%%)%s\n",
+           name, bytes >> 10, m0, m1, m1 - m0, 100 * (m1 - m0) / m0,
+           unkeyed ? " - SOME GETS FAILED" : "");
+    printf("row invalidation of one entry (%s): %.0f ns without a table, %.0f ns with (+%.0f ns, "
+           "%+.1f%%)\n",
+           name, i0, i1, i1 - i0, 100 * (i1 - i0) / i0);
+    if (unkeyed)
+        printf("row %s: %ld gets failed (dmabuf exports failed: %ld)\n", name, unkeyed,
+               dmabuf_failures);
+    char label[128];
+    snprintf(label, sizeof label, "row %s, the table's", name);
+    kb_table_line(mirrored, label);
     kb_destroy(mirrored);
     regcache_destroy(plain);
+    for (int i = 0; i < n; i++)
+        KB_CHECK(cudaFree((void *)bufs[i]));
+}
+
+// The least a removal can cost: one word to the GPU and the wait for it,
+// as the table writes it (a copy from pinned memory on a stream of its own
+// and a stream synchronisation), and the same word by a stream write.
+static void word_rows(void)
+{
+    const int n = 2000;
+    uint64_t *word, *host;
+    cudaStream_t s;
+    KB_CHECK(cudaMalloc(&word, 8));
+    KB_CHECK(cudaHostAlloc((void **)&host, 8, cudaHostAllocPortable));
+    KB_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    std::vector<double> copy, memop;
+    bool memops = true;
+    for (int i = 0; i < n; i++) {
+        *host = (uint64_t)i;
+        uint64_t t0 = host_ns();
+        KB_CHECK(cudaMemcpyAsync(word, host, 8, cudaMemcpyHostToDevice, s));
+        KB_CHECK(cudaStreamSynchronize(s));
+        uint64_t t1 = host_ns();
+        memops = memops && cuStreamWriteValue64((CUstream)s, (CUdeviceptr)(uintptr_t)word,
+                                                (cuuint64_t)i, 0) == CUDA_SUCCESS;
+        KB_CHECK(cudaStreamSynchronize(s));
+        uint64_t t2 = host_ns();
+        copy.push_back((double)(t1 - t0));
+        memop.push_back((double)(t2 - t1));
+    }
+    printf("row a word to the GPU and the wait for it: copy + stream synchronisation %.0f ns "
+           "(p99 %.0f), stream write + synchronisation %s%.0f ns (p99 %.0f)\n",
+           median(copy), p99(copy), memops ? "" : "(failed) ", median(memop), p99(memop));
+    KB_CHECK(cudaStreamDestroy(s));
+    KB_CHECK(cudaFreeHost(host));
+    KB_CHECK(cudaFree(word));
 }
 
 int main(void)
@@ -280,6 +371,10 @@ int main(void)
     device_rows();
     miss_rows(100000);
     miss_rows(10000);
-    host_rows();
+    kb_enter("a word to the GPU");
+    word_rows();
+    host_rows(&kb_backend, "counting backend", 2000, 64 << 10);
+    dmabuf_fds.resize(KB_MAX_REGS, -1);
+    host_rows(&dmabuf_backend, "dmabuf export backend", 1000, 2 << 20);
     return 0;
 }

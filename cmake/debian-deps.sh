@@ -5,7 +5,7 @@
 set -euo pipefail
 pkgs=(cmake make gcc clang pkg-config libibverbs-dev ibverbs-providers ibverbs-utils
       rdma-core libcmocka-dev libucx-dev uthash-dev pandoc python3 libjemalloc2 libfabric1 libfabric-dev
-      qemu-system-x86 kmod iproute2 xz-utils util-linux "$@")
+      qemu-system-x86 kmod iproute2 xz-utils util-linux clang-format-14 "$@")
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

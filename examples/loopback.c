@@ -5,7 +5,7 @@
 #include <time.h>
 
 #define PORT 1
-#define QP_ACCESS                                                               \
+#define QP_ACCESS                                                                \
     (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | \
      IBV_ACCESS_REMOTE_ATOMIC)
 
@@ -39,16 +39,15 @@ static int first_gid(struct ibv_context *ctx, union ibv_gid *gid)
 }
 
 /* RESET -> INIT -> RTR -> RTS towards remote_qpn on the same port. */
-static int connect_qp(struct ibv_qp *qp, uint32_t remote_qpn,
-                      const union ibv_gid *gid, int gid_index)
+static int connect_qp(struct ibv_qp *qp, uint32_t remote_qpn, const union ibv_gid *gid,
+                      int gid_index)
 {
     struct ibv_qp_attr a = {
         .qp_state = IBV_QPS_INIT,
         .port_num = PORT,
         .qp_access_flags = QP_ACCESS,
     };
-    if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
-                                  IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+    if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
         return errno;
 
     a = (struct ibv_qp_attr){
@@ -64,10 +63,9 @@ static int connect_qp(struct ibv_qp *qp, uint32_t remote_qpn,
             .port_num = PORT,
         },
     };
-    if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-                                  IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                                  IBV_QP_MAX_DEST_RD_ATOMIC |
-                                  IBV_QP_MIN_RNR_TIMER))
+    if (ibv_modify_qp(qp, &a,
+                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
         return errno;
 
     /* rnr_retry 7 retries forever: a send that races ahead of the peer's
@@ -79,9 +77,9 @@ static int connect_qp(struct ibv_qp *qp, uint32_t remote_qpn,
         .rnr_retry = 7,
         .max_rd_atomic = 1,
     };
-    if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT |
-                                  IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                                  IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
+    if (ibv_modify_qp(qp, &a,
+                      IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                          IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
         return errno;
     return 0;
 }
@@ -102,8 +100,7 @@ int loopback_create(struct ibv_pd *pd, struct loopback *lb)
             .send_cq = lb->send_cq[i],
             .recv_cq = lb->recv_cq[i],
             .qp_type = IBV_QPT_RC,
-            .cap = { .max_send_wr = 8, .max_recv_wr = 8,
-                     .max_send_sge = 1, .max_recv_sge = 1 },
+            .cap = { .max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1, .max_recv_sge = 1 },
         };
         lb->qp[i] = ibv_create_qp(pd, &ia);
         if (!lb->qp[i])
@@ -158,8 +155,7 @@ int loopback_send_wait(struct loopback *lb, int side, struct ibv_send_wr *wr)
     struct ibv_send_wr *bad;
     struct ibv_wc wc;
     wr->send_flags |= IBV_SEND_SIGNALED;
-    if (ibv_post_send(lb->qp[side], wr, &bad) ||
-        loopback_wait(lb->send_cq[side], &wc))
+    if (ibv_post_send(lb->qp[side], wr, &bad) || loopback_wait(lb->send_cq[side], &wc))
         return -1;
     return (int)wc.status;
 }

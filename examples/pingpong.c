@@ -24,13 +24,12 @@
 #include <unistd.h>
 
 #define ROUNDS 200
-#define SLOTS 4       /* message buffers per side, used in turn */
-#define MSG_LEN 4096  /* one page per slot; a side's slots share one registration */
+#define SLOTS 4      /* message buffers per side, used in turn */
+#define MSG_LEN 4096 /* one page per slot; a side's slots share one registration */
 
 /* Send MSG_LEN bytes from src on QP `from` into dst on the other QP.
  * Returns 0, or -1 after printing what failed. */
-static int transfer(regcache_t *cache, struct loopback *lb, int from,
-                    char *src, char *dst)
+static int transfer(regcache_t *cache, struct loopback *lb, int from, char *src, char *dst)
 {
     int to = 1 - from;
     regcache_entry_t *src_e, *dst_e;
@@ -42,7 +41,8 @@ static int transfer(regcache_t *cache, struct loopback *lb, int from,
         fprintf(stderr, "pingpong: get(dst): %s\n", regcache_strerror(rc));
         return -1;
     }
-    struct ibv_sge rsge = { .addr = (uintptr_t)dst, .length = MSG_LEN,
+    struct ibv_sge rsge = { .addr = (uintptr_t)dst,
+                            .length = MSG_LEN,
                             .lkey = regcache_entry_mr(dst_e)->lkey };
     struct ibv_recv_wr rwr = { .sg_list = &rsge, .num_sge = 1 }, *bad_r;
     if (ibv_post_recv(lb->qp[to], &rwr, &bad_r)) {
@@ -56,17 +56,16 @@ static int transfer(regcache_t *cache, struct loopback *lb, int from,
         regcache_put(cache, dst_e);
         return -1;
     }
-    struct ibv_sge ssge = { .addr = (uintptr_t)src, .length = MSG_LEN,
+    struct ibv_sge ssge = { .addr = (uintptr_t)src,
+                            .length = MSG_LEN,
                             .lkey = regcache_entry_mr(src_e)->lkey };
-    struct ibv_send_wr swr = { .sg_list = &ssge, .num_sge = 1,
-                               .opcode = IBV_WR_SEND };
+    struct ibv_send_wr swr = { .sg_list = &ssge, .num_sge = 1, .opcode = IBV_WR_SEND };
     int status = loopback_send_wait(lb, from, &swr);
     /* The send completed (or failed): the NIC no longer reads src. */
     regcache_put(cache, src_e);
 
     struct ibv_wc wc;
-    int recv_ok = status == IBV_WC_SUCCESS &&
-                  loopback_wait(lb->recv_cq[to], &wc) == 0 &&
+    int recv_ok = status == IBV_WC_SUCCESS && loopback_wait(lb->recv_cq[to], &wc) == 0 &&
                   wc.status == IBV_WC_SUCCESS;
     regcache_put(cache, dst_e);
     if (!recv_ok) {
@@ -78,8 +77,7 @@ static int transfer(regcache_t *cache, struct loopback *lb, int from,
 
 /* One round trip on slot `slot`: ping from side 0, pong back from side 1,
  * each message stamped with the round so that a stale buffer shows. */
-static int round_trip(regcache_t *cache, struct loopback *lb, char *side[2],
-                      int round)
+static int round_trip(regcache_t *cache, struct loopback *lb, char *side[2], int round)
 {
     char *a = side[0] + (size_t)(round % SLOTS) * MSG_LEN;
     char *b = side[1] + (size_t)(round % SLOTS) * MSG_LEN;
@@ -123,23 +121,21 @@ int main(void)
     regcache_t *cache;
     int rc = regcache_create(&params, &cache);
     if (rc) {
-        fprintf(stderr, "pingpong: regcache_create: %s (%s)\n",
-                regcache_strerror(rc), regcache_last_error());
+        fprintf(stderr, "pingpong: regcache_create: %s (%s)\n", regcache_strerror(rc),
+                regcache_last_error());
         return 1;
     }
 
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    char *side[2] = { aligned_alloc(page, SLOTS * MSG_LEN),
-                      aligned_alloc(page, SLOTS * MSG_LEN) };
+    char *side[2] = { aligned_alloc(page, SLOTS * MSG_LEN), aligned_alloc(page, SLOTS * MSG_LEN) };
     int failed = !side[0] || !side[1];
     for (int r = 0; r < ROUNDS && !failed; r++)
         failed = round_trip(cache, &lb, side, r) != 0;
 
     struct regcache_stats st;
     regcache_get_stats(cache, &st);
-    printf("pingpong: %s, %d round trips of %d bytes: %s\n",
-           ibv_get_device_name(ctx->device), ROUNDS, MSG_LEN,
-           failed ? "FAILED" : "all data verified");
+    printf("pingpong: %s, %d round trips of %d bytes: %s\n", ibv_get_device_name(ctx->device),
+           ROUNDS, MSG_LEN, failed ? "FAILED" : "all data verified");
     printf("pingpong: cache hits %llu, misses %llu, registrations %llu\n",
            (unsigned long long)st.hits, (unsigned long long)st.misses,
            (unsigned long long)st.registrations);

@@ -10,7 +10,7 @@
  * same way (the library's tests use them so); the warp-collective ones then
  * act for one thread.
  *
- * A kernel's life with the table (regcache_device_keys(3) says the whole
+ * A kernel's life with the table (regcache_device_lookup(3) says the whole
  * contract and what each step costs):
  *
  *   regcache_device_hold_begin(&t, slot);          keys are good from here
@@ -261,7 +261,8 @@ REGCACHE_DEVICE_FN unsigned long long regcache_device_next_ticket_(unsigned long
 }
 #endif
 
-/* The first slot a page's search looks at. */
+/* The first slot a page's search looks at: the hash the table is laid out
+ * by.  regcache_device_lookup(3). */
 REGCACHE_DEVICE_FN uint32_t regcache_device_slot_of(uint64_t page, uint32_t slot_bits)
 {
     return (uint32_t)((page * 0x9e3779b97f4a7c15ull) >> (64 - slot_bits));
@@ -271,19 +272,10 @@ REGCACHE_DEVICE_FN uint32_t regcache_device_slot_of(uint64_t page, uint32_t slot
 /* Lookup                                                                    */
 /* ------------------------------------------------------------------------ */
 
-/*
- * The local key of rail `rail` for memory at addr: REGCACHE_DEVICE_HIT with
- * *key filled, or REGCACHE_DEVICE_MISS.  Where several registrations hold
- * addr, one that reaches addr + len is preferred; key->bytes says how far
- * the one returned reaches (it may be less than len: clip the work request
- * there and look the rest up).  A hit costs, one after the other, the load
- * of a page slot, the load of the record it names (its line) and the
- * re-read of the record's sequence number; a miss the slots of the page's
- * search, up to max_probe.  Any thread, any time; the key may be used in
- * a work request only while a hold section of the thread's warp is open
- * (regcache_device_hold_begin()), or after regcache_device_key_current()
- * said yes where the work request's failure is acceptable.
- */
+/* The key of rail `rail` for memory at addr: REGCACHE_DEVICE_HIT with *key
+ * (key->bytes: how far it serves; clip the work request there), or
+ * REGCACHE_DEVICE_MISS.  Use the key only in a hold section.  Any thread.
+ * regcache_device_lookup(3). */
 REGCACHE_DEVICE_FN int regcache_device_lookup(const struct regcache_device_table *t,
                                               const void *addr, size_t len, unsigned rail,
                                               struct regcache_device_key *key)
@@ -336,13 +328,9 @@ REGCACHE_DEVICE_FN int regcache_device_lookup(const struct regcache_device_table
     return REGCACHE_DEVICE_HIT;
 }
 
-/* Does the record a key came from still hold it (1) or has it left or
- * changed since (0)?  One load: the table's (L2), or for a key from an
- * answer the number in host memory (a PCIe round trip).  Asked in a hold
- * section about a key found before it, 1 means the key may be used in the
- * section and stays registered until it ends.  A kernel that posts without
- * a hold section asks after posting: 0 means the registration may be gone,
- * and the work request may complete in error. */
+/* Does the record a key came from still hold it (1) or not (0)?  One load;
+ * in a hold section, 1 makes a key found before it usable there.
+ * regcache_device_lookup(3). */
 REGCACHE_DEVICE_FN int regcache_device_key_current(const struct regcache_device_table *t,
                                                    const struct regcache_device_key *key)
 {
@@ -355,16 +343,9 @@ REGCACHE_DEVICE_FN int regcache_device_key_current(const struct regcache_device_
 /* Hold sections: how a kernel says it is done with its keys                */
 /* ------------------------------------------------------------------------ */
 
-/*
- * Open a hold section on hold slot `slot` (0 .. hold_slots-1), one lane of
- * the warp (or block) that owns the slot: no other warp may use the slot
- * until regcache_device_hold_end().  Keys looked up from now on, and keys
- * found before that regcache_device_key_current() then says are current,
- * stay registered until the section ends: the host, before deregistering a
- * registration whose record left the table, waits for every section open
- * then.  Costs one store to host memory and a system-scope fence (about a
- * PCIe round trip): open one per batch of work requests, not per lookup.
- */
+/* Open a hold section on `slot` (one lane of the warp that owns it): keys
+ * looked up from now on stay registered until regcache_device_hold_end().
+ * About a PCIe round trip.  regcache_device_lookup(3). */
 REGCACHE_DEVICE_FN void regcache_device_hold_begin(const struct regcache_device_table *t,
                                                    unsigned slot)
 {
@@ -376,10 +357,8 @@ REGCACHE_DEVICE_FN void regcache_device_hold_begin(const struct regcache_device_
     regcache_device_fence_sys_();
 }
 
-/*
- * End the section: every work request posted with its keys has completed
- * (its completion polled).  One store to host memory.
- */
+/* End the section once every work request posted with its keys has
+ * completed.  One store.  regcache_device_lookup(3). */
 REGCACHE_DEVICE_FN void regcache_device_hold_end(const struct regcache_device_table *t,
                                                  unsigned slot)
 {
@@ -390,22 +369,10 @@ REGCACHE_DEVICE_FN void regcache_device_hold_end(const struct regcache_device_ta
 /* Misses: asking the host                                                   */
 /* ------------------------------------------------------------------------ */
 
-/*
- * Ask the host to register [addr, addr+len) on `rail`, put it in the
- * table and answer with its key.  Warp-collective: every lane of the converged warp calls it, those
- * without a miss with need 0.  The lowest lane with need posts its range,
- * once for the warp, and every lane with need gets its ticket in *ticket:
- * REGCACHE_DEVICE_POSTED where the range posted is the lane's own,
- * REGCACHE_DEVICE_NOT_POSTED where it is another (wait for the ticket all
- * the same: the registration posted may cover this lane's range too, as a
- * whole allocation does; regcache_device_answer() tells, and ask again if
- * not).  A lane
- * without need gets REGCACHE_DEVICE_NOT_POSTED and no ticket.  A post costs an
- * atomic add in device memory and three stores to host memory with a
- * system fence; when all ring cells are taken it waits for the host to
- * read one.  Call it outside hold sections: the host may wait for those
- * before it can serve the request.
- */
+/* Ask the host to register [addr, addr+len) on `rail` and answer with its
+ * key; warp-collective (lanes without a miss pass need 0), one post per
+ * warp, *ticket for each lane with need.  Outside hold sections.
+ * regcache_device_lookup(3). */
 REGCACHE_DEVICE_FN int regcache_device_request(const struct regcache_device_table *t,
                                                const void *addr, size_t len, unsigned rail,
                                                int need, uint64_t *ticket)
@@ -448,18 +415,9 @@ REGCACHE_DEVICE_FN int regcache_device_request(const struct regcache_device_tabl
     return la == a && ln == n && lr == rail ? REGCACHE_DEVICE_POSTED : REGCACHE_DEVICE_NOT_POSTED;
 }
 
-/*
- * Wait for the answer to a ticket, reading host memory at most max_polls
- * times (each read a PCIe round trip, about a microsecond):
- * REGCACHE_DEVICE_DONE (regcache_device_answer() gives the key; unless the
- * answer is so old that the ring reused its cell, then look up again),
- * REGCACHE_DEVICE_FAILED (*status, if not NULL, is the REGCACHE_ERR_* code
- * of the registration, or REGCACHE_ERR_NO_SPACE when the table had no room
- * for it), or REGCACHE_DEVICE_PENDING (ask again later, or take the
- * fallback).  Any thread; outside hold sections.  Lanes that share a
- * ticket need only one of them to wait (regcache_device_get_key() does
- * so): each read is a transaction on the PCIe bus.
- */
+/* Wait for a ticket's answer, reading host memory at most max_polls times:
+ * REGCACHE_DEVICE_DONE, _FAILED (*status says why) or _PENDING.  Outside
+ * hold sections.  regcache_device_lookup(3). */
 REGCACHE_DEVICE_FN int regcache_device_wait(const struct regcache_device_table *t, uint64_t ticket,
                                             uint64_t max_polls, int *status)
 {
@@ -477,17 +435,10 @@ REGCACHE_DEVICE_FN int regcache_device_wait(const struct regcache_device_table *
     return REGCACHE_DEVICE_PENDING;
 }
 
-/*
- * Once regcache_device_wait() said REGCACHE_DEVICE_DONE for ticket: the key
- * the answer carries, for memory at addr on rail - REGCACHE_DEVICE_HIT with
- * *key (key->answered set), or REGCACHE_DEVICE_MISS where the registration
- * answered does not hold addr on that rail (another lane's range was
- * posted), or the ring reused the cell meanwhile (look up, or ask again).
- * Four reads of host memory, issued together.  In a hold section, check
- * the key with regcache_device_key_current() before use: the table's copy
- * may not hold its record yet, and the answer may be older than the
- * registration's end.
- */
+/* The key an answer (DONE) carries for memory at addr on `rail`:
+ * REGCACHE_DEVICE_HIT with *key, or REGCACHE_DEVICE_MISS.  Check it with
+ * regcache_device_key_current() in a hold section before use.
+ * regcache_device_lookup(3). */
 REGCACHE_DEVICE_FN int regcache_device_answer(const struct regcache_device_table *t,
                                               uint64_t ticket, const void *addr, size_t len,
                                               unsigned rail, struct regcache_device_key *key)
@@ -518,17 +469,10 @@ REGCACHE_DEVICE_FN int regcache_device_answer(const struct regcache_device_table
     return REGCACHE_DEVICE_HIT;
 }
 
-/*
- * Lookup, and on a miss the request, the wait and the key the answer
- * carries: REGCACHE_DEVICE_HIT with *key, or REGCACHE_DEVICE_MISS (take the
- * fallback).  Warp-collective (the converged warp calls it): lanes that
- * miss the same allocation cost one post for the warp, lanes that miss
- * different ones one post per round; one lane of those sharing a post
- * polls for its answer.  Call it outside hold sections; open a section,
- * then use the key if regcache_device_key_current() says so (else call
- * again).  A miss costs the host's registration (a round trip of tens of
- * microseconds, more for memory never registered) or max_polls reads.
- */
+/* Lookup, and on a miss the request, the wait and the answer:
+ * REGCACHE_DEVICE_HIT with *key, or REGCACHE_DEVICE_MISS (take the
+ * fallback).  Warp-collective; outside hold sections.
+ * regcache_device_lookup(3). */
 REGCACHE_DEVICE_FN int regcache_device_get_key(const struct regcache_device_table *t,
                                                const void *addr, size_t len, unsigned rail,
                                                uint64_t max_polls, struct regcache_device_key *key)

@@ -15,7 +15,7 @@
 static inline int rc_access_with_local_write(int access)
 {
     return access & (RC_IBV_REMOTE_WRITE | RC_IBV_REMOTE_ATOMIC) ? access | RC_IBV_LOCAL_WRITE
-                                                                  : access;
+                                                                 : access;
 }
 
 #endif

@@ -8,6 +8,6 @@
 #define COLD __attribute__((noinline, cold))
 
 /* The structure of `type` whose `member` ptr points to. */
-#define rc_container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
+#define rc_container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 
 #endif

@@ -222,14 +222,17 @@ static void store(void *base, const struct env_option *e, uint64_t v)
  * its offset in the params. */
 _Static_assert(offsetof(struct rc_options, params) == 0, "params first");
 
-/* The size of the params layouts of 0.1 and 0.2, before the fields added
- * since: a program built against one keeps working, with those fields'
- * defaults. */
-#define PARAMS_0_1 (offsetof(struct regcache_params, backend) + sizeof(void *))
-/* And of 0.2, before the fields added in 0.3. */
+/* The size of the params layouts of 0.2 and later, before the fields
+ * added since: a program built against one keeps working, with those
+ * fields' defaults.  0.2's layout ends before the fields added in 0.3. */
 #define PARAMS_0_2 offsetof(struct regcache_params, eager_min_bytes)
 /* And of 0.3, before the fields added in 0.4. */
 #define PARAMS_0_3 offsetof(struct regcache_params, host_merge)
+/* 0.1's, which ended at backend, is below the floor: a 0.1 program's
+ * unversioned regcache_get_stats() and regcache_params_init() reach the
+ * 0.2 entry points, which write past its shorter structs, so it is told to
+ * rebuild instead of half served. */
+#define PARAMS_0_1 (offsetof(struct regcache_params, backend) + sizeof(void *))
 
 /* The defaults in the first `size` bytes of *p: a program's struct of
  * that layout. */
@@ -460,12 +463,16 @@ static int resolve_name(struct rc_options *o)
 
 int rc_options_resolve(const struct regcache_params *in, struct rc_options *out)
 {
-    static const size_t layouts[] = { PARAMS_0_1, PARAMS_0_2, PARAMS_0_3,
-                                      sizeof(struct regcache_params) };
+    static const size_t layouts[] = { PARAMS_0_2, PARAMS_0_3, sizeof(struct regcache_params) };
     const unsigned n = sizeof(layouts) / sizeof(layouts[0]);
     unsigned layout = 0;
     while (layout < n && in->size != layouts[layout])
         layout++;
+    if (in->size == PARAMS_0_1)
+        return rc_fail(REGCACHE_ERR_INVALID,
+                       "params.size %zu is the layout of 0.1, which this library no longer "
+                       "serves: rebuild the program against this header",
+                       in->size);
     if (layout == n)
         return rc_fail(REGCACHE_ERR_INVALID,
                        "params.size %zu is not sizeof(struct regcache_params) = %zu: "
@@ -475,7 +482,7 @@ int rc_options_resolve(const struct regcache_params *in, struct rc_options *out)
     memcpy(&out->params, in, in->size);
     out->params.size = sizeof(out->params);
     defaults_beyond_params(out);
-    out->header_minor = 1 + layout;
+    out->header_minor = 2 + layout;
 
     unsigned from_env = 0;
     for (size_t i = 0; i < ROWS; i++) {

@@ -23,7 +23,7 @@ struct rc_options {
                                       (enum rc_data_direct) */
     char name[REGCACHE_NAME_MAX];  /* params.name, REGCACHE_NAME or "cache<N>" */
     /* The minor version of the header the caller was built against, as
-     * params.size tells it (1 to 4): what it knows of the structs it hands
+     * params.size tells it (2 to 4): what it knows of the structs it hands
      * over (struct regcache_backend's reg_access from 4 on) and of the
      * values it is told (REGCACHE_REASON_MERGED from 4 on). */
     unsigned header_minor;

@@ -14,13 +14,13 @@
  */
 #if defined(__has_attribute)
 #if __has_attribute(symver)
-#define RC_SYMVER(local, api, version)                                                             \
+#define RC_SYMVER(local, api, version) \
     extern __typeof__(api) local __attribute__((visibility("default"), symver(#api version)))
 #endif
 #endif
 #ifndef RC_SYMVER
-#define RC_SYMVER(local, api, version)                                                             \
-    extern __typeof__(api) local __attribute__((visibility("default")));                          \
+#define RC_SYMVER(local, api, version)                                   \
+    extern __typeof__(api) local __attribute__((visibility("default"))); \
     __asm__(".symver " #local ", " #api version)
 #endif
 

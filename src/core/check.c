@@ -63,8 +63,7 @@ void rc_check_locked(struct regcache *c)
         rc_lru_check(&d->lru);
         if (k.entries[i] != atomic_load_explicit(&d->entries, memory_order_relaxed) ||
             k.bytes[i] != atomic_load_explicit(&d->bytes, memory_order_relaxed) ||
-            k.odd[i] != d->odd_access ||
-            k.entries[i] != d->lru.count)
+            k.odd[i] != d->odd_access || k.entries[i] != d->lru.count)
             broken(c, "a device's counts disagree with its entries", NULL);
     }
     for (struct regcache_entry *e = c->zombies; e; e = e->link_next)

@@ -472,7 +472,8 @@ void rc_lru_check(const struct rc_lru *lru)
         if (e->heap_idx != RC_LRU_QUEUED || (prev && e->lru_prev != prev) ||
             (prev && prev->queued_key >= e->queued_key))
             broken("queue", queued);
-    if (prev != rc_lru_tail(lru) || queued + lru->heaped != lru->count || lru->count > lru->capacity)
+    if (prev != rc_lru_tail(lru) || queued + lru->heaped != lru->count ||
+        lru->count > lru->capacity)
         broken("counts", queued);
     for (size_t i = 0; i < lru->heaped; i++) {
         const struct regcache_entry *e = lru->heap[i].e;

@@ -6,7 +6,8 @@
 
 #include "budget_source.h"
 
-/* The budget of CUDA device `device`, from the first of (see README):
+/* The budget of CUDA device `device`, from the first of (docs/design.md
+ * "The BAR1 budget"):
  * REGCACHE_BAR1_BYTES=size, standing for an empty BAR1 of that size; NVML's
  * free BAR1; the GPU's memory where NVML reports no BAR1 (or is missing);
  * each less the reserve.  0 (= unlimited) when the driver cannot tell the

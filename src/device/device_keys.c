@@ -6,7 +6,8 @@
  *   on_leave        (cache lock)  its record reads empty at the next write,
  *                                 and its removal is numbered;
  *   on_invalidate                 the removals so far are written before a
- *                                 free notice returns;
+ *                                 free notice returns (their records'
+ *                                 numbers: the rest is the writer's);
  *   before_deregister             its removal is written and the hold
  *                                 sections open then have ended;
  *   on_destroy                    every table is detached.
@@ -72,7 +73,10 @@ static void publish(struct rc_dtable *t, const struct rc_entry_view *v)
     pthread_mutex_lock(&t->kt.lock);
     rc_kt_publish_locked(&t->kt, v->id, v->start, v->end, v->rails, lkey);
     pthread_mutex_unlock(&t->kt.lock);
-    atomic_store_explicit(&t->dirty, true, memory_order_release);
+    /* Stored only when clear: a burst of misses writes the line the writer
+     * reads once, not once a miss. */
+    if (!atomic_load_explicit(&t->dirty, memory_order_relaxed))
+        atomic_store_explicit(&t->dirty, true, memory_order_release);
 }
 
 /* Entries registered for less than params.access are not mirrored: a
@@ -111,7 +115,7 @@ static void before_deregister(void *arg, const struct rc_entry_view *v)
         if (!removal)
             continue;
         if (atomic_load_explicit(&t->flushed, memory_order_acquire) < removal)
-            rc_dtable_flush(t);
+            rc_dtable_write_removals(t);
         rc_dtable_drain(t, removal);
     }
     pthread_rwlock_unlock(&f->users);
@@ -147,7 +151,7 @@ static void on_invalidate(void *arg, uintptr_t start, uintptr_t end)
     EACH_TABLE(f, t)
     {
         if (!removals_written(t))
-            rc_dtable_flush(t);
+            rc_dtable_write_removals(t);
     }
     pthread_rwlock_unlock(&f->users);
     rc_listeners_locked(f->cache, settle, f);

@@ -110,17 +110,25 @@ int rc_dtable_create(struct rc_dtable **out, regcache_t *cache, int device,
     t->p = *p;
     pthread_mutex_init(&t->writer, NULL);
     pthread_mutex_init(&t->applier, NULL);
+    pthread_mutex_init(&t->nap, NULL);
+    pthread_condattr_t monotonic;
+    pthread_condattr_init(&monotonic);
+    pthread_condattr_setclock(&monotonic, CLOCK_MONOTONIC); /* rc_dtable_clock()'s */
+    pthread_cond_init(&t->kicked, &monotonic);
+    pthread_condattr_destroy(&monotonic);
     unsigned bits = (unsigned)__builtin_ctzll(p->page_slots);
     size_t chunks = p->page_slots / RC_KT_CHUNK + 1;
     int rc = rc_kt_init(&t->kt, bits, p->max_probe, (uint32_t)p->records)
                  ? rc_fail(REGCACHE_ERR_NO_MEMORY, "out of memory for a device key table")
                  : REGCACHE_OK;
     t->want = malloc(p->records * sizeof *t->want);
-    t->copies = malloc((chunks + 2) * sizeof *t->copies);
+    t->ncopies = chunks + 2;
+    t->copies = malloc(t->ncopies * sizeof *t->copies);
+    t->removed = malloc(p->records * sizeof *t->removed);
     t->given_up = calloc(p->hold_slots, sizeof *t->given_up);
     t->open = malloc(p->hold_slots * sizeof *t->open);
     pthread_mutex_init(&t->drain_lock, NULL);
-    if (rc == REGCACHE_OK && (!t->want || !t->copies || !t->given_up || !t->open))
+    if (rc == REGCACHE_OK && (!t->want || !t->copies || !t->removed || !t->given_up || !t->open))
         rc = rc_fail(REGCACHE_ERR_NO_MEMORY, "out of memory for a device key table");
     struct layout l = layout_of(p);
     if (rc == REGCACHE_OK)
@@ -150,10 +158,18 @@ void rc_dtable_destroy(struct rc_dtable *t, bool child)
         rc_kt_fini(&t->kt);
     free(t->want);
     free(t->copies);
+    free(t->removed);
     free(t->given_up);
     free(t->open);
-    pthread_mutex_destroy(&t->drain_lock);
-    pthread_mutex_destroy(&t->writer);
-    pthread_mutex_destroy(&t->applier);
+    /* A fork child's copies of the locks may be held, and the condition
+     * waited on, by the parent's threads: destroying that condition would
+     * wait for a waiter that is not in this process. */
+    if (!child) {
+        pthread_mutex_destroy(&t->drain_lock);
+        pthread_mutex_destroy(&t->writer);
+        pthread_mutex_destroy(&t->applier);
+        pthread_mutex_destroy(&t->nap);
+        pthread_cond_destroy(&t->kicked);
+    }
     free(t);
 }

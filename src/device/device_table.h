@@ -46,7 +46,9 @@ struct rc_dtable {
      * of copies.  Applying the queue: one at a time, under applier. */
     pthread_mutex_t writer, applier;
     struct regcache_device_record *want;
-    struct rc_copy *copies;
+    struct rc_copy *copies; /* [ncopies] */
+    size_t ncopies;
+    uint32_t *removed;            /* [records]: the removals a write takes */
     atomic_bool dirty;            /* published since the last flush */
     atomic_uint_fast64_t flushed; /* removals written to the device */
     atomic_uint_fast64_t drained; /* removals whose sections ended */
@@ -60,11 +62,20 @@ struct rc_dtable {
     } * open;
 
     /* The ring's reader (regcache-keys) and the table's writer
-     * (regcache-kwrite). */
+     * (regcache-kwrite), which sleeps until the reader kicks it: kicks
+     * counts the kicks, under nap; asleep says the writer waits for one.
+     * Both sleep on `kicked`, which stopping broadcasts. */
     pthread_t reader, writer_thread;
     bool reading, writing;
     atomic_bool stop;
     uint64_t next_ticket;
+    pthread_mutex_t nap;
+    pthread_cond_t kicked;
+    uint64_t kicks;
+    atomic_bool asleep;
+    /* Bytes the table's copies wrote, and until when the writer rests
+     * after its last write (a nanosecond a byte it copied). */
+    atomic_uint_fast64_t bytes_written, rest_until;
 
     atomic_uint_fast64_t flushes, flush_failures, flush_ns_total, flush_ns_max, requests,
         request_failures, answer_ns_total, answer_ns_max, register_ns_total, register_ns_max,
@@ -88,9 +99,25 @@ void rc_dtable_apply_lock(struct rc_dtable *t);
  * once the device holds it.  REGCACHE_OK or ERR_CUDA (counted). */
 int rc_dtable_flush(struct rc_dtable *t);
 
+/* Every removal numbered so far reads on the device (its record empty),
+ * and nothing else is written: what a free notice and a deregistration
+ * wait for.  Returns once the device holds it; REGCACHE_OK or ERR_CUDA
+ * (counted as a failed write). */
+int rc_dtable_write_removals(struct rc_dtable *t);
+
 /* Before a deregistration: removal number `removal` is written (flushed),
  * and every hold section open then has ended, or drain_timeout_ns passed. */
 void rc_dtable_drain(struct rc_dtable *t, uint64_t removal);
+
+/* The writer's write: rc_dtable_flush(), then a rest of a nanosecond for
+ * each byte it copied. */
+void rc_dtable_write_and_rest(struct rc_dtable *t);
+
+/* Whether the ring's reader kicks the writer at time `now` (the clock's),
+ * having last kicked it at `last`: something was published, the writer
+ * sleeps and has rested as long as its last write asked, and poll_ns
+ * passed since the last kick. */
+bool rc_dtable_writer_due(struct rc_dtable *t, uint64_t now, uint64_t last);
 
 /* Start and stop the table's threads: the ring's reader and the writer. */
 int rc_dtable_start(struct rc_dtable *t);

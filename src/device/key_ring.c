@@ -4,19 +4,26 @@
  * ticket order, registers each range through the cache's normal miss path
  * (a get and a put: the entry stays cached, and publishing it queues it for
  * the table), applies the queue to the host's copy of the table, and
- * answers each ticket with the key and record that serve it - in host
- * memory, then the count of tickets answered, which the kernels poll.  It
- * submits no work to the GPU: the table's copies are GPU work, which can
- * queue behind the application's (a synchronous copy of a kernel's result
- * waits for that kernel, and the driver may hold back other threads' copies
- * meanwhile), and that kernel may be the one waiting for the answer.
- * Between looks at an idle ring it sleeps, a little longer each time, up to
- * poll_ns: a miss after a quiet spell waits that long for the thread to
- * look.
+ * answers the ticket with the key and record that serve it - in host
+ * memory, then the count of tickets answered, which the kernels poll - one
+ * ticket at a time, so that a burst's first miss does not wait for its
+ * last.  It submits no work to the GPU: the table's copies are GPU work,
+ * which can queue behind the application's (a synchronous copy of a
+ * kernel's result waits for that kernel, and the driver may hold back
+ * other threads' copies meanwhile), and that kernel may be the one waiting
+ * for the answer.  Between looks at an idle ring it sleeps, a little longer
+ * each time, up to poll_ns: a miss after a quiet spell waits that long for
+ * the thread to look.
  *
  * regcache-kwrite writes to the GPU what was published since the last
- * write, looking as often: a write that waits behind the application's
- * work delays later lookups' hits, never an answer. */
+ * write.  It sleeps until regcache-keys, looking at the ring, finds
+ * something published and kicks it - at most once a poll_ns, only when it
+ * sleeps, and after a rest as long as its last write was large
+ * (rc_dtable_writer_due()): publishing (under the cache lock) only sets a
+ * flag, so a miss pays no system call and wakes no thread, and a burst of
+ * them is written in a few writes instead of one each.  A write that waits
+ * behind the application's work delays later lookups' hits, never an
+ * answer. */
 #include "device_table.h"
 
 #include <pthread.h>
@@ -61,15 +68,12 @@ static void count_ns(atomic_uint_fast64_t *total, atomic_uint_fast64_t *max, uin
 
 /* Registered: the record that serves it, as the host's copy has it once
  * the queue is applied - or no room in the table. */
-static void find_keys(struct rc_dtable *t, struct ask *asks, size_t n)
+static void find_key(struct rc_dtable *t, struct ask *a)
 {
     rc_dtable_apply_lock(t);
-    for (size_t i = 0; i < n; i++) {
-        struct ask *a = &asks[i];
-        if (a->status == REGCACHE_OK &&
-            !rc_kt_find_locked(&t->kt, a->addr, a->len, a->rail, &a->key, &a->start, &a->end))
-            a->status = REGCACHE_ERR_NO_SPACE;
-    }
+    if (a->status == REGCACHE_OK &&
+        !rc_kt_find_locked(&t->kt, a->addr, a->len, a->rail, &a->key, &a->start, &a->end))
+        a->status = REGCACHE_ERR_NO_SPACE;
     pthread_mutex_unlock(&t->kt.lock);
 }
 
@@ -97,26 +101,21 @@ static size_t serve(struct rc_dtable *t)
     size_t n = take(t, asks);
     if (!n)
         return 0;
-    uint64_t taken = rc_dtable_clock();
+    uint64_t taken = rc_dtable_clock(), failures = 0;
     for (size_t i = 0; i < n; i++) {
+        struct ask *a = &asks[i];
         regcache_entry_t *e = NULL;
         uint64_t begun = rc_dtable_clock();
-        asks[i].status = regcache_get_rail(t->cache, asks[i].rail,
-                                           (const void *)(uintptr_t)asks[i].addr, asks[i].len, &e);
+        a->status =
+            regcache_get_rail(t->cache, a->rail, (const void *)(uintptr_t)a->addr, a->len, &e);
         regcache_put(t->cache, e);
         count_ns(&t->register_ns_total, &t->register_ns_max, rc_dtable_clock() - begun);
+        find_key(t, a);
+        failures += a->status != REGCACHE_OK;
+        answer(t, t->next_ticket, a);
+        __atomic_store_n(t->completed, ++t->next_ticket, __ATOMIC_RELEASE);
+        count_ns(&t->answer_ns_total, &t->answer_ns_max, rc_dtable_clock() - taken);
     }
-    find_keys(t, asks, n);
-    uint64_t failures = 0;
-    for (size_t i = 0; i < n; i++) {
-        failures += asks[i].status != REGCACHE_OK;
-        answer(t, t->next_ticket + i, &asks[i]);
-    }
-    t->next_ticket += n;
-    __atomic_store_n(t->completed, t->next_ticket, __ATOMIC_RELEASE);
-    uint64_t ns = rc_dtable_clock() - taken;
-    atomic_fetch_add_explicit(&t->answer_ns_total, ns * n, memory_order_relaxed);
-    rc_dtable_raise(&t->answer_ns_max, ns);
     atomic_fetch_add_explicit(&t->requests, n, memory_order_relaxed);
     atomic_fetch_add_explicit(&t->request_failures, failures, memory_order_relaxed);
     /* What the answers applied is for the writer to write. */
@@ -124,21 +123,66 @@ static size_t serve(struct rc_dtable *t)
     return n;
 }
 
-/* Sleep nap ns, and double it up to poll_ns for the next time. */
+/* Sleep nap ns (less when the table stops), and double it up to poll_ns
+ * for the next time. */
 static void doze(struct rc_dtable *t, uint64_t *nap)
 {
-    struct timespec ts = { (time_t)(*nap / 1000000000u), (long)(*nap % 1000000000u) };
-    nanosleep(&ts, NULL);
+    uint64_t until = rc_dtable_clock() + *nap;
+    struct timespec ts = { (time_t)(until / 1000000000u), (long)(until % 1000000000u) };
+    pthread_mutex_lock(&t->nap);
+    if (!atomic_load_explicit(&t->stop, memory_order_acquire))
+        pthread_cond_timedwait(&t->kicked, &t->nap, &ts);
+    pthread_mutex_unlock(&t->nap);
     *nap = *nap * 2 > t->p.poll_ns ? t->p.poll_ns : *nap * 2;
+}
+
+/* A write rests the writer a nanosecond for each byte it copied: the
+ * table's writes take a gigabyte a second of the bus at most, however
+ * fast entries come - a stream of misses scatters its slots over the
+ * whole table, and each write would copy most of it. */
+#define RC_REST_NS_PER_BYTE 1
+
+void rc_dtable_write_and_rest(struct rc_dtable *t)
+{
+    uint64_t bytes = atomic_load_explicit(&t->bytes_written, memory_order_relaxed);
+    rc_dtable_flush(t);
+    bytes = atomic_load_explicit(&t->bytes_written, memory_order_relaxed) - bytes;
+    atomic_store_explicit(&t->rest_until, rc_dtable_clock() + bytes * RC_REST_NS_PER_BYTE,
+                          memory_order_relaxed);
+}
+
+bool rc_dtable_writer_due(struct rc_dtable *t, uint64_t now, uint64_t last)
+{
+    return atomic_load_explicit(&t->dirty, memory_order_acquire) &&
+           atomic_load_explicit(&t->asleep, memory_order_acquire) &&
+           now >= atomic_load_explicit(&t->rest_until, memory_order_relaxed) &&
+           now - last >= t->p.poll_ns;
+}
+
+/* The writer sleeps: kick it when it is due (`last`: when this thread last
+ * did). */
+static void kick(struct rc_dtable *t, uint64_t *last)
+{
+    uint64_t now = rc_dtable_clock();
+    if (!rc_dtable_writer_due(t, now, *last))
+        return;
+    *last = now;
+    pthread_mutex_lock(&t->nap);
+    t->kicks++;
+    pthread_cond_signal(&t->kicked);
+    pthread_mutex_unlock(&t->nap);
 }
 
 static void *reader(void *arg)
 {
     struct rc_dtable *t = arg;
     pthread_setname_np(pthread_self(), "regcache-keys");
-    uint64_t nap = 1000;
+    /* Attach wrote everything there was: the first kick can wait. */
+    uint64_t nap = 1000, last = rc_dtable_clock();
     while (!atomic_load_explicit(&t->stop, memory_order_acquire)) {
-        if (serve(t))
+        size_t served = serve(t);
+        kick(t, &last);
+        if (served)
             nap = 1000;
         else
             doze(t, &nap);
@@ -146,19 +190,26 @@ static void *reader(void *arg)
     return NULL;
 }
 
+/* Sleep until the next kick (*seen: the kicks taken); false at stop. */
+static bool await_kick(struct rc_dtable *t, uint64_t *seen)
+{
+    pthread_mutex_lock(&t->nap);
+    atomic_store_explicit(&t->asleep, true, memory_order_release);
+    while (t->kicks == *seen && !atomic_load_explicit(&t->stop, memory_order_acquire))
+        pthread_cond_wait(&t->kicked, &t->nap);
+    atomic_store_explicit(&t->asleep, false, memory_order_relaxed);
+    *seen = t->kicks;
+    pthread_mutex_unlock(&t->nap);
+    return !atomic_load_explicit(&t->stop, memory_order_acquire);
+}
+
 static void *writer(void *arg)
 {
     struct rc_dtable *t = arg;
     pthread_setname_np(pthread_self(), "regcache-kwrite");
-    uint64_t nap = 1000;
-    while (!atomic_load_explicit(&t->stop, memory_order_acquire)) {
-        if (atomic_load_explicit(&t->dirty, memory_order_acquire)) {
-            rc_dtable_flush(t);
-            nap = 1000;
-        } else {
-            doze(t, &nap);
-        }
-    }
+    uint64_t seen = 0;
+    while (await_kick(t, &seen))
+        rc_dtable_write_and_rest(t);
     return NULL;
 }
 
@@ -175,7 +226,10 @@ int rc_dtable_start(struct rc_dtable *t)
 
 void rc_dtable_stop(struct rc_dtable *t)
 {
+    pthread_mutex_lock(&t->nap);
     atomic_store_explicit(&t->stop, true, memory_order_release);
+    pthread_cond_broadcast(&t->kicked);
+    pthread_mutex_unlock(&t->nap);
     if (t->reading)
         pthread_join(t->reader, NULL);
     if (t->writing)

@@ -3,10 +3,34 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define TOMB ((const void *)1)
 #define PAGE_SHIFT REGCACHE_DEVICE_PAGE_SHIFT
 #define RECORD_MASK ((1u << REGCACHE_DEVICE_RECORD_BITS) - 1)
+
+static size_t slot_bytes(const struct rc_key_table *t)
+{
+    return t->nslots * sizeof *t->slots;
+}
+
+/* The slots, every page of them in memory from the start.  Memory that
+ * calloc() leaves untouched costs each slot's first insert two faults -
+ * the search reads the kernel's zero page, the store replaces it - and
+ * the second shoots that page down on every CPU the process runs on: a
+ * burst of entries spreads its slots over most pages of a large table,
+ * each fault under the lock that publishing and the ring's answers take. */
+static struct regcache_device_slot *resident_slots(size_t bytes)
+{
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
+                   -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static size_t chunk_words(const struct rc_key_table *t)
+{
+    return (t->nchunks + 63) / 64;
+}
 
 int rc_kt_init(struct rc_key_table *t, unsigned slot_bits, unsigned max_probe, uint32_t nrecords)
 {
@@ -16,17 +40,20 @@ int rc_kt_init(struct rc_key_table *t, unsigned slot_bits, unsigned max_probe, u
     t->max_probe = max_probe;
     t->nrecords = nrecords;
     t->nslots = (size_t)1 << slot_bits;
+    t->nchunks = t->nslots / RC_KT_CHUNK;
     t->member_cap = 64;
-    t->slots = calloc(t->nslots, sizeof *t->slots);
+    t->slots = resident_slots(slot_bytes(t));
     t->records = calloc(nrecords, sizeof *t->records);
     t->owner = calloc(nrecords, sizeof *t->owner);
     t->free_records = malloc(nrecords * sizeof *t->free_records);
     t->leaving = malloc(nrecords * sizeof *t->leaving);
+    t->unsent = malloc(nrecords * sizeof *t->unsent);
+    t->unsent_mark = calloc(nrecords, sizeof *t->unsent_mark);
     t->members = calloc(t->member_cap, sizeof *t->members);
-    t->chunk_dirty = calloc(t->nslots / RC_KT_CHUNK + 1, 1);
-    t->line_dirty = calloc(t->nslots / RC_KT_LINE + 1, 1);
-    if (!t->slots || !t->records || !t->owner || !t->free_records || !t->leaving || !t->members ||
-        !t->chunk_dirty || !t->line_dirty) {
+    t->chunk_bits = calloc(chunk_words(t), sizeof *t->chunk_bits);
+    t->line_bits = calloc(t->nchunks, sizeof *t->line_bits);
+    if (!t->slots || !t->records || !t->owner || !t->free_records || !t->leaving || !t->unsent ||
+        !t->unsent_mark || !t->members || !t->chunk_bits || !t->line_bits) {
         rc_kt_fini(t);
         return -1;
     }
@@ -44,14 +71,17 @@ int rc_kt_init(struct rc_key_table *t, unsigned slot_bits, unsigned max_probe, u
 
 void rc_kt_fini(struct rc_key_table *t)
 {
-    free(t->slots);
+    if (t->slots)
+        munmap(t->slots, slot_bytes(t));
     free(t->records);
     free(t->owner);
     free(t->free_records);
     free(t->leaving);
+    free(t->unsent);
+    free(t->unsent_mark);
     free(t->members);
-    free(t->chunk_dirty);
-    free(t->line_dirty);
+    free(t->chunk_bits);
+    free(t->line_bits);
     free(t->queue);
     pthread_mutex_destroy(&t->lock);
     memset(t, 0, sizeof *t);
@@ -150,16 +180,39 @@ static void record_dirty(struct rc_key_table *t, uint32_t r)
 
 static void slot_set(struct rc_key_table *t, size_t i, uint64_t key, uint64_t seq)
 {
+    size_t c = i / RC_KT_CHUNK;
     t->slots[i].key = key;
     t->slots[i].seq = seq;
-    t->chunk_dirty[i / RC_KT_CHUNK] = 1;
-    t->line_dirty[i / RC_KT_LINE] = 1;
+    t->chunk_bits[c / 64] |= UINT64_C(1) << (c % 64);
+    t->line_bits[c] |= (uint16_t)(1u << (i % RC_KT_CHUNK / RC_KT_LINE));
 }
 
 static void all_slots_dirty(struct rc_key_table *t)
 {
-    memset(t->chunk_dirty, 1, t->nslots / RC_KT_CHUNK + 1);
-    memset(t->line_dirty, 1, t->nslots / RC_KT_LINE + 1);
+    for (size_t c = 0; c < t->nchunks; c++) {
+        t->chunk_bits[c / 64] |= UINT64_C(1) << (c % 64);
+        t->line_bits[c] = UINT16_MAX;
+    }
+}
+
+size_t rc_kt_next_chunk(const struct rc_key_table *t, size_t from)
+{
+    for (size_t w = from / 64; from < t->nchunks; w++, from = w * 64) {
+        uint64_t bits = t->chunk_bits[w] & (UINT64_MAX << (from % 64));
+        if (bits)
+            return w * 64 + (size_t)__builtin_ctzll(bits);
+    }
+    return t->nchunks;
+}
+
+void rc_kt_take_chunk(struct rc_key_table *t, size_t c, struct regcache_device_slot *to)
+{
+    for (unsigned lines = t->line_bits[c]; lines; lines &= lines - 1) {
+        size_t at = c * RC_KT_CHUNK + (size_t)__builtin_ctz(lines) * RC_KT_LINE;
+        memcpy(&to[at], &t->slots[at], RC_KT_LINE * sizeof *to);
+    }
+    t->line_bits[c] = 0;
+    t->chunk_bits[c / 64] &= ~(UINT64_C(1) << (c % 64));
 }
 
 static uint64_t first_page(uint64_t start)
@@ -228,7 +281,7 @@ static void maybe_rehash(struct rc_key_table *t)
 {
     if (t->deleted_slots * 4 < t->nslots)
         return;
-    memset(t->slots, 0, t->nslots * sizeof *t->slots);
+    memset(t->slots, 0, slot_bytes(t));
     all_slots_dirty(t);
     t->used_slots = t->deleted_slots = 0;
     for (uint32_t r = 1; r < t->nrecords; r++) {
@@ -289,6 +342,10 @@ uint64_t rc_kt_leave_locked(struct rc_key_table *t, const void *id)
     set_seq(t, r, t->records[r].seq + 1); /* odd: empty from the next write on */
     record_dirty(t, r);
     t->leaving[t->nleaving++] = r;
+    if (!t->unsent_mark[r]) {
+        t->unsent_mark[r] = 1;
+        t->unsent[t->nunsent++] = r;
+    }
     t->live--;
     t->removed++;
     m->record = 0;
@@ -310,17 +367,19 @@ uint64_t rc_kt_forget_locked(struct rc_key_table *t, const void *id)
     return removal;
 }
 
-/* The leaving records lose their slots and return to the free list. */
+/* A few leaving records lose their slots and return to the free list
+ * (all of them would hold the lock as long as a burst of invalidations
+ * took). */
 static void apply_leaving(struct rc_key_table *t)
 {
-    for (uint32_t k = 0; k < t->nleaving; k++) {
-        uint32_t r = t->leaving[k];
+    for (uint32_t k = 0; k < RC_KT_LEAVE_STEP && t->nleaving; k++) {
+        uint32_t r = t->leaving[--t->nleaving];
         each_slot_of(t, r, delete_slot);
         t->owner[r] = NULL;
         t->free_records[t->nfree++] = r;
     }
-    t->nleaving = 0;
-    maybe_rehash(t);
+    if (!t->nleaving)
+        maybe_rehash(t);
 }
 
 static void apply_insert(struct rc_key_table *t, const struct rc_kt_insert *in)
@@ -363,10 +422,24 @@ static void apply_insert(struct rc_key_table *t, const struct rc_kt_insert *in)
             t->unmirrored++;
 }
 
+uint32_t rc_kt_take_unsent_locked(struct rc_key_table *t, uint32_t *out)
+{
+    uint32_t n = t->nunsent;
+    for (uint32_t i = 0; i < n; i++) {
+        if (out)
+            out[i] = t->unsent[i];
+        t->unsent_mark[t->unsent[i]] = 0;
+    }
+    t->nunsent = 0;
+    return n;
+}
+
 bool rc_kt_apply_step_locked(struct rc_key_table *t, size_t *next)
 {
-    if (t->nleaving)
+    if (t->nleaving) {
         apply_leaving(t);
+        return true;
+    }
     while (*next < t->nqueue) {
         const struct rc_kt_insert *in = &t->queue[(*next)++];
         if (!in->cancelled) {
@@ -390,7 +463,7 @@ void rc_kt_clear_locked(struct rc_key_table *t)
         set_seq(t, r, t->records[r].seq + 1);
         record_dirty(t, r);
     }
-    memset(t->slots, 0, t->nslots * sizeof *t->slots);
+    memset(t->slots, 0, slot_bytes(t));
     all_slots_dirty(t);
     t->used_slots = t->deleted_slots = 0;
     t->live = 0;

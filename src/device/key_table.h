@@ -55,6 +55,10 @@ struct rc_key_table {
     /* Records whose entry left: their slots go and they are freed at the
      * next apply. */
     uint32_t *leaving, nleaving;
+    /* Records whose entry left since the device was last written, once
+     * each (unsent_mark[r]): the removals a free notice waits for. */
+    uint32_t *unsent, nunsent;
+    uint8_t *unsent_mark;
     struct rc_kt_member *members; /* open addressing by id */
     size_t nmembers, member_cap, member_tombs;
     struct rc_kt_insert *queue;
@@ -63,8 +67,9 @@ struct rc_key_table {
      * the device is sent) and the slot lines in them (what the snapshot
      * copies, under the lock). */
     uint32_t dirty_lo, dirty_hi; /* dirty_lo > dirty_hi: none */
-    uint8_t *chunk_dirty;        /* [nslots / RC_KT_CHUNK] */
-    uint8_t *line_dirty;         /* [nslots / RC_KT_LINE] */
+    size_t nchunks;              /* nslots / RC_KT_CHUNK */
+    uint64_t *chunk_bits;        /* bit c: chunk c changed */
+    uint16_t *line_bits;         /* [nchunks]: bit l: line l of the chunk changed */
     size_t used_slots, deleted_slots;
     uint64_t removals;   /* removals numbered so far */
     uint64_t live;       /* records holding an entry */
@@ -78,6 +83,7 @@ struct rc_key_table {
  * its slots over most chunks of a large table. */
 #define RC_KT_CHUNK 256
 #define RC_KT_LINE 16
+_Static_assert(RC_KT_CHUNK / RC_KT_LINE == 16, "a chunk's lines are the bits of a uint16_t");
 
 int rc_kt_init(struct rc_key_table *t, unsigned slot_bits, unsigned max_probe, uint32_t nrecords);
 void rc_kt_fini(struct rc_key_table *t);
@@ -97,13 +103,34 @@ uint64_t rc_kt_leave_locked(struct rc_key_table *t, const void *id);
  * number rc_kt_leave_locked() gave it, or 0. */
 uint64_t rc_kt_forget_locked(struct rc_key_table *t, const void *id);
 
-/* Under t->lock.  Apply the leaving records and one insert of the queue;
- * false when the queue is done (each step is short, so the lock can be let
- * go between them). */
+/* Leaving records applied in one step, at most. */
+#define RC_KT_LEAVE_STEP 8
+
+/* Under t->lock.  Apply a few leaving records (RC_KT_LEAVE_STEP), or when
+ * none is left one insert of the queue; false when both are done (each step
+ * is short, so the lock can be let go between them). */
 bool rc_kt_apply_step_locked(struct rc_key_table *t, size_t *next);
 
 /* Under t->lock, after the queue was applied to its end: empty it. */
 void rc_kt_queue_done_locked(struct rc_key_table *t);
+
+/* Under t->lock.  The records whose entry left since this was last asked
+ * (or the device last written) go to out[] (room for nrecords), or
+ * nowhere when out is NULL: how many. */
+uint32_t rc_kt_take_unsent_locked(struct rc_key_table *t, uint32_t *out);
+
+/* The slots, and what changed of them, change only in
+ * rc_kt_apply_step_locked() and rc_kt_clear_locked(): a caller that keeps
+ * those from running (device_table.h: the applier's lock) reads them and
+ * takes their changes without t->lock, which publishing and leaving take.
+ *
+ * The first chunk changed since it was last taken, from chunk `from` on;
+ * t->nchunks when none. */
+size_t rc_kt_next_chunk(const struct rc_key_table *t, size_t from);
+
+/* The lines of chunk c that changed are copied to the same place of `to`
+ * (an image of the slots), and the chunk reads unchanged. */
+void rc_kt_take_chunk(struct rc_key_table *t, size_t c, struct regcache_device_slot *to);
 
 /* Under t->lock.  Every record empty, every slot unused (the table is
  * being detached). */

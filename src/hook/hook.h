@@ -1,5 +1,5 @@
 /* Internals of libregcache-hook.so, the preload library that tells the cache
- * about every CUDA free (see README "Preload hook").
+ * about every CUDA free (see README "The preload hook").
  *
  * Shape: the hook defines dlsym; asked on a library handle for a CUDA memory
  * function or for cuGetProcAddress it hands back a wrapper, and the wrapped

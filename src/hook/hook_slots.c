@@ -52,11 +52,17 @@ CUresult rc_wrap_get_proc_v2(void *real, const char *symbol, void **pfn, int ver
             atomic_load_explicit(&slots[RC_HOOK_##kind][slot], memory_order_acquire), \
             RC_WRAP_ARGS_##kind);                                                     \
     }
-#define RC_HOOK_TRAMPOLINES(kind)                                                       \
-    RC_HOOK_TRAMPOLINE(kind, 0)                                                         \
-    RC_HOOK_TRAMPOLINE(kind, 1)                                                         \
-    RC_HOOK_TRAMPOLINE(kind, 2) RC_HOOK_TRAMPOLINE(kind, 3) RC_HOOK_TRAMPOLINE(kind, 4) \
-        RC_HOOK_TRAMPOLINE(kind, 5) RC_HOOK_TRAMPOLINE(kind, 6) RC_HOOK_TRAMPOLINE(kind, 7)
+/* clang-format off: one entry a line, which clang-format 14 does not keep */
+#define RC_HOOK_TRAMPOLINES(kind) \
+    RC_HOOK_TRAMPOLINE(kind, 0)   \
+    RC_HOOK_TRAMPOLINE(kind, 1)   \
+    RC_HOOK_TRAMPOLINE(kind, 2)   \
+    RC_HOOK_TRAMPOLINE(kind, 3)   \
+    RC_HOOK_TRAMPOLINE(kind, 4)   \
+    RC_HOOK_TRAMPOLINE(kind, 5)   \
+    RC_HOOK_TRAMPOLINE(kind, 6)   \
+    RC_HOOK_TRAMPOLINE(kind, 7)
+/* clang-format on */
 RC_HOOK_KIND_LIST(RC_HOOK_TRAMPOLINES)
 
 #define RC_HOOK_TRAMPOLINE_ROW(kind)                                                             \

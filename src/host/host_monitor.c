@@ -129,7 +129,7 @@ static bool open_kick_locked(void)
     return true;
 }
 
-/* What each way sees, and what it cannot watch (docs/design.md). */
+/* What each way sees, and what it cannot watch (design.md "Host memory monitor"). */
 #define CALLS_SEEN "munmap, mremap, MAP_FIXED, madvise, brk and shmat(SHM_REMAP)"
 #define LIBC_SEES                                                                       \
     CALLS_SEEN " through libc, free and realloc included; not seen: system calls made " \

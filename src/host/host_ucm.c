@@ -183,7 +183,8 @@ static void after(int type, union ucm_event *e, void *arg)
                                (uintptr_t)e->mmap.address + e->mmap.size);
         break;
     case UCM_EVENT_MADVISE:
-        if (rc_host_advice_drops(e->madvise.advice) && !end_at((uintptr_t)e->madvise.addr))
+        /* Whatever advice ucm said before the call for, that ends. */
+        if (!end_at((uintptr_t)e->madvise.addr) && rc_host_advice_drops(e->madvise.advice))
             rc_host_leave_post((uintptr_t)e->madvise.addr,
                                (uintptr_t)e->madvise.addr + e->madvise.length);
         break;

@@ -2,8 +2,8 @@
  * the entry of every CUDA memory function libcuda exports (wrap_symbols.h)
  * with a jump to a wrapper that tells the caches, so that every caller is
  * seen - the driver API, the CUDA runtime, and pointers fetched through
- * dlsym or cuGetProcAddress before the library was loaded.  See README
- * "In-process interception (no LD_PRELOAD)". */
+ * dlsym or cuGetProcAddress before the library was loaded.  See
+ * docs/design.md "In-process interception (no LD_PRELOAD)". */
 #ifndef RC_INTERCEPT_H
 #define RC_INTERCEPT_H
 

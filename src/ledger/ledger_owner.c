@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 /* /proc/<pid>/<what>, `pid` "self" or a number as readdir() names it. */
-#define PROC_PATH_MAX (sizeof "/proc//ns/pid" + sizeof ((struct dirent *)0)->d_name)
+#define PROC_PATH_MAX (sizeof "/proc//ns/pid" + sizeof((struct dirent *)0)->d_name)
 
 /* /proc/<pid>/<what> into buf, NUL-terminated.  false with errno set when
  * it cannot be read (ENOENT: no such process).  errno is EINVAL when it

@@ -1,7 +1,7 @@
 /* The BAR1 ledger's shared memory: one segment per GPU and user, in which
  * every cache of every process on that GPU keeps one record (see ledger.h
- * for what the caches do with it, README "The shared BAR1 budget" for the
- * operator's view).  This part is shared with regcache-stat: the layout,
+ * for what the caches do with it, docs/design.md "The shared BAR1 budget"
+ * for the operator's view).  This part is shared with regcache-stat: the layout,
  * the segment's name, opening it safely, and telling live owners from
  * dead ones.  It reports failures in a `why` buffer, not through
  * regcache_last_error(), so that the tool needs nothing else of the
@@ -183,13 +183,12 @@ enum rc_ledger_owner_state {
 };
 
 /* The state of `owner`, the owner word read (with acquire) from record
- * `r`, seen from this process, of pid namespace `pidns`.  Gone only on a definite answer: no process with its
- * pid (ESRCH), or one that is a zombie or started at another time; or,
- * for an owner of another pid namespace, none of its pid and start time
- * among this user's processes where /proc shows every process of that
- * namespace (it shows one of them, or /proc is the initial namespace's,
- * which shows all).  Anything that cannot be read (out of descriptors,
- * no permission) is unknown, never gone.  Reads /proc: slow paths only. */
+ * `r`, seen from this process, of pid namespace `pidns`.  Gone only on a definite answer: no
+ * process with its pid (ESRCH), or one that is a zombie or started at another time; or, for an
+ * owner of another pid namespace, none of its pid and start time among this user's processes where
+ * /proc shows every process of that namespace (it shows one of them, or /proc is the initial
+ * namespace's, which shows all).  Anything that cannot be read (out of descriptors, no permission)
+ * is unknown, never gone.  Reads /proc: slow paths only. */
 enum rc_ledger_owner_state rc_ledger_owner_state(const struct rc_ledger_record *r, uint64_t owner,
                                                  uint64_t pidns);
 

@@ -84,8 +84,8 @@ static int export(struct rc_dmabuf_reg *d, int device, uintptr_t addr, size_t le
  * a cache keeps no file descriptor per entry, only one per registration in
  * flight.  The iova is the virtual address, so that the MR's keys work
  * with the addresses peers already use, exactly as for ibv_reg_mr. */
-int rc_dmabuf_reg(struct rc_dmabuf_reg *d, struct ibv_pd *pd, unsigned rail, int device,
-                  int access, void *addr, size_t len, struct ibv_mr **mr)
+int rc_dmabuf_reg(struct rc_dmabuf_reg *d, struct ibv_pd *pd, unsigned rail, int device, int access,
+                  void *addr, size_t len, struct ibv_mr **mr)
 {
     int fd;
     uint64_t offset;
@@ -109,11 +109,11 @@ int rc_dmabuf_reg(struct rc_dmabuf_reg *d, struct ibv_pd *pd, unsigned rail, int
 void rc_dmabuf_reg_choice(const struct rc_dmabuf_reg *d, int device, unsigned rail,
                           uint32_t *mapping, uint32_t *data_direct)
 {
-    bool pcie = d->mapping == RC_MAPPING_PCIE ||
-                (d->mapping == RC_MAPPING_AUTO &&
-                 (device < 0 || !atomic_load_explicit(
-                                    &((struct rc_dmabuf_reg *)d)->pcie_refused[device],
-                                    memory_order_relaxed)));
+    bool pcie =
+        d->mapping == RC_MAPPING_PCIE ||
+        (d->mapping == RC_MAPPING_AUTO &&
+         (device < 0 || !atomic_load_explicit(&((struct rc_dmabuf_reg *)d)->pcie_refused[device],
+                                              memory_order_relaxed)));
     *mapping = pcie ? REGCACHE_DMABUF_PCIE : REGCACHE_DMABUF_DEFAULT;
     *data_direct = d->data_direct[rail] && pcie; /* as rc_dmabuf_reg() decides */
 }

@@ -44,8 +44,8 @@ int rc_dmabuf_reg_init(struct rc_dmabuf_reg *d, struct ibv_pd *const *pds, unsig
 
 /* Register [addr, addr+len) of GPU `device` on rail's pd: export, register,
  * close.  0 or an errno value (EMFILE/ENFILE: no fd for the export). */
-int rc_dmabuf_reg(struct rc_dmabuf_reg *d, struct ibv_pd *pd, unsigned rail, int device,
-                  int access, void *addr, size_t len, struct ibv_mr **mr);
+int rc_dmabuf_reg(struct rc_dmabuf_reg *d, struct ibv_pd *pd, unsigned rail, int device, int access,
+                  void *addr, size_t len, struct ibv_mr **mr);
 
 /* How `rail` registers GPU `device` now (-1: one not seen yet): enum
  * regcache_dmabuf_mapping, and 1 for data-direct. */

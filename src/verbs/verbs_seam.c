@@ -75,16 +75,15 @@ static int real_data_direct(struct ibv_pd *pd, char *why, size_t n)
     return err == 0;
 }
 
-static struct ibv_mr *real_reg_dmabuf_mr_data_direct(struct ibv_pd *pd, uint64_t offset,
-                                                     size_t len, uint64_t iova, int fd, int access)
+static struct ibv_mr *real_reg_dmabuf_mr_data_direct(struct ibv_pd *pd, uint64_t offset, size_t len,
+                                                     uint64_t iova, int fd, int access)
 {
     pthread_once(&mlx5_once, load_mlx5);
     if (!mlx5.reg_dmabuf) {
         errno = EOPNOTSUPP;
         return NULL;
     }
-    return mlx5.reg_dmabuf(pd, offset, len, iova, fd, access,
-                           MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT);
+    return mlx5.reg_dmabuf(pd, offset, len, iova, fd, access, MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT);
 }
 
 static const struct rc_verbs_seam real_seam = {

@@ -48,7 +48,7 @@
     X(cuMemAllocAsync_ptsz, "cuMemAllocAsync", 11020, RC_WRAP_PTDS, alloc_async)                \
     X(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", 11020, 0, alloc_pool)                 \
     X(cuMemAllocFromPoolAsync_ptsz, "cuMemAllocFromPoolAsync", 11020, RC_WRAP_PTDS, alloc_pool) \
-    X(cuMemMap, "cuMemMap", 10020, 0, map)                                                     \
+    X(cuMemMap, "cuMemMap", 10020, 0, map)                                                      \
     /* Pinned host memory; the CUDA runtime's cudaMallocHost and                                \
      * cudaHostAlloc reach the driver through these. */                                         \
     X(cuMemAllocHost_v2, "cuMemAllocHost", 3020, 0, alloc_host)                                 \
@@ -57,10 +57,21 @@
 /* Every kind of wrapper (one C prototype, one thing to tell the caches),
  * with its parameter list as RC_WRAP_PARAMS_<kind> and its argument names
  * as RC_WRAP_ARGS_<kind>, both without parentheses. */
-#define RC_WRAP_KINDS(X)                                                                        \
-    X(free)                                                                                     \
-    X(free_async) X(free_host) X(free_range) X(ctx_gone) X(device_gone) X(alloc) X(alloc_async) \
-        X(alloc_pool) X(map) X(alloc_host) X(alloc_host_flags)
+/* clang-format off: one entry a line, which clang-format 14 does not keep */
+#define RC_WRAP_KINDS(X) \
+    X(free)              \
+    X(free_async)        \
+    X(free_host)         \
+    X(free_range)        \
+    X(ctx_gone)          \
+    X(device_gone)       \
+    X(alloc)             \
+    X(alloc_async)       \
+    X(alloc_pool)        \
+    X(map)               \
+    X(alloc_host)        \
+    X(alloc_host_flags)
+/* clang-format on */
 
 #define RC_WRAP_PARAMS_free CUdeviceptr ptr
 #define RC_WRAP_ARGS_free ptr

@@ -7,7 +7,9 @@
 set -euo pipefail
 lib=$1 header=$2
 
-declared=$(sed -n 's/^REGCACHE_API[^(]*[ *]\([A-Za-z_0-9]*\)(.*/\1/p' "$header" | sort)
+# A declaration may put its name on the line after its return type.
+declared=$(grep -v '^#' "$header" | tr '\n' ' ' | grep -o 'REGCACHE_API [^(;]*(' |
+           sed 's/.*[ *]\([A-Za-z_0-9]*\)($/\1/' | sort)
 [ -n "$declared" ] || { echo "no REGCACHE_API function found in $header"; exit 1; }
 # Defined symbols as name@VERSION (older) or name@@VERSION (default); the
 # version nodes themselves are absolute symbols.

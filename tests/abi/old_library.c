@@ -4,11 +4,11 @@
  * library, and reaching one of these means it did not. */
 #include <stdlib.h>
 
-#define OLD(name)                                                                                  \
-    void name(void);                                                                               \
-    void name(void)                                                                                \
-    {                                                                                              \
-        abort();                                                                                   \
+#define OLD(name)    \
+    void name(void); \
+    void name(void)  \
+    {                \
+        abort();     \
     }
 
 OLD(regcache_params_init)

@@ -5,13 +5,13 @@
 #include <stdio.h>
 
 /* dlsym returns an object pointer; POSIX guarantees it converts. */
-#define FIND(field, name)                                      \
-    do {                                                       \
-        *(void **)&lib->field = dlsym(lib->handle, name);      \
-        if (!lib->field) {                                     \
-            fprintf(stderr, "%s: no %s\n", path, name);        \
-            return -1;                                         \
-        }                                                      \
+#define FIND(field, name)                                 \
+    do {                                                  \
+        *(void **)&lib->field = dlsym(lib->handle, name); \
+        if (!lib->field) {                                \
+            fprintf(stderr, "%s: no %s\n", path, name);   \
+            return -1;                                    \
+        }                                                 \
     } while (0)
 
 int loaded_regcache_open(const char *path, struct loaded_regcache *lib)

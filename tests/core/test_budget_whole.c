@@ -1,4 +1,4 @@
-/* Issue 10 item 3: whole allocations against the byte budget.  With
+/* Whole allocations against the byte budget.  With
  * whole_allocation on, a miss registers the whole allocation only when it
  * is at most whole_allocation_max - by default a quarter of the device's
  * budget - since an allocation registered whole for a small request would

@@ -1,4 +1,4 @@
-/* Issue 9 item 3: the cache holds none of its locks while it calls the
+/* The cache holds none of its locks while it calls the
  * backend, so a slow or blocking dereg stalls no other call, a dereg may
  * take an application lock that another thread holds around its own
  * notify_free, and reg may call back into the cache: a get of the range

@@ -1,4 +1,4 @@
-/* Issue 9 item 9: debug builds (-DREGCACHE_DEBUG=ON) abort, saying why, on
+/* Debug builds (-DREGCACHE_DEBUG=ON) abort, saying why, on
  * a put that breaks the API's rules: an entry put to a cache it does not
  * come from, and a second put of the same get - for a hold in a slot and
  * a counted one (a thread's get beyond its slots).  Each misuse runs in a

@@ -16,7 +16,6 @@
 #include "cache_fixture.h"
 #include "threads.h"
 
-
 /* What a slot hold's handle points at: its slot (hit_path.c). */
 static uintptr_t slot_of(regcache_entry_t *e)
 {

@@ -1,4 +1,4 @@
-/* Issue 9 item 5: what a registration that fails for want of resources is
+/* What a registration that fails for want of resources is
  * classified as, and what it costs the cache.  EFAULT is exhaustion only
  * while the memory is still what the cache was asked for: for memory freed
  * (or replaced) between the query and the reg the get fails with NOT_GPU and

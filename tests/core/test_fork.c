@@ -1,4 +1,4 @@
-/* Issue 9 item 2: fork() while the parent's threads sit in every lock the
+/* fork() while the parent's threads sit in every lock the
  * cache has - one inside reg (its registration pending), others waiting on
  * the cache's condition variable for it, threads getting and putting under
  * an entry limit (so puts trim under the cache lock), one walking the

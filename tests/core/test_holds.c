@@ -1,4 +1,4 @@
-/* Issue 9 item 4: an entry's count of holders saturates instead of
+/* An entry's count of holders saturates instead of
  * wrapping.  A get holds an entry through one of the thread's
  * RC_HOLD_SLOTS slots; beyond them the hold is one unit of the entry's
  * count (entry.h), which a get refuses with

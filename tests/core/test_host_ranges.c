@@ -92,8 +92,8 @@ static void overlapping_unused_entries_merge(void **state)
     range_of(e, &s, &end);
     assert_int_equal(s, (uintptr_t)m);
     assert_int_equal(end, (uintptr_t)m + 6 * page);
-    fx_assert_stats(f, FX_STAT(entries, 1), FX_STAT(registrations, 2),
-                    FX_STAT(deregistrations, 1), FX_STAT(bytes, 6 * page), NULL);
+    fx_assert_stats(f, FX_STAT(entries, 1), FX_STAT(registrations, 2), FX_STAT(deregistrations, 1),
+                    FX_STAT(bytes, 6 * page), NULL);
     assert_int_equal(atomic_load(&f->fb.live), 1);
     regcache_put(f->c, e);
     /* The union serves both requests. */

@@ -30,7 +30,7 @@ struct idlers {
     int arrived, phase;
     int holding; /* the waking thread holds HELD */
     atomic_int failures;
-    atomic_bool held;           /* HELD is held: no dereg of it may come */
+    atomic_bool held;          /* HELD is held: no dereg of it may come */
     atomic_int deregs_of_held; /* deregs of HELD while it was */
 };
 

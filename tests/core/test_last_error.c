@@ -1,4 +1,4 @@
-/* Issue 9 item 6: every failing public call leaves a message of its own in
+/* Every failing public call leaves a message of its own in
  * regcache_last_error(), never the one of the call that failed before it.
  * The calls run in a sequence, each failing for another reason; each
  * message must name its own problem and must not say the previous one's. */

@@ -1,4 +1,4 @@
-/* Issue 10 item 1: VMM spans with the fake backend.  Two adjacent mappings
+/* VMM spans with the fake backend.  Two adjacent mappings
  * (REGCACHE_MEM_MAPPING) of different buffer ids are registered together
  * when a request runs across both: one registration, which then serves
  * requests anywhere inside either mapping, leaves with the free of either

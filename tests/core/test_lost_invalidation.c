@@ -1,4 +1,4 @@
-/* Issue 9 item 1: an invalidation (regcache_notify_free, regcache_invalidate)
+/* An invalidation (regcache_notify_free, regcache_invalidate)
  * that lands while a miss is between its memory query and the moment its
  * entry becomes visible, or while it registers, is never lost: the get is
  * served a one-shot registration (counted in one_shots, never in entries,

@@ -1,4 +1,4 @@
-/* Issue 9 item 1, under load: getter threads against a thread that frees
+/* Under load: getter threads against a thread that frees
  * and reallocates memory the way NOTIFY mode needs it reported -
  * notify_free before the free, the reallocation (a new buffer id),
  * notify_alloc after the allocation - and then publishes the id that lives

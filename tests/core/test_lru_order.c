@@ -1,4 +1,4 @@
-/* Issue 10 item 4: eviction takes the least recently used unused entry, so
+/* Eviction takes the least recently used unused entry, so
  * a hot set that fits the limit survives any number of one-off buffers
  * passing through, and the order of eviction is the order of last use
  * (within one LRU epoch the threads' use logs give it; lru.h).  The entry

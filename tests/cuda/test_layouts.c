@@ -1,4 +1,4 @@
-/* Issue 10 items 1 and 2 over the fake CUDA driver: VMM mappings side by
+/* Over the fake CUDA driver: VMM mappings side by
  * side registered as one range (and VMM memory without the GPUDirect RDMA
  * flag refused before the NIC is asked), and pinned host allocations the
  * driver packs into one page, each served by an entry of its own. */

@@ -182,6 +182,8 @@ static CUresult copy(CUdeviceptr dst, const void *src, size_t bytes, CUstream s)
         while (atomic_load(&fake_gpu.hold_copies))
             nanosleep(&(struct timespec){ 0, 100000 }, NULL);
     }
+    atomic_fetch_add(&fake_gpu.copies, 1);
+    atomic_fetch_add(&fake_gpu.bytes_copied, (long)bytes);
     uint64_t *to = (uint64_t *)(uintptr_t)dst;
     const uint64_t *from = src;
     for (size_t i = 0; i < bytes / 8; i++)

@@ -21,6 +21,8 @@ struct fake_gpu {
      * that waited so is counted in copies_held. */
     atomic_int hold_copies;
     atomic_long copies_held;
+    /* Copies made and the bytes they wrote: what a write to a table cost. */
+    atomic_long copies, bytes_copied;
 };
 
 extern struct fake_gpu fake_gpu;

@@ -9,7 +9,10 @@
  * Afterwards every key a lookup returned must name a registration that
  * covered the address, was made for the buffer id the address had during
  * the lookup (0 wrong), and was deregistered only after the section that
- * used it ended (0 stale). */
+ * used it ended (0 stale).  While a buffer is between its free notice and
+ * the allocation notice of its successor, no application owns it: a get
+ * racing the free may register the old memory, and only the allocation
+ * notice ends that, so either id is right then. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -66,31 +69,33 @@ static void on_dereg(void *arg, const struct fake_handle *h)
     atomic_store(&lives[h->serial].gone, now());
 }
 
-/* Buffer b's ids: id[b][n] from time from[b][n] on. */
+/* Buffer b's ids: id[b][n] from time from[b][n] (its predecessor's free
+ * notice) until until[b][n] (its successor's allocation notice). */
 static struct {
-    uint64_t id[MAX_IDS], from[MAX_IDS];
+    uint64_t id[MAX_IDS], from[MAX_IDS], until[MAX_IDS];
     _Atomic int n;
 } history[BUFFERS];
 
-static void history_add(int b, uint64_t id, uint64_t at)
+static void history_add(int b, uint64_t id, uint64_t from, uint64_t predecessor_until)
 {
     int n = atomic_load(&history[b].n);
     if (n >= MAX_IDS)
         abort();
+    if (n > 0)
+        history[b].until[n - 1] = predecessor_until;
     history[b].id[n] = id;
-    history[b].from[n] = at;
+    history[b].from[n] = from;
+    history[b].until[n] = UINT64_MAX;
     atomic_store(&history[b].n, n + 1);
 }
 
-/* Did buffer b have id at some time in [t0, t1]? */
+/* Could buffer b have had id at some time in [t0, t1]? */
 static bool had_id(int b, uint64_t id, uint64_t t0, uint64_t t1)
 {
     int n = atomic_load(&history[b].n);
-    for (int i = 0; i < n; i++) {
-        uint64_t until = i + 1 < n ? history[b].from[i + 1] : UINT64_MAX;
-        if (history[b].id[i] == id && history[b].from[i] <= t1 && until >= t0)
+    for (int i = 0; i < n; i++)
+        if (history[b].id[i] == id && history[b].from[i] <= t1 && history[b].until[i] >= t0)
             return true;
-    }
     return false;
 }
 
@@ -177,10 +182,11 @@ static void churn_main(void *arg)
         int b = (int)(test_rand(&seed) % BUFFERS);
         uintptr_t base = FX_ALLOC(b);
         if (test_rand(&seed) % 3 == 0) {
+            uint64_t freeing = now();
             regcache_notify_free((void *)base, MiB);
             uint64_t id = fake_realloc(&k->fx.fb, base);
-            history_add(b, id, now());
             regcache_notify_alloc((void *)base, MiB);
+            history_add(b, id, freeing, now());
         }
         regcache_entry_t *e = NULL;
         if (regcache_get(k->fx.c, (void *)(base + test_rand(&seed) % MiB), 64, &e) == REGCACHE_OK)
@@ -199,7 +205,7 @@ static void no_stale_no_wrong(void **state)
     fx_device_allocs(&k->fx, BUFFERS);
     for (int b = 0; b < BUFFERS; b++) {
         atomic_store(&history[b].n, 0);
-        history_add(b, fake_id_at(&k->fx.fb, FX_ALLOC(b)), 0);
+        history_add(b, fake_id_at(&k->fx.fb, FX_ALLOC(b)), 0, 0);
     }
     k->fx.fb.on_handle = on_reg;
     k->fx.fb.during_dereg = on_dereg;

@@ -2,8 +2,9 @@
  * is registered by the table's thread through the cache's miss path and
  * answered once it is in the table; a registration that fails, memory
  * that is no GPU memory and a table without room answer with their
- * status; many posters on a ring smaller than their requests all get
- * answers, in ticket order; a wait of no polls says pending. */
+ * status; misses read together are answered one by one; many posters on
+ * a ring smaller than their requests all get answers, in ticket order; a
+ * wait of no polls says pending. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdatomic.h>
@@ -146,6 +147,60 @@ static void answered_while_copies_wait(void **state)
     kx_assert_agrees(k, A, 64, 0);
 }
 
+/* Registrations the ring's reader makes, the first and the third held at
+ * gates. */
+struct gated {
+    atomic_int regs;
+    struct gate first, third;
+};
+
+static void gated_reg(void *arg)
+{
+    struct gated *g = arg;
+    int n = atomic_fetch_add(&g->regs, 1) + 1;
+    if (n == 1)
+        gate_pass(&g->first);
+    else if (n == 3)
+        gate_pass(&g->third);
+}
+
+static uint64_t post(struct kx *k, uintptr_t addr)
+{
+    uint64_t ticket;
+    assert_int_equal(regcache_device_request(&k->t, (void *)addr, 64, 0, 1, &ticket),
+                     REGCACHE_DEVICE_POSTED);
+    return ticket;
+}
+
+/* Misses read together are answered one by one: the first is answered
+ * while the registration of the second is still in flight.  (The gates
+ * outlive the test: the reader may still be at one if it fails.) */
+static void answered_one_at_a_time(void **state)
+{
+    static struct gated g;
+    struct kx *k = *state;
+    fx_device_allocs(&k->fx, 3);
+    atomic_store(&g.regs, 0);
+    gate_init(&g.first);
+    gate_init(&g.third);
+    k->fx.fb.during_reg = gated_reg;
+    k->fx.fb.during_reg_arg = &g;
+    kx_attach(k);
+    uint64_t c = post(k, FX_ALLOC(2));
+    bool busy = gate_await(&g.first, 1, HANG_SECONDS); /* the reader is busy with c */
+    uint64_t a = post(k, A), b = post(k, B);
+    gate_open(&g.first);
+    bool in_flight = gate_await(&g.third, 1, HANG_SECONDS); /* b's registration */
+    int first = regcache_device_wait(&k->t, a, 1, NULL);
+    gate_open(&g.third);
+    assert_true(busy);
+    assert_true(in_flight);
+    assert_int_equal(first, REGCACHE_DEVICE_DONE);
+    assert_int_equal(regcache_device_wait(&k->t, b, POLLS, NULL), REGCACHE_DEVICE_DONE);
+    assert_int_equal(regcache_device_wait(&k->t, c, POLLS, NULL), REGCACHE_DEVICE_DONE);
+    assert_int_equal(kx_stats(k).requests, 3);
+}
+
 #define POSTERS 6
 #define ASKS 40
 #define BUFFERS (2 * POSTERS)
@@ -222,4 +277,4 @@ static void many_posters_small_ring(void **state)
 }
 
 KX_MAIN(first_touch, failures_answered, no_room_answered, no_polls_pending,
-        answered_while_copies_wait, many_posters_small_ring)
+        answered_while_copies_wait, answered_one_at_a_time, many_posters_small_ring)

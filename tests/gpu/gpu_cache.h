@@ -38,19 +38,44 @@
 
 /* Each field is named and typed after the cuda.h declaration its name
  * expands to (cuMemAlloc is cuMemAlloc_v2), and loaded by that name. */
-#define DRIVER_CALLS(X)                                                                            \
-    X(cuInit)                                                                                      \
-    X(cuGetErrorName)                                                                              \
-    X(cuDeviceGet) X(cuDeviceGetCount) X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent)              \
-        X(cuMemAlloc) X(cuMemFree) X(cuMemAllocHost) X(cuMemFreeHost) X(cuMemAllocManaged)         \
-            X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuMemAllocAsync)         \
-                X(cuMemFreeAsync) X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemCreate)        \
-                    X(cuMemRelease) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess)                    \
-                        X(cuMemGetAllocationGranularity) X(cuPointerGetAttribute)                  \
-                            X(cuThreadExchangeStreamCaptureMode) X(cuStreamBeginCapture)           \
-                                X(cuStreamEndCapture) X(cuStreamIsCapturing) X(cuGraphInstantiate) \
-                                    X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy)       \
-                                        X(cuMemsetD32Async) X(cuMemcpyDtoH)
+/* clang-format off: one entry a line, which clang-format 14 does not keep */
+#define DRIVER_CALLS(X)                  \
+    X(cuInit)                            \
+    X(cuGetErrorName)                    \
+    X(cuDeviceGet)                       \
+    X(cuDeviceGetCount)                  \
+    X(cuDevicePrimaryCtxRetain)          \
+    X(cuCtxSetCurrent)                   \
+    X(cuMemAlloc)                        \
+    X(cuMemFree)                         \
+    X(cuMemAllocHost)                    \
+    X(cuMemFreeHost)                     \
+    X(cuMemAllocManaged)                 \
+    X(cuStreamCreate)                    \
+    X(cuStreamDestroy)                   \
+    X(cuStreamSynchronize)               \
+    X(cuMemAllocAsync)                   \
+    X(cuMemFreeAsync)                    \
+    X(cuMemAddressReserve)               \
+    X(cuMemAddressFree)                  \
+    X(cuMemCreate)                       \
+    X(cuMemRelease)                      \
+    X(cuMemMap)                          \
+    X(cuMemUnmap)                        \
+    X(cuMemSetAccess)                    \
+    X(cuMemGetAllocationGranularity)     \
+    X(cuPointerGetAttribute)             \
+    X(cuThreadExchangeStreamCaptureMode) \
+    X(cuStreamBeginCapture)              \
+    X(cuStreamEndCapture)                \
+    X(cuStreamIsCapturing)               \
+    X(cuGraphInstantiate)                \
+    X(cuGraphLaunch)                     \
+    X(cuGraphExecDestroy)                \
+    X(cuGraphDestroy)                    \
+    X(cuMemsetD32Async)                  \
+    X(cuMemcpyDtoH)
+/* clang-format on */
 #define FIELD(f) __typeof__(&f) f;
 struct cu_calls {
     DRIVER_CALLS(FIELD)

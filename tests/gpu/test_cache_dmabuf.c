@@ -87,8 +87,7 @@ void pcie_mapping_refused_and_the_export_falls_back(void **state)
         CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE);
     const char *name = "?";
     cu.cuGetErrorName(r, &name);
-    printf("cuMemGetHandleForAddressRange(DMA_BUF_FD, MAPPING_TYPE_PCIE): %s (%d)\n", name,
-           (int)r);
+    printf("cuMemGetHandleForAddressRange(DMA_BUF_FD, MAPPING_TYPE_PCIE): %s (%d)\n", name, (int)r);
     if (r == CUDA_SUCCESS)
         close(fd);
     assert_true(r == CUDA_ERROR_NOT_SUPPORTED || r == CUDA_ERROR_INVALID_VALUE);
@@ -134,8 +133,8 @@ void export_without_fds_is_exhaustion(void **state)
     while (n < 64 && (fillers[n] = eventfd(0, EFD_CLOEXEC)) >= 0)
         n++;
     int fd = -1;
-    CUresult r = rc_cuda_api()->MemGetHandleForAddressRange(
-        &fd, p, 2 * MIB, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+    CUresult r = rc_cuda_api()->MemGetHandleForAddressRange(&fd, p, 2 * MIB,
+                                                            CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
     uint64_t offset;
     int dmabuf = -1;
     int rc = rc_dmabuf_export((uintptr_t)p, 2 * MIB, &dmabuf, &offset);
@@ -147,8 +146,8 @@ void export_without_fds_is_exhaustion(void **state)
     assert_int_equal(setrlimit(RLIMIT_NOFILE, &saved), 0);
     const char *name = "?";
     cu.cuGetErrorName(r, &name);
-    printf("export with no fd left: %s (%d); the cache's export: %s, errno %d (%s)\n", name,
-           (int)r, regcache_err_name(rc), err, why);
+    printf("export with no fd left: %s (%d); the cache's export: %s, errno %d (%s)\n", name, (int)r,
+           regcache_err_name(rc), err, why);
     if (r == CUDA_SUCCESS)
         close(fd);
     if (rc == REGCACHE_OK)

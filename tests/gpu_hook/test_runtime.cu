@@ -93,12 +93,10 @@ int main()
         return 1;
     const gb_memory memories[] = {
         { CUDART_NAME " cudaMalloc/cudaFree", 0, rt_alloc, rt_free, nullptr, 1 },
-        { CUDART_NAME " cudaMallocAsync/cudaFreeAsync", 0, rt_alloc_async, rt_free_async,
-          nullptr, 1 },
-        { CUDART_NAME " cudaMallocHost/cudaFreeHost", 1, rt_alloc_host, rt_free_host,
-          nullptr, 1 },
-        { CUDART_NAME " cudaHostAlloc/cudaFreeHost", 1, rt_host_alloc, rt_free_host,
-          nullptr, 1 },
+        { CUDART_NAME " cudaMallocAsync/cudaFreeAsync", 0, rt_alloc_async, rt_free_async, nullptr,
+          1 },
+        { CUDART_NAME " cudaMallocHost/cudaFreeHost", 1, rt_alloc_host, rt_free_host, nullptr, 1 },
+        { CUDART_NAME " cudaHostAlloc/cudaFreeHost", 1, rt_host_alloc, rt_free_host, nullptr, 1 },
     };
     int failed = 0;
     for (const gb_memory &m : memories)

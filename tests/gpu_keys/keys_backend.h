@@ -257,13 +257,15 @@ static void kb_init(void)
     }
 }
 
-// A cache over the counting backend with a table on device 0.
-static regcache_t *kb_cache(int validation, size_t max_entries,
-                            const regcache_device_keys_params *kp, regcache_device_table *t)
+// A cache over `backend` (whose handles are the counting backend's) with a
+// table on device 0.
+static regcache_t *kb_cache_over(const regcache_backend *backend, int validation,
+                                 size_t max_entries, const regcache_device_keys_params *kp,
+                                 regcache_device_table *t)
 {
     regcache_params p;
     regcache_params_init(&p);
-    p.backend = &kb_backend;
+    p.backend = backend;
     p.validation = (regcache_validation)validation;
     p.max_entries = max_entries;
     p.device_keys = 1;
@@ -278,6 +280,13 @@ static regcache_t *kb_cache(int validation, size_t max_entries,
     printf("attach: %.1f ms\n", (kb_clock_ns() - t0) / 1e6);
     kb_watched = c;
     return c;
+}
+
+// A cache over the counting backend with a table on device 0.
+static regcache_t *kb_cache(int validation, size_t max_entries,
+                            const regcache_device_keys_params *kp, regcache_device_table *t)
+{
+    return kb_cache_over(&kb_backend, validation, max_entries, kp, t);
 }
 
 // The watchdog reports on a cache only until it goes.

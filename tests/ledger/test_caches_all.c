@@ -31,8 +31,8 @@ static void start_named(struct helper *h, const char *tag)
 static void table_row(const char *out, int pid, const char *name, const char *devices)
 {
     char want[200];
-    snprintf(want, sizeof want, "%8d %-16s %-20s %-10s %8d ", pid, "named_caches_he", name,
-             devices, 2);
+    snprintf(want, sizeof want, "%8d %-16s %-20s %-10s %8d ", pid, "named_caches_he", name, devices,
+             2);
     assert_contains(out, want);
 }
 
@@ -81,14 +81,15 @@ static void every_cache_of_every_process(void **state)
     assert_true(fd >= 0);
     assert_int_equal(write(fd, out, strlen(out)), (ssize_t)strlen(out));
     close(fd);
-    snprintf(command, sizeof command,
-             "python3 %s %s gpu-a=2 host-a=2 gpu-b=2 host-b=2", CHECK_PROMETHEUS, path);
+    snprintf(command, sizeof command, "python3 %s %s gpu-a=2 host-a=2 gpu-b=2 host-b=2",
+             CHECK_PROMETHEUS, path);
     int rc = system(command);
     unlink(path);
     if (rc != 0)
         fail_msg("not the exposition format, or caches missing:\n%s", out);
-    snprintf(want, sizeof want, "regcache_hits_total{pid=\"%d\",process=\"named_caches_he\","
-                                "cache=\"host-a\"} 1\n",
+    snprintf(want, sizeof want,
+             "regcache_hits_total{pid=\"%d\",process=\"named_caches_he\","
+             "cache=\"host-a\"} 1\n",
              h[0].pid);
     assert_contains(out, want);
     free(out);

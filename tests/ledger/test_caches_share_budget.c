@@ -254,8 +254,8 @@ int main(void)
 {
 #define T(test) cmocka_unit_test_setup_teardown(test, ledger_setup, ledger_teardown)
     const struct CMUnitTest tests[] = {
-        T(sum_stays_within_budget_plus_held), T(pressure_makes_the_other_evict),
-        T(registration_in_flight_is_counted), T(killed_process_is_taken_back),
+        T(sum_stays_within_budget_plus_held),   T(pressure_makes_the_other_evict),
+        T(registration_in_flight_is_counted),   T(killed_process_is_taken_back),
         T(fork_child_leaves_the_parent_record), T(ledger_off_keeps_budgets_apart),
     };
 #undef T

@@ -50,8 +50,12 @@ static void owner_below_is_judged_and_taken_back(void **state)
     (void)state;
     /* sh stays as the namespace's init once the helper is dead, and says
      * when it is. */
-    char *x_argv[] = { UNSHARE, "--kill-child", "/bin/sh", "-c",
-                       "\"$0\" dev0; echo exited; read x; exit 0", (char *)ledger_helper_path,
+    char *x_argv[] = { UNSHARE,
+                       "--kill-child",
+                       "/bin/sh",
+                       "-c",
+                       "\"$0\" dev0; echo exited; read x; exit 0",
+                       (char *)ledger_helper_path,
                        NULL };
     char *y_argv[] = { UNSHARE, (char *)ledger_helper_path, "dev0", NULL };
     struct helper x, y;

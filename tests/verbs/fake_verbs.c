@@ -125,8 +125,8 @@ static struct ibv_mr *fake_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, siz
     return dmabuf_mr(pd, offset, len, iova, fd, access, 0);
 }
 
-static struct ibv_mr *fake_reg_dmabuf_mr_data_direct(struct ibv_pd *pd, uint64_t offset,
-                                                     size_t len, uint64_t iova, int fd, int access)
+static struct ibv_mr *fake_reg_dmabuf_mr_data_direct(struct ibv_pd *pd, uint64_t offset, size_t len,
+                                                     uint64_t iova, int fd, int access)
 {
     if (!fake_verbs.mlx5) {
         errno = EOPNOTSUPP;
@@ -160,8 +160,8 @@ static int fake_dereg_mr(struct ibv_mr *mr)
 
 static int fake_max_mr_size(struct ibv_pd *pd, uint64_t *size)
 {
-    *size = !fake_verbs.max_mr_pd || pd == fake_verbs.max_mr_pd ? fake_verbs.max_mr_size
-                                                                : UINT64_MAX;
+    *size =
+        !fake_verbs.max_mr_pd || pd == fake_verbs.max_mr_pd ? fake_verbs.max_mr_size : UINT64_MAX;
     return 0;
 }
 

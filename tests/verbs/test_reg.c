@@ -45,9 +45,8 @@ static void make_backend(enum regcache_method method, int expect_method)
 
     if (method == REGCACHE_METHOD_PEERMEM)
         fake_sysfs_module("nvidia_peermem");
-    assert_int_equal(
-        rc_verbs_backend_create(&p, RC_MAPPING_AUTO, RC_DATA_DIRECT_AUTO, &be, &used),
-        REGCACHE_OK);
+    assert_int_equal(rc_verbs_backend_create(&p, RC_MAPPING_AUTO, RC_DATA_DIRECT_AUTO, &be, &used),
+                     REGCACHE_OK);
     assert_int_equal(used, expect_method);
 }
 

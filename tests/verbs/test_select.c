@@ -57,9 +57,8 @@ static void test_null_pd_is_invalid(void **state)
     (void)state;
     regcache_params_init(&p);
     p.access = ACCESS;
-    assert_int_equal(
-        rc_verbs_backend_create(&p, RC_MAPPING_AUTO, RC_DATA_DIRECT_AUTO, &be, &used),
-        REGCACHE_ERR_INVALID);
+    assert_int_equal(rc_verbs_backend_create(&p, RC_MAPPING_AUTO, RC_DATA_DIRECT_AUTO, &be, &used),
+                     REGCACHE_ERR_INVALID);
     assert_error_mentions("pd");
     assert_int_equal(fake_verbs.probe_calls, 0);
 }

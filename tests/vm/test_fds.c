@@ -69,8 +69,7 @@ static void entries_on_one_of_eight_rails_hold_no_fds(void **state)
         /* Inside one page each: an entry of its own. */
         int rc = regcache_get_rail(c, 0, buf + i * page + 8, 64, &e);
         if (rc != REGCACHE_OK)
-            fail_msg("get %zu on rail 0: %s (%s)", i, regcache_err_name(rc),
-                     regcache_last_error());
+            fail_msg("get %zu on rail 0: %s (%s)", i, regcache_err_name(rc), regcache_last_error());
         assert_ptr_equal(regcache_entry_mr(e)->pd, dev[0].pd);
         regcache_put(c, e);
     }

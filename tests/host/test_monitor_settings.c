@@ -33,20 +33,26 @@ static void put_env_back(void)
     setenv("REGCACHE_HOST_MONITOR", way, 1);
 }
 
-/* A cache with params.host_monitor OFF, the environment out of the way. */
-static regcache_t *off_cache(struct fake_backend *fb)
+/* A cache with params.host_monitor `mode`, the environment out of the
+ * way. */
+static regcache_t *field_cache(struct fake_backend *fb, int mode)
 {
     struct regcache_params p;
     fake_init(fb);
     fake_params(fb, &p);
     p.host_memory = 1;
     p.alignment = 4096;
-    p.host_monitor = REGCACHE_HOST_MONITOR_OFF;
+    p.host_monitor = mode;
     regcache_t *c;
     unset_env();
     assert_int_equal(regcache_create(&p, &c), REGCACHE_OK);
     put_env_back();
     return c;
+}
+
+static regcache_t *off_cache(struct fake_backend *fb)
+{
+    return field_cache(fb, REGCACHE_HOST_MONITOR_OFF);
 }
 
 static void off_cache_is_left_alone(void **state)
@@ -86,6 +92,24 @@ static void reason_names_the_field(void **state)
     regcache_destroy(off);
 }
 
+/* Every value of the field, named as the enum names it, whether the way
+ * could be had or not. */
+static void reason_names_each_value_of_the_field(void **state)
+{
+    (void)state;
+    static const char *const names[] = { "AUTO", "OFF", "LIBC", "UFFD", "UCM" };
+    for (int mode = REGCACHE_HOST_MONITOR_AUTO; mode <= REGCACHE_HOST_MONITOR_UCM; mode++) {
+        struct fake_backend fb;
+        regcache_t *c = field_cache(&fb, mode);
+        char says[48];
+        snprintf(says, sizeof says, "(params.host_monitor is %s", names[mode]);
+        const char *why = regcache_validation_reason(c);
+        if (!strstr(why, says))
+            fail_msg("%s: %s", names[mode], why);
+        regcache_destroy(c);
+    }
+}
+
 static void reason_names_the_variable(void **state)
 {
     struct fx *f = *state;
@@ -117,5 +141,6 @@ int main(void)
         return status;
     strcpy(way, getenv("REGCACHE_HOST_MONITOR"));
     return FX_RUN(fx_setup, fx_teardown, off_cache_is_left_alone, reason_names_the_field,
-                  reason_names_the_variable, variable_overrides_off);
+                  reason_names_each_value_of_the_field, reason_names_the_variable,
+                  variable_overrides_off);
 }

@@ -1,4 +1,4 @@
-/* A plugin with a static buffer, for core_host_unseen_replacements: the
+/* A plugin with a static buffer, for host_unseen_replacements: the
  * loader maps it with the object and unmaps it at dlclose() with its own
  * munmap, not libc's. */
 #include <stddef.h>

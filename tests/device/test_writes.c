@@ -1,0 +1,341 @@
+/* What the host writes to the GPU, and when: a removal is its record's
+ * number alone (one word; the span between the first and the last when
+ * several records close together left, a word each when far apart), and
+ * nothing at all for a record the device never held; slot changes a few
+ * chunks apart go in one copy, far apart in copies of their own;
+ * publishing wakes no thread - the writer sleeps until the ring's reader
+ * kicks it, after a rest as long as its last write was large; departures
+ * are applied to the host's copy a few at a time; the host's copy of the
+ * slots is in memory from the start, so that filling it faults no page
+ * in. */
+#include <dirent.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "device_table.h"
+#include "fake_gpu.h"
+#include "keys_fixture.h"
+#include "test_sync.h"
+
+#define A FX_ALLOC(0)
+#define B FX_ALLOC(1)
+#define PAGE ((uint64_t)1 << REGCACHE_DEVICE_PAGE_SHIFT)
+
+static void reset_copies(void)
+{
+    atomic_store(&fake_gpu.copies, 0);
+    atomic_store(&fake_gpu.bytes_copied, 0);
+}
+
+/* ---- through the cache -------------------------------------------------- */
+
+/* An invalidation of an entry the device holds copies one word, its
+ * record's number, and leaves what else was published to the writer. */
+static void removal_writes_its_number(void **state)
+{
+    struct kx *k = *state;
+    k->kp.poll_ns = 60ull * 1000 * 1000 * 1000; /* no kick of the writer here */
+    fx_device_allocs(&k->fx, 2);
+    kx_attach(k);
+    kx_assert_agrees(k, A, 64, 0);
+    struct regcache_device_key key;
+    assert_int_equal(kx_lookup(k, A, 64, 0, &key), REGCACHE_DEVICE_HIT);
+    fx_use(&k->fx, B, 64); /* published, not written */
+    reset_copies();
+    assert_int_equal(regcache_invalidate(k->fx.c, (void *)A, 64), REGCACHE_OK);
+    assert_int_equal(atomic_load(&fake_gpu.copies), 1);
+    assert_int_equal(atomic_load(&fake_gpu.bytes_copied), sizeof(uint64_t));
+    struct regcache_device_key gone;
+    assert_int_equal(kx_lookup(k, A, 64, 0, &gone), REGCACHE_DEVICE_MISS);
+    assert_false(regcache_device_key_current(&k->t, &key));
+    const struct regcache_device_record *rec = &k->t.records_at[key.record];
+    assert_true(rec->seq & 1);
+    assert_int_equal(rec->start, A);
+    assert_int_equal(rec->lkey[0], key.lkey);
+    assert_int_equal(kx_lookup(k, B, 64, 0, &gone), REGCACHE_DEVICE_MISS);
+    kx_assert_agrees(k, B, 64, 0);
+}
+
+/* The kernel's id of the table's writer thread (regcache-kwrite), or 0. */
+static pid_t writer_tid(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    pid_t tid = 0;
+    for (struct dirent *e; d && !tid && (e = readdir(d));) {
+        char path[300], comm[32] = "";
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (f && fgets(comm, sizeof comm, f) && !strcmp(comm, "regcache-kwrite\n"))
+            tid = (pid_t)atoi(e->d_name);
+        if (f)
+            fclose(f);
+    }
+    if (d)
+        closedir(d);
+    return tid;
+}
+
+static bool writer_named(const void *arg)
+{
+    (void)arg;
+    return writer_tid() != 0;
+}
+
+/* How often thread tid went to sleep. */
+static long sleeps_of(pid_t tid)
+{
+    char path[64], line[256];
+    long n = -1;
+    snprintf(path, sizeof path, "/proc/self/task/%d/status", (int)tid);
+    FILE *f = fopen(path, "r");
+    while (f && n < 0 && fgets(line, sizeof line, f))
+        sscanf(line, "voluntary_ctxt_switches: %ld", &n);
+    if (f)
+        fclose(f);
+    return n;
+}
+
+/* Misses publish without waking anyone: the writer sleeps until the
+ * ring's reader kicks it (here not within the test), and a sync writes
+ * what was published. */
+static void publishing_wakes_nobody(void **state)
+{
+    struct kx *k = *state;
+    k->kp.poll_ns = 60ull * 1000 * 1000 * 1000;
+    fx_device_allocs(&k->fx, 8);
+    kx_attach(k);
+    assert_true(wait_until(writer_named, NULL, HANG_SECONDS));
+    pid_t writer = writer_tid();
+    assert_true(await_sleeping(writer, HANG_SECONDS));
+    long before = sleeps_of(writer);
+    assert_true(before >= 0);
+    for (int i = 0; i < 8; i++)
+        fx_use(&k->fx, FX_ALLOC(i), 64);
+    struct timespec pause = { 0, 20 * 1000 * 1000 };
+    nanosleep(&pause, NULL);
+    assert_int_equal(sleeps_of(writer), before);
+    struct regcache_device_key key;
+    assert_int_equal(kx_lookup(k, A, 64, 0, &key), REGCACHE_DEVICE_MISS);
+    for (int i = 0; i < 8; i++)
+        kx_assert_agrees(k, FX_ALLOC(i), 64, 0);
+}
+
+/* ---- one table, driven by hand ------------------------------------------ */
+
+static struct rc_dtable *table(struct kx *k)
+{
+    struct regcache_device_keys_params p = k->kp;
+    struct rc_dtable *t = NULL;
+    assert_int_equal(rc_dtable_create(&t, NULL, 0, &p), REGCACHE_OK);
+    return t;
+}
+
+/* An entry of one page, published. */
+static void publish(struct rc_dtable *t, uint64_t page, uint32_t lkey)
+{
+    uint32_t keys[REGCACHE_DEVICE_RAILS] = { lkey };
+    pthread_mutex_lock(&t->kt.lock);
+    rc_kt_publish_locked(&t->kt, (const void *)(uintptr_t)page, page * PAGE, (page + 1) * PAGE, 1,
+                         keys);
+    pthread_mutex_unlock(&t->kt.lock);
+}
+
+static uint64_t leave(struct rc_dtable *t, uint64_t page)
+{
+    pthread_mutex_lock(&t->kt.lock);
+    uint64_t removal = rc_kt_leave_locked(&t->kt, (const void *)(uintptr_t)page);
+    pthread_mutex_unlock(&t->kt.lock);
+    return removal;
+}
+
+static int look(struct rc_dtable *t, uint64_t page, struct regcache_device_key *key)
+{
+    return regcache_device_lookup(&t->desc, (const void *)(uintptr_t)(page * PAGE), 64, 0, key);
+}
+
+/* A record the host's copy gave an entry that left before any write
+ * reached the device: nothing to write. */
+static void unwritten_record_needs_no_write(void **state)
+{
+    struct rc_dtable *t = table(*state);
+    publish(t, 1000, 7);
+    rc_dtable_apply_lock(t); /* in the host's copy (as a miss's answer puts it) */
+    pthread_mutex_unlock(&t->kt.lock);
+    uint64_t removal = leave(t, 1000);
+    assert_int_equal(removal, 1);
+    reset_copies();
+    assert_int_equal(rc_dtable_write_removals(t), REGCACHE_OK);
+    assert_int_equal(atomic_load(&fake_gpu.copies), 0);
+    assert_int_equal(atomic_load(&t->flushed), removal);
+    rc_dtable_destroy(t, false);
+}
+
+/* Records the device holds: one word for one of them, the span from the
+ * first number to the last for two close together, a word each for two
+ * far apart; each record dead on the device, the others still there. */
+static void removals_write_numbers_only(void **state)
+{
+    struct kx *k = *state;
+    enum { N = 80 };
+    struct rc_dtable *t = table(k);
+    for (uint64_t page = 2000; page < 2000 + N; page++)
+        publish(t, page, (uint32_t)page);
+    assert_int_equal(rc_dtable_flush(t), REGCACHE_OK);
+    struct regcache_device_key key[N];
+    for (int i = 0; i < N; i++)
+        assert_int_equal(look(t, 2000 + (uint64_t)i, &key[i]), REGCACHE_DEVICE_HIT);
+    assert_true(key[N - 1].record - key[0].record > 64);
+    reset_copies();
+    leave(t, 2001);
+    assert_int_equal(rc_dtable_write_removals(t), REGCACHE_OK);
+    assert_int_equal(atomic_load(&fake_gpu.copies), 1);
+    assert_int_equal(atomic_load(&fake_gpu.bytes_copied), sizeof(uint64_t));
+    reset_copies();
+    leave(t, 2003);
+    leave(t, 2000);
+    assert_int_equal(rc_dtable_write_removals(t), REGCACHE_OK);
+    assert_int_equal(atomic_load(&fake_gpu.copies), 1);
+    assert_int_equal(atomic_load(&fake_gpu.bytes_copied),
+                     (key[3].record - key[0].record) * sizeof(struct regcache_device_record) +
+                         sizeof(uint64_t));
+    reset_copies();
+    leave(t, 2000 + N - 1);
+    leave(t, 2004);
+    assert_int_equal(rc_dtable_write_removals(t), REGCACHE_OK);
+    assert_int_equal(atomic_load(&fake_gpu.copies), 2);
+    assert_int_equal(atomic_load(&fake_gpu.bytes_copied), 2 * sizeof(uint64_t));
+    assert_int_equal(atomic_load(&t->flushed), 5);
+    struct regcache_device_key found;
+    for (int i = 0; i < N; i++) {
+        bool left = i <= 1 || i == 3 || i == 4 || i == N - 1;
+        assert_int_equal(look(t, 2000 + (uint64_t)i, &found),
+                         left ? REGCACHE_DEVICE_MISS : REGCACHE_DEVICE_HIT);
+        if (!left)
+            assert_int_equal(found.lkey, 2000 + i);
+    }
+    rc_dtable_destroy(t, false);
+}
+
+/* A burst of departures is applied a few records a step, the table's
+ * lock let go between steps (publishing waits for it). */
+static void departures_applied_a_few_at_a_time(void **state)
+{
+    struct rc_dtable *t = table(*state);
+    for (uint64_t page = 3000; page < 3000 + 3 * RC_KT_LEAVE_STEP; page++)
+        publish(t, page, 1);
+    rc_dtable_apply_lock(t);
+    pthread_mutex_unlock(&t->kt.lock);
+    for (uint64_t page = 3000; page < 3000 + 3 * RC_KT_LEAVE_STEP; page++)
+        leave(t, page);
+    size_t next = 0;
+    pthread_mutex_lock(&t->kt.lock);
+    bool more = rc_kt_apply_step_locked(&t->kt, &next);
+    uint32_t left = t->kt.nleaving;
+    pthread_mutex_unlock(&t->kt.lock);
+    rc_dtable_destroy(t, false);
+    assert_true(more);
+    assert_int_equal(left, 2 * RC_KT_LEAVE_STEP);
+}
+
+/* The writer rests after a write as long as the write was large, and is
+ * kicked only when something was published, it sleeps, it has rested and
+ * poll_ns passed since the last kick. */
+static void writer_rests_by_what_it_wrote(void **state)
+{
+    struct kx *k = *state;
+    k->kp.poll_ns = 1000;
+    struct rc_dtable *t = table(k);
+    for (uint64_t page = 4000; page < 4064; page++)
+        publish(t, page, 1);
+    uint64_t begun = rc_dtable_clock();
+    rc_dtable_write_and_rest(t);
+    uint64_t bytes = atomic_load(&t->bytes_written), rest = atomic_load(&t->rest_until);
+    struct regcache_device_key key;
+    int found = look(t, 4063, &key);
+    atomic_store(&t->asleep, true);
+    atomic_store(&t->dirty, true);
+    bool early = rc_dtable_writer_due(t, rest - 1, 0);
+    bool rested = rc_dtable_writer_due(t, rest, 0);
+    bool soon = rc_dtable_writer_due(t, rest + 999, rest);
+    bool later = rc_dtable_writer_due(t, rest + 1000, rest);
+    atomic_store(&t->dirty, false);
+    bool clean = rc_dtable_writer_due(t, rest + 1000, rest);
+    atomic_store(&t->dirty, true);
+    atomic_store(&t->asleep, false);
+    bool busy = rc_dtable_writer_due(t, rest + 1000, rest);
+    rc_dtable_destroy(t, false);
+    assert_int_equal(found, REGCACHE_DEVICE_HIT);
+    assert_true(bytes >= 64 * sizeof(struct regcache_device_slot));
+    assert_true(rest >= begun + bytes);
+    assert_false(early);
+    assert_true(rested);
+    assert_false(soon);
+    assert_true(later);
+    assert_false(clean);
+    assert_false(busy);
+}
+
+/* A page whose search starts in slot chunk `chunk`, from page `from` on. */
+static uint64_t page_in_chunk(const struct rc_dtable *t, size_t chunk, uint64_t from)
+{
+    for (uint64_t p = from;; p++)
+        if (regcache_device_slot_of(p, t->kt.slot_bits) / RC_KT_CHUNK == chunk)
+            return p;
+}
+
+/* New records in a write: their contents, then their numbers with the
+ * slot runs - so a write of n runs is 2 + n copies. */
+static long copies_for_chunks(struct kx *k, size_t first, size_t second)
+{
+    struct rc_dtable *t = table(k);
+    uint64_t a = page_in_chunk(t, first, 5000), b = page_in_chunk(t, second, a + 1);
+    publish(t, a, 1);
+    publish(t, b, 2);
+    reset_copies();
+    assert_int_equal(rc_dtable_flush(t), REGCACHE_OK);
+    struct regcache_device_key key;
+    assert_int_equal(look(t, a, &key), REGCACHE_DEVICE_HIT);
+    assert_int_equal(look(t, b, &key), REGCACHE_DEVICE_HIT);
+    rc_dtable_destroy(t, false);
+    return atomic_load(&fake_gpu.copies);
+}
+
+static void near_chunks_share_a_copy(void **state)
+{
+    struct kx *k = *state;
+    assert_true(k->kp.page_slots / RC_KT_CHUNK >= 16);
+    assert_int_equal(copies_for_chunks(k, 2, 5), 3);
+    assert_int_equal(copies_for_chunks(k, 2, 14), 4);
+}
+
+/* Every page of the host's copy of the slots is in memory before the
+ * first entry: no insert faults one in (under the table's lock). */
+static void slots_resident_from_the_start(void **state)
+{
+    (void)state;
+    struct rc_key_table kt;
+    assert_int_equal(rc_kt_init(&kt, 20, 16, 1024), 0);
+    size_t bytes = kt.nslots * sizeof *kt.slots, page = (size_t)sysconf(_SC_PAGESIZE);
+    unsigned char *in = malloc(bytes / page);
+    assert_non_null(in);
+    assert_int_equal(mincore(kt.slots, bytes, in), 0);
+    size_t out = 0;
+    for (size_t i = 0; i < bytes / page; i++)
+        out += !(in[i] & 1);
+    free(in);
+    rc_kt_fini(&kt);
+    assert_int_equal(out, 0);
+}
+
+KX_MAIN(removal_writes_its_number, publishing_wakes_nobody, unwritten_record_needs_no_write,
+        removals_write_numbers_only, departures_applied_a_few_at_a_time,
+        writer_rests_by_what_it_wrote, near_chunks_share_a_copy, slots_resident_from_the_start)
