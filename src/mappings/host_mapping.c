@@ -77,7 +77,7 @@ bool rc_host_mapping_span(uintptr_t start, uintptr_t end, uintptr_t *lo, uintptr
     /* A query answers with the mapping that covers the address, so one
      * found at the end of the last starts there: no hole between them. */
     uintptr_t next;
-    bool one;
+    bool one = false; /* what a failed query leaves unset */
     bool mapped = query(fd, start, 0, lo, hi, shared);
     while (mapped && *hi < end) {
         mapped = query(fd, *hi, 0, &next, hi, &one);

@@ -116,6 +116,7 @@ struct warp {
 };
 
 static atomic_bool churn_done;
+static atomic_long answers; /* keys from the host's answers, used */
 
 /* Until the churn is done: sections of a few lookups each, whose keys are
  * held a while (as a work request in flight would) before the section
@@ -156,6 +157,7 @@ static void ask(struct warp *w)
         struct use *u = &w->uses[w->n++];
         *u = (struct use){ key.lkey, b, addr, t0, now(), 0 };
         w->answered += key.answered;
+        atomic_fetch_add(&answers, key.answered);
         for (volatile int spin = 0; spin < 2000; spin++)
             ;
         u->used = now();
@@ -178,7 +180,10 @@ static void churn_main(void *arg)
 {
     struct kx *k = arg;
     uint32_t seed = 4242;
-    for (int i = 0; i < CHURN; i++) {
+    /* At least CHURN steps, and on until the ring has answered a miss that
+     * a section then used: a churn that ends first (a fast run) would
+     * leave the answers' path unproven. */
+    for (int i = 0; i < CHURN || (atomic_load(&answers) == 0 && i < 1000 * CHURN); i++) {
         int b = (int)(test_rand(&seed) % BUFFERS);
         uintptr_t base = FX_ALLOC(b);
         if (test_rand(&seed) % 3 == 0) {
@@ -214,6 +219,7 @@ static void no_stale_no_wrong(void **state)
     struct warp w[WARPS];
     struct dthread th[WARPS], churn;
     atomic_store(&churn_done, false);
+    atomic_store(&answers, 0);
     for (int i = 0; i < WARPS; i++) {
         w[i] = (struct warp){
             .k = k, .slot = (unsigned)i, .asks = i >= WARPS / 2, .seed = 1u + (uint32_t)i * 7919
