@@ -13,7 +13,8 @@
 
 #define BENCH_NELEM(a) (sizeof(a) / sizeof((a)[0]))
 
-/* How long each figure is measured for (main.c: --quick or full). */
+/* How long each figure is measured for (settings.c; main.c sets it:
+ * --quick or full). */
 extern struct bench_settings {
     int quick;
     unsigned samples;   /* timed samples per single-thread figure */
@@ -242,7 +243,6 @@ struct bench_target {
 int bench_target_open(struct bench_target *t, struct bench_row *r, const struct bench_src *s,
                       int validation, size_t regions, size_t set);
 void bench_target_close(struct bench_target *t);
-const char *bench_mode_name(int validation);
 /* misses.c: the backend's reg+dereg alone, the cache's miss get+put and its
  * hit, interleaved, at one size, `ops` ranges per sample. */
 void bench_miss_rows(struct bench_row *r, const struct bench_src *s, const struct bench_pinner *p,
@@ -261,6 +261,8 @@ struct bench_machine {
     double load;
 };
 int bench_json_open(const char *path);
+/* A validation mode as the rows name it ("TAG_CHECK"). */
+const char *bench_mode_name(int validation);
 void bench_emit(const struct bench_row *r);
 /* r without a figure, its note saying why; a row without impl stands for
  * a part that did not run at all. */

@@ -5,8 +5,6 @@
  * block follows its tag query's and a UCX block its NOTIFY hit's, the pairs the goals take. */
 #include "bench.h"
 
-const size_t bench_entries[4] = { 1, 1000, 100000, 1000000 };
-
 void bench_hits(const struct bench_src *s)
 {
     static const int modes[2] = { REGCACHE_VALIDATE_TAG_CHECK, REGCACHE_VALIDATE_NOTIFY };

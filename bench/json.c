@@ -34,6 +34,13 @@ static void count(const char *key, unsigned long long v)
     fprintf(out, ", \"%s\": %llu", key, v);
 }
 
+const char *bench_mode_name(int validation)
+{
+    /* In the order of enum regcache_validation. */
+    static const char *const names[] = { "AUTO", "TAG_CHECK", "HOOKS", "NOTIFY" };
+    return names[validation];
+}
+
 int bench_json_open(const char *path)
 {
     out = fopen(path, "w");

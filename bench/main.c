@@ -8,8 +8,6 @@
 #include <string.h>
 #include <unistd.h>
 
-struct bench_settings bench;
-
 static void cpu_model(char *out, size_t len)
 {
     char line[256];

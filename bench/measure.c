@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-const unsigned bench_thread_counts[7] = { 1, 2, 4, 8, 16, 24, 32 };
 void (*bench_thread_start)(void);
 
 /* Nearest rank: the smallest sample with at least q of them at or below it,

@@ -7,13 +7,6 @@
 #include <stddef.h>
 #include <stdio.h>
 
-const char *bench_mode_name(int validation)
-{
-    /* In the order of enum regcache_validation. */
-    static const char *const names[] = { "AUTO", "TAG_CHECK", "HOOKS", "NOTIFY" };
-    return names[validation];
-}
-
 void bench_failed(struct bench_use *u, int status)
 {
     if (atomic_fetch_add(&u->failures, 1) == 0)

@@ -3,7 +3,7 @@
  * One table (env_options) lists every option: its variable, the field it
  * overrides, what it accepts, its default and what it does.
  * regcache_params_init() takes its defaults from it, and the process-wide
- * variables are read through it (rc_option_env); README's table says the
+ * variables are read through it (rc_option_ledger() and the like); README's table says the
  * same.  Numbers are
  * strict decimal (no sign, no spaces, no 0x or leading-zero octal) with an
  * optional K, M, G or T suffix (powers of 1024).  A bad value fails
@@ -20,7 +20,6 @@
 #include "access.h"
 #include "bounds.h"
 #include "last_error.h"
-#include "ledger_segment.h"
 #include "options.h"
 #include "symver.h"
 
@@ -83,12 +82,39 @@ static const char *const host_monitor_words[] = { "auto", "off", "libc", "uffd",
 /* In the order of enum regcache_host_merge. */
 static const char *const host_merge_words[] = { "auto", "off", "same_access", "all", NULL };
 
-/* NAME is a ledger namespace.  Variables without a field (width 0) are
- * process-wide and read where they act (the BAR1 reading, the ledger)
- * through rc_option_env(); they are checked here too, so that a typo fails
- * regcache_create() like any other. */
 /* NAME: a ledger namespace; CACHE_NAME: what params.name takes. */
 enum kind { SIZE, BOOL, WORD, NAME, CACHE_NAME };
+
+/* The rows, named: the process-wide ones (no field, width 0) are read where
+ * they act (the BAR1 reading, the ledger) through the accessors below, and
+ * checked at regcache_create() too, so that a bad value fails it like any
+ * other. */
+enum row {
+    OPT_METHOD,
+    OPT_VALIDATION,
+    OPT_ALIGNMENT,
+    OPT_MAX_BYTES,
+    OPT_MAX_ENTRIES,
+    OPT_WHOLE_ALLOCATION,
+    OPT_WHOLE_ALLOCATION_MAX,
+    OPT_HOST_MEMORY,
+    OPT_HOST_MONITOR,
+    OPT_HOST_MERGE,
+    OPT_DMABUF_MAPPING,
+    OPT_DATA_DIRECT,
+    OPT_MAX_MR_SIZE,
+    OPT_STATS,
+    OPT_NAME,
+    OPT_HOOKS,
+    OPT_EAGER_MIN_BYTES,
+    OPT_EAGER_RAILS,
+    OPT_WORKERS,
+    OPT_PREFETCH_QUEUE,
+    OPT_LEDGER,
+    OPT_LEDGER_NAMESPACE,
+    OPT_BAR1_BYTES,
+    ROWS
+};
 
 #define FIELD(f) offsetof(struct rc_options, f), sizeof(((struct rc_options *)0)->f)
 #define PROCESS_WIDE 0, 0
@@ -106,63 +132,78 @@ static const struct env_option {
     uint64_t value;    /* the default of a field */
     const char *shown; /* the default as README's table shows it */
     const char *does;
-} env_options[] = {
-    { "REGCACHE_METHOD", WORD, FIELD(params.method), method_words, "auto, dmabuf or peermem",
-      REGCACHE_METHOD_AUTO, "auto", "how GPU memory is registered" },
-    { "REGCACHE_VALIDATION", WORD, FIELD(params.validation), validation_words,
-      "auto, tag_check, hooks or notify", REGCACHE_VALIDATE_AUTO, "auto",
-      "how the cache learns that memory was freed" },
-    { "REGCACHE_ALIGNMENT", SIZE, FIELD(params.alignment), NULL,
-      "a power of two from 4K to 1G, e.g. 64K", 65536, "64K",
-      "registrations are rounded out to this" },
-    { "REGCACHE_MAX_BYTES", SIZE, FIELD(params.max_bytes), NULL, "a size such as 512M", 0, "0",
-      "bytes registered per device; 0: the shared BAR1 budget (GPU), none (host)" },
-    { "REGCACHE_MAX_ENTRIES", SIZE, FIELD(params.max_entries), NULL, "a count", 0, "0",
-      "entries per device; 0: none" },
-    { "REGCACHE_WHOLE_ALLOCATION", BOOL, FIELD(params.whole_allocation), bool_words,
-      "0 or 1 (off/on, no/yes)", 1, "1", "register the whole allocation a request lies in" },
-    { "REGCACHE_WHOLE_ALLOCATION_MAX", SIZE, FIELD(params.whole_allocation_max), NULL,
-      "a size such as 256M", 0, "0",
-      "the largest allocation registered whole; 0: a quarter of the device's budget" },
-    { "REGCACHE_HOST_MEMORY", BOOL, FIELD(params.host_memory), bool_words, "0 or 1", 0, "0",
-      "cache pageable host memory too" },
-    { "REGCACHE_HOST_MONITOR", WORD, FIELD(params.host_monitor), host_monitor_words,
-      "auto, off, libc, uffd or ucm", REGCACHE_HOST_MONITOR_AUTO, "auto",
-      "watch cached pageable host memory for unmapping; off: invalidate it yourself" },
-    { "REGCACHE_HOST_MERGE", WORD, FIELD(params.host_merge), host_merge_words,
-      "auto, off, same_access or all", REGCACHE_HOST_MERGE_AUTO, "auto",
-      "which overlapping pageable host entries a miss merges; auto: off for a cache with "
-      "on_register or on_leave, else all" },
-    { "REGCACHE_DMABUF_MAPPING", WORD, FIELD(dmabuf_mapping), mapping_words,
-      "auto, pcie or default", 0, "auto", "the dmabuf mapping asked of the driver" },
-    { "REGCACHE_DATA_DIRECT", WORD, FIELD(data_direct), data_direct_words, "auto, on or off", 0,
-      "auto", "data-direct registrations" },
-    { "REGCACHE_MAX_MR_SIZE", SIZE, FIELD(max_mr_size), NULL, "a size such as 4G", 0,
-      "the devices'", "the longest registration; 0: as the NICs say" },
-    { "REGCACHE_STATS", BOOL, FIELD(stats_dump), bool_words, "0 or 1", 0, "0",
-      "print the statistics at regcache_destroy()" },
-    { "REGCACHE_NAME", CACHE_NAME, PROCESS_WIDE, NULL, "1-63 of letters, digits and _.:@+-/", 0,
-      "cache<N>", "the name of a cache whose params.name is NULL" },
-    { "REGCACHE_HOOKS", BOOL, FIELD(intercept), bool_words, "on or off", 1, "on",
-      "may patch libcuda in-process" },
-    { "REGCACHE_EAGER_MIN_BYTES", SIZE, FIELD(params.eager_min_bytes), NULL,
-      "a size such as 1M (0: off)", 0, "0",
-      "register allocations of at least this size in the background as they are made; 0: off" },
-    { "REGCACHE_EAGER_RAILS", SIZE, FIELD(params.eager_rails), NULL,
-      "a bit mask of rails such as 3", 1, "1", "the rails eager registration registers on" },
-    { "REGCACHE_WORKERS", SIZE, FIELD(params.workers), NULL, "a count up to 256 (0: one a rail)", 0,
-      "0", "background registration threads; 0: one a rail" },
-    { "REGCACHE_PREFETCH_QUEUE", SIZE, FIELD(params.prefetch_queue), NULL, "a count from 1 to 1M",
-      1024, "1024", "ranges queued or being registered in the background at most" },
-    { "REGCACHE_LEDGER", BOOL, PROCESS_WIDE, bool_words, "on or off", 1, "on",
-      "share each GPU's BAR1 budget with every process" },
-    { "REGCACHE_LEDGER_NAMESPACE", NAME, PROCESS_WIDE, NULL, "1-32 of [A-Za-z0-9_]", 0, "none",
-      "a separate set of ledgers" },
-    { "REGCACHE_BAR1_BYTES", SIZE, PROCESS_WIDE, NULL, "a size such as 256M", 0,
-      "NVML, else the GPU's memory", "assume an empty BAR1 of this size on every GPU" },
+} env_options[ROWS] = {
+    [OPT_METHOD] = { "REGCACHE_METHOD", WORD, FIELD(params.method), method_words,
+                     "auto, dmabuf or peermem", REGCACHE_METHOD_AUTO, "auto",
+                     "how GPU memory is registered" },
+    [OPT_VALIDATION] = { "REGCACHE_VALIDATION", WORD, FIELD(params.validation), validation_words,
+                         "auto, tag_check, hooks or notify", REGCACHE_VALIDATE_AUTO, "auto",
+                         "how the cache learns that memory was freed" },
+    [OPT_ALIGNMENT] = { "REGCACHE_ALIGNMENT", SIZE, FIELD(params.alignment), NULL,
+                        "a power of two from 4K to 1G, e.g. 64K", 65536, "64K",
+                        "registrations are rounded out to this" },
+    [OPT_MAX_BYTES] = { "REGCACHE_MAX_BYTES", SIZE, FIELD(params.max_bytes), NULL,
+                        "a size such as 512M", 0, "0",
+                        "bytes registered per device; 0: the shared BAR1 budget (GPU), none "
+                        "(host)" },
+    [OPT_MAX_ENTRIES] = { "REGCACHE_MAX_ENTRIES", SIZE, FIELD(params.max_entries), NULL, "a count",
+                          0, "0", "entries per device; 0: none" },
+    [OPT_WHOLE_ALLOCATION] = { "REGCACHE_WHOLE_ALLOCATION", BOOL, FIELD(params.whole_allocation),
+                               bool_words, "0 or 1 (off/on, no/yes)", 1, "1",
+                               "register the whole allocation a request lies in" },
+    [OPT_WHOLE_ALLOCATION_MAX] = { "REGCACHE_WHOLE_ALLOCATION_MAX", SIZE,
+                                   FIELD(params.whole_allocation_max), NULL, "a size such as 256M",
+                                   0, "0",
+                                   "the largest allocation registered whole; 0: a quarter of the "
+                                   "device's budget" },
+    [OPT_HOST_MEMORY] = { "REGCACHE_HOST_MEMORY", BOOL, FIELD(params.host_memory), bool_words,
+                          "0 or 1", 0, "0", "cache pageable host memory too" },
+    [OPT_HOST_MONITOR] = { "REGCACHE_HOST_MONITOR", WORD, FIELD(params.host_monitor),
+                           host_monitor_words, "auto, off, libc, uffd or ucm",
+                           REGCACHE_HOST_MONITOR_AUTO, "auto",
+                           "watch cached pageable host memory for unmapping; off: invalidate it "
+                           "yourself" },
+    [OPT_HOST_MERGE] = { "REGCACHE_HOST_MERGE", WORD, FIELD(params.host_merge), host_merge_words,
+                         "auto, off, same_access or all", REGCACHE_HOST_MERGE_AUTO, "auto",
+                         "which overlapping pageable host entries a miss merges; auto: off for a "
+                         "cache with "
+                         "on_register or on_leave, else all" },
+    [OPT_DMABUF_MAPPING] = { "REGCACHE_DMABUF_MAPPING", WORD, FIELD(dmabuf_mapping), mapping_words,
+                             "auto, pcie or default", 0, "auto",
+                             "the dmabuf mapping asked of the driver" },
+    [OPT_DATA_DIRECT] = { "REGCACHE_DATA_DIRECT", WORD, FIELD(data_direct), data_direct_words,
+                          "auto, on or off", 0, "auto", "data-direct registrations" },
+    [OPT_MAX_MR_SIZE] = { "REGCACHE_MAX_MR_SIZE", SIZE, FIELD(max_mr_size), NULL,
+                          "a size such as 4G", 0, "the devices'",
+                          "the longest registration; 0: as the NICs say" },
+    [OPT_STATS] = { "REGCACHE_STATS", BOOL, FIELD(stats_dump), bool_words, "0 or 1", 0, "0",
+                    "print the statistics at regcache_destroy()" },
+    [OPT_NAME] = { "REGCACHE_NAME", CACHE_NAME, PROCESS_WIDE, NULL,
+                   "1-63 of letters, digits and _.:@+-/", 0, "cache<N>",
+                   "the name of a cache whose params.name is NULL" },
+    [OPT_HOOKS] = { "REGCACHE_HOOKS", BOOL, FIELD(intercept), bool_words, "on or off", 1, "on",
+                    "may patch libcuda in-process" },
+    [OPT_EAGER_MIN_BYTES] = { "REGCACHE_EAGER_MIN_BYTES", SIZE, FIELD(params.eager_min_bytes), NULL,
+                              "a size such as 1M (0: off)", 0, "0",
+                              "register allocations of at least this size in the background as "
+                              "they are made; 0: off" },
+    [OPT_EAGER_RAILS] = { "REGCACHE_EAGER_RAILS", SIZE, FIELD(params.eager_rails), NULL,
+                          "a bit mask of rails such as 3", 1, "1",
+                          "the rails eager registration registers on" },
+    [OPT_WORKERS] = { "REGCACHE_WORKERS", SIZE, FIELD(params.workers), NULL,
+                      "a count up to 256 (0: one a rail)", 0, "0",
+                      "background registration threads; 0: one a rail" },
+    [OPT_PREFETCH_QUEUE] = { "REGCACHE_PREFETCH_QUEUE", SIZE, FIELD(params.prefetch_queue), NULL,
+                             "a count from 1 to 1M", 1024, "1024",
+                             "ranges queued or being registered in the background at most" },
+    [OPT_LEDGER] = { "REGCACHE_LEDGER", BOOL, PROCESS_WIDE, bool_words, "on or off", 1, "on",
+                     "share each GPU's BAR1 budget with every process" },
+    [OPT_LEDGER_NAMESPACE] = { "REGCACHE_LEDGER_NAMESPACE", NAME, PROCESS_WIDE, NULL,
+                               "1-32 of [A-Za-z0-9_]", 0, "none", "a separate set of ledgers" },
+    [OPT_BAR1_BYTES] = { "REGCACHE_BAR1_BYTES", SIZE, PROCESS_WIDE, NULL, "a size such as 256M", 0,
+                         "NVML, else the GPU's memory",
+                         "assume an empty BAR1 of this size on every GPU" },
 };
-
-#define N_ENV (sizeof(env_options) / sizeof(env_options[0]))
 
 /* Store v into the field, whatever its width (size_t, int or enum, bool). */
 static void store(void *base, const struct env_option *e, uint64_t v)
@@ -203,7 +244,7 @@ static int params_init(struct regcache_params *p, size_t size)
     p->size = size;
     p->access = DEFAULT_ACCESS;
     p->rails = 1;
-    for (size_t i = 0; i < N_ENV; i++)
+    for (size_t i = 0; i < ROWS; i++)
         if (env_options[i].width && env_options[i].offset + env_options[i].width <= size)
             store(p, &env_options[i], env_options[i].value);
     return REGCACHE_OK;
@@ -227,22 +268,14 @@ int rc_params_init_0_3(struct regcache_params *p)
 /* The defaults of the fields beyond the params. */
 static void defaults_beyond_params(struct rc_options *o)
 {
-    for (size_t i = 0; i < N_ENV; i++)
+    for (size_t i = 0; i < ROWS; i++)
         if (env_options[i].width && env_options[i].offset >= sizeof(o->params))
             store(o, &env_options[i], env_options[i].value);
 }
 
-const char *rc_option_env(const char *name)
-{
-    for (size_t i = 0; i < N_ENV; i++)
-        if (!strcmp(env_options[i].name, name))
-            return getenv(env_options[i].name);
-    return NULL;
-}
-
 size_t rc_option_count(void)
 {
-    return N_ENV;
+    return ROWS;
 }
 
 void rc_option_describe(size_t i, const char **name, const char **shown, const char **does)
@@ -262,34 +295,103 @@ static bool name_ok(const char *name)
                len;
 }
 
-static bool apply(const struct env_option *e, const char *value, struct rc_options *o)
+/* A ledger namespace goes into the segments' names, between the separators
+ * '.' and '-' that no namespace holds: no namespace's prefix is another's
+ * start. */
+static bool namespace_ok(const char *ns)
+{
+    size_t len = strlen(ns);
+    return len > 0 && len <= 32 &&
+           strspn(ns, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") == len;
+}
+
+/* The value of `text` for row e into *v; names are only checked. */
+static bool parse(const struct env_option *e, const char *text, uint64_t *v)
 {
     size_t size;
     int word;
     if (e->kind == NAME)
-        return !*value || rc_ledger_namespace_ok(value); /* empty: none */
+        return !*text || namespace_ok(text); /* empty: none */
     if (e->kind == CACHE_NAME)
-        return name_ok(value);
+        return name_ok(text);
     if (e->kind == SIZE) {
-        if (!rc_parse_size(value, &size))
+        if (!rc_parse_size(text, &size))
             return false;
-        store(o, e, size);
+        *v = size;
         return true;
     }
-    if (!parse_word(value, e->words, &word))
+    if (!parse_word(text, e->words, &word))
         return false;
     /* bool_words alternate false/true. */
-    store(o, e, e->kind == BOOL ? (uint64_t)(word & 1) : (uint64_t)word);
+    *v = e->kind == BOOL ? (uint64_t)(word & 1) : (uint64_t)word;
     return true;
 }
 
-/* The name to blame for a field: the variable when it set the field. */
-static const char *source(unsigned from_env, const char *variable, const char *field)
+static bool apply(const struct env_option *e, const char *text, struct rc_options *o)
 {
-    for (size_t i = 0; i < N_ENV; i++)
-        if (!strcmp(env_options[i].name, variable))
-            return from_env >> i & 1 ? variable : field;
-    return field;
+    uint64_t v = e->value;
+    if (!parse(e, text, &v))
+        return false;
+    store(o, e, v);
+    return true;
+}
+
+/* A process-wide row's value (its default while the variable is unset) and
+ * the variable's text (NULL while unset or empty); false with why[n] (when
+ * given) saying what it expects when the text is none of its values. */
+static bool process_wide(enum row r, uint64_t *v, const char **text, char *why, size_t n)
+{
+    const struct env_option *e = &env_options[r];
+    const char *t = getenv(e->name);
+    *v = e->value;
+    if (text)
+        *text = t && *t ? t : NULL;
+    if (!t || parse(e, t, v))
+        return true;
+    if (why)
+        snprintf(why, n, "%s=\"%s\": expected %s", e->name, t, e->accepts);
+    return false;
+}
+
+bool rc_option_ledger(bool *on, char *why, size_t n)
+{
+    uint64_t v;
+    bool ok = process_wide(OPT_LEDGER, &v, NULL, why, n);
+    *on = v != 0;
+    return ok;
+}
+
+bool rc_option_ledger_namespace(const char **ns, char *why, size_t n)
+{
+    uint64_t v;
+    return process_wide(OPT_LEDGER_NAMESPACE, &v, ns, why, n);
+}
+
+bool rc_option_bar1_bytes(size_t *bytes, char *why, size_t n)
+{
+    uint64_t v;
+    bool ok = process_wide(OPT_BAR1_BYTES, &v, NULL, why, n);
+    *bytes = (size_t)v;
+    return ok;
+}
+
+_Static_assert(ROWS <= 32, "from_env has a bit for every row");
+
+bool rc_options_set_by_env(const struct rc_options *o, size_t offset, char *out, size_t n)
+{
+    for (size_t i = 0; i < ROWS; i++)
+        if (env_options[i].width && env_options[i].offset == offset && o->from_env >> i & 1) {
+            const char *text = getenv(env_options[i].name);
+            snprintf(out, n, "%s=%s", env_options[i].name, text ? text : "");
+            return true;
+        }
+    return false;
+}
+
+/* The name to blame for a field: the variable when it set the field. */
+static const char *source(unsigned from_env, enum row r, const char *field)
+{
+    return from_env >> r & 1 ? env_options[r].name : field;
 }
 
 static int check(const struct rc_options *o, unsigned from_env)
@@ -297,7 +399,7 @@ static int check(const struct rc_options *o, unsigned from_env)
     const struct regcache_params *p = &o->params;
     if (p->alignment < 4096 || p->alignment > MAX_ALIGNMENT || (p->alignment & (p->alignment - 1)))
         return rc_fail(REGCACHE_ERR_INVALID, "%s=%zu: expected a power of two from 4096 to %zu",
-                       source(from_env, "REGCACHE_ALIGNMENT", "params.alignment"), p->alignment,
+                       source(from_env, OPT_ALIGNMENT, "params.alignment"), p->alignment,
                        MAX_ALIGNMENT);
     if ((unsigned)p->method > REGCACHE_METHOD_PEERMEM)
         return rc_fail(REGCACHE_ERR_INVALID, "params.method %d is not a regcache_method",
@@ -323,14 +425,14 @@ static int check(const struct rc_options *o, unsigned from_env)
                        RC_MAX_PRIV);
     if (p->eager_rails >> p->rails)
         return rc_fail(REGCACHE_ERR_INVALID, "%s=%#x names a rail beyond the cache's %zu",
-                       source(from_env, "REGCACHE_EAGER_RAILS", "params.eager_rails"),
-                       p->eager_rails, p->rails);
+                       source(from_env, OPT_EAGER_RAILS, "params.eager_rails"), p->eager_rails,
+                       p->rails);
     if (p->workers > 256)
         return rc_fail(REGCACHE_ERR_INVALID, "%s=%u: expected 0 to 256",
-                       source(from_env, "REGCACHE_WORKERS", "params.workers"), p->workers);
+                       source(from_env, OPT_WORKERS, "params.workers"), p->workers);
     if (p->prefetch_queue < 1 || p->prefetch_queue > ((size_t)1 << 20))
         return rc_fail(REGCACHE_ERR_INVALID, "%s=%zu: expected 1 to 1M",
-                       source(from_env, "REGCACHE_PREFETCH_QUEUE", "params.prefetch_queue"),
+                       source(from_env, OPT_PREFETCH_QUEUE, "params.prefetch_queue"),
                        p->prefetch_queue);
     if ((unsigned)p->device_keys > 1)
         return rc_fail(REGCACHE_ERR_INVALID, "params.device_keys %d: expected 0 or 1",
@@ -345,7 +447,7 @@ static int resolve_name(struct rc_options *o)
 {
     static atomic_uint created;
     unsigned n = atomic_fetch_add_explicit(&created, 1, memory_order_relaxed) + 1;
-    const char *env = rc_option_env("REGCACHE_NAME"); /* checked by apply() */
+    const char *env = getenv(env_options[OPT_NAME].name); /* checked by apply() */
     const char *name = o->params.name ? o->params.name : env;
     if (!name) {
         snprintf(o->name, sizeof o->name, "cache%u", n);
@@ -383,8 +485,8 @@ int rc_options_resolve(const struct regcache_params *in, struct rc_options *out)
     out->header_minor = 2 + layout;
 
     unsigned from_env = 0;
-    for (size_t i = 0; i < N_ENV; i++) {
-        const char *v = rc_option_env(env_options[i].name);
+    for (size_t i = 0; i < ROWS; i++) {
+        const char *v = getenv(env_options[i].name);
         if (!v)
             continue;
         if (!apply(&env_options[i], v, out))
@@ -392,6 +494,7 @@ int rc_options_resolve(const struct regcache_params *in, struct rc_options *out)
                            env_options[i].accepts);
         from_env |= 1u << i;
     }
+    out->from_env = from_env;
     int rc = check(out, from_env);
     out->params.access = rc_access_with_local_write(out->params.access);
     return rc == REGCACHE_OK ? resolve_name(out) : rc;

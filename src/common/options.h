@@ -29,6 +29,7 @@ struct rc_options {
     unsigned header_minor;
     char validation_reason[512]; /* why validation is what it is; set by
                                     regcache_create */
+    unsigned from_env;           /* the table's rows whose variable was set */
 };
 
 /* Copy *in (honouring in->size), apply the environment, check the result.
@@ -41,10 +42,18 @@ int rc_options_resolve(const struct regcache_params *in, struct rc_options *out)
 bool rc_parse_size(const char *s, size_t *out);
 bool rc_parse_bool(const char *s, int *out);
 
-/* The value of the environment variable of the option `name` (one of the
- * options table's), or NULL when it is unset or not an option: every
- * REGCACHE_* variable is read through the table. */
-const char *rc_option_env(const char *name);
+/* When the variable of the field at `offset` in struct rc_options set it:
+ * true, with "VARIABLE=value" in out[n] for a message. */
+bool rc_options_set_by_env(const struct rc_options *o, size_t offset, char *out, size_t n);
+
+/* The process-wide options (no field of the params), read where they act
+ * and parsed by the table's row, as regcache_create() parses them (and
+ * fails on a bad value).  Each gives the value, the default while the
+ * variable is unset; false, with why[n] (when given) naming the variable
+ * and what it expects, when it holds none of the option's values. */
+bool rc_option_ledger(bool *on, char *why, size_t n);                  /* REGCACHE_LEDGER */
+bool rc_option_ledger_namespace(const char **ns, char *why, size_t n); /* NULL: none */
+bool rc_option_bar1_bytes(size_t *bytes, char *why, size_t n);         /* 0: unset */
 
 /* The options table, row i < rc_option_count(): the variable, its default
  * as README shows it, and what it does. */

@@ -8,8 +8,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cache_registry.h"
-
 atomic_bool rc_heavy_fence_works;
 /* Every fast side fences now, and those that read rc_heavy_fence_works
  * before it fell are covered (demote()): a heavy fence is a seq_cst fence. */
@@ -23,6 +21,8 @@ static long system_membarrier(int cmd)
 }
 
 long (*rc_membarrier)(int cmd) = system_membarrier;
+
+static _Atomic(void (*)(void)) demoted_fn;
 
 /* Tries of an expedited membarrier before the fast sides are made to
  * fence: the kernel documents ENOMEM, which passes. */
@@ -46,8 +46,10 @@ static void setup(void)
     atomic_store_explicit(&rc_heavy_fence_works, ok, memory_order_seq_cst);
 }
 
-void rc_fence_setup(void)
+void rc_fence_setup(void (*demoted)(void))
 {
+    if (demoted)
+        atomic_store_explicit(&demoted_fn, demoted, memory_order_release);
     pthread_once(&setup_once, setup);
 }
 
@@ -83,11 +85,13 @@ static bool barrier(void)
  * the wait.  Once, for the life of the process. */
 static void demote(void)
 {
-    rc_fence_setup();
+    rc_fence_setup(NULL);
     pthread_mutex_lock(&demote_lock);
     if (!atomic_load_explicit(&symmetric, memory_order_seq_cst)) {
         atomic_store_explicit(&rc_heavy_fence_works, false, memory_order_seq_cst);
-        rc_registry_fence_everywhere();
+        void (*demoted)(void) = atomic_load_explicit(&demoted_fn, memory_order_acquire);
+        if (demoted)
+            demoted();
         bool covered = false;
         for (unsigned try = 0; try < TRIES && !(covered = barrier()); try++)
             back_off(try);

@@ -20,8 +20,10 @@ extern atomic_bool rc_heavy_fence_works;
 /* The membarrier system call; tests replace it to make it fail. */
 extern long (*rc_membarrier)(int cmd);
 
-/* Register the process for expedited membarrier; once, at cache creation. */
-void rc_fence_setup(void);
+/* Register the process for expedited membarrier; once, at cache creation.
+ * `demoted`, when not NULL, is what the switch to real fences calls to
+ * switch the flags of every user too (each cache's). */
+void rc_fence_setup(void (*demoted)(void));
 
 #if defined(__SANITIZE_THREAD__)
 #define RC_TSAN 1

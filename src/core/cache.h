@@ -13,13 +13,13 @@
 #include "cache_lock.h"
 #include "entry.h"
 #include "entry_pool.h"
+#include "fork_generation.h"
 #include "interval_tree.h"
 #include "listeners.h"
 #include "lru.h"
 #include "mem_query.h"
 #include "options.h"
 #include "page_index.h"
-#include "prefetch.h"
 #include "range_filter.h"
 #include "stats.h"
 
@@ -109,12 +109,8 @@ struct regcache {
      * of (invalidate.c). */
     atomic_uint misses_begun __attribute__((aligned(64)));
     atomic_uint misses_ended;
-    /* Failures of background registrations kept for the next gets
-     * (prefetch.h): changed under its lock, read by every miss and by
-     * notices, which read this line anyway. */
-    atomic_uint prefetch_failures_kept;
     /* Listeners with work an invalidation must see done (listeners.h):
-     * read by the same notices. */
+     * read by notices, which read this line anyway. */
     atomic_uint listeners_pending;
     atomic_uint_fast64_t inval_seq;
     struct {
@@ -128,9 +124,10 @@ struct regcache {
     bool destroying; /* regcache_destroy() deregisters held entries too */
     int method_used;
     int validation; /* as resolved at create */
-    /* HOOKS that trusts the in-process interception: each miss checks that
-     * libcuda still carries the patches (rc_validation_recheck). */
-    bool watch_patches;
+    /* HOOKS that trusts the in-process interception: each miss asks it
+     * whether libcuda still carries the patches (rc_validation_recheck):
+     * 1, or 0 with the reason in why[n].  NULL for other caches. */
+    int (*patches_intact)(char *why, size_t n);
     char lost_reason[512]; /* why it fell back; written before tag_check */
     size_t host_page;
     size_t max_reg; /* the longest registration the NICs take (SIZE_MAX: any) */
@@ -155,22 +152,15 @@ struct regcache {
      * at the next locked moment (release.c). */
     _Atomic(struct regcache_entry *) returned;
 
-    /* Pageable host entries are watched by the host memory monitor
-     * (host_watch.c); host_note says whether and how, for the reason and
-     * the dump; host_unwatched counts the entries it does not watch. */
-    int host_by; /* enum rc_host_by */
+    /* Whether and how pageable host entries are watched (src/host says at
+     * create), for the validation reason and the dump. */
     char host_note[384];
     char host_reason[400]; /* "; host memory: " and the note, or empty */
-    atomic_size_t host_unwatched;
 
     /* Why a GPU has no shared budget, for the REGCACHE_STATS dump. */
     char ledger_note[256];
 
     struct rc_stats stats;
-    int stat_record;                     /* its record in the process's statistics segment, or -1 */
-    int stat_pid;                        /* the process whose segment that is */
-    atomic_uint_fast64_t stat_published; /* when it last went out there (a clock reading) */
-    char stat_note[256];                 /* why it has no record, for the dump */
 
     /* Debug builds: changes since the last full check of the invariants. */
     size_t changes;
@@ -179,14 +169,11 @@ struct regcache {
     atomic_size_t total_bytes;
     atomic_uint_fast64_t peak_bytes;
 
-    /* Background registrations (prefetch.h). */
-    struct rc_prefetch pf;
-
     /* The features that stand on the cache (listeners.h). */
     struct rc_listeners listeners;
 
     _Atomic(struct regcache *) registry_next;
-    /* Unlinked, its destroy waiting for walkers (cache_registry.c): the next
+    /* Unlinked, its destroy waiting for walkers (src/registry): the next
      * such cache, under the registry's lock. */
     struct regcache *departing_next;
 };
@@ -218,14 +205,17 @@ static inline void rc_cache_fence_always(struct regcache *c)
 
 /* ---- misses (miss.c, classify.c, backend_register.c) ---------------------------- */
 
-/* A watch_patches cache whose patches another patcher rewrote turns to
+/* A cache watching patches whose patches another patcher rewrote turns to
  * TAG_CHECK, with the reason regcache_validation_reason() then gives:
  * frees since may have gone unseen, and its hits check tags from now on.
- * Costs a few loads per patched function (lifecycle.c). */
+ * Costs a few loads per patched function (validation.c). */
 void rc_validation_recheck(struct regcache *c);
 
+/* A validation reason goes on with what the host memory monitor does. */
+void rc_validation_append_host(const struct regcache *c, char *why, size_t n);
+
 /* out == NULL: a background registration, which hands nothing out and
- * leaves its entry speculative (prefetch.h); REGCACHE_OK also when
+ * leaves its entry speculative (src/prefetch); REGCACHE_OK also when
  * another registration of the range is in flight, RC_NO_ROOM when the
  * budget has none without evicting used entries. */
 int rc_slow_get(struct regcache *c, uintptr_t start, uintptr_t end, struct rc_req rq,
@@ -243,6 +233,10 @@ static inline unsigned rc_access_of(const struct regcache *c, unsigned want);
 /* Set around a get with REGCACHE_GET_LOOKUP: the paths a hit leaves for
  * read it, so that a hit costs what it does without. */
 extern __thread bool rc_get_lookup __attribute__((tls_model("initial-exec")));
+
+/* Set around a get with REGCACHE_GET_NONBLOCK, the same way: its miss goes
+ * to the listeners (before_miss), which register it in the background. */
+extern __thread bool rc_get_nonblocking __attribute__((tls_model("initial-exec")));
 
 /* A lookup the hit path did not serve: a held entry that covers [start,
  * end) with rq's access and rail, found under the lock, or
@@ -348,40 +342,6 @@ struct rc_reg_time {
  * birth: the fine clock is dear (stats.h), so each reading serves all. */
 int rc_register_rail(struct regcache *c, struct regcache_entry *e, unsigned rail, bool speculative,
                      void *get_arg, struct rc_reg_time *t);
-
-/* ---- the host memory monitor (host_watch.c) ------------------------------ */
-
-/* At create: whether the cache's host entries are watched, and why. */
-void rc_host_watch_setup(struct regcache *c);
-
-/* Without the lock, before e's first registration: a watch over e's range
- * when w is pageable host memory and the cache watches it, else NULL. */
-struct rc_host_claim *rc_host_watch(struct regcache *c, const struct rc_want *w,
-                                    const struct regcache_entry *e);
-
-/* Under the lock: e keeps the watch, or - pageable host memory without
- * one - counts as unwatched. */
-void rc_host_watch_set_locked(struct regcache *c, struct regcache_entry *e, const struct rc_want *w,
-                              struct rc_host_claim *claim);
-
-/* Under the lock, before e, registered, is published: whether an unmap
- * of its pages is in flight through hooks, libc's or UCX's (the
- * registration may have pinned the pages it takes away, and the hook may
- * not have seen the watch), with the reason for its one-shot in *why
- * then.  An unmap that
- * ended before saw the watch after its call and posted the range. */
-bool rc_host_watch_unsettled(const struct regcache_entry *e, enum regcache_reason *why);
-
-/* Without the lock, once e is deregistered: its watch or count ends. */
-void rc_host_unwatch(struct regcache *c, struct regcache_entry *e);
-
-/* The monitor heard that [start, end) was unmapped or replaced: the
- * entries of it leave every cache that watches its host memory, calling
- * back nobody.  True when a cache has deregistrations or notices to give:
- * rc_host_watch_release() gives them, in a thread that waits for
- * nothing.  Thread safe. */
-bool rc_host_watch_unmapped(uintptr_t start, uintptr_t end);
-void rc_host_watch_release(void);
 
 /* ---- eviction and budgets (evict.c, budget.c) --------------------------- */
 
@@ -528,11 +488,6 @@ void rc_pool_return_locked(struct regcache *c, struct regcache_entry *list);
 /* A holder let go of a detached entry: release it if nobody holds it. */
 void rc_release_if_unheld(struct regcache *c, struct regcache_entry *e);
 
-/* Without the lock, once e is deregistered (entry_token.c): the callbacks
- * regcache_entry_invalidate() left on it run, each once, and are freed
- * (in a fork child, whose registrations were the parent's, only freed). */
-void rc_entry_complete(struct regcache *c, struct regcache_entry *e);
-
 /* Under the lock: an entry from the pool, or NULL when memory ran out. */
 struct regcache_entry *rc_entry_new_locked(struct regcache *c);
 
@@ -564,19 +519,30 @@ static inline unsigned rc_access_of(const struct regcache *c, unsigned want)
     return rc_access_covers(bits, c->access) ? bits | RC_ACCESS_DEFAULT : bits;
 }
 
-/* ---- background registration (prefetch.h) -------------------------------- */
+/* ---- the edge (listeners.h) --------------------------------------------- */
 
-static inline bool rc_prefetch_failures_kept(struct regcache *c)
+/* Does some listener take the event? */
+static inline bool rc_listened(const struct regcache *c, enum rc_event event)
 {
-    return atomic_load_explicit(&c->prefetch_failures_kept, memory_order_relaxed) != 0;
+    return __builtin_expect((c->listeners.events & event) != 0, 0);
 }
 
-/* ---- the edge (listeners.h) --------------------------------------------- */
+/* Only while some listener has work pending: what it keeps for the gets
+ * that follow (listeners.h). */
+static inline int rc_listeners_before_miss(struct regcache *c, uintptr_t start, uintptr_t end,
+                                           struct rc_req rq)
+{
+    if (__builtin_expect(atomic_load_explicit(&c->listeners_pending, memory_order_relaxed) == 0,
+                         1) ||
+        !rc_listened(c, RC_ON_BEFORE_MISS))
+        return REGCACHE_OK;
+    return rc_listeners_call_before_miss(c, start, end, rq);
+}
 
 static inline void rc_listeners_registered_locked(struct regcache *c,
                                                   const struct regcache_entry *e)
 {
-    if (__builtin_expect(c->listeners.n != 0, 0))
+    if (rc_listened(c, RC_ON_AFTER_REGISTER))
         rc_listeners_call_registered(c, e);
 }
 
@@ -584,14 +550,55 @@ static inline void rc_listeners_registered_locked(struct regcache *c,
 static inline void rc_listeners_leave_locked(struct regcache *c, const struct regcache_entry *e,
                                              enum regcache_reason why)
 {
-    if (__builtin_expect(c->listeners.n != 0, 0) && e->state == RC_READY)
+    if (rc_listened(c, RC_ON_LEAVE) && e->state == RC_READY)
         rc_listeners_call_leave(c, e, why);
 }
 
 static inline void rc_listeners_deregistering(struct regcache *c, const struct regcache_entry *e)
 {
-    if (__builtin_expect(c->listeners.n != 0, 0))
+    if (rc_listened(c, RC_ON_BEFORE_DEREGISTER))
         rc_listeners_call_deregister(c, e);
+}
+
+static inline void rc_listeners_allocated(struct regcache *c, uintptr_t start, uintptr_t end,
+                                          bool pinned_host)
+{
+    if (rc_listened(c, RC_ON_ALLOC))
+        rc_listeners_call_alloc(c, start, end, pinned_host);
+}
+
+/* Without the lock, before the first registration of e, pageable host
+ * memory for w: the watching listener's mark, or NULL. */
+static inline void *rc_listeners_before_register(struct regcache *c, const struct regcache_entry *e,
+                                                 const struct rc_want *w)
+{
+    if (!rc_listened(c, RC_ON_BEFORE_REGISTER) || !rc_entry_pageable(e))
+        return NULL;
+    struct rc_watch_want ww = { e->node.start, e->node.end, w->span_start, w->span_end,
+                                w->span_shared };
+    return rc_listeners_call_before_register(c, &ww);
+}
+
+/* Under the lock, before e, registered, joins the cache: whether the
+ * memory of a marked entry may be going already (*why says why). */
+static inline bool rc_listeners_unsettled_locked(struct regcache *c, const struct regcache_entry *e,
+                                                 enum regcache_reason *why)
+{
+    if (!e->mark)
+        return false;
+    enum regcache_reason r = rc_listeners_call_before_publish(c, e->mark);
+    if (r == REGCACHE_REASON_COUNT)
+        return false;
+    *why = r;
+    return true;
+}
+
+/* Without the lock, once e is deregistered: its mark goes. */
+static inline void rc_listeners_unmark(struct regcache *c, struct regcache_entry *e)
+{
+    if (e->mark)
+        rc_listeners_call_after_deregister(c, e->mark);
+    e->mark = NULL;
 }
 
 static inline void rc_listeners_invalidated(struct regcache *c, uintptr_t start, uintptr_t end)
@@ -630,15 +637,8 @@ void rc_check_locked(struct regcache *c);
 
 /* ---- fork ---------------------------------------------------------------- */
 
-/* Bumped in a fork child (cache_registry.c): a cache whose generation differs
- * was inherited and must not touch its registrations. */
-extern atomic_uint rc_fork_generation_now;
-
-static inline unsigned rc_fork_generation(void)
-{
-    return atomic_load_explicit(&rc_fork_generation_now, memory_order_relaxed);
-}
-
+/* A cache whose generation is not the process's was inherited through
+ * fork() and must not touch its registrations. */
 static inline bool rc_forked(const struct regcache *c)
 {
     return c->fork_generation != rc_fork_generation();

@@ -38,7 +38,6 @@
 #include "interval_tree.h"
 
 struct regcache;
-struct rc_completion;
 struct rc_page_index;
 
 #define RC_DETACHED 0x80000000u
@@ -79,6 +78,14 @@ enum rc_entry_state {
 struct rc_mapping {
     uintptr_t base;
     uint64_t buffer_id;
+};
+
+/* A callback of regcache_entry_invalidate(), due once the entry is
+ * deregistered (entry_token.c, release.c). */
+struct rc_completion {
+    void (*cb)(void *arg);
+    void *arg;
+    struct rc_completion *next;
 };
 
 struct regcache_entry {
@@ -130,11 +137,10 @@ struct regcache_entry {
     uintptr_t *pages;
     uint32_t npages, pages_cap;
     uintptr_t pages_inline[RC_INLINE_PAGES];
-    /* Pageable host memory: the monitor's watch over the registered range
-     * (host_monitor.h), or - unwatched - counted in the cache's
-     * host_unwatched until its deregistration. */
-    struct rc_host_claim *claim;
-    bool unwatched;
+    /* Pageable host memory: the mark of the listener that watches such
+     * memory (its before_register's, listeners.h), from before the first
+     * registration until after the deregistration; NULL else. */
+    void *mark;
     /* Zombie list, or a caller's list of victims to deregister. */
     struct regcache_entry *link_next, *link_prev;
     /* Callbacks of regcache_entry_invalidate() due after its
@@ -168,6 +174,13 @@ static inline int rc_entry_try_hold(struct regcache_entry *e)
     } while (!atomic_compare_exchange_weak_explicit(&e->refs, &old, old + 1, memory_order_seq_cst,
                                                     memory_order_relaxed));
     return REGCACHE_OK;
+}
+
+/* The handle of a counted hold of e on `rail` (hold.h): the entry's
+ * address, the rail in bits 1-5. */
+static inline regcache_entry_t *rc_counted_handle(struct regcache_entry *e, unsigned rail)
+{
+    return (regcache_entry_t *)((uintptr_t)e | ((uintptr_t)rail << 1));
 }
 
 static inline bool rc_entry_is_detached(const struct regcache_entry *e)

@@ -13,12 +13,6 @@
 #include "hold.h"
 #include "last_error.h"
 
-struct rc_completion {
-    void (*cb)(void *arg);
-    void *arg;
-    struct rc_completion *next;
-};
-
 /* The entry and rail of a token of cache c that the caller holds, or an
  * error naming fn. */
 static int token_entry(regcache_t *c, const regcache_entry_t *h, const char *fn,
@@ -127,20 +121,4 @@ int regcache_entry_invalidate(regcache_t *c, regcache_entry_t *h, void (*cb)(voi
     rc_unlock(&c->lock);
     rc_release_victims(c, victims);
     return REGCACHE_OK;
-}
-
-void rc_entry_complete(struct regcache *c, struct regcache_entry *e)
-{
-    struct rc_completion *d = e->completions;
-    if (__builtin_expect(!d, 1))
-        return;
-    e->completions = NULL;
-    bool child = rc_forked(c);
-    while (d) {
-        struct rc_completion *next = d->next;
-        if (!child)
-            d->cb(d->arg);
-        free(d);
-        d = next;
-    }
 }

@@ -27,7 +27,7 @@
 #include "cache.h"
 #include "compiler.h"
 #include "hold.h"
-#include "host_monitor.h"
+#include "host_seam.h"
 #include "last_error.h"
 #include "threads.h"
 
@@ -244,7 +244,7 @@ serve(struct regcache *c, struct rc_thread *t, _Atomic uintptr_t *slot, const st
 }
 
 /* The host memory monitor has read an unmap it has not handled yet: the
- * entry may be of memory that is gone (host_monitor.h).  Where no such
+ * entry may be of memory that is gone (host_seam.h).  Where no such
  * unmap concerns the pages the entry registered, and the entry is still
  * in the cache (an unmap handled since the look took it out), the hit
  * stands: a get waits for no drain of other memory's unmaps, and their
@@ -256,11 +256,11 @@ static COLD int monitor_behind(struct regcache *c, struct rc_thread *t, _Atomic 
                                regcache_entry_t **out, bool tagged, uint64_t first)
 {
     struct regcache_entry *e = rc_held_entry(slot);
-    if (!rc_host_events_concern(e->node.start, e->node.end) && !rc_entry_is_detached(e))
+    if (!rc_host_concern(e->node.start, e->node.end) && !rc_entry_is_detached(e))
         return serve(c, t, slot, &p, start, end, rq, out, tagged, first, true);
     release_held(c, slot);
     if (!rc_get_nonblocking)
-        rc_host_monitor_catch_up();
+        rc_host_catch_up();
     *out = NULL;
     return rc_slow_get(c, start, end, rq, out);
 }

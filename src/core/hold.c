@@ -27,11 +27,6 @@ _Atomic uintptr_t *rc_search_free_slot(struct rc_thread *t)
     return NULL;
 }
 
-regcache_entry_t *rc_counted_handle(struct regcache_entry *e, unsigned rail)
-{
-    return (regcache_entry_t *)((uintptr_t)e | ((uintptr_t)rail << 1));
-}
-
 regcache_entry_t *rc_slot_hold(struct regcache *c, struct regcache_entry *e, unsigned rail)
 {
     struct rc_thread *t = rc_thread_current;

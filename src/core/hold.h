@@ -125,9 +125,6 @@ static inline void rc_after_put(struct regcache *c, struct rc_device *d)
         rc_trim(c, d);
 }
 
-/* The handle of a counted hold of e on `rail`. */
-regcache_entry_t *rc_counted_handle(struct regcache_entry *e, unsigned rail);
-
 /* A slot hold of the calling thread on e, stamped as used now; NULL when
  * the thread has no free slot (or no record).  Either under the lock, on
  * e ready and in the cache (no evictor or invalidator scans the slots
@@ -157,5 +154,15 @@ void rc_put_counted(struct regcache *cache, struct regcache_entry *e, const void
 /* The error of a get whose entry already has as many counted holders as
  * refs can count. */
 COLD int rc_hold_limit(const struct regcache_entry *e);
+
+/* Let go of a hold that rc_hold_locked() took, recording no use: a
+ * lookup taking back what it found. */
+static inline void rc_hold_drop(struct regcache *c, struct regcache_entry *e, regcache_entry_t *h)
+{
+    if ((uintptr_t)h & RC_HANDLE_SLOT)
+        rc_release_slot(c, (_Atomic uintptr_t *)((uintptr_t)h & ~(uintptr_t)7), e);
+    else
+        rc_put_counted(c, e, h);
+}
 
 #endif

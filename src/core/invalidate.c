@@ -121,7 +121,6 @@ static struct regcache_entry *take_out(struct regcache *c, uintptr_t start, uint
     zombies_gone_locked(c, start, end, why);
     rc_check_locked(c);
     rc_unlock(&c->lock);
-    rc_prefetch_forget(c, start, end);
     return victims;
 }
 
@@ -143,7 +142,6 @@ void rc_cache_invalidate(struct regcache *c, uintptr_t start, uintptr_t end,
 static bool may_concern(struct regcache *c, uintptr_t start, uintptr_t end)
 {
     return misses_in_flight(c) || rc_filter_may_overlap(&c->filter, start, end) ||
-           rc_prefetch_failures_kept(c) ||
            atomic_load_explicit(&c->put_flags, memory_order_relaxed) & RC_PUT_ZOMBIES;
 }
 
@@ -151,7 +149,8 @@ void rc_cache_notify(struct regcache *c, uintptr_t start, uintptr_t end, enum re
 {
     if (!may_concern(c, start, end)) {
         /* An entry that left before this notice looked may still be on its
-         * way out through a listener (rc_listener_pending). */
+         * way out through a listener, or a listener keep what the memory's
+         * going makes stale (rc_listener_pending). */
         atomic_thread_fence(memory_order_acquire);
         rc_listeners_invalidated(c, start, end);
         return;

@@ -9,7 +9,7 @@
  * registration in flight. */
 #include "cache.h"
 #include "hold.h"
-#include "host_monitor.h"
+#include "host_seam.h"
 #include "last_error.h"
 
 __thread bool rc_get_lookup __attribute__((tls_model("initial-exec")));
@@ -46,7 +46,7 @@ static int stale(struct regcache *c, struct regcache_entry *e, regcache_entry_t 
         rc_detach_locked(c, e, &victims, REGCACHE_REASON_FREED_TAG);
     rc_unlock(&c->lock);
     rc_release_victims(c, victims);
-    regcache_put(c, *out);
+    rc_hold_drop(c, e, *out);
     *out = NULL;
     return RC_NOT_HIT;
 }
@@ -60,7 +60,7 @@ int rc_lookup_cached(struct regcache *c, uintptr_t start, uintptr_t end, struct 
     /* An unmap the monitor read but did not yet handle leaves entries of
      * its memory in the cache: not to be served. */
     if (rc_host_monitor_behind())
-        rc_host_monitor_catch_up();
+        rc_host_catch_up();
     struct find f = {
         .start = start, .end = end, .access = rc_access_of(c, rq.want), .rail = rq.rail
     };

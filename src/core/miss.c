@@ -20,13 +20,12 @@
 #include "cache.h"
 #include "compiler.h"
 #include "hold.h"
-#include "host_monitor.h"
+#include "host_seam.h"
 #include "last_error.h"
-#include "stat_publish.h"
-#include "prefetch.h"
 #include "threads.h"
 
 __thread struct rc_get_arg rc_get_arg __attribute__((tls_model("initial-exec")));
+__thread bool rc_get_nonblocking __attribute__((tls_model("initial-exec")));
 
 /* The thread a registration belongs to: the address of a thread-local is
  * unique among live threads and needs no record. */
@@ -347,14 +346,13 @@ static int register_new(struct regcache *c, struct rc_want *w, uint64_t seq, uns
     rc_unlock(&c->lock);
     rc_deregister_victims(c, *victims);
     /* Watched before it is registered: an unmap in between is seen. */
-    struct rc_host_claim *claim = rc_host_watch(c, w, e);
+    e->mark = rc_listeners_before_register(c, e, w);
 
     struct rc_reg_time t;
     int rc = room || !speculative ? rc_register_rail(c, e, rail, speculative, w->get_arg, &t)
                                   : RC_NO_ROOM;
 
     rc_lock(&c->lock);
-    rc_host_watch_set_locked(c, e, w, claim);
     rc_pool_return_locked(c, *victims);
     *victims = NULL;
     d->pending -= rc_entry_len(e);
@@ -370,7 +368,7 @@ static int register_new(struct regcache *c, struct rc_want *w, uint64_t seq, uns
     if (rc == REGCACHE_OK && !detached &&
         !rc_invalidated_since_locked(c, seq, e->match_start, e->match_end, rc_entry_pageable(e),
                                      &why) &&
-        !rc_host_watch_unsettled(e, &why) &&
+        !rc_listeners_unsettled_locked(c, e, &why) &&
         publish_locked(c, e, w->start, speculative, t.ended, victims) == REGCACHE_OK) {
         /* Its count was this thread's and those of gets registering other
          * rails meanwhile; in the cache now, the entry may be held by a
@@ -451,6 +449,18 @@ static int register_rail(struct regcache *c, struct regcache_entry *e, unsigned 
     return rc;
 }
 
+/* A non-blocking get never registers on its own thread: its miss is the
+ * listeners' (before_miss), the one that registers in the background ends
+ * it. */
+static int nonblocking_miss(struct regcache *c, uintptr_t start, uintptr_t end, struct rc_req rq)
+{
+    int rc = rc_listened(c, RC_ON_BEFORE_MISS) ? rc_listeners_call_before_miss(c, start, end, rq)
+                                               : REGCACHE_OK;
+    return rc != REGCACHE_OK ? rc
+                             : rc_fail(REGCACHE_ERR_AGAIN, "[%#jx, %#jx) is not registered",
+                                       (uintmax_t)start, (uintmax_t)end);
+}
+
 int rc_add_rail(struct regcache *c, struct regcache_entry *e, struct rc_req rq,
                 regcache_entry_t **out)
 {
@@ -459,7 +469,7 @@ int rc_add_rail(struct regcache *c, struct regcache_entry *e, struct rc_req rq,
     if (!rc_access_covers(e->access, rq.want) || __builtin_expect(rc_get_lookup, 0))
         return RC_NOT_HIT;
     if (__builtin_expect(rc_get_nonblocking, 0))
-        return rc_nonblock_miss(c, e->match_start, e->match_end, rq);
+        return nonblocking_miss(c, e->match_start, e->match_end, rq);
     /* Entered like a miss, though the entry is in the cache already: the
      * registration it shares with misses leaves in its last locked step. */
     rc_miss_enter(c);
@@ -549,48 +559,67 @@ static int serve(struct regcache *c, struct rc_want *w, uint64_t seq, unsigned r
     return rc;
 }
 
+/* Before the memory is looked at: a non-blocking get's miss is the
+ * listeners', and a blocking one lets them end it first (a failure kept
+ * for the range). */
+static int before_miss(struct regcache *c, uintptr_t start, uintptr_t end, struct rc_req rq)
+{
+    if (__builtin_expect(rc_get_nonblocking, 0))
+        return nonblocking_miss(c, start, end, rq);
+    return rc_listeners_before_miss(c, start, end, rq);
+}
+
+/* The miss begins (its sequence number, for the invalidations that land
+ * inside it) once the cache is as current as the monitor and the patches
+ * can make it: an unmap the monitor read but did not yet handle leaves
+ * entries of its memory in the cache, not to be served, nor merged. */
+static uint64_t enter(struct regcache *c)
+{
+    if (rc_host_monitor_behind())
+        rc_host_catch_up();
+    if (c->patches_intact)
+        rc_validation_recheck(c);
+    return rc_miss_enter(c);
+}
+
+/* Memory the cache cannot register: only lock holders count a miss as
+ * ended. */
+static int refused(struct regcache *c, int rc)
+{
+    rc_lock(&c->lock);
+    unlock_leaving(c);
+    return rc;
+}
+
+/* The miss ended with rc: the listeners hear of it, dated by the reading
+ * that ended the registration where there was one (the histogram's, which
+ * also dates the entry and paced the ledger's counters). */
+static int ended(struct regcache *c, struct rc_want *w, int rc, regcache_entry_t **out)
+{
+    rc_want_fini(w);
+    if (rc != REGCACHE_OK && out)
+        *out = NULL;
+    if (rc_listened(c, RC_ON_AFTER_MISS))
+        rc_listeners_call_after_miss(c, w->clock ? w->clock : rc_clock_now_coarse());
+    return rc;
+}
+
 int rc_slow_get(struct regcache *c, uintptr_t start, uintptr_t end, struct rc_req rq,
                 regcache_entry_t **out)
 {
-    unsigned rail = rq.rail;
     if (__builtin_expect(rc_get_lookup, 0))
         return rc_lookup_cached(c, start, end, rq, out);
-    if (__builtin_expect(rc_get_nonblocking, 0)) {
+    int rc = out ? before_miss(c, start, end, rq) : REGCACHE_OK;
+    if (rc != REGCACHE_OK) {
         *out = NULL;
-        return rc_nonblock_miss(c, start, end, rq);
-    }
-    if (out && __builtin_expect(rc_prefetch_failures_kept(c), 0)) {
-        int failed = rc_prefetch_take_failure(c, start, end, rail);
-        if (failed != REGCACHE_OK) {
-            *out = NULL;
-            return failed;
-        }
+        return rc;
     }
     struct rc_want w = { .start = start,
                          .end = end,
                          .access = rc_access_of(c, rq.want),
                          .get_arg = rc_take_get_arg(out) };
-    /* An unmap the monitor read but did not yet handle leaves entries of
-     * its memory in the cache: not to be served, nor merged. */
-    if (rc_host_monitor_behind())
-        rc_host_monitor_catch_up();
-    if (c->watch_patches)
-        rc_validation_recheck(c);
-    uint64_t seq = rc_miss_enter(c);
-    int rc = rc_classify(c, &w);
-    if (rc == REGCACHE_OK) {
-        rc = serve(c, &w, seq, rail, out);
-    } else {
-        /* Only lock holders count a miss as ended. */
-        rc_lock(&c->lock);
-        unlock_leaving(c);
-    }
-    rc_want_fini(&w);
-    if (rc != REGCACHE_OK && out)
-        *out = NULL;
-    /* Paced by the reading that ended the registration, where there was
-     * one: the histogram's, which also dates the entry and paced the
-     * ledger's counters. */
-    rc_statseg_tick(c, w.clock ? w.clock : rc_clock_now_coarse());
-    return rc;
+    uint64_t seq = enter(c);
+    rc = rc_classify(c, &w);
+    rc = rc == REGCACHE_OK ? serve(c, &w, seq, rq.rail, out) : refused(c, rc);
+    return ended(c, &w, rc, out);
 }

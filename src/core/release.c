@@ -182,6 +182,25 @@ void rc_detach_locked(struct regcache *c, struct regcache_entry *e, struct regca
     }
 }
 
+/* The callbacks regcache_entry_invalidate() left on e (entry_token.c) run,
+ * each once, and are freed: e is deregistered (in a fork child, whose
+ * registrations were the parent's, they are only freed). */
+static void complete(struct regcache *c, struct regcache_entry *e)
+{
+    struct rc_completion *d = e->completions;
+    if (__builtin_expect(!d, 1))
+        return;
+    e->completions = NULL;
+    bool child = rc_forked(c);
+    while (d) {
+        struct rc_completion *next = d->next;
+        if (!child)
+            d->cb(d->arg);
+        free(d);
+        d = next;
+    }
+}
+
 static void deregister(struct regcache *c, struct regcache_entry *e)
 {
 #ifdef RC_DEBUG
@@ -209,11 +228,11 @@ static void deregister(struct regcache *c, struct regcache_entry *e)
         e->handles[r] = NULL;
     }
     atomic_store_explicit(&e->rails_ready, 0, memory_order_relaxed);
-    rc_host_unwatch(c, e);
+    rc_listeners_unmark(c, e);
     free((void *)e->more);
     e->more = NULL;
     e->nmore = 0;
-    rc_entry_complete(c, e);
+    complete(c, e);
 }
 
 void rc_victim_push(struct regcache *c, struct regcache_entry **victims, struct regcache_entry *e)

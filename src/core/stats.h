@@ -1,6 +1,7 @@
 /* The statistics that misses, registrations and deregistrations keep
  * beside each device's counters (cache.h): per rail, the registration
- * latency, and the baseline that regcache_reset_stats() leaves. */
+ * latency, and the baseline that regcache_reset_stats() leaves.  src/stats
+ * reads, publishes and resets them. */
 #ifndef RC_STATS_H
 #define RC_STATS_H
 
@@ -64,15 +65,5 @@ void rc_stats_failed(struct regcache *c, const struct regcache_entry *e, unsigne
 /* Under the lock: e's registrations (rails_ready) are about to be
  * deregistered. */
 void rc_stats_deregistering(struct regcache *c, const struct regcache_entry *e);
-
-/* Whether the cache has seen the device slot (its budget is set). */
-bool rc_stats_seen(const struct regcache *c, int slot);
-
-/* The latency histogram of a slot (-1: all) and rail (-1: all) since the
- * last reset, into l (p50/p99 filled). */
-void rc_stats_latency(const struct regcache *c, int slot, int rail, struct regcache_latency *l);
-
-/* The REGCACHE_STATS dump (stats_dump.c). */
-void rc_stats_dump(const struct regcache *c);
 
 #endif

@@ -127,7 +127,7 @@ static void release_record(void *arg)
 
 /* Only the forking thread lives on in the child: every other record is
  * free again, and no hold from before the fork means anything here (the
- * inherited caches refuse all work; see cache_registry.c). */
+ * inherited caches refuse all work; see src/registry). */
 static void forget_parent_threads(void)
 {
     for (struct rc_thread *t = rc_thread_first(); t; t = t->next) {

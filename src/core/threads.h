@@ -10,7 +10,7 @@
  *    entries that were last used in the same LRU epoch (lru.h);
  *  - its hit counters, per cache and device;
  *  - where the thread is in its walks of the registry of caches, which take
- *    no lock (cache_registry.c).
+ *    no lock (src/registry).
  *
  * Records are never freed: a thread that exits hands its record to the next
  * thread that needs one (a hold it still had stays in its slot until that
@@ -35,7 +35,7 @@
 
 #define RC_HOLD_SLOTS 8
 /* Nested registry walks (a notify from a callback of a notify) that each
- * say where they are; deeper ones share the last word (cache_registry.c). */
+ * say where they are; deeper ones share the last word (src/registry). */
 #define RC_WALK_DEPTH 4
 #define RC_USE_LOG 256
 /* Scans of holds between two looks for idle records to park. */
@@ -64,7 +64,7 @@ struct rc_thread {
     struct rc_hold_note notes[RC_HOLD_SLOTS];
 
     /* walk_at[d]: where the owner's walk of the registry at nesting depth
-     * d is (cache_registry.c).  Their own line: destroy reads them while the
+     * d is (src/registry).  Their own line: destroy reads them while the
      * owner keeps using its slots. */
     _Atomic uintptr_t walk_at[RC_WALK_DEPTH] __attribute__((aligned(64)));
     unsigned walk_depth; /* owner only: nested walks */

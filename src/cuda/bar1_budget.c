@@ -62,10 +62,9 @@ static size_t nvml_bar1_budget(const struct rc_cuda_api *api, CUdevice dev)
  * driver knows the GPU. */
 static size_t read_budget(int device, enum rc_budget_source *source)
 {
-    const char *configured = rc_option_env("REGCACHE_BAR1_BYTES");
     size_t size;
     *source = RC_BUDGET_CONFIGURED;
-    if (configured && rc_parse_size(configured, &size) && size)
+    if (rc_option_bar1_bytes(&size, NULL, 0) && size)
         return rc_bar1_budget_rule(size, size);
     *source = RC_BUDGET_NONE;
     const struct rc_cuda_api *api = rc_cuda_api();

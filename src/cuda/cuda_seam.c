@@ -77,30 +77,6 @@ static void face(struct rc_cuda_api *facing, const struct rc_cuda_api *api)
 static char load_error[256];
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 
-/* The preload hook interposes dlsym to hand out wrappers of
- * cuGetProcAddress; the library must reach the real driver, so it looks
- * dlsym up by version inside libc (libdl before glibc 2.34), where a lookup
- * scoped to that handle cannot find the hook's definition. */
-rc_dlsym_fn rc_cuda_real_dlsym(void)
-{
-    static const struct {
-        const char *lib, *version;
-    } homes[] = { { "libc.so.6", "GLIBC_2.34" }, { "libdl.so.2", "GLIBC_2.2.5" } };
-    for (size_t i = 0; i < sizeof homes / sizeof homes[0]; i++) {
-        void *lib = dlopen(homes[i].lib, RTLD_NOW | RTLD_NOLOAD);
-        if (!lib)
-            continue;
-        void *fn = dlvsym(lib, "dlsym", homes[i].version);
-        dlclose(lib);
-        if (fn) {
-            rc_dlsym_fn out;
-            memcpy(&out, &fn, sizeof out);
-            return out;
-        }
-    }
-    return NULL;
-}
-
 static bool load_entries(get_proc_fn get_proc)
 {
     for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++) {

@@ -14,6 +14,8 @@
 
 #include <cuda.h>
 
+#include "real_dlsym.h"
+
 /* X(field, driver name, the CUDA version whose ABI the prototype follows
  * (cuGetProcAddress hands out the matching variant), relaxed or as_is,
  * parameters, arguments).  dmabuf export needs a current context: the Ctx
@@ -90,11 +92,6 @@ const struct rc_cuda_api *rc_cuda_api(void);
  * api's functions); NULL goes back to the driver.  Not while a call through
  * the seam is running. */
 void rc_cuda_api_override(const struct rc_cuda_api *api);
-
-/* glibc's own dlsym, never an interposed one (the preload hook's hands out
- * wrappers), or NULL when it cannot be found. */
-typedef void *(*rc_dlsym_fn)(void *handle, const char *symbol);
-rc_dlsym_fn rc_cuda_real_dlsym(void);
 
 /* Set the detail message for a failed driver call ("cuX failed:
  * CUDA_ERROR_Y (n)") and return REGCACHE_ERR_CUDA. */

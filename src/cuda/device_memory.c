@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "cuda_seam.h"
-#include "intercept.h"
+#include "quiet_calls.h"
 #include "last_error.h"
 #include "regcache.h"
 
@@ -15,7 +15,7 @@ static const struct rc_cuda_api *enter(struct rc_devmem *m)
 {
     const struct rc_cuda_api *api = rc_cuda_api();
     if (api && api->CtxPushCurrent((CUcontext)m->ctx) == CUDA_SUCCESS) {
-        rc_intercept_quiet(true);
+        rc_cuda_quiet(true);
         return api;
     }
     return NULL;
@@ -24,7 +24,7 @@ static const struct rc_cuda_api *enter(struct rc_devmem *m)
 static void leave(const struct rc_cuda_api *api)
 {
     CUcontext popped;
-    rc_intercept_quiet(false);
+    rc_cuda_quiet(false);
     api->CtxPopCurrent(&popped);
 }
 
@@ -75,10 +75,10 @@ void rc_devmem_close(struct rc_devmem *m)
         CUdevice dev;
         /* The reference retained at open: dropping it frees nothing of the
          * application's (dmabuf_export.c says the same of its own). */
-        rc_intercept_quiet(true);
+        rc_cuda_quiet(true);
         if (api && api->DeviceGet(&dev, m->device) == CUDA_SUCCESS)
             api->DevicePrimaryCtxRelease(dev);
-        rc_intercept_quiet(false);
+        rc_cuda_quiet(false);
     }
     memset(m, 0, sizeof *m);
 }

@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "cuda_seam.h"
-#include "intercept.h"
+#include "quiet_calls.h"
 #include "last_error.h"
 #include "regcache.h"
 
@@ -26,9 +26,9 @@ struct borrowed {
  * of the context and drop every cached entry. */
 static void release_primary(const struct rc_cuda_api *api, CUdevice device)
 {
-    rc_intercept_quiet(true);
+    rc_cuda_quiet(true);
     api->DevicePrimaryCtxRelease(device);
-    rc_intercept_quiet(false);
+    rc_cuda_quiet(false);
 }
 
 static int borrow_context(const struct rc_cuda_api *api, uintptr_t addr, struct borrowed *b)

@@ -3,7 +3,9 @@
  * real function the first time the driver hands that function out and is
  * never released, so a trampoline once returned stays valid; lookups of the
  * same function (another version asked, a second dlsym) share it.  The
- * table is static: wrapping allocates nothing and takes no lock. */
+ * table is static: wrapping allocates nothing and takes no lock.  The
+ * memory kinds' bodies are shared with the in-process interception
+ * (src/wrap); cuGetProcAddress's are here, as they wrap through the slots. */
 #include <dlfcn.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -17,6 +19,31 @@
 
 static _Atomic(void *) slots[RC_HOOK_KINDS][RC_HOOK_SLOTS];
 static atomic_int escaped;
+
+/* The hook's own kinds, cuGetProcAddress in both forms: what the driver
+ * finds is wrapped in turn when it allocates or frees, so a function
+ * fetched through a wrapped cuGetProcAddress lands in a slot too. */
+static CUresult wrap_found(CUresult result, const char *symbol, int version, void **pfn)
+{
+    if (result == CUDA_SUCCESS && symbol && pfn)
+        *pfn = rc_hook_wrap(rc_hook_kind_of_proc(symbol, version), *pfn);
+    return result;
+}
+
+CUresult rc_wrap_get_proc(void *real, const char *symbol, void **pfn, int version, cuuint64_t flags)
+{
+    CUresult (*fn)(const char *, void **, int, cuuint64_t) =
+        (CUresult(*)(const char *, void **, int, cuuint64_t))real;
+    return wrap_found(fn(symbol, pfn, version, flags), symbol, version, pfn);
+}
+
+CUresult rc_wrap_get_proc_v2(void *real, const char *symbol, void **pfn, int version,
+                             cuuint64_t flags, CUdriverProcAddressQueryResult *status)
+{
+    CUresult (*fn)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *) =
+        (CUresult(*)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *))real;
+    return wrap_found(fn(symbol, pfn, version, flags, status), symbol, version, pfn);
+}
 
 #define RC_HOOK_TRAMPOLINE(kind, slot)                                                \
     static CUresult kind##_##slot(RC_WRAP_PARAMS_##kind)                              \

@@ -14,17 +14,12 @@
 #include <sched.h>
 #include <string.h>
 
-#include "cache.h"
-#include "host_monitor.h"
-
 #define RING 1024
 
 struct slot {
     _Atomic uint64_t lap;
     uintptr_t start, end;
 };
-
-struct rc_host_monitor_line rc_host_monitor_line;
 
 static struct slot ring[RING];
 static _Atomic uint64_t tail;
@@ -124,7 +119,7 @@ static void take(uintptr_t start, uintptr_t end)
  * its claim and its mark is a few stores from done: waited for.  A range
  * is taken before its slot is free again (rc_host_events_concern()).  True
  * when a cache has deregistrations or notices to give. */
-static bool drain_ring(void)
+static bool drain_ring(const struct rc_host_drain *d)
 {
     bool later = false;
     uint64_t end = atomic_load_explicit(&tail, memory_order_acquire);
@@ -137,7 +132,7 @@ static bool drain_ring(void)
         take(start, stop);
         atomic_store_explicit(&s->lap, filled + 1, memory_order_release);
         __atomic_store_n(&head, head + 1, __ATOMIC_RELAXED);
-        later |= rc_host_watch_unmapped(start, stop);
+        later |= d->range(start, stop);
         take(0, 0);
     }
     return later;
@@ -187,7 +182,7 @@ bool rc_host_events_concern(uintptr_t start, uintptr_t end)
     return taken_overlaps(start, end);
 }
 
-bool rc_host_events_drain(bool wait)
+bool rc_host_events_drain(bool wait, const struct rc_host_drain *d)
 {
     if (wait)
         pthread_mutex_lock(&drain_lock);
@@ -203,15 +198,15 @@ bool rc_host_events_drain(bool wait)
     if (atomic_load_explicit(&overflow, memory_order_acquire)) {
         take(0, UINTPTR_MAX); /* before the flag falls (rc_host_events_concern()) */
         if (atomic_exchange_explicit(&overflow, false, memory_order_acq_rel))
-            later = rc_host_monitor_invalidate_watched();
+            later = d->everything();
         take(0, 0);
     }
-    later |= drain_ring();
+    later |= drain_ring(d);
     if (complete)
         handled(upto);
     pthread_mutex_unlock(&drain_lock);
     if (later)
-        rc_host_monitor_release_later();
+        d->later();
     return true;
 }
 

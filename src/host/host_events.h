@@ -4,8 +4,8 @@
  * call or an allocation, and that one thread at a time drains into the
  * caches' invalidations.
  *
- * The events word counts what was posted (high half) and what is handled
- * (low half).  A range is queued, then counted; a drain handles what was
+ * The events word (host_seam.h) counts what was posted (high half) and
+ * what is handled (low half).  A range is queued, then counted; a drain handles what was
  * counted when it began.  A get of host memory that finds the halves apart
  * drains first (or waits for the drain under way) unless no unhandled unmap
  * concerns its entry (rc_host_events_concern()), so no entry of pages an
@@ -17,17 +17,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-struct rc_host_monitor_line {
-    _Atomic uint64_t events;
-    char pad[56];
-} __attribute__((aligned(64)));
-extern struct rc_host_monitor_line rc_host_monitor_line;
-
-static inline bool rc_host_monitor_behind(void)
-{
-    uint64_t w = atomic_load_explicit(&rc_host_monitor_line.events, memory_order_acquire);
-    return (uint32_t)(w >> 32) != (uint32_t)w;
-}
+#include "host_seam.h"
 
 /* Queue [start, end) for invalidation and count it.  Lock-free and
  * async-signal-safe.  A full queue remembers that it overflowed instead:
@@ -55,15 +45,25 @@ bool rc_host_events_concern(uintptr_t start, uintptr_t end);
 /* Whether the queue is half full or more: time to wake a drainer. */
 bool rc_host_events_crowded(void);
 
-/* Handle what was counted: the entries of each range leave every cache
- * that watches, calling back nobody; their deregistrations and notices
- * are left to the monitor's releasing thread (host_monitor.h).  So a drain
- * waits for nothing an application's thread may hold, and a callback
- * never runs inside one.  One drainer at a time: with `wait`, a thread
- * that finds another draining waits for it, then drains what is left;
- * without, it returns false at once.  Returns true when it drained.  Never
- * call it from inside a hook. */
-bool rc_host_events_drain(bool wait);
+/* What a drain does with what it takes: the entries of a range leave
+ * every cache that watches, calling back nobody (`range`; true when a
+ * cache has deregistrations or notices to give), or those of every watched
+ * range after an overflow (`everything`), and then - when either left
+ * something - the deregistrations and notices are left to the monitor's
+ * releasing thread (`later`, host_monitor.h).  So a drain waits for
+ * nothing an application's thread may hold, and a callback never runs
+ * inside one. */
+struct rc_host_drain {
+    bool (*range)(uintptr_t start, uintptr_t end);
+    bool (*everything)(void);
+    void (*later)(void);
+};
+
+/* Handle what was counted, with d.  One drainer at a time: with `wait`, a
+ * thread that finds another draining waits for it, then drains what is
+ * left; without, it returns false at once.  Returns true when it drained.
+ * Never call it from inside a hook. */
+bool rc_host_events_drain(bool wait, const struct rc_host_drain *d);
 
 /* The child of a fork starts with nothing queued. */
 void rc_host_events_reset(void);

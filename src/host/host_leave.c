@@ -6,11 +6,17 @@
 #include <unistd.h>
 
 #include "host_events.h"
-#include "host_monitor.h"
 #include "host_unmapping.h"
 
 /* Set at load and never changed: relaxed loads. */
 static _Atomic uintptr_t page_mask;
+/* Set before any hook is installed. */
+static _Atomic(const struct rc_host_watcher *) watcher;
+
+void rc_host_leave_tell(const struct rc_host_watcher *w)
+{
+    atomic_store_explicit(&watcher, w, memory_order_release);
+}
 
 __attribute__((constructor)) static void learn_page_size(void)
 {
@@ -25,9 +31,10 @@ uintptr_t rc_host_page_mask(void)
 /* A range that may be watched is posted, and the monitor woken. */
 static void post_if_watched(uintptr_t start, uintptr_t end)
 {
-    if (rc_host_monitor_may_watch(start, end)) {
+    const struct rc_host_watcher *w = atomic_load_explicit(&watcher, memory_order_acquire);
+    if (w && w->may_watch(start, end)) {
         rc_host_events_post(start, end);
-        rc_host_monitor_kick();
+        w->kick();
     }
 }
 

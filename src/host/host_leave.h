@@ -16,6 +16,7 @@
 #ifndef RC_HOST_LEAVE_H
 #define RC_HOST_LEAVE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #define RC_HOST_NO_TOKEN INT32_MIN
@@ -36,6 +37,16 @@ void rc_host_leave_end(const struct rc_host_leave *l);
  * (what another way's hooks cannot know before the call, such as the
  * target of a move that only its result says). */
 void rc_host_leave_post(uintptr_t start, uintptr_t end);
+
+/* What the hooks ask of the monitor, which tells them when it opens,
+ * before it hooks anything: whether a range may be watched (a few loads,
+ * false answers exact), and the wake of its thread.  Both
+ * async-signal-safe. */
+struct rc_host_watcher {
+    bool (*may_watch)(uintptr_t start, uintptr_t end);
+    void (*kick)(void);
+};
+void rc_host_leave_tell(const struct rc_host_watcher *w);
 
 /* The page size less one: known from the library's load on, before any
  * hook or handler of it can run. */

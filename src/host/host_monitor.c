@@ -27,6 +27,7 @@
 
 #include "cache.h"
 #include "exiting.h"
+#include "host_leave.h"
 #include "host_libc.h"
 #include "host_mapping.h"
 #include "host_objects.h"
@@ -61,6 +62,8 @@ static atomic_int kick_fd = -1; /* an eventfd: wakes the thread */
 static atomic_bool kicked;
 /* A drain left deregistrations or notices for the thread to give. */
 static atomic_bool release_due;
+/* What the caches' side does with what the monitor hears (set at open). */
+static _Atomic(const struct rc_host_sink *) sink;
 static atomic_bool stopping;
 static bool running; /* under life_lock */
 static pthread_t thread;
@@ -166,9 +169,25 @@ static void not_monitored(const char *asked, const char *const reasons[], size_t
         snprintf(why + k, n - (size_t)k, "): invalidate before unmapping");
 }
 
-enum rc_host_by rc_host_monitor_open(int mode, const char *asked, char *why, size_t n)
+/* What a get of host memory asks while the monitor is behind. */
+static const struct rc_host_seam seam = {
+    .catch_up = rc_host_monitor_catch_up,
+    .concern = rc_host_events_concern,
+};
+
+/* What the hooks ask of it. */
+static const struct rc_host_watcher watcher = {
+    .may_watch = rc_host_monitor_may_watch,
+    .kick = rc_host_monitor_kick,
+};
+
+enum rc_host_by rc_host_monitor_open(int mode, const char *asked, char *why, size_t n,
+                                     const struct rc_host_sink *to)
 {
     pthread_once(&atfork_once, install_atfork);
+    atomic_store_explicit(&sink, to, memory_order_release);
+    rc_host_seam_install(&seam);
+    rc_host_leave_tell(&watcher);
     pthread_mutex_lock(&life_lock);
     bool kick = open_kick_locked();
     pthread_mutex_unlock(&life_lock);
@@ -231,16 +250,27 @@ bool rc_host_monitor_may_watch(uintptr_t start, uintptr_t end)
            rc_filter_may_overlap(&watched, start, end);
 }
 
+/* What a drain does with what it takes: handed to the queue. */
+static bool unmapped(uintptr_t start, uintptr_t end);
+static bool everything(void);
+static void release_later(void);
+static const struct rc_host_drain drain = {
+    .range = unmapped,
+    .everything = everything,
+    .later = release_later,
+};
+
 /* Handle what was posted; false when a get was draining (it began before
  * those posts): then the thread looks again soon.  It never waits for the
  * drain lock, which a get's drain holds while it takes the caches'
  * locks. */
 static bool drained(void)
 {
-    return !rc_host_monitor_behind() || rc_host_events_drain(false) || !rc_host_monitor_behind();
+    return !rc_host_monitor_behind() || rc_host_events_drain(false, &drain) ||
+           !rc_host_monitor_behind();
 }
 
-void rc_host_monitor_release_later(void)
+static void release_later(void)
 {
     atomic_store_explicit(&release_due, true, memory_order_seq_cst);
     rc_host_monitor_kick();
@@ -258,7 +288,7 @@ static bool release(void)
      * entries stay out of the caches, and their destroy deregisters them. */
     if (rc_exiting())
         return false;
-    rc_host_watch_release();
+    atomic_load_explicit(&sink, memory_order_acquire)->release();
     return true;
 }
 
@@ -338,7 +368,7 @@ static bool start_locked(void)
  * open. */
 static bool start_all_locked(void)
 {
-    return start_locked() && (rc_host_uffd_fd() < 0 || rc_host_reader_start());
+    return start_locked() && (rc_host_uffd_fd() < 0 || rc_host_reader_start(rc_host_monitor_kick));
 }
 
 /* Under claims_lock: a claim that hooks watch. */
@@ -509,22 +539,33 @@ static int collect(struct rc_itree_node *n, void *arg)
     return 0;
 }
 
-bool rc_host_monitor_invalidate_watched(void)
+static bool unmapped(uintptr_t start, uintptr_t end)
+{
+    return atomic_load_explicit(&sink, memory_order_acquire)->unmapped(start, end);
+}
+
+/* Every watched range's entries leave (the queue overflowed). */
+static bool everything(void)
 {
     pthread_mutex_lock(&claims_lock);
     size_t room = claims.count;
     pthread_mutex_unlock(&claims_lock);
     struct ranges r = { malloc(room * sizeof *r.at + 1), 0, room };
     if (!r.at) /* every range, watched or not */
-        return rc_host_watch_unmapped(0, UINTPTR_MAX);
+        return unmapped(0, UINTPTR_MAX);
     pthread_mutex_lock(&claims_lock);
     rc_itree_visit_overlaps(&claims, 0, UINTPTR_MAX, collect, &r);
     pthread_mutex_unlock(&claims_lock);
     bool later = false;
     for (size_t i = 0; i < r.n; i++)
-        later |= rc_host_watch_unmapped(r.at[i][0], r.at[i][1]);
+        later |= unmapped(r.at[i][0], r.at[i][1]);
     free(r.at);
     return later;
+}
+
+bool rc_host_monitor_unsettled(const struct rc_host_claim *claim)
+{
+    return rc_host_unmapping_meets(claim->node.start, claim->node.end);
 }
 
 void rc_host_monitor_catch_up(void)
@@ -532,7 +573,7 @@ void rc_host_monitor_catch_up(void)
     uint64_t w = atomic_load_explicit(&rc_host_monitor_line.events, memory_order_acquire);
     uint32_t target = (uint32_t)(w >> 32);
     while ((int32_t)((uint32_t)w - target) < 0) {
-        rc_host_events_drain(true);
+        rc_host_events_drain(true, &drain);
         w = atomic_load_explicit(&rc_host_monitor_line.events, memory_order_acquire);
         if ((int32_t)((uint32_t)w - target) < 0) /* a read of the userfaultfd under way */
             sched_yield();

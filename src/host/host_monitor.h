@@ -35,13 +35,24 @@ enum rc_host_sharing { RC_HOST_SHARING_UNKNOWN, RC_HOST_PRIVATE, RC_HOST_SHARED 
  * read of the userfaultfd under way. */
 void rc_host_monitor_catch_up(void);
 
+/* What the monitor does with what it hears, handed to it by the caches'
+ * side (host_watch.h): the entries of [start, end) leave every cache that
+ * watches, calling back nobody (true when a cache has deregistrations or
+ * notices to give), and later, on the monitor's thread, those are given. */
+struct rc_host_sink {
+    bool (*unmapped)(uintptr_t start, uintptr_t end);
+    void (*release)(void);
+};
+
 /* How a cache that asks for `mode` (enum regcache_host_monitor, not OFF)
  * watches its ranges, with how (or why not) in why[n]; `asked` says who
- * asked (the variable or the field), for why.  AUTO: UCX's events where
+ * asked (the variable or the field), for why; what the monitor hears goes
+ * to `sink` (the same for every cache).  AUTO: UCX's events where
  * libucm is loaded, else libc's hooks, else nothing; never the
  * userfaultfd.  Registers with UCX, patches libc or opens the userfaultfd
  * the first time each is asked for.  Thread safe. */
-enum rc_host_by rc_host_monitor_open(int mode, const char *asked, char *why, size_t n);
+enum rc_host_by rc_host_monitor_open(int mode, const char *asked, char *why, size_t n,
+                                     const struct rc_host_sink *sink);
 
 /* A watched range; the entry registered over it keeps it until its
  * deregistration. */
@@ -58,14 +69,14 @@ struct rc_host_claim;
 struct rc_host_claim *rc_host_monitor_watch(uintptr_t start, uintptr_t end, enum rc_host_by by,
                                             enum rc_host_sharing sharing);
 
+/* Whether an unmap in flight through hooks meets the claim's range
+ * (host_unmapping.h): a registration under the claim made meanwhile may
+ * pin pages the unmap takes away, and must be handed out once. */
+bool rc_host_monitor_unsettled(const struct rc_host_claim *claim);
+
 /* The entry over a claim was deregistered: its pages that no other claim
  * covers are no longer watched.  NULL is a no-op.  Thread safe. */
 void rc_host_monitor_unwatch(struct rc_host_claim *claim);
-
-/* Invalidate every watched range (the queue overflowed), as
- * rc_host_watch_unmapped() does: true when something is left to release.
- * Drainer only. */
-bool rc_host_monitor_invalidate_watched(void);
 
 /* Whether [start, end) may meet a range the hooks watch (a few loads;
  * false answers are exact).  Async-signal-safe. */
@@ -75,10 +86,6 @@ bool rc_host_monitor_may_watch(uintptr_t start, uintptr_t end);
  * it looks often anyway, unless the queue is half full.
  * Async-signal-safe. */
 void rc_host_monitor_kick(void);
-
-/* A drain left deregistrations or notices (rc_host_watch_unmapped()): the
- * monitor thread gives them soon.  Async-signal-safe. */
-void rc_host_monitor_release_later(void);
 
 /* The last cache of the process was destroyed: stop the thread and close
  * the userfaultfd, once no range is watched.  Thread safe. */

@@ -8,11 +8,11 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "host_monitor.h"
 #include "host_uffd.h"
 
 static int stop_fd = -1; /* an eventfd: its thread stops */
-static bool running;     /* under the monitor's life lock, as stop_fd */
+static void (*wake_monitor)(void);
+static bool running; /* under the monitor's life lock, as stop_fd */
 static pthread_t thread;
 
 static void *reader(void *arg)
@@ -27,15 +27,16 @@ static void *reader(void *arg)
             return NULL;
         if (p[1].revents & POLLIN) {
             rc_host_uffd_read();
-            rc_host_monitor_kick();
+            wake_monitor();
         }
     }
 }
 
-bool rc_host_reader_start(void)
+bool rc_host_reader_start(void (*kick)(void))
 {
     if (running)
         return true;
+    wake_monitor = kick;
     stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (stop_fd < 0)
         return false;

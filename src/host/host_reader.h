@@ -9,8 +9,9 @@
 #include <stdbool.h>
 
 /* Start the thread, with every signal blocked, once the userfaultfd is
- * open; true when it runs.  Under the monitor's life lock. */
-bool rc_host_reader_start(void);
+ * open; true when it runs.  It calls `kick` to wake the monitor thread
+ * after each read.  Under the monitor's life lock. */
+bool rc_host_reader_start(void (*kick)(void));
 
 /* Stop it (before the userfaultfd is closed).  Under the monitor's life
  * lock. */

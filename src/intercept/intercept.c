@@ -12,6 +12,7 @@
 #include "capture_mode.h"
 #include "cuda_seam.h"
 #include "patch_set.h"
+#include "quiet_calls.h"
 #include "wrap.h"
 
 #define UNAVAILABLE "in-process interception unavailable: "
@@ -24,20 +25,17 @@ enum { RC_WRAP_KINDS(RC_ICPT_KIND) };
 /* Each patched function's trampoline: how its wrapper reaches the driver. */
 static _Atomic(void *) originals[ICPT_SYMBOLS];
 
-/* Calls that pass the wrappers without telling the caches: the self-test's
- * probes and the library's own calls.  A probe reads which wrapper it
- * reached first (1 + its index; a driver function may call others).  While
- * no thread is quiet the wrappers do not read the thread-local flag, which
- * in a shared library costs a call into the TLS resolver on every free. */
-static atomic_int quiet_threads;
-static _Thread_local bool quiet;
+/* Quiet calls (quiet_calls.h) pass the wrappers without telling the
+ * caches: the library's own, and the self-test's probes, each of which
+ * reads which wrapper it reached first (1 + its index; a driver function
+ * may call others). */
 static _Thread_local int first_reached;
 
 #define RC_ICPT_WRAPPER(symbol, proc, version, flags, kind)                                 \
     static CUresult wrapper_##symbol(RC_WRAP_PARAMS_##kind)                                 \
     {                                                                                       \
         void *real = atomic_load_explicit(&originals[ICPT_##symbol], memory_order_acquire); \
-        if (atomic_load_explicit(&quiet_threads, memory_order_relaxed) == 0 || !quiet)      \
+        if (!rc_cuda_quiet_here())                                                          \
             return rc_wrap_##kind(real, RC_WRAP_ARGS_##kind);                               \
         if (first_reached == 0)                                                             \
             first_reached = ICPT_##symbol + 1;                                              \
@@ -67,19 +65,6 @@ static int patched;                 /* how many */
  * wrapper to see every call. */
 static struct rc_patch_fn fns[ICPT_SYMBOLS];
 static char install_failure[256]; /* empty once installed */
-
-void *rc_wrap_driver_symbol(const char *symbol)
-{
-    return driver ? sym(driver, symbol) : NULL;
-}
-
-void rc_intercept_quiet(bool on)
-{
-    if (quiet == on)
-        return;
-    quiet = on;
-    atomic_fetch_add_explicit(&quiet_threads, on ? 1 : -1, memory_order_relaxed);
-}
 
 /* Two names for one function (an old and a new ABI the driver implements
  * alike) are patched once, under the first; probing that one covers both. */
@@ -249,9 +234,9 @@ int rc_intercept_ensure(char *why, size_t n)
     /* The probes call cuMemAlloc and cuMemFree, which a stream capture in
      * progress on any thread would refuse, and be invalidated by. */
     struct rc_relaxed mode = rc_relax(exchange);
-    rc_intercept_quiet(true);
+    rc_cuda_quiet(true);
     int live = probe_exports(why, n) && probe_proc_addresses(why, n);
-    rc_intercept_quiet(false);
+    rc_cuda_quiet(false);
     rc_unrelax(exchange, &mode);
     if (live)
         snprintf(why, n,

@@ -28,12 +28,4 @@ int rc_intercept_ensure(char *why, size_t n);
  */
 int rc_intercept_intact(char *why, size_t n);
 
-/*
- * The library's own calls of a patched function free no memory of the
- * application (the dmabuf export releases a primary context it retained a
- * moment before).  While `on`, the calling thread's calls reach the driver
- * without telling the caches.
- */
-void rc_intercept_quiet(bool on);
-
 #endif

@@ -224,14 +224,12 @@ int rc_ledger_attach(const char *gpu_key, size_t budget, enum rc_budget_source s
                      struct rc_ledger **out)
 {
     *out = NULL;
-    const char *env = rc_option_env("REGCACHE_LEDGER");
-    int on = 1;
-    if (env && !rc_parse_bool(env, &on))
-        return no_ledger(gpu_key, "REGCACHE_LEDGER is neither on nor off");
+    char why[256], prefix[RC_LEDGER_PREFIX_MAX], name[RC_LEDGER_NAME_MAX];
+    bool on;
+    if (!rc_option_ledger(&on, why, sizeof why))
+        return no_ledger(gpu_key, why);
     if (!on)
         return no_ledger(gpu_key, "REGCACHE_LEDGER=off");
-
-    char why[256], prefix[RC_LEDGER_PREFIX_MAX], name[RC_LEDGER_NAME_MAX];
     if (!rc_ledger_key_ok(gpu_key))
         return no_ledger(gpu_key, "the GPU key is not a name");
     if (!rc_ledger_prefix(prefix, sizeof prefix, why, sizeof why))

@@ -17,8 +17,6 @@
 #include "ledger_guard.h"
 #include "options.h"
 
-#define NAMESPACE_MAX 32
-
 #if defined(__GNUC__)
 __attribute__((format(printf, 3, 4)))
 #endif
@@ -48,25 +46,16 @@ bool rc_ledger_key_ok(const char *key)
     return all_of(key, RC_LEDGER_KEY_MAX - 1, ".:-");
 }
 
-bool rc_ledger_namespace_ok(const char *ns)
-{
-    return all_of(ns, NAMESPACE_MAX, "");
-}
-
 bool rc_ledger_prefix(char *out, size_t n, char *why, size_t why_len)
 {
-    const char *ns = rc_option_env("REGCACHE_LEDGER_NAMESPACE");
+    const char *ns;
     unsigned uid = (unsigned)geteuid();
-    if (!ns || !*ns) {
-        snprintf(out, n, "regcache-%u-", uid);
-        return true;
-    }
-    if (!rc_ledger_namespace_ok(ns)) {
-        say(why, why_len, "REGCACHE_LEDGER_NAMESPACE=\"%s\": expected 1-%d of [A-Za-z0-9_]", ns,
-            NAMESPACE_MAX);
+    if (!rc_option_ledger_namespace(&ns, why, why_len))
         return false;
-    }
-    snprintf(out, n, "regcache-%u.%s-", uid, ns);
+    if (!ns)
+        snprintf(out, n, "regcache-%u-", uid);
+    else
+        snprintf(out, n, "regcache-%u.%s-", uid, ns);
     return true;
 }
 

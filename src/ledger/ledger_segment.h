@@ -99,16 +99,11 @@ _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "the ledger needs lock-free 64-bit a
 
 /* "regcache-<uid>-" or, with REGCACHE_LEDGER_NAMESPACE=ns, "regcache-<uid>.ns-":
  * the start of every segment name of this user (and namespace).  false with
- * *why filled when the namespace is not 1-32 of [A-Za-z0-9_]. */
+ * *why filled when the namespace is none (the options table's rule). */
 bool rc_ledger_prefix(char *out, size_t n, char *why, size_t why_len);
 
 /* True when `key` may name a GPU: 1-63 of [A-Za-z0-9_.:-]. */
 bool rc_ledger_key_ok(const char *key);
-
-/* True when `ns` may be a REGCACHE_LEDGER_NAMESPACE: 1-32 of [A-Za-z0-9_]
- * (no '-' or '.', the name's separators, so that no namespace's prefix
- * starts another's). */
-bool rc_ledger_namespace_ok(const char *ns);
 
 /* True when `name`, after a prefix, names a GPU's segment: a key
  * (rc_ledger_key_ok), or a key, '+' and 1 to RC_LEDGER_NAMES - 1. */

@@ -190,19 +190,6 @@ static void json_gpu(const struct gpu *g)
 }
 
 /* 1536 -> "1.5K" */
-const char *size_text(uint64_t v, char *buf, size_t n)
-{
-    static const char units[] = "BKMGTP";
-    double x = (double)v;
-    int u = 0;
-    while (x >= 1024 && units[u + 1]) {
-        x /= 1024;
-        u++;
-    }
-    snprintf(buf, n, u ? "%.1f%c" : "%.0f%c", x, units[u]);
-    return buf;
-}
-
 static int width(const struct column *c)
 {
     int len = (int)strlen(c->name);

@@ -1,5 +1,5 @@
 /* regcache-stat: every cache of every process of this user, GPU or host,
- * from the per-process statistics segments (stat_segment.h), as a table,
+ * from the per-process statistics segments (stats_segment.h), as a table,
  * JSON or Prometheus text. */
 #include <dirent.h>
 #include <stdbool.h>

@@ -1,15 +1,15 @@
 /* regcache-stat's parts: the GPU ledgers (regcache_stat.c), every cache
  * of every process from their statistics segments (stat_caches.c), and
- * the text helpers they share (stat_escape.c, and the size below). */
+ * the text helpers they share (stat_text.c). */
 #ifndef RC_STAT_TOOL_H
 #define RC_STAT_TOOL_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "stat_segment.h"
+#include "stats_segment.h"
 
-/* Names as each output wants them (stat_escape.c). */
+/* Text as each output wants it (stat_text.c). */
 
 /* A JSON string of s to stdout: its UTF-8 as it is, control characters
  * and what JSON escapes as escapes, a byte that is no UTF-8 as U+FFFD. */

@@ -19,11 +19,8 @@
 RC_WRAP_KINDS(RC_WRAP_PROTOTYPE)
 #undef RC_WRAP_PROTOTYPE
 
-/* libcuda's own definition of `symbol`, or NULL.  Defined by the library
- * the wrappers are linked into: it knows how it reaches the driver. */
-void *rc_wrap_driver_symbol(const char *symbol);
-
-/* rc_wrap_driver_symbol(symbol), remembered in *cache once found. */
+/* libcuda's own definition of `symbol`, past every wrapper, remembered in
+ * *cache once found; NULL while the driver is not loaded (wrap_driver.c). */
 void *rc_wrap_driver_function(_Atomic(void *) *cache, const char *symbol);
 
 #endif

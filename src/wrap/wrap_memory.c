@@ -7,18 +7,6 @@
 
 typedef CUresult (*address_range_fn)(CUdeviceptr *base, size_t *size, CUdeviceptr ptr);
 
-void *rc_wrap_driver_function(_Atomic(void *) *cache, const char *symbol)
-{
-    void *fn = atomic_load_explicit(cache, memory_order_acquire);
-    if (!fn) {
-        /* Racing threads find the same function: storing it twice is
-         * harmless. */
-        fn = rc_wrap_driver_symbol(symbol);
-        atomic_store_explicit(cache, fn, memory_order_release);
-    }
-    return fn;
-}
-
 static void notify_range(CUdeviceptr ptr, size_t size)
 {
     regcache_notify_free((const void *)(uintptr_t)ptr, size);

@@ -63,7 +63,7 @@ static void inject(void)
         system_membarrier = rc_membarrier;
         rc_membarrier = failing_membarrier;
     }
-    rc_fence_setup();
+    rc_fence_setup(NULL);
     assert_true(atomic_load(&rc_heavy_fence_works));
 }
 

@@ -71,7 +71,7 @@ static void a_barrier_refused_for_good_still_returns(void **state)
     struct fx *f = *state;
     system_membarrier = rc_membarrier;
     rc_membarrier = refusing_membarrier;
-    rc_fence_setup();
+    rc_fence_setup(NULL);
     assert_true(atomic_load(&rc_heavy_fence_works));
     for (int i = 0; i < 3; i++)
         fx_device_alloc(f, i);

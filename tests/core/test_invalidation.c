@@ -46,7 +46,7 @@ static void invalidate_unused_and_held(void **state)
  * (cache.h, put_flags): the held entry is still released at its put. */
 static void invalidate_held_without_the_heavy_fence(void **state)
 {
-    rc_fence_setup();
+    rc_fence_setup(NULL);
     bool works = atomic_exchange(&rc_heavy_fence_works, false);
     invalidate_unused_and_held_in(*state);
     struct fx *f = *state;

@@ -2,8 +2,10 @@
  * entry published (and each rail added), its leave under the lock for each
  * way it leaves, its deregistration afterwards without the lock, an
  * invalidation's end only while it says it has work pending (also when the
- * notice finds nothing cached), a replay of the entries in the cache, and
- * the destroy as its last event. */
+ * notice finds nothing cached), a replay of the entries in the cache, a
+ * get's miss before it registers (and may end it) and every miss after it,
+ * allocations, the destroy before the entries go and the drain after, the
+ * last event. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,7 +21,17 @@
 #define B FX_ALLOC(1)
 #define MAX_EVENTS 32
 
-enum kind { REGISTERED, LEAVE, DEREGISTER, INVALIDATE, DESTROY };
+enum kind {
+    REGISTERED,
+    LEAVE,
+    DEREGISTER,
+    INVALIDATE,
+    DESTROY,
+    BEFORE_MISS,
+    AFTER_MISS,
+    ALLOC,
+    DRAINED
+};
 
 struct event {
     enum kind kind;
@@ -29,11 +41,15 @@ struct event {
     int reason;
     bool locked;       /* the cache lock was held during the call */
     long live_backend; /* registrations live at the call */
+    int order;         /* among the events of every recorder */
 };
+
+static int events_heard;
 
 struct recorder {
     struct fx *f;
     int id;
+    int refuse; /* what before_miss answers */
     int n;
     struct event at[MAX_EVENTS];
 };
@@ -51,8 +67,10 @@ static void record(struct recorder *r, enum kind kind, const struct rc_entry_vie
 {
     assert_true(r->n < MAX_EVENTS);
     struct event *ev = &r->at[r->n++];
-    *ev = (struct event){ .kind = kind, .live_backend = atomic_load(&r->f->fb.live) };
-    if (kind != DESTROY)
+    *ev = (struct event){ .kind = kind,
+                          .live_backend = atomic_load(&r->f->fb.live),
+                          .order = events_heard++ };
+    if (kind != DESTROY && kind != DRAINED)
         ev->locked = locked(r);
     if (v) {
         ev->id = v->id;
@@ -103,8 +121,9 @@ static struct recorder *listen_to(struct fx *f)
     memset(&r, 0, sizeof r);
     r.f = f;
     fx_create(f);
+    /* After the features every cache has. */
     r.id = rc_listen(f->c, &ops, &r);
-    assert_int_equal(r.id, 0);
+    assert_true(r.id > 0);
     assert_ptr_equal(rc_listener_arg(f->c, &ops), &r);
     return &r;
 }
@@ -274,17 +293,164 @@ static void destroy_is_the_last_event(void **state)
     assert_int_equal(atomic_load(&f->fb.live), 0);
 }
 
-/* The table is small and fixed: a fifth listener is refused. */
+/* The table is small and fixed: a listener beyond RC_LISTENERS is
+ * refused. */
 static void table_is_bounded(void **state)
 {
     struct fx *f = *state;
     fx_create(f);
-    for (int i = 0; i < RC_LISTENERS; i++)
+    struct rc_listeners before = f->c->listeners;
+    for (int i = (int)before.n; i < RC_LISTENERS; i++)
         assert_int_equal(rc_listen(f->c, &ops, NULL), i);
     assert_int_equal(rc_listen(f->c, &ops, NULL), -1);
-    f->c->listeners.n = 0; /* these recorders were never set up */
+    f->c->listeners = before; /* these recorders were never set up */
+}
+
+/* ---- the events of a miss, an allocation and the drain ---------------- */
+
+static int before_miss(void *arg, uintptr_t start, uintptr_t end, struct rc_req rq)
+{
+    struct recorder *r = arg;
+    struct rc_entry_view v = { .start = start, .end = end, .rails = 1u << rq.rail };
+    record(r, BEFORE_MISS, &v);
+    return r->refuse;
+}
+
+static void after_miss(void *arg, uint64_t now)
+{
+    (void)now;
+    record(arg, AFTER_MISS, NULL);
+}
+
+static void on_alloc(void *arg, uintptr_t start, uintptr_t end, bool pinned_host)
+{
+    struct rc_entry_view v = { .start = start, .end = end, .rails = pinned_host };
+    record(arg, ALLOC, &v);
+}
+
+static void after_drain(void *arg)
+{
+    record(arg, DRAINED, NULL);
+}
+
+static const struct rc_listener miss_ops = {
+    .before_miss = before_miss,
+    .after_miss = after_miss,
+    .on_alloc = on_alloc,
+    .on_destroy = on_destroy,
+    .after_drain = after_drain,
+};
+
+static struct recorder *listen_to_misses(struct fx *f, struct recorder *r)
+{
+    memset(r, 0, sizeof *r);
+    r->f = f;
+    r->id = rc_listen(f->c, &miss_ops, r);
+    assert_true(r->id > 0);
+    return r;
+}
+
+/* A get's miss is heard before its registration (while the listener has
+ * work pending), with the get's range and rail, and after it; another rail
+ * of a cached entry and a hit are not; a background registration is heard
+ * after its miss only (no get waits on it). */
+static void misses_heard(void **state)
+{
+    struct fx *f = *state;
+    f->p.rails = 2;
+    fx_device_allocs(f, 3);
+    fx_create(f);
+    static struct recorder r;
+    listen_to_misses(f, &r);
+    fx_use(f, FX_ALLOC(2), 64);
+    assert_int_equal(r.n, 1);
+    assert_int_equal(r.at[0].kind, AFTER_MISS);
+    r.n = 0;
+    rc_listener_pending(f->c, r.id, true);
+    regcache_put(f->c, fx_get_rail(f, 1, A + 64, 64));
+    assert_int_equal(r.n, 2);
+    expect(&r.at[0], BEFORE_MISS, false);
+    assert_int_equal(r.at[0].start, A + 64);
+    assert_int_equal(r.at[0].end, A + 128);
+    assert_int_equal(r.at[0].rails, 2);
+    assert_int_equal(r.at[0].live_backend, 1); /* FX_ALLOC(2)'s alone */
+    expect(&r.at[1], AFTER_MISS, false);
+    assert_int_equal(r.at[1].live_backend, 2);
+    /* Another rail of that entry is no miss of memory, and then a hit. */
+    fx_use(f, A + 64, 64);
+    regcache_put(f->c, fx_get(f, A + 64, 64));
+    assert_int_equal(r.n, 2);
+    assert_int_equal(regcache_prefetch(f->c, 0, (void *)B, 64), REGCACHE_OK);
+    assert_int_equal(regcache_prefetch_wait(f->c), REGCACHE_OK);
+    assert_int_equal(r.n, 3);
+    assert_int_equal(r.at[2].kind, AFTER_MISS);
+}
+
+/* What before_miss answers other than REGCACHE_OK ends the get with it:
+ * nothing is registered. */
+static void before_miss_ends_the_get(void **state)
+{
+    struct fx *f = *state;
+    fx_device_allocs(f, 1);
+    fx_create(f);
+    static struct recorder r;
+    listen_to_misses(f, &r)->refuse = REGCACHE_ERR_QUEUE_FULL;
+    rc_listener_pending(f->c, r.id, true);
+    fx_get_fails(f, A, 64, REGCACHE_ERR_QUEUE_FULL);
+    assert_int_equal(f->fb.regs, 0);
+    assert_int_equal(r.n, 1);
+    r.refuse = REGCACHE_OK;
+    fx_use(f, A, 64);
+    assert_int_equal(f->fb.regs, 1);
+}
+
+/* Allocations are heard after the notice, pinned host memory told apart. */
+static void allocations_heard(void **state)
+{
+    struct fx *f = *state;
+    fx_create(f);
+    static struct recorder r;
+    listen_to_misses(f, &r);
+    regcache_notify_alloc((void *)A, MiB);
+    regcache_notify_host_alloc((void *)B, 4096);
+    regcache_notify_free((void *)A, MiB);
+    assert_int_equal(r.n, 2);
+    expect(&r.at[0], ALLOC, false);
+    assert_int_equal(r.at[0].start, A);
+    assert_int_equal(r.at[0].end, A + MiB);
+    assert_int_equal(r.at[0].rails, 0);
+    assert_int_equal(r.at[1].start, B);
+    assert_int_equal(r.at[1].rails, 1);
+}
+
+/* At destroy every listener stops in the order they joined, then the
+ * entries are deregistered, then each hears the drain, the last first. */
+static void drain_after_entries_in_reverse(void **state)
+{
+    struct fx *f = *state;
+    fx_device_allocs(f, 1);
+    fx_create(f);
+    static struct recorder first, second;
+    listen_to_misses(f, &first);
+    listen_to_misses(f, &second);
+    fx_use(f, A, 64);
+    int misses = first.n;
+    regcache_destroy(f->c);
+    f->c = NULL;
+    assert_int_equal(first.n, misses + 2);
+    assert_int_equal(second.n, misses + 2);
+    assert_int_equal(first.at[misses].kind, DESTROY);
+    assert_int_equal(first.at[misses].live_backend, 1);
+    assert_int_equal(first.at[misses + 1].kind, DRAINED);
+    assert_int_equal(first.at[misses + 1].live_backend, 0);
+    assert_int_equal(second.at[misses].kind, DESTROY);
+    assert_int_equal(second.at[misses + 1].kind, DRAINED);
+    assert_true(first.at[misses].order < second.at[misses].order);
+    assert_true(second.at[misses].order < second.at[misses + 1].order);
+    assert_true(second.at[misses + 1].order < first.at[misses + 1].order);
 }
 
 FX_MAIN(published_and_rail_added, leave_then_deregister, held_entry_deregistered_at_put, evicted,
         pending_work_hears_invalidations, replay_lists_entries, destroy_is_the_last_event,
-        table_is_bounded)
+        table_is_bounded, misses_heard, before_miss_ends_the_get, allocations_heard,
+        drain_after_entries_in_reverse)

@@ -11,6 +11,7 @@
 
 #include "capture_stderr.h"
 #include "cache_fixture.h"
+#include "options.h"
 
 #define ALLOC(i) ((uintptr_t)0x7f0000000000ull + (uintptr_t)(i)*2 * MiB)
 
@@ -248,9 +249,71 @@ static void hooks_off(void **state)
     assert_non_null(strstr(regcache_last_error(), "REGCACHE_VALIDATION=notify"));
 }
 
+/* The process-wide variables, read where they act, parse as
+ * regcache_create() parses them: the same values, and a bad value refused
+ * with the message create gives. */
+static void create_refuses_as(const char *why)
+{
+    struct regcache_params p;
+    regcache_t *c;
+    fake_init(&fb);
+    fake_params(&fb, &p);
+    assert_int_equal(regcache_create(&p, &c), REGCACHE_ERR_INVALID);
+    assert_string_equal(regcache_last_error(), why);
+}
+
+static void process_wide_options(void **state)
+{
+    (void)state;
+    char why[256];
+    bool on = false;
+    const char *ns = "x";
+    size_t bytes = 1;
+    assert_true(rc_option_ledger(&on, why, sizeof why));
+    assert_true(on);
+    assert_true(rc_option_ledger_namespace(&ns, why, sizeof why));
+    assert_null(ns);
+    assert_true(rc_option_bar1_bytes(&bytes, why, sizeof why));
+    assert_int_equal(bytes, 0);
+
+    setenv("REGCACHE_LEDGER", "No", 1);
+    assert_true(rc_option_ledger(&on, why, sizeof why));
+    assert_false(on);
+    setenv("REGCACHE_LEDGER", "sometimes", 1);
+    assert_false(rc_option_ledger(&on, why, sizeof why));
+    assert_string_equal(why, "REGCACHE_LEDGER=\"sometimes\": expected on or off");
+    create_refuses_as(why);
+    unsetenv("REGCACHE_LEDGER");
+
+    setenv("REGCACHE_LEDGER_NAMESPACE", "", 1);
+    assert_true(rc_option_ledger_namespace(&ns, why, sizeof why));
+    assert_null(ns);
+    setenv("REGCACHE_LEDGER_NAMESPACE", "ci_42", 1);
+    assert_true(rc_option_ledger_namespace(&ns, why, sizeof why));
+    assert_string_equal(ns, "ci_42");
+    static const char *const bad_ns[] = { "a-b", "a.b", "123456789012345678901234567890123" };
+    for (size_t i = 0; i < sizeof bad_ns / sizeof bad_ns[0]; i++) {
+        setenv("REGCACHE_LEDGER_NAMESPACE", bad_ns[i], 1);
+        assert_false(rc_option_ledger_namespace(&ns, why, sizeof why));
+        assert_non_null(strstr(why, "REGCACHE_LEDGER_NAMESPACE=\""));
+        create_refuses_as(why);
+    }
+    unsetenv("REGCACHE_LEDGER_NAMESPACE");
+
+    setenv("REGCACHE_BAR1_BYTES", "256M", 1);
+    assert_true(rc_option_bar1_bytes(&bytes, why, sizeof why));
+    assert_int_equal(bytes, 256 * MiB);
+    setenv("REGCACHE_BAR1_BYTES", "0x10", 1);
+    assert_false(rc_option_bar1_bytes(&bytes, NULL, 0));
+    assert_false(rc_option_bar1_bytes(&bytes, why, sizeof why));
+    create_refuses_as(why);
+    unsetenv("REGCACHE_BAR1_BYTES");
+}
+
 int main(void)
 {
     return FX_RUN(clean_env, clean_env, max_entries_and_bytes, validation_alignment_whole,
                   host_memory, host_monitor_ucm, bad_values_are_refused, sizes_take_suffixes,
-                  params_errors_name_the_field, stats_dump_at_destroy, hooks_off);
+                  params_errors_name_the_field, stats_dump_at_destroy, hooks_off,
+                  process_wide_options);
 }

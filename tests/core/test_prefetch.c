@@ -20,6 +20,7 @@
 
 #include "cache.h"
 #include "cache_fixture.h"
+#include "prefetch.h"
 #include "test_sync.h"
 
 #define A FX_ALLOC(0)
@@ -425,7 +426,7 @@ static void eager_pinned_host_refused(void **state)
     regcache_notify_host_alloc((const void *)A, MiB);
     await_idle(f);
     fx_assert_stats(f, FX_STAT(prefetches, 0), FX_STAT(prefetch_failures, 0), NULL);
-    assert_int_equal(f->c->pf.started, 0);
+    assert_int_equal(rc_prefetch_of(f->c)->started, 0);
     assert_int_equal(f->fb.queries, 0);
 }
 
@@ -485,9 +486,10 @@ static void open_when_stopping(void *arg)
 {
     struct regcache *c = arg;
     for (;;) {
-        rc_lock(&c->pf.lock);
-        bool stopping = c->pf.stopping;
-        rc_unlock(&c->pf.lock);
+        struct rc_prefetch *p = rc_prefetch_of(c);
+        rc_lock(&p->lock);
+        bool stopping = p->stopping;
+        rc_unlock(&p->lock);
         if (stopping)
             break;
         sched_yield();

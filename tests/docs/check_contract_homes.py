@@ -76,7 +76,7 @@ def public_names():
             for n in re.findall(r"\(\s*\*\s*(\w+)\s*\)\s*\(", body):
                 names[n] = "callback member"
     options = open(os.path.join(src, "src", "common", "options.c")).read()
-    for n in re.findall(r'^\s*\{\s*"(REGCACHE_\w+)"', options, re.M):
+    for n in re.findall(r'^\s*(?:\[\w+\]\s*=\s*)?\{\s*"(REGCACHE_\w+)"', options, re.M):
         names[n] = "variable"
     return names
 

@@ -21,6 +21,7 @@
 #include "intercept.h"
 #include "patch.h"
 #include "prologue.h"
+#include "quiet_calls.h"
 
 /* push %rbp; mov %rsp,%rbp; push %r12; sub $8,%rsp; cmpl $imm32,x(%rip) */
 static const uint8_t measured[] = { 0x55, 0x48, 0x89, 0xe5, 0x41, 0x54,
@@ -276,9 +277,9 @@ static void quiet_calls_are_not_reported(void **state)
     fixture_cached_alloc(c, 0);
     CUresult (*release)(CUdevice) =
         (CUresult(*)(CUdevice))fixture_own("cuDevicePrimaryCtxRelease_v2");
-    rc_intercept_quiet(true);
+    rc_cuda_quiet(true);
     assert_int_equal(release(0), CUDA_SUCCESS);
-    rc_intercept_quiet(false);
+    rc_cuda_quiet(false);
     assert_int_equal(fixture_notified(c), 0);
     assert_int_equal(release(0), CUDA_SUCCESS);
     assert_int_equal(fixture_notified(c), 1);

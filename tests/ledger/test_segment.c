@@ -103,7 +103,7 @@ static void ledger_off_or_misnamed_is_refused(void **state)
     setenv("REGCACHE_LEDGER", "off", 1);
     refused("dev0", "REGCACHE_LEDGER=off");
     setenv("REGCACHE_LEDGER", "sometimes", 1);
-    refused("dev0", "neither on nor off");
+    refused("dev0", "REGCACHE_LEDGER=\"sometimes\": expected on or off");
     char path[256];
     segment_path("dev0", path, sizeof path);
     assert_int_equal(access(path, F_OK), -1);

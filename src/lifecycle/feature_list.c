@@ -6,9 +6,18 @@
 
 #include "cache.h"
 #include "device_keys.h"
+#include "host_watch.h"
+#include "prefetch.h"
+#include "stats_publish.h"
 
+/* In the order they stop at destroy (listeners.h): background
+ * registration's workers first, as they register through the cache; the
+ * statistics last, as every registration before tells them. */
 static int (*const features[])(struct regcache *c, const struct rc_options *o) = {
+    rc_prefetch_open,
     rc_device_keys_open,
+    rc_host_watch_open,
+    rc_stats_open,
 };
 
 int rc_features_open(struct regcache *c)

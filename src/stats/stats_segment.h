@@ -6,8 +6,8 @@
  * regcache-stat: the layout, the name, and mapping it to read, with the
  * ledger's rules (ledger_segment.h): only a regular file of this user with
  * mode 0600, checked field by field, guarded against truncation. */
-#ifndef RC_STAT_SEGMENT_H
-#define RC_STAT_SEGMENT_H
+#ifndef RC_STATS_SEGMENT_H
+#define RC_STATS_SEGMENT_H
 
 #include <stdatomic.h>
 #include <stdbool.h>

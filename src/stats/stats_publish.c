@@ -2,7 +2,9 @@
  * the process's first cache, a record per cache, removed with the last
  * cache.  Records go out at create, on misses at most every 100 ms, and at
  * a reset; hits never write them.  A fork child's caches write nothing:
- * the segment it inherited is its parent's. */
+ * the segment it inherited is its parent's (stats_publish.h). */
+#include "stats_publish.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -11,13 +13,27 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "cache.h"
+#include "last_error.h"
 #include "ledger_guard.h"
-#include "stat_segment.h"
-#include "stat_publish.h"
+#include "options.h"
+#include "stats_dump.h"
+#include "stats_read.h"
+#include "stats_segment.h"
+
+/* One cache's record. */
+struct record {
+    struct regcache *cache;
+    int index;                      /* in the process's segment, or -1 */
+    int pid;                        /* the process whose segment that is */
+    atomic_uint_fast64_t published; /* when it last went out (a clock reading) */
+    char note[256];                 /* why it has no record, for the dump */
+    bool dump;                      /* REGCACHE_STATS */
+};
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
@@ -207,7 +223,7 @@ static void install_atfork(void)
     pthread_atfork(NULL, NULL, child_after_fork);
 }
 
-void rc_statseg_attach(struct regcache *c)
+static void attach(struct record *r)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, install_atfork);
@@ -215,55 +231,60 @@ void rc_statseg_attach(struct regcache *c)
     struct rc_statseg *s = segment_locked();
     for (unsigned i = 0; s && i < RC_STATSEG_CACHES; i++)
         if (!atomic_load_explicit(&s->cache[i].in_use, memory_order_relaxed)) {
-            c->stat_record = (int)i;
-            c->stat_pid = proc.pid;
+            r->index = (int)i;
+            r->pid = proc.pid;
             proc.users++;
-            write_locked(c, &s->cache[i]);
+            write_locked(r->cache, &s->cache[i]);
             break;
         }
-    if (s && c->stat_record < 0)
+    if (s && r->index < 0)
         snprintf(proc.why, sizeof proc.why,
                  "not in the statistics segment: the process has %u caches shown already",
                  RC_STATSEG_CACHES);
-    if (c->stat_record < 0)
-        snprintf(c->stat_note, sizeof c->stat_note, "%s", proc.why);
+    if (r->index < 0)
+        snprintf(r->note, sizeof r->note, "%s", proc.why);
     pthread_mutex_unlock(&lock);
 }
 
-/* Under lock: c's record is in this process's segment (not in one a fork
- * child's cache inherited, nor in the child's own at the same place). */
-static bool ours_locked(const struct regcache *c)
+/* Under lock: r is in this process's segment (not in one a fork child's
+ * cache inherited, nor in the child's own at the same place). */
+static bool ours_locked(const struct record *r)
 {
-    return c->stat_record >= 0 && proc.seg && c->stat_pid == proc.pid && proc.pid == getpid();
+    return r->index >= 0 && proc.seg && r->pid == proc.pid && proc.pid == getpid();
 }
 
-void rc_statseg_publish(struct regcache *c)
+static void publish(struct record *r)
 {
     pthread_mutex_lock(&lock);
-    if (ours_locked(c))
-        write_locked(c, &proc.seg->cache[c->stat_record]);
+    if (ours_locked(r))
+        write_locked(r->cache, &proc.seg->cache[r->index]);
     pthread_mutex_unlock(&lock);
 }
 
-void rc_statseg_tick(struct regcache *c, uint64_t now)
+/* On a miss, at clock reading `now` (clock.h; the miss's own where it
+ * registered): the record goes out when it last did 100 ms ago or more. */
+static void after_miss(void *arg, uint64_t now)
 {
-    uint64_t last = atomic_load_explicit(&c->stat_published, memory_order_relaxed);
-    if (c->stat_record < 0 || !rc_clock_100ms_since(last, now) ||
-        !atomic_compare_exchange_strong_explicit(&c->stat_published, &last, now,
-                                                 memory_order_relaxed, memory_order_relaxed))
+    struct record *r = arg;
+    uint64_t last = atomic_load_explicit(&r->published, memory_order_relaxed);
+    if (r->index < 0 || !rc_clock_100ms_since(last, now) ||
+        !atomic_compare_exchange_strong_explicit(&r->published, &last, now, memory_order_relaxed,
+                                                 memory_order_relaxed))
         return;
-    rc_statseg_publish(c);
+    publish(r);
 }
 
-void rc_statseg_detach(struct regcache *c)
+/* The record goes back; the last one removes the segment. */
+static void on_destroy(void *arg)
 {
+    struct record *r = arg;
     pthread_mutex_lock(&lock);
-    if (ours_locked(c)) {
-        struct rc_statseg_cache *r = &proc.seg->cache[c->stat_record];
-        uint64_t seq = atomic_load_explicit(&r->seq, memory_order_relaxed);
-        store(&r->seq, seq + 1);
-        store(&r->in_use, 0);
-        atomic_store_explicit(&r->seq, seq + 2, memory_order_release);
+    if (ours_locked(r)) {
+        struct rc_statseg_cache *rec = &proc.seg->cache[r->index];
+        uint64_t seq = atomic_load_explicit(&rec->seq, memory_order_relaxed);
+        store(&rec->seq, seq + 1);
+        store(&rec->in_use, 0);
+        atomic_store_explicit(&rec->seq, seq + 2, memory_order_release);
         if (--proc.users == 0) {
             char path[sizeof RC_LEDGER_DIR + RC_STATSEG_NAME_MAX + 1];
             snprintf(path, sizeof path, "%s/%s", RC_LEDGER_DIR, proc.name);
@@ -273,6 +294,42 @@ void rc_statseg_detach(struct regcache *c)
             proc.seg = NULL;
         }
     }
-    c->stat_record = -1;
+    r->index = -1;
     pthread_mutex_unlock(&lock);
+}
+
+/* The entries are deregistered: what the dump counts is final. */
+static void after_drain(void *arg)
+{
+    struct record *r = arg;
+    if (r->dump)
+        rc_stats_dump(r->cache, r->note);
+    free(r);
+}
+
+static const struct rc_listener listener = {
+    .after_miss = after_miss,
+    .on_destroy = on_destroy,
+    .after_drain = after_drain,
+};
+
+int rc_stats_open(struct regcache *c, const struct rc_options *o)
+{
+    struct record *r = calloc(1, sizeof *r);
+    if (!r)
+        return rc_fail(REGCACHE_ERR_NO_MEMORY, "out of memory for the cache's statistics record");
+    *r = (struct record){ .cache = c, .index = -1, .dump = o->stats_dump };
+    if (rc_listen(c, &listener, r) < 0) {
+        free(r);
+        return rc_fail(REGCACHE_ERR_NO_MEMORY, "no room on the cache's edge for its statistics");
+    }
+    attach(r);
+    return REGCACHE_OK;
+}
+
+void rc_stats_publish_now(struct regcache *c)
+{
+    struct record *r = rc_listener_arg(c, &listener);
+    if (r)
+        publish(r);
 }

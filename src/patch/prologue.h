@@ -1,4 +1,4 @@
-/* The x86-64 instructions at a function's entry that the interception
+/* The x86-64 instructions at a function's entry that the patcher
  * understands, and the code it builds from them.
  *
  * The patch (a jmp rel32) goes over one whole instruction of at least its

@@ -15,7 +15,8 @@ void rc_registry_remove(struct regcache *c);
  * for that).  Thread safe. */
 void rc_registry_each(void (*fn)(struct regcache *c, void *arg), void *arg);
 
-/* rc_cache_fence_always() on every cache (asym_fence.c). */
+/* rc_cache_fence_always() on every cache: what the switch to real fences
+ * calls (asym_fence.h). */
 void rc_registry_fence_everywhere(void);
 
 #endif

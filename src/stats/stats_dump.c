@@ -5,10 +5,12 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "stats_dump.h"
+
 #include "budget_source.h"
 #include "cache.h"
 #include "ledger.h"
-#include "stats.h"
+#include "stats_read.h"
 
 #define PREFIX "regcache %s (%p): "
 
@@ -67,7 +69,7 @@ static void dump_leaves(const struct regcache *c, const struct regcache_stats *s
     fprintf(stderr, PREFIX "left:%s\n", c->opts.name, (const void *)c, line);
 }
 
-void rc_stats_dump(const struct regcache *c)
+void rc_stats_dump(const struct regcache *c, const char *record_note)
 {
     struct regcache_stats s;
     regcache_get_stats(c, &s);
@@ -92,8 +94,8 @@ void rc_stats_dump(const struct regcache *c)
     dump_leaves(c, &s);
     dump_backend(c);
     dump_rails(c, &s);
-    if (c->stat_note[0])
-        fprintf(stderr, PREFIX "%s\n", c->opts.name, (const void *)c, c->stat_note);
+    if (record_note[0])
+        fprintf(stderr, PREFIX "%s\n", c->opts.name, (const void *)c, record_note);
     if (c->ledger_note[0])
         fprintf(stderr, PREFIX "%s\n", c->opts.name, (const void *)c, c->ledger_note);
     for (int i = 0; i < RC_MAX_DEVICES; i++) {

@@ -28,7 +28,6 @@
 
 #define BETWEEN ((uintptr_t)1)
 
-atomic_uint rc_fork_generation_now;
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic(struct regcache *) registry_head;
 static atomic_int registry_count;
@@ -47,7 +46,6 @@ static _Thread_local unsigned anonymous_depth;
  * deregistering.  The lock is made anew: a parent thread may have held it. */
 static void atfork_child(void)
 {
-    atomic_fetch_add(&rc_fork_generation_now, 1);
     pthread_mutex_init(&registry_lock, NULL);
     atomic_store(&registry_head, NULL);
     atomic_store(&registry_count, 0);
@@ -226,20 +224,23 @@ void rc_registry_each(void (*fn)(struct regcache *c, void *arg), void *arg)
     walk_leave(t, &w);
 }
 
-/* A notice to every cache; after an allocation, eager registration queues
- * the new memory too. */
+/* Which notice: a free, or an allocation (of pinned host memory). */
+enum notice_of { FREED, ALLOCATED, ALLOCATED_HOST };
+
+/* A notice to every cache; an allocation goes on to the listeners (eager
+ * registration queues the new memory). */
 struct notice {
     uintptr_t start, end;
     enum regcache_reason why;
-    enum rc_eager allocated;
+    enum notice_of allocated;
 };
 
 static void notify_cache(struct regcache *c, void *arg)
 {
     const struct notice *n = arg;
     rc_cache_notify(c, n->start, n->end, n->why);
-    if (n->allocated != RC_EAGER_NONE)
-        rc_eager_notify(c, n->start, n->end, n->allocated);
+    if (n->allocated != FREED)
+        rc_listeners_allocated(c, n->start, n->end, n->allocated == ALLOCATED_HOST);
 }
 
 /* Both notices drop what overlaps the range, in every cache: before a free
@@ -247,13 +248,13 @@ static void notify_cache(struct regcache *c, void *arg)
  * so that nothing a get registered of the memory that was there before
  * (between the first notice and the free itself) survives. */
 static void invalidate_all(uintptr_t start, uintptr_t end, enum regcache_reason why,
-                           enum rc_eager allocated)
+                           enum notice_of allocated)
 {
     struct notice n = { start, end, why, allocated };
     rc_registry_each(notify_cache, &n);
 }
 
-static void notify(const void *addr, size_t len, enum rc_eager allocated)
+static void notify(const void *addr, size_t len, enum notice_of allocated)
 {
     uintptr_t start = (uintptr_t)addr;
     if (len == 0 || len > UINTPTR_MAX - start)
@@ -263,15 +264,15 @@ static void notify(const void *addr, size_t len, enum rc_eager allocated)
 
 void regcache_notify_free(const void *addr, size_t len)
 {
-    notify(addr, len, RC_EAGER_NONE);
+    notify(addr, len, FREED);
 }
 
 void regcache_notify_alloc(const void *addr, size_t len)
 {
-    notify(addr, len, RC_EAGER_ALLOC);
+    notify(addr, len, ALLOCATED);
 }
 
 void regcache_notify_host_alloc(const void *addr, size_t len)
 {
-    notify(addr, len, RC_EAGER_HOST);
+    notify(addr, len, ALLOCATED_HOST);
 }

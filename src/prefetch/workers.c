@@ -14,6 +14,8 @@
 #include "exiting.h"
 #include "prefetch.h"
 
+__thread bool rc_in_worker __attribute__((tls_model("initial-exec")));
+
 /* Looks at the queue by an idle worker before it sleeps, about 50 us: in a
  * burst of queued ranges (a non-blocking get per transfer, a model's
  * tensors allocated one after the other) the queueing threads then find
@@ -56,7 +58,7 @@ static struct rc_job *next_job(struct rc_prefetch *p)
 {
     struct rc_job *j = NULL;
     bool looked = false;
-    while (!p->stopping && !(room(p) && (j = rc_prefetch_next_locked(p)))) {
+    while (!p->stopping && !(room(p) && (j = rc_queue_next_locked(p)))) {
         if (!looked && !p->watching && room(p)) {
             p->watching = true;
             rc_unlock(&p->lock);
@@ -79,9 +81,11 @@ static struct rc_job *next_job(struct rc_prefetch *p)
     return j;
 }
 
-/* Under p's lock: a worker's job ended. */
-static void job_ended(struct rc_prefetch *p)
+/* Under p's lock: a worker's job ended (a failure kept already); its
+ * listing goes. */
+static void job_ended(struct rc_prefetch *p, struct rc_job *job)
 {
+    rc_queue_unlist_locked(p, job);
     p->busy--;
     size_t queued = atomic_load_explicit(&p->waiting, memory_order_relaxed);
     if (rc_sizer_ended(&p->sizer, rc_clock_now(), queued > UINT_MAX ? UINT_MAX : (unsigned)queued))
@@ -109,8 +113,8 @@ static int register_job(struct regcache *c, const struct rc_job *j)
 
 static void *worker(void *arg)
 {
-    struct regcache *c = arg;
-    struct rc_prefetch *p = &c->pf;
+    struct rc_prefetch *p = arg;
+    struct regcache *c = p->cache;
     rc_in_worker = true;
     rc_lock(&p->lock);
     for (;;) {
@@ -123,17 +127,18 @@ static void *worker(void *arg)
         int rc = rc_exiting() ? RC_NO_ROOM : register_job(c, j);
         if (rc == RC_NO_ROOM)
             rc_count(&p->dropped);
-        rc_prefetch_done(c, j, rc);
+        else if (rc < 0)
+            rc_failure_keep(p, j, rc);
         rc_lock(&p->lock);
-        job_ended(p);
+        job_ended(p, j);
     }
     rc_unlock(&p->lock);
     return NULL;
 }
 
-int rc_workers_start_locked(struct regcache *c)
+int rc_workers_start_locked(struct rc_prefetch *p)
 {
-    struct rc_prefetch *p = &c->pf;
+    const struct regcache *c = p->cache;
     if (!p->threads) {
         p->nthreads = c->opts.params.workers ? c->opts.params.workers : c->rails;
         p->threads = calloc(p->nthreads, sizeof(*p->threads));
@@ -148,15 +153,14 @@ int rc_workers_start_locked(struct regcache *c)
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
     while (p->started < p->nthreads &&
-           pthread_create(&p->threads[p->started], NULL, worker, c) == 0)
+           pthread_create(&p->threads[p->started], NULL, worker, p) == 0)
         pthread_setname_np(p->threads[p->started++], "regcache-reg");
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     return p->started ? REGCACHE_OK : REGCACHE_ERR_NO_MEMORY;
 }
 
-void rc_workers_join(struct regcache *c)
+void rc_workers_join(struct rc_prefetch *p)
 {
-    struct rc_prefetch *p = &c->pf;
     for (unsigned i = 0; i < p->started; i++)
         pthread_join(p->threads[i], NULL);
     p->started = 0;

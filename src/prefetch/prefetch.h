@@ -16,7 +16,16 @@
  * the listing's size bounds the queue.  A worker's failure is kept for the
  * next get of that range and rail, which returns it (with its message)
  * instead of registering again; an invalidation of the range forgets it,
- * and a get that finds other memory there (struct rc_memory_id) drops it. */
+ * and a get that finds other memory there (struct rc_memory_id) drops it.
+ *
+ * A feature on the cache's edge (listeners.h): it hears a get's miss
+ * before it registers (a kept failure, or a non-blocking get's range to
+ * queue), allocations (eager registration), invalidations while it keeps
+ * failures, and the destroy.  The room's files, from the top: the public
+ * calls (prefetch_calls.c), the feature and the queueing of a range
+ * (prefetch.c), the worker threads (workers.c) and how many register at
+ * once (worker_sizer.c), the queue itself (prefetch_queue.c) and the kept
+ * failures (kept_failures.c). */
 #ifndef RC_PREFETCH_H
 #define RC_PREFETCH_H
 
@@ -31,6 +40,8 @@
 #include "worker_sizer.h"
 
 struct regcache;
+struct regcache_entry;
+struct rc_options;
 
 /* Failures kept for the gets that follow; older ones give way. */
 #define RC_PREFETCH_FAILURES 32
@@ -69,6 +80,8 @@ struct rc_failure {
 };
 
 struct rc_prefetch {
+    struct regcache *cache;
+    int listener;        /* its number in the cache's listener table */
     struct rc_lock lock; /* everything below but the counters */
     struct rc_cond work; /* a job was queued, or the workers must stop */
     struct rc_cond idle; /* the last listed job ended */
@@ -89,9 +102,10 @@ struct rc_prefetch {
     bool watching; /* an idle worker watches the queue before it sleeps */
     bool stopping;
     /* RC_PREFETCH_FAILURES of them, made with the queue; how many are
-     * kept is struct regcache's prefetch_failures_kept. */
+     * kept: changed under the lock, read by every miss of a get. */
     struct rc_failure *failed;
     unsigned failed_next;
+    atomic_uint failures_kept;
     atomic_uint_fast64_t queued, failures, dropped;
 };
 
@@ -99,63 +113,87 @@ struct rc_prefetch {
  * queue it is part of. */
 extern __thread bool rc_in_worker __attribute__((tls_model("initial-exec")));
 
-/* Set around a get with REGCACHE_GET_NONBLOCK: its miss queues the range
- * and returns REGCACHE_ERR_AGAIN (rc_nonblock_miss). */
-extern __thread bool rc_get_nonblocking __attribute__((tls_model("initial-exec")));
+/* ---- the feature and the queueing of a range (prefetch.c) --------------- */
+
+/* At create: the feature joins the cache's edge.  REGCACHE_OK or
+ * ERR_NO_MEMORY. */
+int rc_prefetch_open(struct regcache *c, const struct rc_options *o);
+
+/* The cache's background registration. */
+struct rc_prefetch *rc_prefetch_of(const struct regcache *c);
 
 /* Queue [start, end) on `rail` for a worker; REGCACHE_OK when queued or
  * already queued or in flight, ERR_QUEUE_FULL, ERR_NO_MEMORY (the queue or
  * the first worker could not be made), ERR_INVALID after the cache began
  * to stop. */
-int rc_prefetch_queue(struct regcache *c, uintptr_t start, uintptr_t end, struct rc_req rq,
+int rc_prefetch_queue(struct rc_prefetch *p, uintptr_t start, uintptr_t end, struct rc_req rq,
                       enum rc_eager from);
 
-/* A miss of a non-blocking get: a failure kept for the range, or the range
- * queued and REGCACHE_ERR_AGAIN (or why it could not be). */
-int rc_nonblock_miss(struct regcache *c, uintptr_t start, uintptr_t end, struct rc_req rq);
-
-/* The status of a failed background registration of a range overlapping
- * [start, end) on `rail`, taken (with its message), or REGCACHE_OK; a
- * failure about memory that is no longer there is dropped instead.  Asks
- * the memory query (or, for host memory, the kernel) only when a failure
- * is kept for the range. */
-int rc_prefetch_take_failure(struct regcache *c, uintptr_t start, uintptr_t end, unsigned rail);
-
-/* The memory of [start, end) went away: its kept failures no longer say
- * anything of what may be allocated there next. */
-void rc_prefetch_forget(struct regcache *c, uintptr_t start, uintptr_t end);
-
-/* regcache_notify_alloc()'s per-cache step: with eager registration on, a
- * large enough allocation is queued on the chosen rails; pinned host
- * memory only where the cache takes host memory. */
-void rc_eager_notify(struct regcache *c, uintptr_t start, uintptr_t end, enum rc_eager from);
-
-/* Destroy: queued jobs are dropped, the worker threads finish the
- * registrations they are in and are joined; in a fork child, whose
- * workers were the parent's, nothing is waited for. */
-void rc_prefetch_stop(struct regcache *c);
+/* Ranges queued, failed and dropped since create (for the statistics). */
+void rc_prefetch_counts(const struct regcache *c, uint64_t *queued, uint64_t *failed,
+                        uint64_t *dropped);
 
 /* ---- workers (workers.c) ------------------------------------------------ */
 
 /* Under p's lock: start the cache's workers unless they run (a thread
  * that cannot start is left out while one runs); REGCACHE_OK or
  * ERR_NO_MEMORY. */
-int rc_workers_start_locked(struct regcache *c);
+int rc_workers_start_locked(struct rc_prefetch *p);
 
-/* Join the workers of c, which were told to stop. */
-void rc_workers_join(struct regcache *c);
+/* Join the workers, which were told to stop. */
+void rc_workers_join(struct rc_prefetch *p);
 
 /* Under p's lock, after jobs were queued or the limit rose: wake sleeping
  * workers for the queued jobs that no awake one will take and the limit
  * lets run.  A wake is a system call: none while awake workers suffice. */
 void rc_workers_wake_locked(struct rc_prefetch *p);
 
-/* A worker's job ended (registered, failed, or nothing to do): let go of
- * its listing; `status` and the thread's last error are kept for the next
- * get when it failed.  Takes p's lock. */
-void rc_prefetch_done(struct regcache *c, struct rc_job *job, int status);
+/* ---- the queue (prefetch_queue.c) --------------------------------------- */
+
+/* Under p's lock: the jobs and their listing, made at the first use;
+ * REGCACHE_OK or ERR_NO_MEMORY. */
+int rc_queue_make_locked(struct rc_prefetch *p, size_t capacity);
+
+/* Under p's lock: a job for [start, end) on rq queued and listed, or NULL
+ * when capacity jobs are listed already.  `*already`: one is listed for
+ * the same range, rail and access (then nothing is queued). */
+struct rc_job *rc_queue_add_locked(struct rc_prefetch *p, uintptr_t start, uintptr_t end,
+                                   struct rc_req rq, enum rc_eager from, bool *already);
 
 /* Under p's lock: the next queued job, or NULL. */
-struct rc_job *rc_prefetch_next_locked(struct rc_prefetch *p);
+struct rc_job *rc_queue_next_locked(struct rc_prefetch *p);
+
+/* Under p's lock: a job taken from the queue ended; its listing goes. */
+void rc_queue_unlist_locked(struct rc_prefetch *p, struct rc_job *job);
+
+/* Under p's lock: every queued job is dropped (destroy). */
+void rc_queue_drop_locked(struct rc_prefetch *p);
+
+void rc_queue_free(struct rc_prefetch *p);
+
+/* ---- kept failures (kept_failures.c) ------------------------------------ */
+
+/* A job failed with `status`: counted, and - unless the memory is gone -
+ * kept with the thread's last error for the next get of its range and
+ * rail, while the memory there stays what it was.  Takes p's lock. */
+void rc_failure_keep(struct rc_prefetch *p, const struct rc_job *job, int status);
+
+/* Is some failure kept?  One load, without the lock. */
+static inline bool rc_failures_kept(const struct rc_prefetch *p)
+{
+    return atomic_load_explicit(&((struct rc_prefetch *)p)->failures_kept, memory_order_relaxed) !=
+           0;
+}
+
+/* The status of a failed background registration of a range overlapping
+ * [start, end) on `rail`, taken (with its message), or REGCACHE_OK; a
+ * failure about memory that is no longer there is dropped instead.  Asks
+ * the memory query (or, for host memory, the kernel) only when a failure
+ * is kept for the range. */
+int rc_failure_take(struct rc_prefetch *p, uintptr_t start, uintptr_t end, unsigned rail);
+
+/* The memory of [start, end) went away: its kept failures no longer say
+ * anything of what may be allocated there next. */
+void rc_failures_forget(struct rc_prefetch *p, uintptr_t start, uintptr_t end);
 
 #endif

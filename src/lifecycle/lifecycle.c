@@ -7,9 +7,7 @@
 #include "asym_fence.h"
 #include "cache.h"
 #include "feature_list.h"
-#include "stat_publish.h"
 #include "hook_detect.h"
-#include "host_monitor.h"
 #include "intercept.h"
 #include "last_error.h"
 #include "cache_registry.h"
@@ -54,7 +52,7 @@ static int resolve_validation(struct regcache *c)
     if (!o->intercept)
         snprintf(why, n, "REGCACHE_HOOKS=off: no in-process interception");
     else if (rc_intercept_ensure(why, n)) {
-        c->watch_patches = true;
+        c->patches_intact = rc_intercept_intact;
         return REGCACHE_OK;
     }
     if (asked == REGCACHE_VALIDATE_HOOKS)
@@ -68,32 +66,6 @@ static int resolve_validation(struct regcache *c)
     if (o->intercept)
         rc_set_error("validation TAG_CHECK: %s", why);
     return REGCACHE_OK;
-}
-
-/* A validation reason goes on with what the host memory monitor does. */
-static void append_host_reason(const struct regcache *c, char *why, size_t n)
-{
-    size_t used = strnlen(why, n - 1);
-    snprintf(why + used, n - used, "%s", c->host_reason);
-}
-
-/* Another patcher may write libcuda's entries back after the self-test
- * proved them: frees then go unseen.  Misses look (hits stay as they are);
- * the first that finds a patch gone makes every later hit check tags. */
-void rc_validation_recheck(struct regcache *c)
-{
-    char why[sizeof c->lost_reason];
-    if (atomic_load_explicit(&c->tag_check, memory_order_relaxed) ||
-        rc_intercept_intact(why, sizeof why))
-        return;
-    rc_lock(&c->lock);
-    if (!atomic_load_explicit(&c->tag_check, memory_order_relaxed)) {
-        snprintf(c->lost_reason, sizeof c->lost_reason, "%s", why);
-        append_host_reason(c, c->lost_reason, sizeof c->lost_reason);
-        /* Release: a reader that sees TAG_CHECK sees the reason. */
-        atomic_store_explicit(&c->tag_check, true, memory_order_release);
-    }
-    rc_unlock(&c->lock);
 }
 
 static int make_backend(struct regcache *c)
@@ -145,7 +117,8 @@ int regcache_create(const struct regcache_params *params, regcache_t **out)
         return rc_fail(REGCACHE_ERR_INVALID, "regcache_create: %s is NULL",
                        !params ? "params" : "cache");
     rc_clear_error();
-    rc_fence_setup();
+    rc_fence_setup(rc_registry_fence_everywhere);
+    rc_fork_generation_watch();
     rc_clock_setup();
 
     struct regcache *c;
@@ -161,7 +134,6 @@ int regcache_create(const struct regcache_params *params, regcache_t **out)
     for (int i = 0; i < RC_DEVICE_SLOTS; i++)
         rc_lru_init(&c->dev[i].lru, &c->index);
 
-    c->stat_record = -1;
     int rc = rc_stats_init(&c->stats) == REGCACHE_OK
                  ? rc_options_resolve(params, &c->opts)
                  : rc_fail(REGCACHE_ERR_NO_MEMORY, "out of memory allocating the statistics");
@@ -192,10 +164,6 @@ int regcache_create(const struct regcache_params *params, regcache_t **out)
         free_cache(c, true);
         return rc;
     }
-    rc_host_watch_setup(c);
-    if (p->host_memory)
-        snprintf(c->host_reason, sizeof c->host_reason, "; host memory: %s", c->host_note);
-    append_host_reason(c, c->opts.validation_reason, sizeof c->opts.validation_reason);
     bool tag_check = c->validation == REGCACHE_VALIDATE_TAG_CHECK;
     atomic_init(&c->tag_check, tag_check);
     atomic_init(&c->fenceless, tag_check && atomic_load(&rc_heavy_fence_works));
@@ -210,11 +178,16 @@ int regcache_create(const struct regcache_params *params, regcache_t **out)
     rc = rc_features_open(c);
     if (rc != REGCACHE_OK) {
         rc_listeners_call_destroy(c);
+        rc_listeners_call_drained(c);
         free_cache(c, true);
         return rc;
     }
+    /* The host memory feature said how the cache's host memory is watched
+     * (host_note): the validation reason goes on with it. */
+    if (p->host_memory)
+        snprintf(c->host_reason, sizeof c->host_reason, "; host memory: %s", c->host_note);
+    rc_validation_append_host(c, c->opts.validation_reason, sizeof c->opts.validation_reason);
     rc_registry_add(c);
-    rc_statseg_attach(c);
     /* A switch to real fences that went through the registry before the
      * add did not see this cache (asym_fence.c). */
     if (!atomic_load(&rc_heavy_fence_works))
@@ -231,14 +204,11 @@ void regcache_destroy(regcache_t *c)
     /* A fork child's registry no longer lists inherited caches. */
     if (!child)
         rc_registry_remove(c);
-    /* The workers register through the cache, tell its listeners what they
-     * published and publish its statistics record at their misses: they
-     * stop before any of these goes. */
-    rc_prefetch_stop(c);
-    /* Then the features on the edge, whose own threads may still register
-     * through the cache (and so tell them) until their on_destroy. */
+    /* The features on the edge stop in the order they joined: those whose
+     * threads register through the cache (background registration first,
+     * then the features that register with its workers' help) before the
+     * features that hear of registrations. */
     rc_listeners_call_destroy(c);
-    rc_statseg_detach(c);
     /* A parent thread that held the cache lock at the fork may have been
      * halfway through changing what it guards (a tree rotation, a heap or
      * table being grown): the child's copy of the lock is still held then,
@@ -250,19 +220,9 @@ void regcache_destroy(regcache_t *c)
     c->destroying = true;
     if (consistent)
         rc_cache_drain(c);
-    if (c->opts.stats_dump)
-        rc_stats_dump(c);
+    rc_listeners_call_drained(c);
     rc_budget_fini(c);
     free_cache(c, consistent);
-    rc_host_monitor_idle();
-}
-
-int regcache_validation_mode(const regcache_t *c)
-{
-    if (!c)
-        return rc_fail(REGCACHE_ERR_INVALID, "regcache_validation_mode: cache is NULL");
-    return atomic_load_explicit(&c->tag_check, memory_order_acquire) ? REGCACHE_VALIDATE_TAG_CHECK
-                                                                     : c->validation;
 }
 
 int regcache_method_used(const regcache_t *c)
@@ -275,12 +235,4 @@ int regcache_method_used(const regcache_t *c)
 const char *regcache_name(const regcache_t *c)
 {
     return c ? c->opts.name : NULL;
-}
-
-const char *regcache_validation_reason(const regcache_t *c)
-{
-    if (!c)
-        return NULL;
-    bool lost = c->watch_patches && atomic_load_explicit(&c->tag_check, memory_order_acquire);
-    return lost ? c->lost_reason : c->opts.validation_reason;
 }

@@ -1,6 +1,7 @@
-/* Names as each output wants them: the table's for a terminal, JSON's, the
- * Prometheus text format's.  A process name is whatever bytes the process
- * chose, cut by the kernel after 15 of them, maybe inside a character. */
+/* Text as each output wants it: names for a terminal's table, JSON's and
+ * the Prometheus text format's, sizes for a reader.  A process name is
+ * whatever bytes the process chose, cut by the kernel after 15 of them,
+ * maybe inside a character. */
 #include <stdbool.h>
 #include <stdio.h>
 
@@ -92,4 +93,17 @@ const char *printable(const char *s, char *out, size_t n)
     }
     out[k] = '\0';
     return out;
+}
+
+const char *size_text(uint64_t v, char *buf, size_t n)
+{
+    static const char units[] = "BKMGTP";
+    double x = (double)v;
+    int u = 0;
+    while (x >= 1024 && units[u + 1]) {
+        x /= 1024;
+        u++;
+    }
+    snprintf(buf, n, u ? "%.1f%c" : "%.0f%c", x, units[u]);
+    return buf;
 }

@@ -1,6 +1,6 @@
 /* The per-process statistics segment's layout, name and reading (see
- * stat_segment.h). */
-#include "stat_segment.h"
+ * stats_segment.h). */
+#include "stats_segment.h"
 
 #include <errno.h>
 #include <fcntl.h>
