@@ -223,6 +223,15 @@ struct bench_use {
     int error; /* the first failure's status */
 };
 void bench_get_put(struct bench_use *u, uintptr_t addr, size_t len);
+/* Evicting get+puts (churn.c): `regions` regions from base walked in a
+ * cycle, twice what the cache may keep, so that every get misses and
+ * evicts once the cache is full.  An op's run. */
+struct bench_cycle {
+    struct bench_use use; /* counts misses: every get */
+    uintptr_t base;
+    size_t regions, next;
+};
+void bench_cycle_run(void *ctx, struct bench_lane *l, uint64_t n);
 void bench_failed(struct bench_use *u, int status);
 uint64_t bench_counter(const struct bench_use *u);
 int bench_use_check(void *use, char *why, size_t len);

@@ -11,36 +11,33 @@
 
 #define BUDGET 1000
 
-struct cycle {
-    struct bench_use use; /* counts misses: every get */
-    uintptr_t base;
-    size_t next;
-};
-
-static void cycle_run(void *ctx, struct bench_lane *l, uint64_t n)
+void bench_cycle_run(void *ctx, struct bench_lane *l, uint64_t n)
 {
-    struct cycle *c = ctx;
+    struct bench_cycle *c = ctx;
     (void)l;
     for (uint64_t i = 0; i < n; i++) {
         bench_get_put(&c->use, c->base + c->next * BENCH_REGION, BENCH_GET);
-        c->next = (c->next + 1) % (2 * BUDGET);
+        c->next = (c->next + 1) % c->regions;
     }
     c->use.expect += n;
 }
 
 /* A cache filled by the cycle, so that every timed get evicts; -1 (r
  * emitted with a note) when it cannot be had. */
-static int open_cycle(struct cycle *c, struct bench_row *r, const struct bench_src *s, int by_bytes)
+static int open_cycle(struct bench_cycle *c, struct bench_row *r, const struct bench_src *s,
+                      int by_bytes)
 {
     char why[160];
-    *c = (struct cycle){ .use.counter = offsetof(struct regcache_stats, misses), .base = s->base };
+    *c = (struct bench_cycle){ .use.counter = offsetof(struct regcache_stats, misses),
+                               .base = s->base,
+                               .regions = 2 * BUDGET };
     c->use.cache = bench_cache(s, NULL, REGCACHE_VALIDATE_NOTIFY, by_bytes ? 0 : BUDGET,
                                by_bytes ? BUDGET * BENCH_REGION : 0, why, sizeof(why));
     if (!c->use.cache) {
         bench_note(r, "failed: %s", why);
         return -1;
     }
-    cycle_run(c, NULL, 2 * BUDGET);
+    bench_cycle_run(c, NULL, 2 * BUDGET);
     c->use.expect = bench_counter(&c->use);
     r->mode = regcache_validation_mode(c->use.cache);
     return 0;
@@ -52,8 +49,8 @@ static int open_cycle(struct cycle *c, struct bench_row *r, const struct bench_s
 #define IDLE_THREADS 512
 
 struct idlers {
-    struct cycle *cycle; /* whose cache they used */
-    uintptr_t addr;      /* what they got: the cycle's newest entry */
+    struct bench_cycle *cycle; /* whose cache they used */
+    uintptr_t addr;            /* what they got: the cycle's newest entry */
     pthread_t t[IDLE_THREADS];
     unsigned started, used;
     int leave;
@@ -79,7 +76,7 @@ static void *idle(void *arg)
 static void idlers_start(void *ctx)
 {
     struct idlers *d = ctx;
-    struct cycle *c = d->cycle;
+    struct bench_cycle *c = d->cycle;
     if (d->started)
         return;
     d->addr = c->base + (c->next + 2 * BUDGET - 1) % (2 * BUDGET) * BENCH_REGION;
@@ -111,11 +108,11 @@ static void idlers_stop(void *ctx)
         pthread_join(d->t[d->started - 1], NULL);
 }
 
-/* An arm of the idle-threads pair: the cycle first (cycle_run and
+/* An arm of the idle-threads pair: the cycle first (bench_cycle_run and
  * bench_use_check take the context for it), and whether the idle threads
  * are to be there. */
 struct idle_arm {
-    struct cycle cycle;
+    struct bench_cycle cycle;
     struct idlers *idlers;
     int want;
 };
@@ -158,7 +155,7 @@ static void churn_beside_idle_threads(const struct bench_src *s)
         open++;
         a[i].idlers = &d;
         a[i].want = i;
-        op[i] = (struct bench_op){ cycle_run, idle_arm_reset, bench_use_check, &a[i] };
+        op[i] = (struct bench_op){ bench_cycle_run, idle_arm_reset, bench_use_check, &a[i] };
         arms[i] = (struct bench_arm){ &r[i], &op[i], BENCH_MISS_BATCH, 2 * BUDGET };
     }
     if (open == 2) {
@@ -180,10 +177,10 @@ void bench_churn(const struct bench_src *s)
                                .what = by_bytes ? "max_bytes" : "max_entries",
                                .asked = bench_mode_name(REGCACHE_VALIDATE_NOTIFY),
                                .entries = BUDGET };
-        struct cycle c;
+        struct bench_cycle c;
         if (open_cycle(&c, &r, s, by_bytes) != 0)
             continue;
-        struct bench_op op = { cycle_run, NULL, bench_use_check, &c };
+        struct bench_op op = { bench_cycle_run, NULL, bench_use_check, &c };
         bench_interleave(&(struct bench_arm){ .row = &r, .op = &op, .ops = bench.batch }, 1);
         regcache_destroy(c.use.cache);
     }

@@ -53,24 +53,6 @@ static double count(int fd, const struct bench_op *op, uint64_t ops)
     return (double)n / (double)ops;
 }
 
-/* An evicting get+put: 2 * CHURN regions walked in a cycle. */
-struct cycle {
-    struct bench_use use;
-    uintptr_t base;
-    size_t next;
-};
-
-static void cycle_run(void *ctx, struct bench_lane *l, uint64_t n)
-{
-    struct cycle *c = ctx;
-    (void)l;
-    for (uint64_t i = 0; i < n; i++) {
-        bench_get_put(&c->use, c->base + c->next * BENCH_REGION, BENCH_GET);
-        c->next = (c->next + 1) % (2 * CHURN);
-    }
-    c->use.expect += n;
-}
-
 static void emit(struct bench_row *r, int fd, const struct bench_op *op, const char *why)
 {
     char check[160];
@@ -113,15 +95,17 @@ void bench_instructions(const struct bench_src *s)
                            .what = "evicting get+put",
                            .asked = bench_mode_name(REGCACHE_VALIDATE_NOTIFY),
                            .entries = CHURN };
-    struct cycle c = { .use.counter = offsetof(struct regcache_stats, misses), .base = s->base };
+    struct bench_cycle c = { .use.counter = offsetof(struct regcache_stats, misses),
+                             .base = s->base,
+                             .regions = 2 * CHURN };
     c.use.cache = bench_cache(s, NULL, REGCACHE_VALIDATE_NOTIFY, CHURN, 0, why, sizeof why);
     if (!c.use.cache) {
         bench_note(&r, "failed: %s", why);
     } else {
         r.mode = regcache_validation_mode(c.use.cache);
-        cycle_run(&c, NULL, 2 * CHURN);
+        bench_cycle_run(&c, NULL, 2 * CHURN);
         c.use.expect = bench_counter(&c.use);
-        emit(&r, fd, &(struct bench_op){ cycle_run, NULL, bench_use_check, &c }, uncounted);
+        emit(&r, fd, &(struct bench_op){ bench_cycle_run, NULL, bench_use_check, &c }, uncounted);
         regcache_destroy(c.use.cache);
     }
     if (fd >= 0)
