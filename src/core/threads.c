@@ -236,8 +236,9 @@ static bool idle_since_last_look(struct rc_thread *t)
  * (a hold published after it reads the mark after its own fence, and
  * brings its record back: rc_thread_parked()), then drop those still
  * holding nothing.  From the end down, as removal moves the last record
- * into the hole.  Not the caller's own: it is evicting, not idle. */
-static void park_idle(void)
+ * into the hole.  Not the caller's own: it is evicting, not idle.  Out of
+ * line: its frame would cost every scan of the holds that skips it. */
+static __attribute__((noinline)) void park_idle(void)
 {
     if (pthread_mutex_trylock(&live_lock))
         return; /* another thread is attaching or parking: next time */
