@@ -150,3 +150,46 @@ int syscall_trap_install_at(long nr, uintptr_t arg0, syscall_trap_fn on_call, vo
 {
     return install(nr, true, arg0, on_call, arg);
 }
+
+int syscall_hold_open(struct syscall_hold *h)
+{
+    if (pipe(h->held) != 0)
+        return -1;
+    if (pipe(h->go) != 0) {
+        close(h->held[0]);
+        close(h->held[1]);
+        return -1;
+    }
+    return 0;
+}
+
+/* In the trapped thread's SIGSYS handler: says it is held, then waits. */
+long syscall_trap_hold(const long args[6], void *hold)
+{
+    struct syscall_hold *h = hold;
+    char c = 0;
+    ssize_t n = write(h->held[1], &c, 1);
+    n = read(h->go[0], &c, 1);
+    (void)n;
+    return syscall_trap_pass(args);
+}
+
+int syscall_hold_wait(struct syscall_hold *h)
+{
+    char c;
+    return read(h->held[0], &c, 1) == 1 ? 0 : -1;
+}
+
+int syscall_hold_release(struct syscall_hold *h)
+{
+    char c = 0;
+    return write(h->go[1], &c, 1) == 1 ? 0 : -1;
+}
+
+void syscall_hold_close(struct syscall_hold *h)
+{
+    for (int i = 0; i < 2; i++) {
+        close(h->held[i]);
+        close(h->go[i]);
+    }
+}

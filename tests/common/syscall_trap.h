@@ -29,4 +29,19 @@ int syscall_trap_install_at(long nr, uintptr_t arg0, syscall_trap_fn on_call, vo
  * filter: its result, or -errno.  Async-signal-safe. */
 long syscall_trap_pass(const long args[6]);
 
+/* A trapped call held until the test lets it go, so that another thread
+ * acts while the call waits at the kernel's door: install
+ * syscall_trap_hold as the handler with a struct syscall_hold as its
+ * argument, then syscall_hold_wait() returns once the call is held and
+ * syscall_hold_release() lets it run.  Two pipes; -1 with errno if
+ * syscall_hold_open() cannot make them. */
+struct syscall_hold {
+    int held[2], go[2];
+};
+int syscall_hold_open(struct syscall_hold *h);
+long syscall_trap_hold(const long args[6], void *hold);
+int syscall_hold_wait(struct syscall_hold *h);
+int syscall_hold_release(struct syscall_hold *h);
+void syscall_hold_close(struct syscall_hold *h);
+
 #endif

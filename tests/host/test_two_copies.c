@@ -171,25 +171,14 @@ static void copies_share_the_hooks(void **state)
     munmap(p, LEN);
 }
 
-/* The held unmap: its address, and two pipes - the trap's handler says it
- * is held on one and waits on the other. */
+/* The held unmap: its address, and the hold. */
 static uintptr_t held_addr;
-static int held_fd[2], go_fd[2];
-
-static long hold_the_call(const long args[6], void *unused)
-{
-    (void)unused;
-    char c = 0;
-    ssize_t n = write(held_fd[1], &c, 1);
-    n = read(go_fd[0], &c, 1);
-    (void)n;
-    return syscall_trap_pass(args);
-}
+static struct syscall_hold hold;
 
 /* In the held thread: no cmocka there. */
 static void *unmap_held(void *p)
 {
-    if (syscall_trap_install_at(SYS_munmap, held_addr, hold_the_call, NULL) != 0 ||
+    if (syscall_trap_install_at(SYS_munmap, held_addr, syscall_trap_hold, &hold) != 0 ||
         munmap(p, LEN) != 0)
         abort();
     return NULL;
@@ -203,17 +192,15 @@ static void joined_copy_has_no_unmap_window(void **state)
     assert_true(p != MAP_FAILED);
     p[0] = 1;
     held_addr = (uintptr_t)p;
-    assert_int_equal(pipe(held_fd), 0);
-    assert_int_equal(pipe(go_fd), 0);
+    assert_int_equal(syscall_hold_open(&hold), 0);
     int regs = atomic_load(&b.regs);
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, unmap_held, p), 0);
-    char c;
-    assert_int_equal(read(held_fd[0], &c, 1), 1);
+    assert_int_equal(syscall_hold_wait(&hold), 0);
     /* Held at the call: the old pages are still there, and the second
      * copy registers them. */
     use(&b, p);
-    assert_int_equal(write(go_fd[1], &c, 1), 1);
+    assert_int_equal(syscall_hold_release(&hold), 0);
     assert_int_equal(pthread_join(t, NULL), 0);
     assert_true(mmap(p, LEN, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0) == p);
@@ -222,10 +209,7 @@ static void joined_copy_has_no_unmap_window(void **state)
     if (atomic_load(&b.regs) != regs + 2)
         fail_msg("the second copy served the new pages a registration of the old ones");
     hang_alarm_off();
-    for (int i = 0; i < 2; i++) {
-        close(held_fd[i]);
-        close(go_fd[i]);
-    }
+    syscall_hold_close(&hold);
     munmap(p, LEN);
 }
 

@@ -29,21 +29,9 @@
 
 #define LEN (2 * MiB)
 
-/* The held call's first argument, and two pipes: the handler says it is
- * held on one and waits on the other. */
+/* The held call's first argument, and its hold. */
 static uintptr_t held_addr;
-static int held_fd[2], go_fd[2];
-
-/* In the held thread's SIGSYS handler: the call waits for the test. */
-static long hold_the_call(const long args[6], void *unused)
-{
-    (void)unused;
-    char c = 0;
-    ssize_t n = write(held_fd[1], &c, 1);
-    n = read(go_fd[0], &c, 1);
-    (void)n;
-    return syscall_trap_pass(args);
-}
+static struct syscall_hold hold;
 
 /* One way of taking the pages of [p, p + LEN): the call the thread makes
  * (held), and what then maps new pages there. */
@@ -106,7 +94,7 @@ struct unmapper {
 static void unmap_held(void *arg)
 {
     struct unmapper *u = arg;
-    if (syscall_trap_install_at(u->w->nr, held_addr, hold_the_call, NULL) != 0)
+    if (syscall_trap_install_at(u->w->nr, held_addr, syscall_trap_hold, &hold) != 0)
         abort();
     u->took = u->w->take(u->p);
 }
@@ -123,17 +111,15 @@ static void registered_while_unmapping(void **state)
     if (w->cached_before)
         fx_use(f, (uintptr_t)p, LEN);
     held_addr = (uintptr_t)p;
-    assert_int_equal(pipe(held_fd), 0);
-    assert_int_equal(pipe(go_fd), 0);
+    assert_int_equal(syscall_hold_open(&hold), 0);
     hang_alarm(60, "the unmap held at its system call");
     struct unmapper u = { w, p, false };
     struct dthread t;
     dthread_start(&t, unmap_held, &u);
-    char c;
-    assert_int_equal(read(held_fd[0], &c, 1), 1);
+    assert_int_equal(syscall_hold_wait(&hold), 0);
     /* Held at the call: the old pages are still there. */
     fx_use(f, (uintptr_t)p, LEN);
-    assert_int_equal(write(go_fd[1], &c, 1), 1);
+    assert_int_equal(syscall_hold_release(&hold), 0);
     assert_true(dthread_join(&t, HANG_SECONDS));
     hang_alarm_off();
     assert_true(u.took);
@@ -143,10 +129,7 @@ static void registered_while_unmapping(void **state)
     struct regcache_stats s = fx_stats(f);
     assert_int_equal(s.hits, 0);
     assert_int_equal(s.misses, w->cached_before ? 3 : 2);
-    for (int i = 0; i < 2; i++) {
-        close(held_fd[i]);
-        close(go_fd[i]);
-    }
+    syscall_hold_close(&hold);
     hx_destroy_then_unmap(f, p, LEN + hx_page);
 }
 
