@@ -29,52 +29,27 @@
 static struct vm_dev dev;
 static const char *way;
 
-struct run {
-    regcache_t *cache;
-    struct loopback lb;
-    char *src;
-    regcache_entry_t *src_entry;
-};
-
 static int setup(void **state)
 {
-    struct run *r = calloc(1, sizeof(*r));
-    assert_non_null(r);
-    r->cache = vm_cache(dev.pd, VM_ACCESS_ALL, 4096);
+    struct vm_run *r = vm_run_open(dev.pd, 4096, BUF);
     const char *why = regcache_validation_reason(r->cache);
     if (!strstr(why, "host memory: monitored by"))
         fail_msg("REGCACHE_HOST_MONITOR=%s: %s", way, why);
-    assert_int_equal(loopback_create(dev.pd, &r->lb), 0);
-    r->src = vm_pages(BUF);
-    assert_int_equal(regcache_get(r->cache, r->src, BUF, &r->src_entry), REGCACHE_OK);
     *state = r;
     return 0;
 }
 
 static int teardown(void **state)
 {
-    struct run *r = *state;
-    regcache_put(r->cache, r->src_entry);
-    loopback_destroy(&r->lb);
-    regcache_destroy(r->cache);
-    vm_pages_free(r->src, BUF);
-    free(r);
+    vm_run_close(*state);
     return 0;
 }
 
 /* A get of dst and a WRITE of a fresh pattern into it: it must be what
  * dst's pages now hold. */
-static void write_into(struct run *r, char *dst, int seed)
+static void write_into(struct vm_run *r, char *dst, int seed)
 {
-    regcache_entry_t *e;
-    assert_int_equal(regcache_get(r->cache, dst, BUF, &e), REGCACHE_OK);
-    vm_fill(r->src, BUF, seed);
-    memset(dst, 0, BUF);
-    assert_int_equal(
-        vm_rdma(&r->lb, IBV_WR_RDMA_WRITE, r->src, vm_lkey(r->src_entry), dst, vm_rkey(e), BUF),
-        IBV_WC_SUCCESS);
-    regcache_put(r->cache, e);
-    if (memcmp(dst, r->src, BUF))
+    if (!vm_write_arrives(r, dst, BUF, seed))
         fail_msg("%s: the WRITE (seed %d) did not arrive in the pages now at %p", way, seed,
                  (void *)dst);
 }
@@ -88,7 +63,7 @@ static char *mapping(void)
 
 static void mremap_of_the_mapping(void **state)
 {
-    struct run *r = *state;
+    struct vm_run *r = *state;
     char *m = mapping();
     write_into(r, m + AT, 1);
     char *q = mremap(m, HALF, MAPPING, MREMAP_MAYMOVE);
@@ -102,7 +77,7 @@ static void mremap_of_the_mapping(void **state)
 
 static void mprotect_of_a_part(void **state)
 {
-    struct run *r = *state;
+    struct vm_run *r = *state;
     char *m = mapping();
     write_into(r, m + AT, 3);
     assert_int_equal(mprotect(m + HALF, HALF, PROT_READ), 0);
@@ -113,7 +88,7 @@ static void mprotect_of_a_part(void **state)
 
 static void munmap_of_a_part(void **state)
 {
-    struct run *r = *state;
+    struct vm_run *r = *state;
     char *m = mapping();
     write_into(r, m + AT, 5);
     assert_int_equal(munmap(m + HALF, HALF), 0);

@@ -31,49 +31,23 @@
 static struct vm_dev dev;
 static size_t page;
 
-struct run {
-    regcache_t *cache;
-    struct loopback lb;
-    char *src;
-    regcache_entry_t *src_entry;
-};
-
 static int setup(void **state)
 {
-    struct run *r = calloc(1, sizeof(*r));
-    assert_non_null(r);
-    r->cache = vm_cache(dev.pd, VM_ACCESS_ALL, page);
-    assert_int_equal(loopback_create(dev.pd, &r->lb), 0);
-    r->src = vm_pages(LEN);
-    assert_int_equal(regcache_get(r->cache, r->src, LEN, &r->src_entry), REGCACHE_OK);
-    *state = r;
+    *state = vm_run_open(dev.pd, page, LEN);
     return 0;
 }
 
 static int teardown(void **state)
 {
-    struct run *r = *state;
-    regcache_put(r->cache, r->src_entry);
-    loopback_destroy(&r->lb);
-    regcache_destroy(r->cache);
-    vm_pages_free(r->src, LEN);
-    free(r);
+    vm_run_close(*state);
     return 0;
 }
 
 /* A get of dst and an RDMA WRITE of a fresh pattern into it through the
  * entry's rkey; the pattern must be what dst's pages now hold. */
-static void write_into(struct run *r, char *dst, size_t len, int seed)
+static void write_into(struct vm_run *r, char *dst, size_t len, int seed)
 {
-    regcache_entry_t *e;
-    assert_int_equal(regcache_get(r->cache, dst, len, &e), REGCACHE_OK);
-    vm_fill(r->src, len, seed);
-    memset(dst, 0, len);
-    assert_int_equal(
-        vm_rdma(&r->lb, IBV_WR_RDMA_WRITE, r->src, vm_lkey(r->src_entry), dst, vm_rkey(e), len),
-        IBV_WC_SUCCESS);
-    regcache_put(r->cache, e);
-    if (memcmp(dst, r->src, len))
+    if (!vm_write_arrives(r, dst, len, seed))
         fail_msg("the WRITE (seed %d) did not arrive in the pages now at %p", seed, (void *)dst);
 }
 
@@ -185,7 +159,7 @@ static const struct way ways[] = {
 
 static void new_pages_get_the_data(void **state)
 {
-    struct run *r = *state;
+    struct vm_run *r = *state;
     for (size_t i = 0; i < sizeof ways / sizeof ways[0]; i++) {
         const struct way *w = &ways[i];
         print_message("%s\n", w->name);
@@ -206,7 +180,7 @@ static void new_pages_get_the_data(void **state)
  * provider's included) come from its own arena, so that nothing else
  * moves the break while the test moves it. */
 struct brk_case {
-    struct run *r;
+    struct vm_run *r;
     const char *failed;
 };
 

@@ -190,3 +190,38 @@ struct regcache_stats vm_stats(const regcache_t *cache)
     assert_int_equal(regcache_get_stats(cache, &s), REGCACHE_OK);
     return s;
 }
+
+struct vm_run *vm_run_open(struct ibv_pd *pd, size_t alignment, size_t len)
+{
+    struct vm_run *r = calloc(1, sizeof(*r));
+    assert_non_null(r);
+    r->cache = vm_cache(pd, VM_ACCESS_ALL, alignment);
+    assert_int_equal(loopback_create(pd, &r->lb), 0);
+    r->len = len;
+    r->src = vm_pages(len);
+    assert_int_equal(regcache_get(r->cache, r->src, len, &r->src_entry), REGCACHE_OK);
+    return r;
+}
+
+void vm_run_close(struct vm_run *r)
+{
+    regcache_put(r->cache, r->src_entry);
+    loopback_destroy(&r->lb);
+    regcache_destroy(r->cache);
+    vm_pages_free(r->src, r->len);
+    free(r);
+}
+
+bool vm_write_arrives(struct vm_run *r, char *dst, size_t len, int seed)
+{
+    assert_true(len <= r->len);
+    regcache_entry_t *e;
+    assert_int_equal(regcache_get(r->cache, dst, len, &e), REGCACHE_OK);
+    vm_fill(r->src, len, seed);
+    memset(dst, 0, len);
+    assert_int_equal(
+        vm_rdma(&r->lb, IBV_WR_RDMA_WRITE, r->src, vm_lkey(r->src_entry), dst, vm_rkey(e), len),
+        IBV_WC_SUCCESS);
+    regcache_put(r->cache, e);
+    return memcmp(dst, r->src, len) == 0;
+}

@@ -4,6 +4,8 @@
 #ifndef VM_ENV_H
 #define VM_ENV_H
 
+#include <stdbool.h>
+
 #include "loopback.h"
 
 #include <regcache.h>
@@ -79,5 +81,23 @@ void vm_write_refused(struct loopback *lb, void *src, uint32_t lkey, void *dst, 
 
 /* The cache's counters; fails the test if they cannot be read. */
 struct regcache_stats vm_stats(const regcache_t *cache);
+
+/* The host memory monitor's tests' run: a cache on pd (vm_cache, every
+ * access), a loopback pair, and len bytes of source pages held
+ * registered.  Fails the test if any of it cannot be had. */
+struct vm_run {
+    regcache_t *cache;
+    struct loopback lb;
+    char *src;
+    size_t len;
+    regcache_entry_t *src_entry;
+};
+struct vm_run *vm_run_open(struct ibv_pd *pd, size_t alignment, size_t len);
+void vm_run_close(struct vm_run *r);
+/* A get of [dst, dst + len) (len at most the run's) and an RDMA WRITE of a
+ * fresh pattern into it through the entry's rkey: whether the pattern is
+ * what dst's pages then hold.  Fails the test if the get or the WRITE
+ * fails. */
+bool vm_write_arrives(struct vm_run *r, char *dst, size_t len, int seed);
 
 #endif
