@@ -87,3 +87,15 @@ regcache_t *bench_cache(const struct bench_src *s, const struct bench_pinner *p,
     snprintf(why, len, "regcache_create: %s (%s)", regcache_strerror(st), regcache_last_error());
     return NULL;
 }
+
+void bench_host_params(struct regcache_params *p, size_t alignment,
+                       enum regcache_host_monitor monitor)
+{
+    static const struct regcache_backend null = { .reg = bench_null_reg,
+                                                  .dereg = bench_null_dereg };
+    regcache_params_init(p);
+    p->backend = &null;
+    p->host_memory = 1;
+    p->alignment = alignment;
+    p->host_monitor = monitor;
+}

@@ -142,6 +142,10 @@ struct bench_pinner {
  * why when regcache_create fails. */
 regcache_t *bench_cache(const struct bench_src *s, const struct bench_pinner *p, int validation,
                         size_t max_entries, size_t max_bytes, char *why, size_t len);
+/* Params of a cache of pageable host memory over the null backend,
+ * registrations rounded to `alignment`, watched the `monitor` way. */
+void bench_host_params(struct regcache_params *p, size_t alignment,
+                       enum regcache_host_monitor monitor);
 /* reg then dereg, as the cache calls them; 0 or an errno value. */
 int bench_backend_pin(const struct bench_pinner *p, void *addr, size_t len);
 /* The CPU source; -1 when the address space cannot be had. */

@@ -74,14 +74,9 @@ static void hit_run(void *ctx, struct bench_lane *l, uint64_t n)
 
 static regcache_t *host_cache(enum regcache_host_monitor monitor)
 {
-    static struct regcache_backend b = { .reg = bench_null_reg, .dereg = bench_null_dereg };
     struct regcache_params p;
     regcache_t *c = NULL;
-    regcache_params_init(&p);
-    p.backend = &b;
-    p.host_memory = 1;
-    p.alignment = RANGE;
-    p.host_monitor = monitor;
+    bench_host_params(&p, RANGE, monitor);
     return regcache_create(&p, &c) == REGCACHE_OK ? c : NULL;
 }
 

@@ -43,14 +43,9 @@ static void stamp(void *arg, const struct regcache_leave *l)
 
 static regcache_t *host_cache(struct way *w, enum regcache_host_monitor monitor)
 {
-    static struct regcache_backend b = { .reg = bench_null_reg, .dereg = bench_null_dereg };
     struct regcache_params p;
     regcache_t *c = NULL;
-    regcache_params_init(&p);
-    p.backend = &b;
-    p.host_memory = 1;
-    p.alignment = RANGE;
-    p.host_monitor = monitor;
+    bench_host_params(&p, RANGE, monitor);
     p.on_leave = stamp;
     p.callback_arg = w;
     if (regcache_create(&p, &c) != REGCACHE_OK) {
