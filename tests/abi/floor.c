@@ -11,37 +11,14 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "abi_backend.h"
+
 /* The layouts as the headers of each version ended the struct. */
 #define PARAMS_0_1 (offsetof(struct regcache_params, backend) + sizeof(void *))
 #define PARAMS_0_2 offsetof(struct regcache_params, eager_min_bytes)
 #define PARAMS_0_3 offsetof(struct regcache_params, host_merge)
 
-static _Alignas(65536) char buffer[65536];
 static int failures;
-
-static int reg(void *arg, void *addr, size_t len, int device, int rail, void **handle)
-{
-    (void)arg, (void)len, (void)device, (void)rail;
-    *handle = addr;
-    return 0;
-}
-
-static void dereg(void *arg, void *handle)
-{
-    (void)arg, (void)handle;
-}
-
-static int query(void *arg, const void *addr, size_t len, struct regcache_mem_info *info)
-{
-    (void)arg, (void)addr, (void)len;
-    info->base = (uintptr_t)buffer;
-    info->size = sizeof(buffer);
-    info->device = REGCACHE_DEVICE_HOST;
-    info->type = REGCACHE_MEM_HOST;
-    return REGCACHE_OK;
-}
-
-static const struct regcache_backend backend = { .reg = reg, .dereg = dereg, .query = query };
 
 /* A cache from params of the layout `size`: its status, and the cache
  * destroyed again. */
@@ -49,7 +26,7 @@ static int create_with(size_t size)
 {
     struct regcache_params p;
     regcache_params_init(&p);
-    p.backend = &backend;
+    p.backend = &abi_backend;
     p.size = size;
     regcache_t *c = NULL;
     int rc = regcache_create(&p, &c);

@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "abi_backend.h"
+
 /* struct regcache_stats as the 0.2 header declared it. */
 struct stats_0_2 {
     uint64_t hits, misses, registrations, deregistrations, evictions, invalidations_tag,
@@ -41,30 +43,7 @@ typedef int params_init_fn(struct regcache_params *);
 typedef int get_stats_fn(const regcache_t *, struct regcache_stats *);
 typedef int get_device_stats_fn(const regcache_t *, int, struct regcache_stats *);
 
-static _Alignas(65536) char buffer[65536];
 static int failures;
-
-static int reg(void *arg, void *addr, size_t len, int device, int rail, void **handle)
-{
-    (void)arg, (void)len, (void)device, (void)rail;
-    *handle = addr;
-    return 0;
-}
-
-static void dereg(void *arg, void *handle)
-{
-    (void)arg, (void)handle;
-}
-
-static int query(void *arg, const void *addr, size_t len, struct regcache_mem_info *info)
-{
-    (void)arg, (void)addr, (void)len;
-    info->base = (uintptr_t)buffer;
-    info->size = sizeof(buffer);
-    info->device = REGCACHE_DEVICE_HOST;
-    info->type = REGCACHE_MEM_HOST;
-    return REGCACHE_OK;
-}
 
 static void expect(int ok, const char *what, const char *how)
 {
@@ -119,13 +98,12 @@ static void params_layout(const char *what, params_init_fn *init, size_t size)
 
 int main(void)
 {
-    struct regcache_backend backend = { .reg = reg, .dereg = dereg, .query = query };
     params_layout("regcache_params_init", regcache_params_init, PARAMS_0_3);
     struct regcache_params p;
     regcache_t *c;
     regcache_entry_t *e;
     regcache_params_init(&p);
-    p.backend = &backend;
+    p.backend = &abi_backend;
     p.host_memory = 1;
     p.validation = REGCACHE_VALIDATE_TAG_CHECK;
     if (regcache_create(&p, &c) != REGCACHE_OK) {
@@ -133,7 +111,7 @@ int main(void)
         return 1;
     }
     for (int i = 0; i < 2; i++) {
-        if (regcache_get(c, buffer, 4096, &e) != REGCACHE_OK) {
+        if (regcache_get(c, abi_buffer, 4096, &e) != REGCACHE_OK) {
             printf("get failed\n");
             return 1;
         }
