@@ -96,6 +96,7 @@ void bench_host_params(struct regcache_params *p, size_t alignment,
     regcache_params_init(p);
     p->backend = &null;
     p->host_memory = 1;
-    p->alignment = alignment;
+    if (alignment)
+        p->alignment = alignment;
     p->host_monitor = monitor;
 }

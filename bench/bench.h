@@ -143,7 +143,8 @@ struct bench_pinner {
 regcache_t *bench_cache(const struct bench_src *s, const struct bench_pinner *p, int validation,
                         size_t max_entries, size_t max_bytes, char *why, size_t len);
 /* Params of a cache of pageable host memory over the null backend,
- * registrations rounded to `alignment`, watched the `monitor` way. */
+ * registrations rounded to `alignment` (0: the default), watched the
+ * `monitor` way. */
 void bench_host_params(struct regcache_params *p, size_t alignment,
                        enum regcache_host_monitor monitor);
 /* reg then dereg, as the cache calls them; 0 or an errno value. */

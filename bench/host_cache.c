@@ -25,12 +25,9 @@ static void make_host_cache(void *ctx)
     struct host_cache *h = ctx;
     if (h->host || h->failed)
         return;
-    struct regcache_backend b = { .reg = bench_null_reg, .dereg = bench_null_dereg };
     struct regcache_params p;
     regcache_entry_t *e;
-    regcache_params_init(&p);
-    p.backend = &b;
-    p.host_memory = 1;
+    bench_host_params(&p, 0, REGCACHE_HOST_MONITOR_AUTO);
     int st = regcache_create(&p, &h->host);
     if (st == REGCACHE_OK && (st = regcache_get(h->host, h->range, HOST_RANGE, &e)) == REGCACHE_OK)
         regcache_put(h->host, e);

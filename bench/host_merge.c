@@ -86,11 +86,8 @@ static size_t cut(char *const map[MAPPINGS], struct buffer *b)
 
 static regcache_t *cache(struct bench_row *r, int merge, struct keys *k)
 {
-    struct regcache_backend b = { .reg = bench_null_reg, .dereg = bench_null_dereg };
     struct regcache_params p;
-    regcache_params_init(&p);
-    p.backend = &b;
-    p.host_memory = 1;
+    bench_host_params(&p, 0, REGCACHE_HOST_MONITOR_AUTO);
     p.host_merge = merge;
     if (k) {
         p.on_register = advertise;

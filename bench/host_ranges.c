@@ -15,13 +15,9 @@ static void one_alignment(char *const map[2], size_t alignment)
     struct bench_row r = {
         .workload = "host_ranges", .source = "null", .impl = "regcache", .size = alignment
     };
-    struct regcache_backend b = { .reg = bench_null_reg, .dereg = bench_null_dereg };
     struct regcache_params p;
     regcache_t *c;
-    regcache_params_init(&p);
-    p.backend = &b;
-    p.host_memory = 1;
-    p.alignment = alignment;
+    bench_host_params(&p, alignment, REGCACHE_HOST_MONITOR_AUTO);
     int st = regcache_create(&p, &c);
     if (st != REGCACHE_OK) {
         bench_note(&r, "regcache_create: %s (%s)", regcache_strerror(st), regcache_last_error());
