@@ -57,6 +57,9 @@ static int make_memory(struct rc_dtable *t, const struct layout *l)
         rc = rc_devmem_host_alloc(&t->mem, l->dev_bytes, &t->image, &(uint64_t){ 0 });
     if (rc == REGCACHE_OK)
         rc = rc_devmem_host_alloc(&t->mem, l->host_bytes, &t->host_block, &t->host_dptr);
+    if (rc == REGCACHE_OK)
+        rc = rc_devmem_host_alloc(&t->mem, 2 * t->p.records * sizeof *t->stage, (void **)&t->stage,
+                                  &(uint64_t){ 0 });
     if (rc != REGCACHE_OK)
         return rc;
     t->dev_bytes = l->dev_bytes;
@@ -122,7 +125,7 @@ int rc_dtable_create(struct rc_dtable **out, regcache_t *cache, int device,
                  ? rc_fail(REGCACHE_ERR_NO_MEMORY, "out of memory for a device key table")
                  : REGCACHE_OK;
     t->want = malloc(p->records * sizeof *t->want);
-    t->ncopies = chunks + 2;
+    t->ncopies = RC_KT_STEPS + chunks + 1;
     t->copies = malloc(t->ncopies * sizeof *t->copies);
     t->removed = malloc(p->records * sizeof *t->removed);
     t->given_up = calloc(p->hold_slots, sizeof *t->given_up);
@@ -148,6 +151,7 @@ int rc_dtable_create(struct rc_dtable **out, regcache_t *cache, int device,
 void rc_dtable_destroy(struct rc_dtable *t, bool child)
 {
     if (!child) {
+        rc_devmem_host_free(&t->mem, t->stage);
         rc_devmem_host_free(&t->mem, t->host_block);
         rc_devmem_host_free(&t->mem, t->image);
         rc_devmem_free(&t->mem, t->dev_block);

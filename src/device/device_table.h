@@ -22,6 +22,9 @@
 #include "regcache.h"
 #include "regcache_device.h"
 
+/* A write changes a span of records in up to three steps (key_flush.c). */
+#define RC_KT_STEPS 3
+
 struct rc_dtable {
     regcache_t *cache;
     int device;
@@ -46,14 +49,15 @@ struct rc_dtable {
      * of copies.  Applying the queue: one at a time, under applier. */
     pthread_mutex_t writer, applier;
     struct regcache_device_record *want;
-    struct rc_copy *copies; /* [ncopies] */
+    struct rc_copy *copies; /* [ncopies]: a write's, the records' steps first */
     size_t ncopies;
-    uint32_t *removed;            /* [records]: the removals a write takes */
-    atomic_bool dirty;            /* published since the last flush */
-    atomic_uint_fast64_t flushed; /* removals written to the device */
-    atomic_uint_fast64_t drained; /* removals whose sections ended */
-    uint32_t *given_up;           /* per hold slot: a section a drain
-                                     waited for in vain (+1), or 0 */
+    struct regcache_device_record *stage; /* pinned, 2 x records: steps A and B */
+    uint32_t *removed;                    /* [records]: the removals a write takes */
+    atomic_bool dirty;                    /* published since the last flush */
+    atomic_uint_fast64_t flushed;         /* removals written to the device */
+    atomic_uint_fast64_t drained;         /* removals whose sections ended */
+    uint32_t *given_up;                   /* per hold slot: a section a drain
+                                             waited for in vain (+1), or 0 */
     /* A drain's list of the sections open when it began (one drain at a
      * time: each waits at most for the sections open then). */
     pthread_mutex_t drain_lock;

@@ -98,8 +98,11 @@ static bool empty_on_device(struct regcache_device_record *img, uint64_t seq)
     return true;
 }
 
-/* Steps A to C over records [lo, hi], the slot copies t->copies[1 .. runs]
- * going with the last step. */
+/* Steps A to C over records [lo, hi], then the slot copies
+ * t->copies[RC_KT_STEPS .. RC_KT_STEPS + runs): all on one stream, so
+ * they land in that order, and waited for once.  The copies read their
+ * sources when they run, so the records' earlier states go from staging
+ * (A's and B's), the last from the image itself. */
 static int write_steps(struct rc_dtable *t, uint32_t lo, uint32_t hi, size_t runs)
 {
     struct regcache_device_record *img = t->image_records, *want = t->want;
@@ -108,13 +111,13 @@ static int write_steps(struct rc_dtable *t, uint32_t lo, uint32_t hi, size_t run
         a |= empty_on_device(&img[r], want[r].seq);
         b |= !(want[r].seq & 1) && img[r].seq != want[r].seq;
     }
-    uint64_t records = (uint64_t)(uintptr_t)t->desc.records_at;
-    t->copies[0] = (struct rc_copy){ records + lo * sizeof *img, &img[lo],
-                                     (size_t)(hi - lo + 1) * sizeof *img };
-    int rc = REGCACHE_OK;
-    if (a)
-        rc = b ? copy(t, t->copies, 1) : copy(t, t->copies, 1 + runs);
-    if (rc == REGCACHE_OK && b) {
+    size_t span = lo <= hi ? (size_t)(hi - lo + 1) : 0, bytes = span * sizeof *img;
+    uint64_t at = (uint64_t)(uintptr_t)t->desc.records_at + lo * sizeof *img;
+    struct regcache_device_record *staged_a = t->stage, *staged_b = t->stage + span;
+    struct rc_copy *first = t->copies + RC_KT_STEPS;
+    if (b) {
+        if (a)
+            memcpy(staged_a, &img[lo], bytes);
         for (uint32_t r = lo; r <= hi; r++) {
             if (!(want[r].seq & 1) && img[r].seq != want[r].seq) {
                 uint64_t odd = img[r].seq;
@@ -122,15 +125,16 @@ static int write_steps(struct rc_dtable *t, uint32_t lo, uint32_t hi, size_t run
                 img[r].seq = odd;
             }
         }
-        rc = copy(t, t->copies, 1);
-        if (rc == REGCACHE_OK) {
-            memcpy(&img[lo], &want[lo], (size_t)(hi - lo + 1) * sizeof *img);
-            rc = copy(t, t->copies, 1 + runs);
-        }
+        memcpy(staged_b, &img[lo], bytes);
+        memcpy(&img[lo], &want[lo], bytes);
+        *--first = (struct rc_copy){ at, &img[lo], bytes };
+        *--first = (struct rc_copy){ at, staged_b, bytes };
+        if (a)
+            *--first = (struct rc_copy){ at, staged_a, bytes };
+    } else if (a) {
+        *--first = (struct rc_copy){ at, &img[lo], bytes };
     }
-    if (!a && !b)
-        rc = copy(t, t->copies + 1, runs);
-    return rc;
+    return copy(t, first, (size_t)(t->copies + RC_KT_STEPS - first) + runs);
 }
 
 /* Under the writer's lock: a write that began at `begun` ended with rc;
@@ -169,11 +173,11 @@ int rc_dtable_flush(struct rc_dtable *t)
     pthread_mutex_unlock(&kt->lock);
     /* Slots change only where the queue is applied, under the applier's
      * lock: they are taken without kt's, which publishing waits for. */
-    size_t n = 1; /* t->copies[0] is the span of records */
+    size_t n = RC_KT_STEPS; /* before them, the records' steps */
     take_slot_runs(t, &n);
     pthread_mutex_unlock(&t->applier);
 
-    int rc = written(t, begun, write_steps(t, lo, hi, n - 1), removals);
+    int rc = written(t, begun, write_steps(t, lo, hi, n - RC_KT_STEPS), removals);
     pthread_mutex_unlock(&t->writer);
     return rc;
 }

@@ -105,9 +105,12 @@ static struct rc_kt_member *member_find(const struct rc_key_table *t, const void
     }
 }
 
+/* Rehash without the tombs, at twice the size only where the live
+ * members need it: entries that come and go leave tombs, and doubling for
+ * them would grow the map with every entry the table ever knew. */
 static bool members_grow(struct rc_key_table *t)
 {
-    size_t cap = t->member_cap * 2;
+    size_t cap = (t->nmembers + 1) * 4 > t->member_cap ? t->member_cap * 2 : t->member_cap;
     struct rc_kt_member *old = t->members, *fresh = calloc(cap, sizeof *fresh);
     if (!fresh)
         return false;

@@ -169,6 +169,18 @@ static CUresult stream_destroy(CUstream s)
     return CUDA_SUCCESS;
 }
 
+/* A thread's copies not yet made: a stream runs them at its
+ * synchronisation, reading their sources then, as late as a GPU may.  A
+ * table's copies are enqueued and waited for by one thread, under its
+ * writer's lock. */
+struct pending {
+    CUdeviceptr dst;
+    const void *src;
+    size_t bytes;
+};
+static _Thread_local struct pending *queued;
+static _Thread_local size_t nqueued, queue_cap;
+
 static CUresult copy(CUdeviceptr dst, const void *src, size_t bytes, CUstream s)
 {
     (void)s;
@@ -177,23 +189,45 @@ static CUresult copy(CUdeviceptr dst, const void *src, size_t bytes, CUstream s)
     int one = 1;
     if (atomic_compare_exchange_strong(&fake_gpu.fail_copy, &one, 0))
         return CUDA_ERROR_UNKNOWN;
+    if (nqueued == queue_cap) {
+        size_t cap = queue_cap ? 2 * queue_cap : 16;
+        struct pending *q = realloc(queued, cap * sizeof *q);
+        if (!q)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        queued = q;
+        queue_cap = cap;
+    }
+    queued[nqueued++] = (struct pending){ dst, src, bytes };
+    atomic_fetch_add(&fake_gpu.copies, 1);
+    atomic_fetch_add(&fake_gpu.bytes_copied, (long)bytes);
+    return CUDA_SUCCESS;
+}
+
+static void run(const struct pending *c)
+{
     if (atomic_load(&fake_gpu.hold_copies)) {
         atomic_fetch_add(&fake_gpu.copies_held, 1);
         while (atomic_load(&fake_gpu.hold_copies))
             nanosleep(&(struct timespec){ 0, 100000 }, NULL);
     }
-    atomic_fetch_add(&fake_gpu.copies, 1);
-    atomic_fetch_add(&fake_gpu.bytes_copied, (long)bytes);
-    uint64_t *to = (uint64_t *)(uintptr_t)dst;
-    const uint64_t *from = src;
-    for (size_t i = 0; i < bytes / 8; i++)
+    uint64_t *to = (uint64_t *)(uintptr_t)c->dst;
+    const uint64_t *from = c->src;
+    for (size_t i = 0; i < c->bytes / 8; i++) {
         __atomic_store_n(&to[i], from[i], __ATOMIC_RELEASE);
-    return CUDA_SUCCESS;
+        if (fake_gpu.after_word)
+            fake_gpu.after_word();
+    }
 }
 
 static CUresult stream_sync(CUstream s)
 {
     (void)s;
+    atomic_fetch_add(&fake_gpu.syncs, 1);
+    for (size_t i = 0; i < nqueued; i++)
+        run(&queued[i]);
+    free(queued);
+    queued = NULL;
+    nqueued = queue_cap = 0;
     return CUDA_SUCCESS;
 }
 

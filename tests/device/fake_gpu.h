@@ -3,9 +3,11 @@
  * through regcache_device.h's host build.  Unlike tests/common's fake
  * driver it is thread safe (the table's thread, the test's threads and the
  * deregistering ones all call it): contexts are per thread, counts atomic.
- * A copy writes 8-byte words in address order, each with a release store,
- * so that a reader may see any prefix of it - the order a kernel may see a
- * DMA land in least favours the table. */
+ * A copy is made when its stream is synchronised, from what its source
+ * holds then (as late as a GPU may read it), and writes 8-byte words in
+ * address order, each with a release store, so that a reader may see any
+ * prefix of it - the order a kernel may see a DMA land in least favours
+ * the table. */
 #ifndef FAKE_GPU_H
 #define FAKE_GPU_H
 
@@ -21,8 +23,12 @@ struct fake_gpu {
      * that waited so is counted in copies_held. */
     atomic_int hold_copies;
     atomic_long copies_held;
-    /* Copies made and the bytes they wrote: what a write to a table cost. */
-    atomic_long copies, bytes_copied;
+    /* Copies enqueued and the bytes they write, and the synchronisations
+     * that waited for them: what a write to a table cost. */
+    atomic_long copies, bytes_copied, syncs;
+    /* Called after each word a copy writes, when set: a test's look at the
+     * device between any two words. */
+    void (*after_word)(void);
 };
 
 extern struct fake_gpu fake_gpu;

@@ -1,13 +1,16 @@
 /* What the host writes to the GPU, and when: a removal is its record's
  * number alone (one word; the span between the first and the last when
  * several records close together left, a word each when far apart), and
- * nothing at all for a record the device never held; slot changes a few
- * chunks apart go in one copy, far apart in copies of their own;
+ * nothing at all for a record the device never held; a record that changes
+ * hands goes through its three steps in one wait for the device; slot
+ * changes a few chunks apart go in one copy, far apart in copies of their
+ * own;
  * publishing wakes no thread - the writer sleeps until the ring's reader
  * kicks it, after a rest as long as its last write was large; departures
  * are applied to the host's copy a few at a time; the host's copy of the
  * slots is in memory from the start, so that filling it faults no page
- * in. */
+ * in; and the map of the table's members does not grow with entries that
+ * came and went. */
 #include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -317,6 +320,82 @@ static void near_chunks_share_a_copy(void **state)
     assert_int_equal(copies_for_chunks(k, 2, 14), 4);
 }
 
+/* The record write_waits_once() changes, and what the device showed of
+ * it between any two words: a number that is even must go with the
+ * contents of its own entry, never with the other's. */
+static const struct regcache_device_record *watched;
+static uint64_t old_seq;
+static long looks, mismatches;
+
+static void check_record(void)
+{
+    uint64_t seq = __atomic_load_n(&watched->seq, __ATOMIC_ACQUIRE);
+    looks++;
+    if (seq & 1)
+        return;
+    uint64_t page = seq == old_seq ? 3000 : 3001;
+    mismatches += watched->start != page * PAGE || watched->lkey[0] != page - 2999;
+}
+
+/* A record that held an entry and now holds another changes in three
+ * steps (empty, new contents, new number with its slots), one copy each,
+ * on one stream: the write waits for the device once, and at no word of
+ * it does the device pair a valid number with the other entry's contents
+ * - the fake GPU makes each copy at that wait, from what its source holds
+ * then. */
+static void write_waits_once(void **state)
+{
+    struct rc_dtable *t = table(*state);
+    publish(t, 3000, 1);
+    assert_int_equal(rc_dtable_flush(t), REGCACHE_OK);
+    struct regcache_device_key key;
+    assert_int_equal(look(t, 3000, &key), REGCACHE_DEVICE_HIT);
+    uint32_t record = key.record;
+    leave(t, 3000);
+    rc_dtable_apply_lock(t); /* the record free again: the next entry's */
+    pthread_mutex_unlock(&t->kt.lock);
+    publish(t, 3001, 2);
+    reset_copies();
+    atomic_store(&fake_gpu.syncs, 0);
+    watched = &t->desc.records_at[record];
+    old_seq = key.seq;
+    fake_gpu.after_word = check_record;
+    assert_int_equal(rc_dtable_flush(t), REGCACHE_OK);
+    fake_gpu.after_word = NULL;
+    assert_int_equal(atomic_load(&fake_gpu.syncs), 1);
+    assert_true(atomic_load(&fake_gpu.copies) >= 4); /* A, B, C, the slots */
+    assert_true(looks > 0);
+    assert_int_equal(mismatches, 0);
+    assert_int_equal(look(t, 3000, &key), REGCACHE_DEVICE_MISS);
+    assert_int_equal(look(t, 3001, &key), REGCACHE_DEVICE_HIT);
+    assert_int_equal(key.record, record);
+    assert_int_equal(key.lkey, 2);
+    rc_dtable_destroy(t, false);
+}
+
+/* Entries that come and go one at a time keep the host's map of the
+ * table's members small: the tombs they leave are swept, not grown over. */
+static void members_stay_few(void **state)
+{
+    (void)state;
+    struct rc_key_table kt;
+    assert_int_equal(rc_kt_init(&kt, 20, 16, 1024), 0);
+    uint32_t keys[REGCACHE_DEVICE_RAILS] = { 1 };
+    for (uintptr_t id = 1; id <= 100000; id++) {
+        pthread_mutex_lock(&kt.lock);
+        rc_kt_publish_locked(&kt, (const void *)(id << 6), id * PAGE, (id + 1) * PAGE, 1, keys);
+        rc_kt_leave_locked(&kt, (const void *)(id << 6));
+        size_t next = 0;
+        while (rc_kt_apply_step_locked(&kt, &next))
+            ;
+        rc_kt_queue_done_locked(&kt);
+        pthread_mutex_unlock(&kt.lock);
+    }
+    size_t cap = kt.member_cap;
+    rc_kt_fini(&kt);
+    assert_in_range(cap, 1, 256);
+}
+
 /* Every page of the host's copy of the slots is in memory before the
  * first entry: no insert faults one in (under the table's lock). */
 static void slots_resident_from_the_start(void **state)
@@ -336,6 +415,7 @@ static void slots_resident_from_the_start(void **state)
     assert_int_equal(out, 0);
 }
 
-KX_MAIN(removal_writes_its_number, publishing_wakes_nobody, unwritten_record_needs_no_write,
-        removals_write_numbers_only, departures_applied_a_few_at_a_time,
-        writer_rests_by_what_it_wrote, near_chunks_share_a_copy, slots_resident_from_the_start)
+KX_MAIN(removal_writes_its_number, write_waits_once, members_stay_few, publishing_wakes_nobody,
+        unwritten_record_needs_no_write, removals_write_numbers_only,
+        departures_applied_a_few_at_a_time, writer_rests_by_what_it_wrote, near_chunks_share_a_copy,
+        slots_resident_from_the_start)
