@@ -319,8 +319,12 @@ void bench_host_monitor(void);
 void bench_eager(const struct bench_src *s);
 /* host_cache.c: a hit beside a cache that takes host memory and beside none. */
 void bench_host_cache(const struct bench_src *s);
-/* instructions.c: instructions per get+put where the CPU counts them. */
+/* instructions.c: instructions per get+put, counted by the CPU or by
+ * callgrind; and the loop a run under callgrind counts (`--count LOOP OPS`:
+ * 0 and 1 the NOTIFY and TAG_CHECK hit, 2 the evicting get+put), its exit
+ * status 0 when every operation did what it should. */
 void bench_instructions(const struct bench_src *s);
+int bench_instructions_child(int which, uint64_t ops);
 /* leave_notice.c: how soon a leave notice arrives after an unmap of
  * watched host memory, per way, with no further call; UCX's events in a
  * child with UCX's memory hooks live.  Before bench_ucx_load(). */

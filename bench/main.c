@@ -29,6 +29,8 @@ int main(int argc, char **argv)
 {
     struct bench_machine m = { .cores = sysconf(_SC_NPROCESSORS_ONLN), .load = -1 };
     struct bench_src cpu, gpu;
+    if (argc == 4 && strcmp(argv[1], "--count") == 0) /* under callgrind: instructions.c */
+        return bench_instructions_child(atoi(argv[2]), strtoull(argv[3], NULL, 10));
     int quick = argc == 4 && strcmp(argv[1], "--quick") == 0;
     if (argc != 3 + quick || strcmp(argv[1 + quick], "--json") != 0) {
         fputs("usage: regcache-bench [--quick] --json FILE\n"

@@ -5,6 +5,7 @@
 #
 # OUTDIR (default $BUILD_DIR/report, BUILD_DIR default build-bench) gets
 # bench.json, report.txt and the plots (SVG, and PNG with python3-matplotlib).
+# valgrind counts instructions per get+put where the CPU's counter cannot.
 # Missing Debian packages are installed when running as root; the report says
 # what it had to skip.
 set -eu
@@ -18,7 +19,7 @@ if [ "${1:-}" = "--quick" ]; then
 fi
 out=${1:-$build/report}
 
-"$src/cmake/debian-deps.sh" python3-matplotlib ||
+"$src/cmake/debian-deps.sh" python3-matplotlib valgrind ||
     echo "run.sh: carrying on without the missing packages"
 cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DREGCACHE_TESTS=OFF \
     -DREGCACHE_EXAMPLES=OFF >/dev/null

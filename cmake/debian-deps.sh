@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install the Debian packages regcache builds, tests and benchmarks with,
-# and any named as arguments (bench/run.sh: python3-matplotlib, for PNG plots).
+# and any named as arguments (bench/run.sh: python3-matplotlib, for PNG plots,
+# and valgrind, whose callgrind counts instructions where the CPU cannot).
 # Does nothing when they are all present; needs root otherwise.
 set -euo pipefail
 pkgs=(cmake make gcc clang pkg-config libibverbs-dev ibverbs-providers ibverbs-utils
