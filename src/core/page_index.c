@@ -367,6 +367,15 @@ void rc_page_index_unlist(struct rc_page_index *idx, struct regcache_entry *e)
     }
 }
 
+void rc_page_index_prefetch_unlist(struct rc_page_index *idx, const struct regcache_entry *e)
+{
+    if (!e->npages)
+        return;
+    uint64_t h = rc_page_hash(e->pages[0]);
+    struct rc_slot_table *t = table_of(rc_shard_of(idx, h));
+    __builtin_prefetch(&t->slots[(uint32_t)h & t->mask], 1);
+}
+
 /* Its slots left room that nothing else took (writers hold the lock):
  * listing them again needs no growth. */
 void rc_page_index_relist(struct rc_page_index *idx, struct regcache_entry *e)

@@ -84,6 +84,33 @@ static void pops_in_order_of_last_use(void **state)
     free(e);
 }
 
+/* The hint a prefetch takes: with nothing used or held since the pushes,
+ * the entry a pop takes next, from the queue and from the heap alike, and
+ * NULL once the LRU is empty. */
+static void least_is_the_next_pop(void **state)
+{
+    (void)state;
+    enum { M = 40 };
+    struct regcache_entry *e = aligned_alloc(64, M * sizeof(*e));
+    memset(e, 0, M * sizeof(*e));
+    struct rc_lru lru;
+    rc_lru_init(&lru, &idx);
+    assert_null(rc_lru_least(&lru));
+    /* Rising stamps queue; the falling ones after them go to the heap. */
+    for (int i = 0; i < M; i++) {
+        stamp(&e[i], i < M / 2 ? 1000 + (uint64_t)i : 999 - (uint64_t)i);
+        assert_int_equal(rc_lru_push(&lru, &e[i]), REGCACHE_OK);
+    }
+    for (int i = 0; i < M; i++) {
+        struct regcache_entry *hint = rc_lru_least(&lru);
+        assert_non_null(hint);
+        assert_ptr_equal(rc_lru_pop_unused(&lru, 1u << 30, UINT64_MAX), hint);
+    }
+    assert_null(rc_lru_least(&lru));
+    rc_lru_fini(&lru);
+    free(e);
+}
+
 static void remove_from_the_middle(void **state)
 {
     (void)state;
@@ -259,6 +286,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(pops_in_order_of_last_use),
+        cmocka_unit_test(least_is_the_next_pop),
         cmocka_unit_test(remove_from_the_middle),
         cmocka_unit_test(random_operations_keep_the_order),
         cmocka_unit_test(the_roots_epoch_at_any_child_follows_the_log),
