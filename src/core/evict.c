@@ -3,20 +3,31 @@
 #include "cache.h"
 #include "ledger.h"
 
-/* The device's next victim, most likely: its lines, its index slot and
- * its tree neighbours, which its eviction reads and which have mostly
- * left the processor's caches since it was last used, are fetched now,
- * while this miss registers and returns, instead of stalling the miss
- * that evicts it. */
-static void prefetch_next_victim(struct regcache *c, struct rc_device *d)
+static void prefetch_entry(const struct regcache_entry *e)
 {
-    const struct regcache_entry *e = rc_lru_least(&d->lru);
-    if (!e)
-        return;
     for (size_t at = 0; at < sizeof(*e); at += 64)
         __builtin_prefetch((const char *)e + at, 1);
-    rc_page_index_prefetch_unlist(&c->index, e);
-    rc_itree_prefetch_remove(&e->node);
+}
+
+/* What the device's next evictions read has mostly left the processor's
+ * caches since those victims were last used: the entries, the index slots
+ * they are listed in, their tree neighbours.  Fetched now, it arrives
+ * while this miss registers and returns instead of stalling the misses
+ * that evict them.  Two stages, so that no address waits for a line not
+ * yet here: the next victim's slot and neighbours, found through its
+ * lines (fetched by the eviction before this one), and the lines of the
+ * victim after it.  The victims are the LRU's likely ones, a hint. */
+static void prefetch_next_victims(struct regcache *c, struct rc_device *d)
+{
+    const struct regcache_entry *next = rc_lru_least(&d->lru);
+    if (!next)
+        return;
+    const struct regcache_entry *after = rc_lru_after(next);
+    if (after)
+        prefetch_entry(after);
+    prefetch_entry(next);
+    rc_page_index_prefetch_unlist(&c->index, next);
+    rc_itree_prefetch_remove(&next->node);
 }
 
 size_t rc_evict_locked(struct regcache *c, struct rc_device *d, size_t max_bytes,
@@ -37,7 +48,7 @@ size_t rc_evict_locked(struct regcache *c, struct rc_device *d, size_t max_bytes
         n++;
     }
     if (n)
-        prefetch_next_victim(c, d);
+        prefetch_next_victims(c, d);
     return n;
 }
 

@@ -74,6 +74,9 @@ struct regcache_entry *rc_lru_pop_unused(struct rc_lru *lru, uint64_t now, uint6
 /* The entry a pop would look at first, or NULL: the likely next victim
  * (it may turn out held, or used since), for a prefetch. */
 struct regcache_entry *rc_lru_least(const struct rc_lru *lru);
+/* The entry queued after e, or NULL (e is last, or in the heap): the likely
+ * victim after it, for a prefetch one eviction further ahead. */
+struct regcache_entry *rc_lru_after(const struct regcache_entry *e);
 /* How many of its entries are held (a slow walk, for error messages). */
 size_t rc_lru_held(const struct rc_lru *lru);
 /* Is e in the LRU where its heap_idx says? */

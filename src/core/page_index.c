@@ -373,7 +373,10 @@ void rc_page_index_prefetch_unlist(struct rc_page_index *idx, const struct regca
         return;
     uint64_t h = rc_page_hash(e->pages[0]);
     struct rc_slot_table *t = table_of(rc_shard_of(idx, h));
-    __builtin_prefetch(&t->slots[(uint32_t)h & t->mask], 1);
+    uint32_t i = (uint32_t)h & t->mask;
+    /* The slot, and the next one that a deletion shifts back, mostly. */
+    __builtin_prefetch(&t->slots[i], 1);
+    __builtin_prefetch(&t->slots[(i + 1) & t->mask], 1);
 }
 
 /* Its slots left room that nothing else took (writers hold the lock):

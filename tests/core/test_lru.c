@@ -84,9 +84,10 @@ static void pops_in_order_of_last_use(void **state)
     free(e);
 }
 
-/* The hint a prefetch takes: with nothing used or held since the pushes,
+/* The hints a prefetch takes: with nothing used or held since the pushes,
  * the entry a pop takes next, from the queue and from the heap alike, and
- * NULL once the LRU is empty. */
+ * NULL once the LRU is empty; and of a queued one, the entry popped after
+ * it. */
 static void least_is_the_next_pop(void **state)
 {
     (void)state;
@@ -101,11 +102,18 @@ static void least_is_the_next_pop(void **state)
         stamp(&e[i], i < M / 2 ? 1000 + (uint64_t)i : 999 - (uint64_t)i);
         assert_int_equal(rc_lru_push(&lru, &e[i]), REGCACHE_OK);
     }
+    struct regcache_entry *after = NULL;
+    int queued = 0;
     for (int i = 0; i < M; i++) {
         struct regcache_entry *hint = rc_lru_least(&lru);
         assert_non_null(hint);
+        if (after)
+            assert_ptr_equal(hint, after);
+        after = rc_lru_after(hint);
+        queued += after != NULL;
         assert_ptr_equal(rc_lru_pop_unused(&lru, 1u << 30, UINT64_MAX), hint);
     }
+    assert_int_equal(queued, M / 2 - 1);
     assert_null(rc_lru_least(&lru));
     rc_lru_fini(&lru);
     free(e);
