@@ -3,6 +3,33 @@
 #include "cache.h"
 #include "ledger.h"
 
+static void prefetch_entry(const struct regcache_entry *e)
+{
+    for (size_t at = 0; at < sizeof(*e); at += 64)
+        __builtin_prefetch((const char *)e + at, 1);
+}
+
+/* What the device's next evictions read has mostly left the processor's
+ * caches since those victims were last used: the entries, the index slots
+ * they are listed in, their tree neighbours.  Fetched now, it arrives
+ * while this miss registers and returns instead of stalling the misses
+ * that evict them.  Two stages, so that no address waits for a line not
+ * yet here: the next victim's slot and neighbours, found through its
+ * lines (fetched by the eviction before this one), and the lines of the
+ * victim after it.  The victims are the LRU's likely ones, a hint. */
+static void prefetch_next_victims(struct regcache *c, struct rc_device *d)
+{
+    const struct regcache_entry *next = rc_lru_least(&d->lru);
+    if (!next)
+        return;
+    const struct regcache_entry *after = rc_lru_after(next);
+    if (after)
+        prefetch_entry(after);
+    prefetch_entry(next);
+    rc_page_index_prefetch_unlist(&c->index, next);
+    rc_itree_prefetch_remove(&next->node);
+}
+
 size_t rc_evict_locked(struct regcache *c, struct rc_device *d, size_t max_bytes,
                        size_t max_entries, bool speculative_only, enum regcache_reason why,
                        struct regcache_entry **victims)
@@ -20,6 +47,8 @@ size_t rc_evict_locked(struct regcache *c, struct rc_device *d, size_t max_bytes
         rc_victim_push(c, victims, e);
         n++;
     }
+    if (n)
+        prefetch_next_victims(c, d);
     return n;
 }
 

@@ -442,6 +442,16 @@ struct regcache_entry *rc_lru_pop_unused(struct rc_lru *lru, uint64_t now, uint6
     return NULL;
 }
 
+struct regcache_entry *rc_lru_least(const struct rc_lru *lru)
+{
+    return lru->count ? least_of(lru).e : NULL;
+}
+
+struct regcache_entry *rc_lru_after(const struct regcache_entry *e)
+{
+    return e->heap_idx == RC_LRU_QUEUED ? e->lru_next : NULL;
+}
+
 size_t rc_lru_held(const struct rc_lru *lru)
 {
     size_t held = 0;

@@ -71,6 +71,12 @@ void rc_lru_remove(struct rc_lru *lru, struct regcache_entry *e);
  * unheld one was used after epoch `newest`.  `now` is the cache's current
  * epoch.  Entries never used (stamped 0, speculative) come first. */
 struct regcache_entry *rc_lru_pop_unused(struct rc_lru *lru, uint64_t now, uint64_t newest);
+/* The entry a pop would look at first, or NULL: the likely next victim
+ * (it may turn out held, or used since), for a prefetch. */
+struct regcache_entry *rc_lru_least(const struct rc_lru *lru);
+/* The entry queued after e, or NULL (e is last, or in the heap): the likely
+ * victim after it, for a prefetch one eviction further ahead. */
+struct regcache_entry *rc_lru_after(const struct regcache_entry *e);
 /* How many of its entries are held (a slow walk, for error messages). */
 size_t rc_lru_held(const struct rc_lru *lru);
 /* Is e in the LRU where its heap_idx says? */

@@ -367,6 +367,18 @@ void rc_page_index_unlist(struct rc_page_index *idx, struct regcache_entry *e)
     }
 }
 
+void rc_page_index_prefetch_unlist(struct rc_page_index *idx, const struct regcache_entry *e)
+{
+    if (!e->npages)
+        return;
+    uint64_t h = rc_page_hash(e->pages[0]);
+    struct rc_slot_table *t = table_of(rc_shard_of(idx, h));
+    uint32_t i = (uint32_t)h & t->mask;
+    /* The slot, and the next one that a deletion shifts back, mostly. */
+    __builtin_prefetch(&t->slots[i], 1);
+    __builtin_prefetch(&t->slots[(i + 1) & t->mask], 1);
+}
+
 /* Its slots left room that nothing else took (writers hold the lock):
  * listing them again needs no growth. */
 void rc_page_index_relist(struct rc_page_index *idx, struct regcache_entry *e)

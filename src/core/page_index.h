@@ -108,6 +108,9 @@ int rc_page_index_add(struct rc_page_index *idx, struct regcache_entry *e, uintp
  * finds its victim held) or rc_page_index_forget() to drop. */
 void rc_page_index_unlist(struct rc_page_index *idx, struct regcache_entry *e);
 void rc_page_index_relist(struct rc_page_index *idx, struct regcache_entry *e);
+/* Under the cache lock: fetch the slot that unlisting e reads first (of
+ * its first page) into the cache, ahead of its eviction. */
+void rc_page_index_prefetch_unlist(struct rc_page_index *idx, const struct regcache_entry *e);
 /* e is unlisted: drop its list of pages. */
 void rc_page_index_forget(struct regcache_entry *e);
 

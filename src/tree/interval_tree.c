@@ -352,3 +352,11 @@ const char *rc_itree_check(const struct rc_itree *t)
         return why;
     return count == t->count ? NULL : "node count";
 }
+
+void rc_itree_prefetch_remove(const struct rc_itree_node *n)
+{
+    if (n->parent)
+        __builtin_prefetch(n->parent, 1);
+    if (n->right)
+        __builtin_prefetch(n->right, 1);
+}

@@ -43,6 +43,9 @@ void rc_itree_insert(struct rc_itree *t, struct rc_itree_node *n);
 
 /* O(log n).  n must be in t. */
 void rc_itree_remove(struct rc_itree *t, struct rc_itree_node *n);
+/* Fetch into the cache the nodes next to n that its removal reads first
+ * (a hint, ahead of the removal). */
+void rc_itree_prefetch_remove(const struct rc_itree_node *n);
 
 /* Call fn(node, arg) for every node overlapping [start, end), in ascending
  * order of start (equal starts in any order).  Stops early and returns fn's

@@ -84,6 +84,41 @@ static void pops_in_order_of_last_use(void **state)
     free(e);
 }
 
+/* The hints a prefetch takes: with nothing used or held since the pushes,
+ * the entry a pop takes next, from the queue and from the heap alike, and
+ * NULL once the LRU is empty; and of a queued one, the entry popped after
+ * it. */
+static void least_is_the_next_pop(void **state)
+{
+    (void)state;
+    enum { M = 40 };
+    struct regcache_entry *e = aligned_alloc(64, M * sizeof(*e));
+    memset(e, 0, M * sizeof(*e));
+    struct rc_lru lru;
+    rc_lru_init(&lru, &idx);
+    assert_null(rc_lru_least(&lru));
+    /* Rising stamps queue; the falling ones after them go to the heap. */
+    for (int i = 0; i < M; i++) {
+        stamp(&e[i], i < M / 2 ? 1000 + (uint64_t)i : 999 - (uint64_t)i);
+        assert_int_equal(rc_lru_push(&lru, &e[i]), REGCACHE_OK);
+    }
+    struct regcache_entry *after = NULL;
+    int queued = 0;
+    for (int i = 0; i < M; i++) {
+        struct regcache_entry *hint = rc_lru_least(&lru);
+        assert_non_null(hint);
+        if (after)
+            assert_ptr_equal(hint, after);
+        after = rc_lru_after(hint);
+        queued += after != NULL;
+        assert_ptr_equal(rc_lru_pop_unused(&lru, 1u << 30, UINT64_MAX), hint);
+    }
+    assert_int_equal(queued, M / 2 - 1);
+    assert_null(rc_lru_least(&lru));
+    rc_lru_fini(&lru);
+    free(e);
+}
+
 static void remove_from_the_middle(void **state)
 {
     (void)state;
@@ -259,6 +294,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(pops_in_order_of_last_use),
+        cmocka_unit_test(least_is_the_next_pop),
         cmocka_unit_test(remove_from_the_middle),
         cmocka_unit_test(random_operations_keep_the_order),
         cmocka_unit_test(the_roots_epoch_at_any_child_follows_the_log),
