@@ -182,7 +182,7 @@ static void deletion_closes_its_cluster(void **state)
     rc_dtable_destroy(t, false);
 }
 
-/* The pages moves_show_no_wrong_record() looks up at every word a write
+/* The pages moves_landing() looks up at every word a write
  * copies, with the key each must be found with, if found at all. */
 enum { GROUPS = 3, PER_GROUP = 10, WATCHED = GROUPS * PER_GROUP + 8 };
 static struct rc_dtable *moving;
@@ -205,9 +205,10 @@ static void look_at_all(void)
 /* Three clusters - one wrapping around the table's end, one across two
  * chunks - lose every third entry, and new entries take the records that
  * freed: the write moves the entries after each gap back.  Between any
- * two words of it, a lookup of any page either misses or finds that page's
- * own key. */
-static void moves_show_no_wrong_record(void **state)
+ * two words of it, the copies' words landing first to last or last to
+ * first, a lookup of any page either misses or finds that page's own
+ * key. */
+static void moves_landing(void **state, int backwards)
 {
     struct rc_dtable *t = kx_table(*state);
     size_t n = t->kt.nslots;
@@ -239,7 +240,9 @@ static void moves_show_no_wrong_record(void **state)
     moving = t;
     looks = hits = wrong = 0;
     fake_gpu.after_word = look_at_all;
+    atomic_store(&fake_gpu.backwards, backwards);
     assert_int_equal(rc_dtable_flush(t), REGCACHE_OK);
+    atomic_store(&fake_gpu.backwards, 0);
     fake_gpu.after_word = NULL;
     int moved = 0;
     struct regcache_device_key key;
@@ -261,4 +264,15 @@ static void moves_show_no_wrong_record(void **state)
     assert_int_equal(wrong, 0);
 }
 
-KX_MAIN(churn_changes_a_few_chunks, deletion_closes_its_cluster, moves_show_no_wrong_record)
+static void moves_show_no_wrong_record(void **state)
+{
+    moves_landing(state, 0);
+}
+
+static void moves_landing_backwards_show_no_wrong_record(void **state)
+{
+    moves_landing(state, 1);
+}
+
+KX_MAIN(churn_changes_a_few_chunks, deletion_closes_its_cluster, moves_show_no_wrong_record,
+        moves_landing_backwards_show_no_wrong_record)
