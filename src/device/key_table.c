@@ -259,11 +259,11 @@ static size_t distance(const struct rc_key_table *t, size_t i)
 
 /* The slot empties, and leaves no mark: a later entry of its cluster
  * whose search passes the gap moves into it, the gap moving on to where
- * that entry was, until no entry after the gap needs it (an empty slot, or
- * max_probe slots none of which searches through the gap - beyond those,
- * every search starts after it).  A move only brings an entry closer to
- * where its search starts, so every entry stays within max_probe of it,
- * and every search still reaches its page's slot before an empty one.
+ * that entry was, until an empty slot or the slot max_probe past the gap
+ * (no entry from there on has a search that passes the gap).  A move only
+ * brings an entry nearer to where its search starts, so every entry stays
+ * within max_probe of it, and every search still reaches its page's slot
+ * before an empty one.
  *
  * Kernels read the slots while a write copies such moves, whose words may
  * land in any order: between them the device shows, slot by slot and word
