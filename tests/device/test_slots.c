@@ -37,24 +37,23 @@ static size_t slot_holding(const struct rc_dtable *t, uint64_t page)
     return i;
 }
 
-static void assert_found(struct rc_dtable *t, uint64_t page, uint32_t lkey)
+/* A lookup of the page in `view` finds it, with key lkey. */
+static void assert_finds(const struct regcache_device_table *view, uint64_t page, uint32_t lkey)
 {
     struct regcache_device_key key;
-    if (kx_look(t, page, &key) != REGCACHE_DEVICE_HIT)
+    if (regcache_device_lookup(view, (const void *)(uintptr_t)(page * KX_PAGE), 64, 0, &key) !=
+        REGCACHE_DEVICE_HIT)
         fail_msg("page %llu (lkey %u) not found", (unsigned long long)page, lkey);
     assert_int_equal(key.lkey, lkey);
 }
 
-/* The chunks of slots changed since the last call, copied to `image` as
- * a write copies them to the device: how many. */
-static size_t take_changes(struct rc_key_table *kt, struct regcache_device_slot *image)
+/* ... in the table's device memory. */
+static void assert_found(struct rc_dtable *t, uint64_t page, uint32_t lkey)
 {
-    size_t n = 0;
-    for (size_t c = rc_kt_next_chunk(kt, 0); c < kt->nchunks; c = rc_kt_next_chunk(kt, c + 1), n++)
-        rc_kt_take_chunk(kt, c, image);
-    return n;
+    assert_finds(&t->desc, page, lkey);
 }
 
+/* ... in the image of the slots, with the host's records. */
 static void assert_in_image(const struct rc_key_table *kt, const struct regcache_device_slot *image,
                             uint64_t page, uint32_t lkey)
 {
@@ -65,11 +64,17 @@ static void assert_in_image(const struct rc_key_table *kt, const struct regcache
         .slots = image,
         .records_at = kt->records,
     };
-    struct regcache_device_key key;
-    if (regcache_device_lookup(&view, (const void *)(uintptr_t)(page * KX_PAGE), 64, 0, &key) !=
-        REGCACHE_DEVICE_HIT)
-        fail_msg("page %llu (lkey %u) not found", (unsigned long long)page, lkey);
-    assert_int_equal(key.lkey, lkey);
+    assert_finds(&view, page, lkey);
+}
+
+/* The chunks of slots changed since the last call, copied to `image` as
+ * a write copies them to the device: how many. */
+static size_t take_changes(struct rc_key_table *kt, struct regcache_device_slot *image)
+{
+    size_t n = 0;
+    for (size_t c = rc_kt_next_chunk(kt, 0); c < kt->nchunks; c = rc_kt_next_chunk(kt, c + 1), n++)
+        rc_kt_take_chunk(kt, c, image);
+    return n;
 }
 
 /* The page of the step'th entry: as random as pages come (consecutive
