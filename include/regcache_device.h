@@ -56,8 +56,10 @@ extern "C" {
 #define REGCACHE_DEVICE_RAILS 8
 
 /* A page slot's key: the page << REGCACHE_DEVICE_RECORD_BITS | record.  A
- * slot whose key is 0 is empty (seq 0: never used, which ends a search;
- * seq 1: deleted). */
+ * slot whose key is 0 is empty, and ends a search with seq 0, the only
+ * number the host gives an empty slot (a deletion moves the slots after it
+ * back); one with another number is skipped (read half written, or marked
+ * deleted - seq 1 - by an earlier version of the library). */
 #define REGCACHE_DEVICE_RECORD_BITS 24
 
 struct regcache_device_slot {
@@ -293,7 +295,7 @@ REGCACHE_DEVICE_FN int regcache_device_lookup(const struct regcache_device_table
         if (k == 0) {
             if (seq == 0)
                 break; /* never used: the page has no more slots */
-            continue;  /* deleted */
+            continue;  /* half written, or marked deleted */
         }
         if (k >> REGCACHE_DEVICE_RECORD_BITS != page)
             continue;

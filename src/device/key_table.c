@@ -228,7 +228,9 @@ static uint64_t last_page(uint64_t end)
     return (end - 1) >> PAGE_SHIFT;
 }
 
-/* Call fn on each slot of r's pages that names r. */
+/* Call fn on the slot of each of r's pages (a page has one slot per
+ * record at most).  Each page's search starts afresh from its home, so fn
+ * may move other slots: deleting one moves those after it. */
 static void each_slot_of(struct rc_key_table *t, uint32_t r,
                          void (*fn)(struct rc_key_table *t, size_t i, uint32_t r))
 {
@@ -238,20 +240,63 @@ static void each_slot_of(struct rc_key_table *t, uint32_t r,
         size_t i = regcache_device_slot_of(p, t->slot_bits);
         for (uint32_t probe = 0; probe < t->max_probe; probe++, i = (i + 1) & mask) {
             const struct regcache_device_slot *s = &t->slots[i];
-            if (s->key == 0 && s->seq == 0)
-                break;
-            if (s->key == (p << REGCACHE_DEVICE_RECORD_BITS | r))
+            if (s->key == (p << REGCACHE_DEVICE_RECORD_BITS | r)) {
                 fn(t, i, r);
+                break;
+            }
+            if (s->key == 0)
+                break;
         }
     }
 }
 
+/* How far the entry in slot i lies from where its page's search starts. */
+static size_t distance(const struct rc_key_table *t, size_t i)
+{
+    uint64_t page = t->slots[i].key >> REGCACHE_DEVICE_RECORD_BITS;
+    return (i - regcache_device_slot_of(page, t->slot_bits)) & (t->nslots - 1);
+}
+
+/* The slot empties, and leaves no mark: a later entry of its cluster
+ * whose search passes the gap moves into it, the gap moving on to where
+ * that entry was, until an empty slot or the slot max_probe past the gap
+ * (no entry from there on has a search that passes the gap).  A move only
+ * brings an entry nearer to where its search starts, so every entry stays
+ * within max_probe of it, and every search still reaches its page's slot
+ * before an empty one.
+ *
+ * Kernels read the slots while a write copies such moves, whose words may
+ * land in any order: between them the device shows, slot by slot and word
+ * by word, what this copy and the last held.  A lookup may then miss - an
+ * entry already gone from where it was and not yet where it goes, a search
+ * ended early at a gap, a slot torn between two entries - and posts to the
+ * ring, as for any miss.  It never finds a wrong record: a moved slot
+ * carries what it carried before, its (page, record) key and the number
+ * the record had when the slot was written, and a lookup accepts a record
+ * only for the page it looks for, at the number its slot carries, re-read
+ * after the record (regcache_device.h), wherever the slot lies.  A torn
+ * slot pairs one entry's key with another's number: a number no record has
+ * (0: the slot was empty; records start at 1) or not the record's (a
+ * miss), or the record's own - then one of the slot's words is this
+ * copy's, which lands after the records' steps (key_flush.c), so the
+ * record is read whole as of that number, and the range check takes it
+ * only if it holds the address looked up: a right key, whichever slot led
+ * to it. */
 static void delete_slot(struct rc_key_table *t, size_t i, uint32_t r)
 {
     (void)r;
-    slot_set(t, i, 0, 1);
-    t->used_slots--;
-    t->deleted_slots++;
+    size_t mask = t->nslots - 1;
+    for (size_t j = (i + 1) & mask, gap = 1; gap < t->max_probe; j = (j + 1) & mask, gap++) {
+        const struct regcache_device_slot *s = &t->slots[j];
+        if (s->key == 0)
+            break;
+        if (distance(t, j) < gap)
+            continue; /* its search starts after the gap */
+        slot_set(t, i, s->key, s->seq);
+        i = j;
+        gap = 0;
+    }
+    slot_set(t, i, 0, 0);
 }
 
 static void renumber_slot(struct rc_key_table *t, size_t i, uint32_t r)
@@ -265,36 +310,12 @@ static bool insert_slot(struct rc_key_table *t, uint64_t p, uint32_t r)
     size_t mask = t->nslots - 1;
     size_t i = regcache_device_slot_of(p, t->slot_bits);
     for (uint32_t probe = 0; probe < t->max_probe; probe++, i = (i + 1) & mask) {
-        struct regcache_device_slot *s = &t->slots[i];
-        if (s->key != 0)
+        if (t->slots[i].key != 0)
             continue;
-        if (s->seq == 1)
-            t->deleted_slots--;
-        t->used_slots++;
         slot_set(t, i, p << REGCACHE_DEVICE_RECORD_BITS | r, t->records[r].seq);
         return true;
     }
     return false;
-}
-
-/* Deleted slots lengthen every search through them: once they are a
- * quarter of the table, it is laid out again (all of it rewritten on the
- * device; a lookup meanwhile may miss, never find a wrong record). */
-static void maybe_rehash(struct rc_key_table *t)
-{
-    if (t->deleted_slots * 4 < t->nslots)
-        return;
-    memset(t->slots, 0, slot_bytes(t));
-    all_slots_dirty(t);
-    t->used_slots = t->deleted_slots = 0;
-    for (uint32_t r = 1; r < t->nrecords; r++) {
-        const struct regcache_device_record *rec = &t->records[r];
-        if (!t->owner[r] || (rec->seq & 1))
-            continue;
-        for (uint64_t p = first_page(rec->start); p <= last_page(rec->end); p++)
-            if (!insert_slot(t, p, r))
-                t->unmirrored++;
-    }
 }
 
 /* ---- publishing and leaving ---------------------------------------------- */
@@ -381,8 +402,6 @@ static void apply_leaving(struct rc_key_table *t)
         t->owner[r] = NULL;
         t->free_records[t->nfree++] = r;
     }
-    if (!t->nleaving)
-        maybe_rehash(t);
 }
 
 static void apply_insert(struct rc_key_table *t, const struct rc_kt_insert *in)
@@ -468,7 +487,6 @@ void rc_kt_clear_locked(struct rc_key_table *t)
     }
     memset(t->slots, 0, slot_bytes(t));
     all_slots_dirty(t);
-    t->used_slots = t->deleted_slots = 0;
     t->live = 0;
 }
 

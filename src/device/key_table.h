@@ -70,10 +70,9 @@ struct rc_key_table {
     size_t nchunks;              /* nslots / RC_KT_CHUNK */
     uint64_t *chunk_bits;        /* bit c: chunk c changed */
     uint16_t *line_bits;         /* [nchunks]: bit l: line l of the chunk changed */
-    size_t used_slots, deleted_slots;
-    uint64_t removals;   /* removals numbered so far */
-    uint64_t live;       /* records holding an entry */
-    uint64_t unmirrored; /* entries or pages it had no room for */
+    uint64_t removals;           /* removals numbered so far */
+    uint64_t live;               /* records holding an entry */
+    uint64_t unmirrored;         /* entries or pages it had no room for */
     uint64_t published, removed;
 };
 

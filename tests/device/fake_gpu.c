@@ -212,7 +212,10 @@ static void run(const struct pending *c)
     }
     uint64_t *to = (uint64_t *)(uintptr_t)c->dst;
     const uint64_t *from = c->src;
-    for (size_t i = 0; i < c->bytes / 8; i++) {
+    size_t words = c->bytes / 8;
+    int backwards = atomic_load(&fake_gpu.backwards);
+    for (size_t w = 0; w < words; w++) {
+        size_t i = backwards ? words - 1 - w : w;
         __atomic_store_n(&to[i], from[i], __ATOMIC_RELEASE);
         if (fake_gpu.after_word)
             fake_gpu.after_word();

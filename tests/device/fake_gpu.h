@@ -5,9 +5,9 @@
  * deregistering ones all call it): contexts are per thread, counts atomic.
  * A copy is made when its stream is synchronised, from what its source
  * holds then (as late as a GPU may read it), and writes 8-byte words in
- * address order, each with a release store, so that a reader may see any
- * prefix of it - the order a kernel may see a DMA land in least favours
- * the table. */
+ * address order (or the reverse, while `backwards` is set), each with a
+ * release store, so that a reader may see any prefix of it - the order a
+ * kernel may see a DMA land in least favours the table. */
 #ifndef FAKE_GPU_H
 #define FAKE_GPU_H
 
@@ -29,6 +29,9 @@ struct fake_gpu {
     /* Called after each word a copy writes, when set: a test's look at the
      * device between any two words. */
     void (*after_word)(void);
+    /* While set, a copy writes its words from its last to its first: the
+     * other way round a kernel may see it land. */
+    atomic_int backwards;
 };
 
 extern struct fake_gpu fake_gpu;

@@ -8,6 +8,7 @@
 
 #include <cmocka.h>
 
+#include "device_table.h"
 #include "fake_gpu.h"
 
 int kx_setup(void **state)
@@ -81,4 +82,43 @@ struct regcache_device_keys_stats kx_stats(struct kx *k)
     struct regcache_device_keys_stats s;
     assert_int_equal(regcache_device_keys_stats(k->fx.c, 0, &s), REGCACHE_OK);
     return s;
+}
+
+struct rc_dtable *kx_table(struct kx *k)
+{
+    struct regcache_device_keys_params p = k->kp;
+    struct rc_dtable *t = NULL;
+    assert_int_equal(rc_dtable_create(&t, NULL, 0, &p), REGCACHE_OK);
+    return t;
+}
+
+void kx_publish(struct rc_dtable *t, uint64_t page, uint32_t lkey)
+{
+    uint32_t keys[REGCACHE_DEVICE_RAILS] = { lkey };
+    pthread_mutex_lock(&t->kt.lock);
+    rc_kt_publish_locked(&t->kt, (const void *)(uintptr_t)page, page * KX_PAGE,
+                         (page + 1) * KX_PAGE, 1, keys);
+    pthread_mutex_unlock(&t->kt.lock);
+}
+
+uint64_t kx_leave(struct rc_dtable *t, uint64_t page)
+{
+    pthread_mutex_lock(&t->kt.lock);
+    uint64_t removal = rc_kt_leave_locked(&t->kt, (const void *)(uintptr_t)page);
+    pthread_mutex_unlock(&t->kt.lock);
+    return removal;
+}
+
+int kx_look(struct rc_dtable *t, uint64_t page, struct regcache_device_key *key)
+{
+    return regcache_device_lookup(&t->desc, (const void *)(uintptr_t)(page * KX_PAGE), 64, 0, key);
+}
+
+uint64_t kx_page_homed(const struct rc_dtable *t, size_t lo, size_t hi, uint64_t from)
+{
+    for (uint64_t p = from;; p++) {
+        size_t home = regcache_device_slot_of(p, t->kt.slot_bits);
+        if (home >= lo && home < hi)
+            return p;
+    }
 }

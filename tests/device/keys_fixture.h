@@ -37,6 +37,26 @@ void kx_assert_agrees(struct kx *k, uintptr_t addr, size_t len, unsigned rail);
 
 struct regcache_device_keys_stats kx_stats(struct kx *k);
 
+/* ---- one table, driven by hand (no cache, no threads) ------------------- */
+
+struct rc_dtable;
+
+#define KX_PAGE ((uint64_t)1 << REGCACHE_DEVICE_PAGE_SHIFT)
+
+/* A table made with k->kp (must succeed); rc_dtable_destroy() frees it. */
+struct rc_dtable *kx_table(struct kx *k);
+
+/* An entry of one page, its id the page, published with key lkey on rail
+ * 0; and its leaving (returns the removal's number, or 0). */
+void kx_publish(struct rc_dtable *t, uint64_t page, uint32_t lkey);
+uint64_t kx_leave(struct rc_dtable *t, uint64_t page);
+
+/* What a kernel's lookup of the page finds in the table's device memory. */
+int kx_look(struct rc_dtable *t, uint64_t page, struct regcache_device_key *key);
+
+/* The first page from `from` on whose search starts in slots [lo, hi). */
+uint64_t kx_page_homed(const struct rc_dtable *t, size_t lo, size_t hi, uint64_t from);
+
 #define KX_MAIN(...)                                       \
     int main(void)                                         \
     {                                                      \

@@ -31,7 +31,7 @@
 
 #define A FX_ALLOC(0)
 #define B FX_ALLOC(1)
-#define PAGE ((uint64_t)1 << REGCACHE_DEVICE_PAGE_SHIFT)
+#define PAGE KX_PAGE
 
 static void reset_copies(void)
 {
@@ -134,46 +134,15 @@ static void publishing_wakes_nobody(void **state)
 
 /* ---- one table, driven by hand ------------------------------------------ */
 
-static struct rc_dtable *table(struct kx *k)
-{
-    struct regcache_device_keys_params p = k->kp;
-    struct rc_dtable *t = NULL;
-    assert_int_equal(rc_dtable_create(&t, NULL, 0, &p), REGCACHE_OK);
-    return t;
-}
-
-/* An entry of one page, published. */
-static void publish(struct rc_dtable *t, uint64_t page, uint32_t lkey)
-{
-    uint32_t keys[REGCACHE_DEVICE_RAILS] = { lkey };
-    pthread_mutex_lock(&t->kt.lock);
-    rc_kt_publish_locked(&t->kt, (const void *)(uintptr_t)page, page * PAGE, (page + 1) * PAGE, 1,
-                         keys);
-    pthread_mutex_unlock(&t->kt.lock);
-}
-
-static uint64_t leave(struct rc_dtable *t, uint64_t page)
-{
-    pthread_mutex_lock(&t->kt.lock);
-    uint64_t removal = rc_kt_leave_locked(&t->kt, (const void *)(uintptr_t)page);
-    pthread_mutex_unlock(&t->kt.lock);
-    return removal;
-}
-
-static int look(struct rc_dtable *t, uint64_t page, struct regcache_device_key *key)
-{
-    return regcache_device_lookup(&t->desc, (const void *)(uintptr_t)(page * PAGE), 64, 0, key);
-}
-
 /* A record the host's copy gave an entry that left before any write
  * reached the device: nothing to write. */
 static void unwritten_record_needs_no_write(void **state)
 {
-    struct rc_dtable *t = table(*state);
-    publish(t, 1000, 7);
+    struct rc_dtable *t = kx_table(*state);
+    kx_publish(t, 1000, 7);
     rc_dtable_apply_lock(t); /* in the host's copy (as a miss's answer puts it) */
     pthread_mutex_unlock(&t->kt.lock);
-    uint64_t removal = leave(t, 1000);
+    uint64_t removal = kx_leave(t, 1000);
     assert_int_equal(removal, 1);
     reset_copies();
     assert_int_equal(rc_dtable_write_removals(t), REGCACHE_OK);
@@ -189,30 +158,30 @@ static void removals_write_numbers_only(void **state)
 {
     struct kx *k = *state;
     enum { N = 80 };
-    struct rc_dtable *t = table(k);
+    struct rc_dtable *t = kx_table(k);
     for (uint64_t page = 2000; page < 2000 + N; page++)
-        publish(t, page, (uint32_t)page);
+        kx_publish(t, page, (uint32_t)page);
     assert_int_equal(rc_dtable_flush(t), REGCACHE_OK);
     struct regcache_device_key key[N];
     for (int i = 0; i < N; i++)
-        assert_int_equal(look(t, 2000 + (uint64_t)i, &key[i]), REGCACHE_DEVICE_HIT);
+        assert_int_equal(kx_look(t, 2000 + (uint64_t)i, &key[i]), REGCACHE_DEVICE_HIT);
     assert_true(key[N - 1].record - key[0].record > 64);
     reset_copies();
-    leave(t, 2001);
+    kx_leave(t, 2001);
     assert_int_equal(rc_dtable_write_removals(t), REGCACHE_OK);
     assert_int_equal(atomic_load(&fake_gpu.copies), 1);
     assert_int_equal(atomic_load(&fake_gpu.bytes_copied), sizeof(uint64_t));
     reset_copies();
-    leave(t, 2003);
-    leave(t, 2000);
+    kx_leave(t, 2003);
+    kx_leave(t, 2000);
     assert_int_equal(rc_dtable_write_removals(t), REGCACHE_OK);
     assert_int_equal(atomic_load(&fake_gpu.copies), 1);
     assert_int_equal(atomic_load(&fake_gpu.bytes_copied),
                      (key[3].record - key[0].record) * sizeof(struct regcache_device_record) +
                          sizeof(uint64_t));
     reset_copies();
-    leave(t, 2000 + N - 1);
-    leave(t, 2004);
+    kx_leave(t, 2000 + N - 1);
+    kx_leave(t, 2004);
     assert_int_equal(rc_dtable_write_removals(t), REGCACHE_OK);
     assert_int_equal(atomic_load(&fake_gpu.copies), 2);
     assert_int_equal(atomic_load(&fake_gpu.bytes_copied), 2 * sizeof(uint64_t));
@@ -220,7 +189,7 @@ static void removals_write_numbers_only(void **state)
     struct regcache_device_key found;
     for (int i = 0; i < N; i++) {
         bool left = i <= 1 || i == 3 || i == 4 || i == N - 1;
-        assert_int_equal(look(t, 2000 + (uint64_t)i, &found),
+        assert_int_equal(kx_look(t, 2000 + (uint64_t)i, &found),
                          left ? REGCACHE_DEVICE_MISS : REGCACHE_DEVICE_HIT);
         if (!left)
             assert_int_equal(found.lkey, 2000 + i);
@@ -232,13 +201,13 @@ static void removals_write_numbers_only(void **state)
  * lock let go between steps (publishing waits for it). */
 static void departures_applied_a_few_at_a_time(void **state)
 {
-    struct rc_dtable *t = table(*state);
+    struct rc_dtable *t = kx_table(*state);
     for (uint64_t page = 3000; page < 3000 + 3 * RC_KT_LEAVE_STEP; page++)
-        publish(t, page, 1);
+        kx_publish(t, page, 1);
     rc_dtable_apply_lock(t);
     pthread_mutex_unlock(&t->kt.lock);
     for (uint64_t page = 3000; page < 3000 + 3 * RC_KT_LEAVE_STEP; page++)
-        leave(t, page);
+        kx_leave(t, page);
     size_t next = 0;
     pthread_mutex_lock(&t->kt.lock);
     bool more = rc_kt_apply_step_locked(&t->kt, &next);
@@ -256,14 +225,14 @@ static void writer_rests_by_what_it_wrote(void **state)
 {
     struct kx *k = *state;
     k->kp.poll_ns = 1000;
-    struct rc_dtable *t = table(k);
+    struct rc_dtable *t = kx_table(k);
     for (uint64_t page = 4000; page < 4064; page++)
-        publish(t, page, 1);
+        kx_publish(t, page, 1);
     uint64_t begun = rc_dtable_clock();
     rc_dtable_write_and_rest(t);
     uint64_t bytes = atomic_load(&t->bytes_written), rest = atomic_load(&t->rest_until);
     struct regcache_device_key key;
-    int found = look(t, 4063, &key);
+    int found = kx_look(t, 4063, &key);
     atomic_store(&t->asleep, true);
     atomic_store(&t->dirty, true);
     bool early = rc_dtable_writer_due(t, rest - 1, 0);
@@ -290,24 +259,22 @@ static void writer_rests_by_what_it_wrote(void **state)
 /* A page whose search starts in slot chunk `chunk`, from page `from` on. */
 static uint64_t page_in_chunk(const struct rc_dtable *t, size_t chunk, uint64_t from)
 {
-    for (uint64_t p = from;; p++)
-        if (regcache_device_slot_of(p, t->kt.slot_bits) / RC_KT_CHUNK == chunk)
-            return p;
+    return kx_page_homed(t, chunk * RC_KT_CHUNK, (chunk + 1) * RC_KT_CHUNK, from);
 }
 
 /* New records in a write: their contents, then their numbers with the
  * slot runs - so a write of n runs is 2 + n copies. */
 static long copies_for_chunks(struct kx *k, size_t first, size_t second)
 {
-    struct rc_dtable *t = table(k);
+    struct rc_dtable *t = kx_table(k);
     uint64_t a = page_in_chunk(t, first, 5000), b = page_in_chunk(t, second, a + 1);
-    publish(t, a, 1);
-    publish(t, b, 2);
+    kx_publish(t, a, 1);
+    kx_publish(t, b, 2);
     reset_copies();
     assert_int_equal(rc_dtable_flush(t), REGCACHE_OK);
     struct regcache_device_key key;
-    assert_int_equal(look(t, a, &key), REGCACHE_DEVICE_HIT);
-    assert_int_equal(look(t, b, &key), REGCACHE_DEVICE_HIT);
+    assert_int_equal(kx_look(t, a, &key), REGCACHE_DEVICE_HIT);
+    assert_int_equal(kx_look(t, b, &key), REGCACHE_DEVICE_HIT);
     rc_dtable_destroy(t, false);
     return atomic_load(&fake_gpu.copies);
 }
@@ -345,16 +312,16 @@ static void check_record(void)
  * then. */
 static void write_waits_once(void **state)
 {
-    struct rc_dtable *t = table(*state);
-    publish(t, 3000, 1);
+    struct rc_dtable *t = kx_table(*state);
+    kx_publish(t, 3000, 1);
     assert_int_equal(rc_dtable_flush(t), REGCACHE_OK);
     struct regcache_device_key key;
-    assert_int_equal(look(t, 3000, &key), REGCACHE_DEVICE_HIT);
+    assert_int_equal(kx_look(t, 3000, &key), REGCACHE_DEVICE_HIT);
     uint32_t record = key.record;
-    leave(t, 3000);
+    kx_leave(t, 3000);
     rc_dtable_apply_lock(t); /* the record free again: the next entry's */
     pthread_mutex_unlock(&t->kt.lock);
-    publish(t, 3001, 2);
+    kx_publish(t, 3001, 2);
     reset_copies();
     atomic_store(&fake_gpu.syncs, 0);
     watched = &t->desc.records_at[record];
@@ -366,8 +333,8 @@ static void write_waits_once(void **state)
     assert_true(atomic_load(&fake_gpu.copies) >= 4); /* A, B, C, the slots */
     assert_true(looks > 0);
     assert_int_equal(mismatches, 0);
-    assert_int_equal(look(t, 3000, &key), REGCACHE_DEVICE_MISS);
-    assert_int_equal(look(t, 3001, &key), REGCACHE_DEVICE_HIT);
+    assert_int_equal(kx_look(t, 3000, &key), REGCACHE_DEVICE_MISS);
+    assert_int_equal(kx_look(t, 3001, &key), REGCACHE_DEVICE_HIT);
     assert_int_equal(key.record, record);
     assert_int_equal(key.lkey, 2);
     rc_dtable_destroy(t, false);
