@@ -8,8 +8,9 @@
  * device and LRU stamp, the shard's count again, the record's parked flag (threads.h) and the
  * epoch, a store of the hold's note and a
  * plain increment of the thread's own hit counter.  Its put loads the
- * slot, the note and the epoch, stores the slot, passes a compiler barrier
- * and loads the cache's zombie flag and the device's over-budget flag.
+ * slot, the note and the epoch, logs the use, stores the slot, passes a
+ * compiler barrier and loads the cache's put flags, which say whether a
+ * zombie or a device's budget needs a look.
  * Neither reads a line of the entry: with many entries a hit costs one
  * miss (the slot), not two in a row.  Only the first hit of an entry in an
  * LRU epoch writes (the entry's stamp and the slot's copy), and a put only
@@ -536,19 +537,22 @@ static COLD void put_of_empty_slot(const void *handle)
 #endif
 }
 
-/* A put that let go of its slot while the cache had zombies: e may be one,
- * left for its last holder to release. */
-static COLD void put_in_zombie_time(struct regcache *c, struct regcache_entry *e,
-                                    struct rc_device *d)
+/* A put whose look at put_flags found some: e may be a zombie, left for
+ * its last holder to release, or some device over budget or following the
+ * ledger. */
+static COLD void put_flagged(struct regcache *c, struct regcache_entry *e, unsigned device_slot,
+                             unsigned flags)
 {
-    if (rc_entry_is_detached(e))
+    flags &= RC_PUT_ZOMBIES | RC_PUT_FENCE;
+    if (flags && rc_hold_zombies_after_fence(c, flags) && rc_entry_is_detached(e))
         rc_release_if_unheld(c, e);
-    rc_after_put(c, d);
+    rc_after_put(c, &c->dev[device_slot]);
 }
 
 /* A slot hold's put reads the slot and its note, none of the entry's
- * lines: the get's epoch says whether e's stamp is current.  Its rare
- * turns are tail calls. */
+ * lines, nor its device's: the get's epoch says whether e's stamp is
+ * current, and put_flags whether anything more is due.  Its rare turns
+ * are tail calls. */
 static inline void put_slot(struct regcache *cache, _Atomic uintptr_t *slot, const void *handle)
 {
     struct regcache_entry *e = rc_held_entry(slot);
@@ -560,17 +564,15 @@ static inline void put_slot(struct regcache *cache, _Atomic uintptr_t *slot, con
     /* Everything put needs of the hold is read before the slot is
      * cleared: from then on the owner may reuse it, and an evictor recycle
      * e. */
-    const struct rc_hold_note *note = rc_hold_note_of(slot);
-    struct rc_device *d = &c->dev[note->device_slot];
+    struct rc_hold_note note = *rc_hold_note_of(slot);
     uint64_t now = atomic_load_explicit(&c->epoch, memory_order_relaxed);
-    if (__builtin_expect((uint32_t)now != note->epoch, 0))
+    if (__builtin_expect((uint32_t)now != note.epoch, 0))
         rc_stamp(e, now);
     if (rc_thread_current)
         rc_thread_log_use(rc_thread_current, e);
-    if (rc_clear_slot(c, slot))
-        put_in_zombie_time(c, e, d);
-    else
-        rc_after_put(c, d);
+    unsigned flags = rc_clear_slot_flags(c, slot);
+    if (__builtin_expect(flags != 0, 0))
+        put_flagged(c, e, note.device_slot, flags);
 }
 
 void regcache_put(regcache_t *cache, regcache_entry_t *h)

@@ -33,12 +33,20 @@ COLD bool rc_hold_zombies_after_fence(struct regcache *c, unsigned flags);
  * cache meanwhile - the release that its detacher left to the last holder
  * (asym_fence.h: the detacher pays for the fence this side omits).  Only
  * while the cache has zombies can the entry be one (release.c), so its own
- * line is read only then: rc_clear_slot() says whether to look. */
-static inline bool rc_clear_slot(struct regcache *c, _Atomic uintptr_t *slot)
+ * line is read only then: the cache's put_flags, loaded after the store,
+ * say whether to look (RC_PUT_ZOMBIES, RC_PUT_FENCE) and whether to look
+ * at the budget (RC_PUT_OVER, RC_PUT_LEDGER: rc_after_put()). */
+static inline unsigned rc_clear_slot_flags(struct regcache *c, _Atomic uintptr_t *slot)
 {
     atomic_store_explicit(slot, 0, memory_order_release);
     atomic_signal_fence(memory_order_seq_cst);
-    unsigned flags = atomic_load_explicit(&c->put_flags, memory_order_relaxed);
+    return atomic_load_explicit(&c->put_flags, memory_order_relaxed);
+}
+
+/* The slot store, and whether the entry may be a zombie. */
+static inline bool rc_clear_slot(struct regcache *c, _Atomic uintptr_t *slot)
+{
+    unsigned flags = rc_clear_slot_flags(c, slot) & (RC_PUT_ZOMBIES | RC_PUT_FENCE);
     return __builtin_expect(flags != 0, 0) && rc_hold_zombies_after_fence(c, flags);
 }
 
@@ -117,7 +125,8 @@ static inline struct regcache *rc_put_cache(struct regcache *cache, const struct
  * put changes only its copy of the cache until it would deregister or
  * evict (rc_release_if_unheld, rc_trim): the registrations are the
  * parent's.  Last in every put, so that rc_trim() is a tail call and a put
- * needs no frame. */
+ * needs no frame.  A slot hold's put calls it only where put_flags say that
+ * some device is over budget or follows the ledger. */
 static inline void rc_after_put(struct regcache *c, struct rc_device *d)
 {
     if (__builtin_expect(rc_over_budget(d), 0) ||
