@@ -205,11 +205,17 @@ static COLD int several_tags(struct regcache *c, _Atomic uintptr_t *slot, uintpt
                                   : tag_changed_after_all(c, slot, start, end, rq, out);
 }
 
-static void release_held(struct regcache *c, _Atomic uintptr_t *slot);
+/* Let go of a hold in a slot that only this thread fills. */
+static void release_held(struct regcache *c, _Atomic uintptr_t *slot)
+{
+    rc_release_slot(c, slot, rc_held_entry(slot));
+}
 
-static COLD int monitor_behind(struct regcache *c, struct rc_thread *t, _Atomic uintptr_t *slot,
-                               struct rc_probe p, uintptr_t start, uintptr_t end, struct rc_req rq,
-                               regcache_entry_t **out, bool tagged, uint64_t first);
+static COLD int monitor_behind(struct regcache *c, _Atomic uintptr_t *slot, uintptr_t start,
+                               uintptr_t end, struct rc_req rq, regcache_entry_t **out);
+static COLD int monitor_behind_tagged(struct regcache *c, _Atomic uintptr_t *slot, uintptr_t start,
+                                      uintptr_t end, struct rc_req rq, regcache_entry_t **out,
+                                      uint64_t first);
 
 /* Serve the request from the entry that `slot` holds and that the index
  * listed when the hold became visible; p is what its slot in the index
@@ -217,17 +223,16 @@ static COLD int monitor_behind(struct regcache *c, struct rc_thread *t, _Atomic 
  * but the slot's copies (most do) is handed out before its tag query, so
  * that the fewest values live across that call (of the copies only the
  * id) and nothing but the comparison follows it; one whose tag then turns
- * out changed is taken back.  `monitor_checked`: a host entry's look at
- * the host memory monitor is done. */
+ * out changed is taken back. */
 static inline __attribute__((always_inline)) int
 serve(struct regcache *c, struct rc_thread *t, _Atomic uintptr_t *slot, const struct rc_probe *p,
       uintptr_t start, uintptr_t end, struct rc_req rq, regcache_entry_t **out, bool tagged,
-      uint64_t first, bool monitor_checked)
+      uint64_t first)
 {
     /* Host entries only: GPU hits compare a byte they hold already. */
-    if (__builtin_expect(
-            !monitor_checked && p->device_slot == RC_HOST_SLOT && rc_host_monitor_behind(), 0))
-        return monitor_behind(c, t, slot, *p, start, end, rq, out, tagged, first);
+    if (__builtin_expect(p->device_slot == RC_HOST_SLOT && rc_host_monitor_behind(), 0))
+        return tagged ? monitor_behind_tagged(c, slot, start, end, rq, out, first)
+                      : monitor_behind(c, slot, start, end, rq, out);
     uint64_t now = atomic_load_explicit(&c->epoch, memory_order_relaxed);
     if (__builtin_expect(p->stamp != now || !rc_probe_serves(p, rq), 0))
         return tagged ? serve_tagged_slowly(c, slot, start, end, rq, out, first)
@@ -248,20 +253,39 @@ serve(struct regcache *c, struct rc_thread *t, _Atomic uintptr_t *slot, const st
  * entry may be of memory that is gone (host_seam.h).  Where no such
  * unmap concerns the pages the entry registered, and the entry is still
  * in the cache (an unmap handled since the look took it out), the hit
- * stands: a get waits for no drain of other memory's unmaps, and their
- * deregistrations.  Else, once the unmaps are handled, the slow path
- * serves; a non-blocking get waits for nothing, and its miss returns
+ * stands, true: a get waits for no drain of other memory's unmaps, and
+ * their deregistrations.  Else, once the unmaps are handled, the slow
+ * path serves; a non-blocking get waits for nothing, and its miss returns
  * AGAIN. */
-static COLD int monitor_behind(struct regcache *c, struct rc_thread *t, _Atomic uintptr_t *slot,
-                               struct rc_probe p, uintptr_t start, uintptr_t end, struct rc_req rq,
-                               regcache_entry_t **out, bool tagged, uint64_t first)
+static bool hit_stands(struct regcache *c, _Atomic uintptr_t *slot)
 {
     struct regcache_entry *e = rc_held_entry(slot);
     if (!rc_host_concern(e->node.start, e->node.end) && !rc_entry_is_detached(e))
-        return serve(c, t, slot, &p, start, end, rq, out, tagged, first, true);
+        return true;
     release_held(c, slot);
     if (!rc_get_nonblocking)
         rc_host_catch_up();
+    return false;
+}
+
+/* Where the hit stands, it is served from the entry that the slot holds,
+ * as an entry's first hit in an epoch is: few arguments, so that the hit
+ * reaches these by a jump. */
+static COLD int monitor_behind(struct regcache *c, _Atomic uintptr_t *slot, uintptr_t start,
+                               uintptr_t end, struct rc_req rq, regcache_entry_t **out)
+{
+    if (hit_stands(c, slot))
+        return stamp_and_count(c, slot, start, end, rq, out);
+    *out = NULL;
+    return rc_slow_get(c, start, end, rq, out);
+}
+
+static COLD int monitor_behind_tagged(struct regcache *c, _Atomic uintptr_t *slot, uintptr_t start,
+                                      uintptr_t end, struct rc_req rq, regcache_entry_t **out,
+                                      uint64_t first)
+{
+    if (hit_stands(c, slot))
+        return serve_tagged_slowly(c, slot, start, end, rq, out, first);
     *out = NULL;
     return rc_slow_get(c, start, end, rq, out);
 }
@@ -336,12 +360,6 @@ look(struct regcache *c, struct rc_thread *t, uintptr_t start, uintptr_t end, un
     return e;
 }
 
-/* Let go of the hold in a slot that only this thread fills. */
-static void release_held(struct regcache *c, _Atomic uintptr_t *slot)
-{
-    rc_release_slot(c, slot, rc_held_entry(slot));
-}
-
 /* Whatever the first look did not serve: a thread's first get, a writer in
  * the shard, entries being replaced (a few more looks, letting go of the
  * hold the last one published), then the miss path. */
@@ -363,7 +381,7 @@ static COLD int get_again(struct regcache *c, uintptr_t start, uintptr_t end, st
         struct regcache_entry *e =
             look(c, t, start, end, rq.rail, &slot, &probe, true, tagged, query_first(c), &first);
         if (e)
-            return serve(c, t, slot, &probe, start, end, rq, out, tagged, first, false);
+            return serve(c, t, slot, &probe, start, end, rq, out, tagged, first);
         if (!slot)
             break;
     }
@@ -395,7 +413,7 @@ static inline __attribute__((always_inline)) int hit(struct regcache *c, uintptr
             return rc_slow_get(c, start, end, rq, out);
         return get_again(c, start, end, rq, out, slot);
     }
-    return serve(c, t, slot, &probe, start, end, rq, out, tagged, first, false);
+    return serve(c, t, slot, &probe, start, end, rq, out, tagged, first);
 }
 
 /* One function per mode, each reached from get() by a jump: the TAG_CHECK

@@ -65,15 +65,20 @@ static inline bool rc_slot_free(_Atomic uintptr_t *slot)
     return !atomic_load_explicit(slot, memory_order_acquire);
 }
 
-/* The first free slot of t after the last one used was not: NULL when all
- * are in use. */
-COLD _Atomic uintptr_t *rc_search_free_slot(struct rc_thread *t);
-
-/* Gets are mostly put before the next get: the slot last used is free. */
+/* A free slot of t, NULL when all are in use.  Gets are mostly put before
+ * the next get: the slot last used is free.  Else the first free one,
+ * searched inline: a call would cost the hit that reaches it a frame. */
 static inline _Atomic uintptr_t *rc_free_slot(struct rc_thread *t)
 {
     _Atomic uintptr_t *slot = &t->holds[t->hint];
-    return __builtin_expect(rc_slot_free(slot), 1) ? slot : rc_search_free_slot(t);
+    if (__builtin_expect(rc_slot_free(slot), 1))
+        return slot;
+    for (unsigned i = 0; i < RC_HOLD_SLOTS; i++)
+        if (rc_slot_free(&t->holds[i])) {
+            t->hint = i;
+            return &t->holds[i];
+        }
+    return NULL;
 }
 
 /* The entry a slot holds (of a hold not yet let go), and the rail. */
