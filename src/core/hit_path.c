@@ -343,7 +343,7 @@ look(struct regcache *c, struct rc_thread *t, uintptr_t start, uintptr_t end, un
      * earlier put of it (a plain store on x86). */
     atomic_store_explicit(slot, (uintptr_t)e | rail, memory_order_release);
     *slotp = slot;
-    if (tagged && fenceless(c)) /* never so in HOOKS caches */
+    if (tagged && __builtin_expect(fenceless(c), 1)) /* never so in HOOKS caches */
         atomic_signal_fence(memory_order_seq_cst);
     else
         rc_fence_full();
@@ -434,6 +434,21 @@ static __attribute__((noinline)) int hit_tag_first(struct regcache *c, uintptr_t
     return hit(c, start, end, rq, out, true, true);
 }
 
+/* Rail 0 with the cache's access (regcache_get()), as for HOOKS below:
+ * the request folds into the code, and nothing of it lives across the
+ * query. */
+static __attribute__((noinline)) int hit_tagged_rail0(struct regcache *c, uintptr_t start,
+                                                      uintptr_t end, regcache_entry_t **out)
+{
+    return hit(c, start, end, (struct rc_req){ 0, RC_ACCESS_DEFAULT }, out, true, false);
+}
+
+static __attribute__((noinline)) int hit_tag_first_rail0(struct regcache *c, uintptr_t start,
+                                                         uintptr_t end, regcache_entry_t **out)
+{
+    return hit(c, start, end, (struct rc_req){ 0, RC_ACCESS_DEFAULT }, out, true, true);
+}
+
 static __attribute__((noinline)) int hit_hooks(struct regcache *c, uintptr_t start, uintptr_t end,
                                                struct rc_req rq, regcache_entry_t **out)
 {
@@ -470,13 +485,17 @@ get(regcache_t *c, struct rc_req rq, const void *addr, size_t len, regcache_entr
             *out = NULL;
         return bad_get(c, addr, len, rq.rail, out);
     }
-    if (rc_tag_checking(c))
-        return query_first(c) ? hit_tag_first(c, start, end, rq, out)
-                              : hit_tagged(c, start, end, rq, out);
+    bool rail0 = !rq.rail && rq.want == RC_ACCESS_DEFAULT; /* folds */
+    if (rc_tag_checking(c)) {
+        if (query_first(c))
+            return rail0 ? hit_tag_first_rail0(c, start, end, out)
+                         : hit_tag_first(c, start, end, rq, out);
+        return rail0 ? hit_tagged_rail0(c, start, end, out) : hit_tagged(c, start, end, rq, out);
+    }
     if (rq.rail)
         return hit_hooks(c, start, end, rq, out);
-    return rq.want == RC_ACCESS_DEFAULT ? hit_hooks_rail0(c, start, end, out)
-                                        : hit_hooks_rail0_access(c, start, end, rq.want, out);
+    return rail0 ? hit_hooks_rail0(c, start, end, out)
+                 : hit_hooks_rail0_access(c, start, end, rq.want, out);
 }
 
 int regcache_get(regcache_t *c, const void *addr, size_t len, regcache_entry_t **out)
