@@ -328,12 +328,11 @@ look(struct regcache *c, struct rc_thread *t, uintptr_t start, uintptr_t end, un
     *slotp = NULL;
     struct rc_page_key k = rc_page_key(&c->index, start);
     if (query_first) {
-        rc_page_index_prefetch(&c->index, k);
+        rc_page_index_prefetch(k);
         *first = tag_at(c, start);
     }
-    struct regcache_entry *e = wait_for_writers
-                                   ? rc_page_index_find(&c->index, start, end, probe)
-                                   : rc_page_index_probe_at(&c->index, k, start, end, probe);
+    struct regcache_entry *e = wait_for_writers ? rc_page_index_find(&c->index, start, end, probe)
+                                                : rc_page_index_probe_at(k, start, end, probe);
     if (!e)
         return NULL;
     _Atomic uintptr_t *slot = rc_free_slot(t);
