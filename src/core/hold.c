@@ -1,6 +1,5 @@
 /* The hold protocol's out-of-line side (hold.h): counted holds, the slot
- * hold a miss hands out, misuse checks and
- * the regcache_entry_* accessors. */
+ * hold a miss hands out, misuse checks and the regcache_entry_* accessors. */
 #include <stdio.h>
 #include <stdlib.h>
 
