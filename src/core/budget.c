@@ -27,6 +27,8 @@ static void join_ledger(struct regcache *c, int slot, struct rc_device *d, size_
     if (rc_gpu_key(slot, key, sizeof key) == REGCACHE_OK &&
         rc_ledger_attach(key, shared ? own : 0, d->budget_source, &d->ledger) == REGCACHE_OK) {
         d->ledger_limits = shared;
+        if (shared)
+            atomic_fetch_or_explicit(&c->put_flags, RC_PUT_LEDGER, memory_order_relaxed);
         return;
     }
     why = regcache_last_error();

@@ -66,6 +66,10 @@ struct rc_device {
 /* Bits of struct regcache's put_flags. */
 #define RC_PUT_ZOMBIES 1u
 #define RC_PUT_FENCE 2u
+/* Some device is over its budget (devices_over), or takes its limit from
+ * the ledger: the put looks at its own device. */
+#define RC_PUT_OVER 4u
+#define RC_PUT_LEDGER 8u
 
 /* Invalidations remembered for misses in flight (invalidate.c). */
 #define RC_INVAL_LOG 256
@@ -100,8 +104,11 @@ struct regcache {
      * why that is enough); RC_PUT_FENCE, from create on where the heavy
      * fence does not work, when it fences before that look (asym_fence.h).
      * The zombie bit is changed under the lock; the fence bit may be set
-     * without it (rc_cache_fence_always), so both change it atomically. */
+     * without it (rc_cache_fence_always), so both change it atomically.
+     * RC_PUT_OVER and RC_PUT_LEDGER spare every other put the line of its
+     * device (rc_after_put). */
     atomic_uchar put_flags;
+    unsigned devices_over; /* under the lock: devices whose `over` is set */
 
     /* Misses that began (a locked add, from any thread) and that ended
      * (under the lock, so a plain store): those between their memory query
@@ -393,15 +400,22 @@ static inline bool rc_over_budget(struct rc_device *d)
 }
 
 /* Under the lock, after d's counts or limits changed: one flag for put to
- * read instead of four counters. */
-static inline void rc_recheck_budget_locked(struct rc_device *d)
+ * read instead of four counters, and while any device's is set, a bit of
+ * put_flags, which puts read anyway, that says to read it. */
+static inline void rc_recheck_budget_locked(struct regcache *c, struct rc_device *d)
 {
     bool over = atomic_load_explicit(&d->bytes, memory_order_relaxed) >
                     atomic_load_explicit(&d->max_bytes, memory_order_relaxed) ||
                 atomic_load_explicit(&d->entries, memory_order_relaxed) >
                     atomic_load_explicit(&d->max_entries, memory_order_relaxed);
-    if (over != atomic_load_explicit(&d->over, memory_order_relaxed))
-        atomic_store_explicit(&d->over, over, memory_order_relaxed);
+    if (over == atomic_load_explicit(&d->over, memory_order_relaxed))
+        return;
+    atomic_store_explicit(&d->over, over, memory_order_relaxed);
+    c->devices_over += over ? 1 : (unsigned)-1;
+    if (over && c->devices_over == 1)
+        atomic_fetch_or_explicit(&c->put_flags, RC_PUT_OVER, memory_order_relaxed);
+    else if (!over && c->devices_over == 0)
+        atomic_fetch_and_explicit(&c->put_flags, (unsigned char)~RC_PUT_OVER, memory_order_relaxed);
 }
 
 /* ---- invalidation (invalidate.c) ---------------------------------------- */

@@ -55,7 +55,7 @@ size_t rc_evict_locked(struct regcache *c, struct rc_device *d, size_t max_bytes
 /* Under the lock: the ledger's share for this cache, before it registers
  * `want` more bytes (0: a put that saw another cache ask for room), becomes
  * the device's byte budget. */
-static inline void follow_ledger_locked(struct rc_device *d, size_t want)
+static inline void follow_ledger_locked(struct regcache *c, struct rc_device *d, size_t want)
 {
     size_t keep = rc_ledger_limit(d->ledger, want);
     size_t max = keep > SIZE_MAX - want ? SIZE_MAX : keep + want;
@@ -64,14 +64,14 @@ static inline void follow_ledger_locked(struct rc_device *d, size_t want)
     if (max == atomic_load_explicit(&d->max_bytes, memory_order_relaxed))
         return;
     atomic_store_explicit(&d->max_bytes, max, memory_order_relaxed);
-    rc_recheck_budget_locked(d);
+    rc_recheck_budget_locked(c, d);
 }
 
 bool rc_make_room_locked(struct regcache *c, struct rc_device *d, size_t len, bool speculative,
                          struct regcache_entry **victims)
 {
     if (d->ledger_limits)
-        follow_ledger_locked(d, len);
+        follow_ledger_locked(c, d, len);
     size_t max_bytes = atomic_load_explicit(&d->max_bytes, memory_order_relaxed);
     size_t max_entries = atomic_load_explicit(&d->max_entries, memory_order_relaxed);
     /* The notes of these evictions leave the clock to the note that ends
@@ -95,7 +95,7 @@ void rc_trim(struct regcache *c, struct rc_device *d)
         return;
     rc_lock(&c->lock);
     if (d->ledger_limits)
-        follow_ledger_locked(d, 0);
+        follow_ledger_locked(c, d, 0);
     rc_evict_locked(c, d, atomic_load_explicit(&d->max_bytes, memory_order_relaxed),
                     atomic_load_explicit(&d->max_entries, memory_order_relaxed), false,
                     REGCACHE_REASON_EVICT_BUDGET, &victims);

@@ -8,8 +8,9 @@
  * device and LRU stamp, the shard's count again, the record's parked flag (threads.h) and the
  * epoch, a store of the hold's note and a
  * plain increment of the thread's own hit counter.  Its put loads the
- * slot, the note and the epoch, stores the slot, passes a compiler barrier
- * and loads the cache's zombie flag and the device's over-budget flag.
+ * slot, the note and the epoch, logs the use, stores the slot, passes a
+ * compiler barrier and loads the cache's put flags, which say whether a
+ * zombie or a device's budget needs a look.
  * Neither reads a line of the entry: with many entries a hit costs one
  * miss (the slot), not two in a row.  Only the first hit of an entry in an
  * LRU epoch writes (the entry's stamp and the slot's copy), and a put only
@@ -204,11 +205,17 @@ static COLD int several_tags(struct regcache *c, _Atomic uintptr_t *slot, uintpt
                                   : tag_changed_after_all(c, slot, start, end, rq, out);
 }
 
-static void release_held(struct regcache *c, _Atomic uintptr_t *slot);
+/* Let go of a hold in a slot that only this thread fills. */
+static void release_held(struct regcache *c, _Atomic uintptr_t *slot)
+{
+    rc_release_slot(c, slot, rc_held_entry(slot));
+}
 
-static COLD int monitor_behind(struct regcache *c, struct rc_thread *t, _Atomic uintptr_t *slot,
-                               struct rc_probe p, uintptr_t start, uintptr_t end, struct rc_req rq,
-                               regcache_entry_t **out, bool tagged, uint64_t first);
+static COLD int monitor_behind(struct regcache *c, _Atomic uintptr_t *slot, uintptr_t start,
+                               uintptr_t end, struct rc_req rq, regcache_entry_t **out);
+static COLD int monitor_behind_tagged(struct regcache *c, _Atomic uintptr_t *slot, uintptr_t start,
+                                      uintptr_t end, struct rc_req rq, regcache_entry_t **out,
+                                      uint64_t first);
 
 /* Serve the request from the entry that `slot` holds and that the index
  * listed when the hold became visible; p is what its slot in the index
@@ -216,17 +223,16 @@ static COLD int monitor_behind(struct regcache *c, struct rc_thread *t, _Atomic 
  * but the slot's copies (most do) is handed out before its tag query, so
  * that the fewest values live across that call (of the copies only the
  * id) and nothing but the comparison follows it; one whose tag then turns
- * out changed is taken back.  `monitor_checked`: a host entry's look at
- * the host memory monitor is done. */
+ * out changed is taken back. */
 static inline __attribute__((always_inline)) int
 serve(struct regcache *c, struct rc_thread *t, _Atomic uintptr_t *slot, const struct rc_probe *p,
       uintptr_t start, uintptr_t end, struct rc_req rq, regcache_entry_t **out, bool tagged,
-      uint64_t first, bool monitor_checked)
+      uint64_t first)
 {
     /* Host entries only: GPU hits compare a byte they hold already. */
-    if (__builtin_expect(
-            !monitor_checked && p->device_slot == RC_HOST_SLOT && rc_host_monitor_behind(), 0))
-        return monitor_behind(c, t, slot, *p, start, end, rq, out, tagged, first);
+    if (__builtin_expect(p->device_slot == RC_HOST_SLOT && rc_host_monitor_behind(), 0))
+        return tagged ? monitor_behind_tagged(c, slot, start, end, rq, out, first)
+                      : monitor_behind(c, slot, start, end, rq, out);
     uint64_t now = atomic_load_explicit(&c->epoch, memory_order_relaxed);
     if (__builtin_expect(p->stamp != now || !rc_probe_serves(p, rq), 0))
         return tagged ? serve_tagged_slowly(c, slot, start, end, rq, out, first)
@@ -247,20 +253,39 @@ serve(struct regcache *c, struct rc_thread *t, _Atomic uintptr_t *slot, const st
  * entry may be of memory that is gone (host_seam.h).  Where no such
  * unmap concerns the pages the entry registered, and the entry is still
  * in the cache (an unmap handled since the look took it out), the hit
- * stands: a get waits for no drain of other memory's unmaps, and their
- * deregistrations.  Else, once the unmaps are handled, the slow path
- * serves; a non-blocking get waits for nothing, and its miss returns
+ * stands, true: a get waits for no drain of other memory's unmaps, and
+ * their deregistrations.  Else, once the unmaps are handled, the slow
+ * path serves; a non-blocking get waits for nothing, and its miss returns
  * AGAIN. */
-static COLD int monitor_behind(struct regcache *c, struct rc_thread *t, _Atomic uintptr_t *slot,
-                               struct rc_probe p, uintptr_t start, uintptr_t end, struct rc_req rq,
-                               regcache_entry_t **out, bool tagged, uint64_t first)
+static bool hit_stands(struct regcache *c, _Atomic uintptr_t *slot)
 {
     struct regcache_entry *e = rc_held_entry(slot);
     if (!rc_host_concern(e->node.start, e->node.end) && !rc_entry_is_detached(e))
-        return serve(c, t, slot, &p, start, end, rq, out, tagged, first, true);
+        return true;
     release_held(c, slot);
     if (!rc_get_nonblocking)
         rc_host_catch_up();
+    return false;
+}
+
+/* Where the hit stands, it is served from the entry that the slot holds,
+ * as an entry's first hit in an epoch is: few arguments, so that the hit
+ * reaches these by a jump. */
+static COLD int monitor_behind(struct regcache *c, _Atomic uintptr_t *slot, uintptr_t start,
+                               uintptr_t end, struct rc_req rq, regcache_entry_t **out)
+{
+    if (hit_stands(c, slot))
+        return stamp_and_count(c, slot, start, end, rq, out);
+    *out = NULL;
+    return rc_slow_get(c, start, end, rq, out);
+}
+
+static COLD int monitor_behind_tagged(struct regcache *c, _Atomic uintptr_t *slot, uintptr_t start,
+                                      uintptr_t end, struct rc_req rq, regcache_entry_t **out,
+                                      uint64_t first)
+{
+    if (hit_stands(c, slot))
+        return serve_tagged_slowly(c, slot, start, end, rq, out, first);
     *out = NULL;
     return rc_slow_get(c, start, end, rq, out);
 }
@@ -303,12 +328,11 @@ look(struct regcache *c, struct rc_thread *t, uintptr_t start, uintptr_t end, un
     *slotp = NULL;
     struct rc_page_key k = rc_page_key(&c->index, start);
     if (query_first) {
-        rc_page_index_prefetch(&c->index, k);
+        rc_page_index_prefetch(k);
         *first = tag_at(c, start);
     }
-    struct regcache_entry *e = wait_for_writers
-                                   ? rc_page_index_find(&c->index, start, end, probe)
-                                   : rc_page_index_probe_at(&c->index, k, start, end, probe);
+    struct regcache_entry *e = wait_for_writers ? rc_page_index_find(&c->index, start, end, probe)
+                                                : rc_page_index_probe_at(k, start, end, probe);
     if (!e)
         return NULL;
     _Atomic uintptr_t *slot = rc_free_slot(t);
@@ -318,7 +342,7 @@ look(struct regcache *c, struct rc_thread *t, uintptr_t start, uintptr_t end, un
      * earlier put of it (a plain store on x86). */
     atomic_store_explicit(slot, (uintptr_t)e | rail, memory_order_release);
     *slotp = slot;
-    if (tagged && fenceless(c)) /* never so in HOOKS caches */
+    if (tagged && __builtin_expect(fenceless(c), 1)) /* never so in HOOKS caches */
         atomic_signal_fence(memory_order_seq_cst);
     else
         rc_fence_full();
@@ -333,12 +357,6 @@ look(struct regcache *c, struct rc_thread *t, uintptr_t start, uintptr_t end, un
     if (__builtin_expect(!rc_page_index_unchanged(probe) || rc_thread_parked(t), 0))
         return NULL;
     return e;
-}
-
-/* Let go of the hold in a slot that only this thread fills. */
-static void release_held(struct regcache *c, _Atomic uintptr_t *slot)
-{
-    rc_release_slot(c, slot, rc_held_entry(slot));
 }
 
 /* Whatever the first look did not serve: a thread's first get, a writer in
@@ -362,7 +380,7 @@ static COLD int get_again(struct regcache *c, uintptr_t start, uintptr_t end, st
         struct regcache_entry *e =
             look(c, t, start, end, rq.rail, &slot, &probe, true, tagged, query_first(c), &first);
         if (e)
-            return serve(c, t, slot, &probe, start, end, rq, out, tagged, first, false);
+            return serve(c, t, slot, &probe, start, end, rq, out, tagged, first);
         if (!slot)
             break;
     }
@@ -394,7 +412,7 @@ static inline __attribute__((always_inline)) int hit(struct regcache *c, uintptr
             return rc_slow_get(c, start, end, rq, out);
         return get_again(c, start, end, rq, out, slot);
     }
-    return serve(c, t, slot, &probe, start, end, rq, out, tagged, first, false);
+    return serve(c, t, slot, &probe, start, end, rq, out, tagged, first);
 }
 
 /* One function per mode, each reached from get() by a jump: the TAG_CHECK
@@ -413,6 +431,21 @@ static __attribute__((noinline)) int hit_tag_first(struct regcache *c, uintptr_t
                                                    regcache_entry_t **out)
 {
     return hit(c, start, end, rq, out, true, true);
+}
+
+/* Rail 0 with the cache's access (regcache_get()), as for HOOKS below:
+ * the request folds into the code, and nothing of it lives across the
+ * query. */
+static __attribute__((noinline)) int hit_tagged_rail0(struct regcache *c, uintptr_t start,
+                                                      uintptr_t end, regcache_entry_t **out)
+{
+    return hit(c, start, end, (struct rc_req){ 0, RC_ACCESS_DEFAULT }, out, true, false);
+}
+
+static __attribute__((noinline)) int hit_tag_first_rail0(struct regcache *c, uintptr_t start,
+                                                         uintptr_t end, regcache_entry_t **out)
+{
+    return hit(c, start, end, (struct rc_req){ 0, RC_ACCESS_DEFAULT }, out, true, true);
 }
 
 static __attribute__((noinline)) int hit_hooks(struct regcache *c, uintptr_t start, uintptr_t end,
@@ -451,13 +484,17 @@ get(regcache_t *c, struct rc_req rq, const void *addr, size_t len, regcache_entr
             *out = NULL;
         return bad_get(c, addr, len, rq.rail, out);
     }
-    if (rc_tag_checking(c))
-        return query_first(c) ? hit_tag_first(c, start, end, rq, out)
-                              : hit_tagged(c, start, end, rq, out);
+    bool rail0 = !rq.rail && rq.want == RC_ACCESS_DEFAULT; /* folds */
+    if (rc_tag_checking(c)) {
+        if (query_first(c))
+            return rail0 ? hit_tag_first_rail0(c, start, end, out)
+                         : hit_tag_first(c, start, end, rq, out);
+        return rail0 ? hit_tagged_rail0(c, start, end, out) : hit_tagged(c, start, end, rq, out);
+    }
     if (rq.rail)
         return hit_hooks(c, start, end, rq, out);
-    return rq.want == RC_ACCESS_DEFAULT ? hit_hooks_rail0(c, start, end, out)
-                                        : hit_hooks_rail0_access(c, start, end, rq.want, out);
+    return rail0 ? hit_hooks_rail0(c, start, end, out)
+                 : hit_hooks_rail0_access(c, start, end, rq.want, out);
 }
 
 int regcache_get(regcache_t *c, const void *addr, size_t len, regcache_entry_t **out)
@@ -536,19 +573,22 @@ static COLD void put_of_empty_slot(const void *handle)
 #endif
 }
 
-/* A put that let go of its slot while the cache had zombies: e may be one,
- * left for its last holder to release. */
-static COLD void put_in_zombie_time(struct regcache *c, struct regcache_entry *e,
-                                    struct rc_device *d)
+/* A put whose look at put_flags found some: e may be a zombie, left for
+ * its last holder to release, or some device over budget or following the
+ * ledger. */
+static COLD void put_flagged(struct regcache *c, struct regcache_entry *e, unsigned device_slot,
+                             unsigned flags)
 {
-    if (rc_entry_is_detached(e))
+    flags &= RC_PUT_ZOMBIES | RC_PUT_FENCE;
+    if (flags && rc_hold_zombies_after_fence(c, flags) && rc_entry_is_detached(e))
         rc_release_if_unheld(c, e);
-    rc_after_put(c, d);
+    rc_after_put(c, &c->dev[device_slot]);
 }
 
 /* A slot hold's put reads the slot and its note, none of the entry's
- * lines: the get's epoch says whether e's stamp is current.  Its rare
- * turns are tail calls. */
+ * lines, nor its device's: the get's epoch says whether e's stamp is
+ * current, and put_flags whether anything more is due.  Its rare turns
+ * are tail calls. */
 static inline void put_slot(struct regcache *cache, _Atomic uintptr_t *slot, const void *handle)
 {
     struct regcache_entry *e = rc_held_entry(slot);
@@ -560,17 +600,15 @@ static inline void put_slot(struct regcache *cache, _Atomic uintptr_t *slot, con
     /* Everything put needs of the hold is read before the slot is
      * cleared: from then on the owner may reuse it, and an evictor recycle
      * e. */
-    const struct rc_hold_note *note = rc_hold_note_of(slot);
-    struct rc_device *d = &c->dev[note->device_slot];
+    struct rc_hold_note note = *rc_hold_note_of(slot);
     uint64_t now = atomic_load_explicit(&c->epoch, memory_order_relaxed);
-    if (__builtin_expect((uint32_t)now != note->epoch, 0))
+    if (__builtin_expect((uint32_t)now != note.epoch, 0))
         rc_stamp(e, now);
     if (rc_thread_current)
         rc_thread_log_use(rc_thread_current, e);
-    if (rc_clear_slot(c, slot))
-        put_in_zombie_time(c, e, d);
-    else
-        rc_after_put(c, d);
+    unsigned flags = rc_clear_slot_flags(c, slot);
+    if (__builtin_expect(flags != 0, 0))
+        put_flagged(c, e, note.device_slot, flags);
 }
 
 void regcache_put(regcache_t *cache, regcache_entry_t *h)

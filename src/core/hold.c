@@ -1,6 +1,5 @@
 /* The hold protocol's out-of-line side (hold.h): counted holds, the slot
- * hold a miss hands out, the search for a free slot, misuse checks and
- * the regcache_entry_* accessors. */
+ * hold a miss hands out, misuse checks and the regcache_entry_* accessors. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -15,16 +14,6 @@ bool rc_hold_zombies_after_fence(struct regcache *c, unsigned flags)
         flags = atomic_load_explicit(&c->put_flags, memory_order_relaxed);
     }
     return flags & RC_PUT_ZOMBIES;
-}
-
-_Atomic uintptr_t *rc_search_free_slot(struct rc_thread *t)
-{
-    for (unsigned i = 0; i < RC_HOLD_SLOTS; i++)
-        if (rc_slot_free(&t->holds[i])) {
-            t->hint = i;
-            return &t->holds[i];
-        }
-    return NULL;
 }
 
 regcache_entry_t *rc_slot_hold(struct regcache *c, struct regcache_entry *e, unsigned rail)

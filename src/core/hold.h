@@ -33,12 +33,20 @@ COLD bool rc_hold_zombies_after_fence(struct regcache *c, unsigned flags);
  * cache meanwhile - the release that its detacher left to the last holder
  * (asym_fence.h: the detacher pays for the fence this side omits).  Only
  * while the cache has zombies can the entry be one (release.c), so its own
- * line is read only then: rc_clear_slot() says whether to look. */
-static inline bool rc_clear_slot(struct regcache *c, _Atomic uintptr_t *slot)
+ * line is read only then: the cache's put_flags, loaded after the store,
+ * say whether to look (RC_PUT_ZOMBIES, RC_PUT_FENCE) and whether to look
+ * at the budget (RC_PUT_OVER, RC_PUT_LEDGER: rc_after_put()). */
+static inline unsigned rc_clear_slot_flags(struct regcache *c, _Atomic uintptr_t *slot)
 {
     atomic_store_explicit(slot, 0, memory_order_release);
     atomic_signal_fence(memory_order_seq_cst);
-    unsigned flags = atomic_load_explicit(&c->put_flags, memory_order_relaxed);
+    return atomic_load_explicit(&c->put_flags, memory_order_relaxed);
+}
+
+/* The slot store, and whether the entry may be a zombie. */
+static inline bool rc_clear_slot(struct regcache *c, _Atomic uintptr_t *slot)
+{
+    unsigned flags = rc_clear_slot_flags(c, slot) & (RC_PUT_ZOMBIES | RC_PUT_FENCE);
     return __builtin_expect(flags != 0, 0) && rc_hold_zombies_after_fence(c, flags);
 }
 
@@ -57,15 +65,20 @@ static inline bool rc_slot_free(_Atomic uintptr_t *slot)
     return !atomic_load_explicit(slot, memory_order_acquire);
 }
 
-/* The first free slot of t after the last one used was not: NULL when all
- * are in use. */
-COLD _Atomic uintptr_t *rc_search_free_slot(struct rc_thread *t);
-
-/* Gets are mostly put before the next get: the slot last used is free. */
+/* A free slot of t, NULL when all are in use.  Gets are mostly put before
+ * the next get: the slot last used is free.  Else the first free one,
+ * searched inline: a call would cost the hit that reaches it a frame. */
 static inline _Atomic uintptr_t *rc_free_slot(struct rc_thread *t)
 {
     _Atomic uintptr_t *slot = &t->holds[t->hint];
-    return __builtin_expect(rc_slot_free(slot), 1) ? slot : rc_search_free_slot(t);
+    if (__builtin_expect(rc_slot_free(slot), 1))
+        return slot;
+    for (unsigned i = 0; i < RC_HOLD_SLOTS; i++)
+        if (rc_slot_free(&t->holds[i])) {
+            t->hint = i;
+            return &t->holds[i];
+        }
+    return NULL;
 }
 
 /* The entry a slot holds (of a hold not yet let go), and the rail. */
@@ -117,7 +130,8 @@ static inline struct regcache *rc_put_cache(struct regcache *cache, const struct
  * put changes only its copy of the cache until it would deregister or
  * evict (rc_release_if_unheld, rc_trim): the registrations are the
  * parent's.  Last in every put, so that rc_trim() is a tail call and a put
- * needs no frame. */
+ * needs no frame.  A slot hold's put calls it only where put_flags say that
+ * some device is over budget or follows the ledger. */
 static inline void rc_after_put(struct regcache *c, struct rc_device *d)
 {
     if (__builtin_expect(rc_over_budget(d), 0) ||

@@ -294,7 +294,7 @@ static int publish_locked(struct regcache *c, struct regcache_entry *e, uintptr_
     rc_add_locked(&c->total_bytes, len);
     raise_peak(&d->n.peak_bytes, atomic_load_explicit(&d->bytes, memory_order_relaxed));
     raise_peak(&c->peak_bytes, atomic_load_explicit(&c->total_bytes, memory_order_relaxed));
-    rc_recheck_budget_locked(d);
+    rc_recheck_budget_locked(c, d);
     rc_budget_note_locked(c, d, now);
     /* The hit path finds it from now on (a failure only costs hits). */
     rc_page_index_add(&c->index, e, start);

@@ -140,16 +140,24 @@ size_t rc_page_index_l1_slots(void);
 void rc_page_index_refresh(struct rc_page_index *idx, struct regcache_entry *e);
 
 /* Page numbers are dense and aligned: a multiplicative mix spreads them;
- * the top bits pick the shard, the low bits the slot. */
+ * the top bits pick the shard, the low bits the slot.  The final shift
+ * leaves the top 29 bits of the product as they are, so that a lookup
+ * takes the shard from the product and its loads wait for no more
+ * (rc_page_key()). */
+#define RC_PAGE_MIX 0x9e3779b97f4a7c15ull
+
 static inline uint64_t rc_page_hash(uintptr_t page)
 {
-    uint64_t h = (uint64_t)page * 0x9e3779b97f4a7c15ull;
+    uint64_t h = (uint64_t)page * RC_PAGE_MIX;
     return h ^ (h >> 29);
 }
 
 static inline struct rc_shard *rc_shard_of(struct rc_page_index *idx, uint64_t h)
 {
-    return &idx->shards[h >> 58];
+    /* &idx->shards[h >> 58] in two steps, not three: the top six bits
+     * times the shard's size. */
+    _Static_assert(sizeof(struct rc_shard) == 64 && RC_SHARDS == 64, "64 shards of 64 bytes");
+    return (struct rc_shard *)((char *)idx->shards + ((h >> 52) & ~(uint64_t)63));
 }
 
 /* A writer is inside the shard (it holds the cache lock and is moving a few
@@ -182,16 +190,18 @@ static inline bool rc_probe_serves(const struct rc_probe *p, struct rc_req rq)
     return (p->rails >> rq.rail & 1) && rc_access_covers(p->access, rq.want);
 }
 
-/* Where a lookup of start begins: its page and the page's hash. */
+/* Where a lookup of start begins: its page, the page's hash and shard. */
 struct rc_page_key {
     uintptr_t page;
     uint64_t hash;
+    struct rc_shard *shard;
 };
 
-static inline struct rc_page_key rc_page_key(const struct rc_page_index *idx, uintptr_t start)
+static inline struct rc_page_key rc_page_key(struct rc_page_index *idx, uintptr_t start)
 {
     uintptr_t page = start >> idx->shift;
-    return (struct rc_page_key){ page, rc_page_hash(page) };
+    uint64_t product = (uint64_t)page * RC_PAGE_MIX;
+    return (struct rc_page_key){ page, product ^ (product >> 29), rc_shard_of(idx, product) };
 }
 
 /*
@@ -209,13 +219,12 @@ static inline struct rc_page_key rc_page_key(const struct rc_page_index *idx, ui
  * read a store of a writer, the fences synchronise and the second load of
  * the count sees at least that writer's odd value.
  */
-static inline struct regcache_entry *rc_page_index_probe_at(struct rc_page_index *idx,
-                                                            struct rc_page_key k, uintptr_t start,
+static inline struct regcache_entry *rc_page_index_probe_at(struct rc_page_key k, uintptr_t start,
                                                             uintptr_t end, struct rc_probe *probe)
 {
     uintptr_t page = k.page;
     uint64_t h = k.hash;
-    struct rc_shard *s = rc_shard_of(idx, h);
+    struct rc_shard *s = k.shard;
     uint64_t seq = atomic_load_explicit(&s->seq, memory_order_acquire);
     probe->shard = s;
     probe->seq = seq;
@@ -242,7 +251,7 @@ static inline struct regcache_entry *rc_page_index_probe_at(struct rc_page_index
 static inline struct regcache_entry *rc_page_index_probe(struct rc_page_index *idx, uintptr_t start,
                                                          uintptr_t end, struct rc_probe *probe)
 {
-    return rc_page_index_probe_at(idx, rc_page_key(idx, start), start, end, probe);
+    return rc_page_index_probe_at(rc_page_key(idx, start), start, end, probe);
 }
 
 static inline bool rc_page_index_large(struct rc_page_index *idx)
@@ -253,9 +262,9 @@ static inline bool rc_page_index_large(struct rc_page_index *idx)
 /* Ask for the line of the slot where a probe for k begins: a hint for
  * a caller with other work to do before it probes.  Tables are kept until
  * the index is destroyed, so even a replaced one may be read. */
-static inline void rc_page_index_prefetch(struct rc_page_index *idx, struct rc_page_key k)
+static inline void rc_page_index_prefetch(struct rc_page_key k)
 {
-    struct rc_shard *s = rc_shard_of(idx, k.hash);
+    struct rc_shard *s = k.shard;
     uint32_t mask = atomic_load_explicit(&s->mask, memory_order_acquire);
     struct rc_slot_table *t = atomic_load_explicit(&s->table, memory_order_acquire);
     __builtin_prefetch(&t->slots[(uint32_t)k.hash & mask]);

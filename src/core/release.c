@@ -31,7 +31,7 @@ void rc_unlink_locked(struct regcache *c, struct regcache_entry *e)
     rc_add_locked(&c->total_bytes, -rc_entry_len(e));
     rc_add_locked(&d->entries, (size_t)-1);
     d->odd_access -= rc_odd_access(c, e);
-    rc_recheck_budget_locked(d);
+    rc_recheck_budget_locked(c, d);
     rc_budget_note_locked(c, d, 0);
 }
 

@@ -232,8 +232,32 @@ static void devices_have_separate_budgets(void **state)
     assert_int_equal(fx_stats(f).evictions, 1);
 }
 
+/* Held entries push both devices past max_entries; each binds again at
+ * its own puts, also once the other device is back within its budget. */
+static void each_device_over_budget_trims_at_its_put(void **state)
+{
+    struct fx *f = *state;
+    fx_device_allocs(f, 2);
+    fake_alloc(&f->fb, FX_ALLOC(2), MiB, 1, REGCACHE_MEM_DEVICE);
+    fake_alloc(&f->fb, FX_ALLOC(3), MiB, 1, REGCACHE_MEM_DEVICE);
+    f->p.max_entries = 1; /* per device */
+    fx_create(f);
+    regcache_entry_t *held[4];
+    for (int i = 0; i < 4; i++)
+        held[i] = fx_get(f, FX_ALLOC(i), 10);
+    fx_assert_stats(f, FX_STAT(entries, 4), FX_STAT(evictions, 0), NULL);
+    regcache_put(f->c, held[0]);
+    regcache_put(f->c, held[1]);
+    fx_assert_stats(f, FX_STAT(entries, 3), FX_STAT(evictions, 1), NULL);
+    regcache_put(f->c, held[2]);
+    regcache_put(f->c, held[3]);
+    fx_assert_stats(f, FX_STAT(entries, 2), FX_STAT(evictions, 2), NULL);
+    assert_int_equal(atomic_load(&f->fb.live), 2);
+}
+
 FX_MAIN(efault_after_free_is_not_gpu, efault_after_reallocation_is_not_gpu,
         seventeenth_attempt_follows_the_sixteenth_eviction, exhausted_forever_counts_what_is_left,
         exhausted_with_everything_held, exhausted_after_evicting_the_unused,
         evict_and_retry_on_exhaustion, held_entries_leave_no_space_until_put,
-        other_backend_errors_do_not_evict, devices_have_separate_budgets)
+        other_backend_errors_do_not_evict, devices_have_separate_budgets,
+        each_device_over_budget_trims_at_its_put)
