@@ -40,7 +40,7 @@ static size_t slot_holding(const struct rc_dtable *t, uint64_t page)
 /* A lookup of the page in `view` finds it, with key lkey. */
 static void assert_finds(const struct regcache_device_table *view, uint64_t page, uint32_t lkey)
 {
-    struct regcache_device_key key;
+    struct regcache_device_key key = { 0 }; /* fail_msg() is not noreturn to gcc */
     if (regcache_device_lookup(view, (const void *)(uintptr_t)(page * KX_PAGE), 64, 0, &key) !=
         REGCACHE_DEVICE_HIT)
         fail_msg("page %llu (lkey %u) not found", (unsigned long long)page, lkey);
