@@ -135,6 +135,25 @@ static void churn_changes_a_few_chunks(void **state)
     assert_true(worst > 0);
 }
 
+/* `gone` leaves: the n pages left are still found with their keys, they
+ * are all the slots in use, none marked, and slot `emptied`, where the
+ * cluster now ends, reads (0, 0). */
+static void leave_closes(struct rc_dtable *t, uint64_t gone, const uint64_t *pages,
+                         const uint32_t *lkeys, size_t n, size_t emptied)
+{
+    struct regcache_device_key key;
+    size_t marked;
+    kx_leave(t, gone);
+    assert_int_equal(rc_dtable_flush(t), REGCACHE_OK);
+    assert_int_equal(kx_look(t, gone, &key), REGCACHE_DEVICE_MISS);
+    for (size_t i = 0; i < n; i++)
+        assert_found(t, pages[i], lkeys[i]);
+    assert_int_equal(slots_in_use(t, &marked), n);
+    assert_int_equal(marked, 0);
+    assert_int_equal(t->desc.slots[emptied].key, 0);
+    assert_int_equal(t->desc.slots[emptied].seq, 0);
+}
+
 /* A cluster that wraps around the table's end - searches starting in its
  * last two slots, run on into its first ones - loses an entry in its
  * middle, then its first: the entries after each move back, every one
@@ -159,31 +178,9 @@ static void deletion_closes_its_cluster(void **state)
         assert_int_equal(slot_holding(t, page[i]), laid[i]);
         assert_found(t, page[i], i + 1);
     }
-    size_t marked;
-    struct regcache_device_key key;
-
-    kx_leave(t, b1);
-    assert_int_equal(rc_dtable_flush(t), REGCACHE_OK);
-    assert_int_equal(kx_look(t, b1, &key), REGCACHE_DEVICE_MISS);
-    assert_found(t, a1, 1);
-    assert_found(t, b2, 3);
-    assert_found(t, a2, 4);
-    assert_found(t, c, 5);
-    assert_int_equal(slots_in_use(t, &marked), 4);
-    assert_int_equal(marked, 0);
-    assert_int_equal(t->desc.slots[2].key, 0);
-    assert_int_equal(t->desc.slots[2].seq, 0);
-
-    kx_leave(t, a1);
-    assert_int_equal(rc_dtable_flush(t), REGCACHE_OK);
-    assert_int_equal(kx_look(t, a1, &key), REGCACHE_DEVICE_MISS);
-    assert_found(t, b2, 3);
-    assert_found(t, a2, 4);
-    assert_found(t, c, 5);
-    assert_int_equal(slots_in_use(t, &marked), 3);
-    assert_int_equal(marked, 0);
-    assert_int_equal(t->desc.slots[1].key, 0);
-    assert_int_equal(t->desc.slots[1].seq, 0);
+    leave_closes(t, b1, (const uint64_t[]){ a1, b2, a2, c }, (const uint32_t[]){ 1, 3, 4, 5 }, 4,
+                 2);
+    leave_closes(t, a1, (const uint64_t[]){ b2, a2, c }, (const uint32_t[]){ 3, 4, 5 }, 3, 1);
     rc_dtable_destroy(t, false);
 }
 
