@@ -1,11 +1,14 @@
 /* Before a registration a table mirrored is deregistered, kernels that may
  * hold its key must be done with it.  A kernel says so by hold sections
  * (regcache_device.h): while one is open, its slot in host memory reads an
- * odd number, new for every section.  The removal was written to the
- * device first (the record's number changed), so a section opened after
- * that cannot have found the key - nor used one a miss's answer carried:
- * the number kernels check such keys against, in host memory, changed when
- * the entry left, earlier still.  The drain waits for each section open
+ * odd number, new for every section.  When the entry left, its record's
+ * number changed in host memory (record_seqs) and then `unlanded` rose;
+ * this fence comes after both, and the slots are read after it.  A section
+ * stores its slot, fences, then reads `unlanded`: one whose store this
+ * drain does not see reads the raise (or the fall that follows the
+ * removal's landing on the device), so it confirms every key against the
+ * host's numbers (or its lookups miss the record): it cannot use the key.
+ * Nothing here waits for the GPU.  The drain waits for each section open
  * then to end - its slot to read anything else - for at most
  * drain_timeout_ns.  The slots are read all at once first: a section
  * opened while the drain waits for another needs no wait, and waiting for
@@ -47,12 +50,12 @@ static size_t open_sections(struct rc_dtable *t, struct open *open)
     return n;
 }
 
-void rc_dtable_drain(struct rc_dtable *t, uint64_t removal)
+void rc_dtable_drain(struct rc_dtable *t, uint64_t removal, uint64_t numbered)
 {
     if (atomic_load_explicit(&t->drained, memory_order_acquire) >= removal)
         return;
-    uint64_t written = atomic_load_explicit(&t->flushed, memory_order_acquire);
-    /* The removal's copy is done; the slots are read after it. */
+    /* The removals up to `numbered` show in unlanded; the slots are read
+     * after it. */
     atomic_thread_fence(memory_order_seq_cst);
     pthread_mutex_lock(&t->drain_lock);
     size_t n = open_sections(t, t->open);
@@ -80,8 +83,8 @@ void rc_dtable_drain(struct rc_dtable *t, uint64_t removal)
             atomic_fetch_add_explicit(&t->drain_timeouts, 1, memory_order_relaxed);
     }
     uint64_t old = atomic_load_explicit(&t->drained, memory_order_relaxed);
-    while (written > old &&
-           !atomic_compare_exchange_weak_explicit(&t->drained, &old, written, memory_order_release,
+    while (numbered > old &&
+           !atomic_compare_exchange_weak_explicit(&t->drained, &old, numbered, memory_order_release,
                                                   memory_order_relaxed))
         ;
 }
