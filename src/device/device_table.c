@@ -42,7 +42,7 @@ static struct layout layout_of(const struct regcache_device_keys_params *p)
     l.tail = l.hold_counts + round64(p->hold_slots * sizeof(uint32_t));
     l.dev_bytes = l.tail + 64;
     l.holds = 0;
-    l.ring = round64(p->hold_slots * sizeof(uint32_t));
+    l.ring = round64(p->hold_slots * sizeof(uint32_t)); /* whole lines of RC_HOLD_LINE */
     l.answers = round64(l.ring + p->ring_slots * sizeof(struct regcache_device_request));
     l.record_seqs = l.answers + p->ring_slots * sizeof(struct regcache_device_answer);
     l.completed = round64(l.record_seqs + p->records * sizeof(uint64_t));
@@ -73,7 +73,10 @@ static int make_memory(struct rc_dtable *t, const struct layout *l)
     t->record_seqs = (uint64_t *)(host + l->record_seqs);
     t->completed = (uint64_t *)(host + l->completed);
     t->unlanded = (uint64_t *)(host + l->unlanded);
-    /* Every record empty; each ring cell free for its first ticket. */
+    /* No section open, the hold slots' padding included (the drain reads
+     * whole lines); every record empty; each ring cell free for its first
+     * ticket. */
+    memset(t->host_block, 0, l->host_bytes);
     for (size_t r = 0; r < t->p.records; r++)
         t->image_records[r].seq = 1;
     for (size_t i = 0; i < t->p.ring_slots; i++)
@@ -131,8 +134,9 @@ int rc_dtable_create(struct rc_dtable **out, regcache_t *cache, int device,
     t->ncopies = RC_KT_STEPS + chunks + 1;
     t->copies = malloc(t->ncopies * sizeof *t->copies);
     t->removed = malloc(p->records * sizeof *t->removed);
-    t->given_up = calloc(p->hold_slots, sizeof *t->given_up);
-    t->open = malloc(p->hold_slots * sizeof *t->open);
+    size_t hold_lines = (p->hold_slots + RC_HOLD_LINE - 1) / RC_HOLD_LINE;
+    t->given_up = calloc(hold_lines * RC_HOLD_LINE, sizeof *t->given_up);
+    t->open = malloc(hold_lines * RC_HOLD_LINE * sizeof *t->open);
     pthread_mutex_init(&t->drain_lock, NULL);
     if (rc == REGCACHE_OK && (!t->want || !t->copies || !t->removed || !t->given_up || !t->open))
         rc = rc_fail(REGCACHE_ERR_NO_MEMORY, "out of memory for a device key table");

@@ -22,6 +22,10 @@
 #include "regcache.h"
 #include "regcache_device.h"
 
+/* Hold slots the drain reads at once (key_drain.c): one line.  The slots
+ * are laid out, and the drain's lists sized, in whole lines. */
+#define RC_HOLD_LINE 16
+
 /* A write changes a span of records in up to three steps (key_flush.c). */
 #define RC_KT_STEPS 3
 

@@ -37,16 +37,43 @@ static void pause_for(unsigned round)
     }
 }
 
+/* Bit 0 of either slot in a 64-bit word of two, whatever the byte order:
+ * set when either section is open. */
+#define EITHER_OPEN 0x0000000100000001ull
+
+/* A line's eight words or'ed, written out: a loop of atomic loads is left
+ * rolled, and would cost as much again. */
+_Static_assert(RC_HOLD_LINE == 16, "a line of hold slots is eight words");
+static uint64_t line_bits(const uint64_t *w)
+{
+#define W(i) __atomic_load_n(&w[i], __ATOMIC_RELAXED)
+    return W(0) | W(1) | W(2) | W(3) | W(4) | W(5) | W(6) | W(7);
+#undef W
+}
+
 /* The slots whose sections are open now (and not given up on): their
- * numbers in open[], how many returned. */
+ * numbers in open[], how many returned.  The scan runs before every
+ * deregistration of a mirrored entry, over every slot, and most lines hold
+ * no open section: a line is read as eight 64-bit words, or'ed (the block
+ * is padded to whole lines with zeros, which read closed), and only a line
+ * with an open section is read again slot by slot (a slot opened since is
+ * waited for too, which costs at most that wait). */
 static size_t open_sections(struct rc_dtable *t, struct open *open)
 {
+    const uint64_t *words = (const uint64_t *)(const void *)t->holds;
     size_t n = 0;
-    for (size_t s = 0; s < t->p.hold_slots; s++) {
-        uint32_t v = __atomic_load_n(&t->holds[s], __ATOMIC_ACQUIRE);
-        if ((v & 1) && __atomic_load_n(&t->given_up[s], __ATOMIC_RELAXED) != v + 1)
-            open[n++] = (struct open){ (uint32_t)s, v };
+    for (size_t at = 0; at < t->p.hold_slots; at += RC_HOLD_LINE) {
+        if (!(line_bits(&words[at / 2]) & EITHER_OPEN))
+            continue;
+        for (size_t s = at; s < at + RC_HOLD_LINE; s++) {
+            uint32_t v = __atomic_load_n(&t->holds[s], __ATOMIC_RELAXED);
+            if ((v & 1) && __atomic_load_n(&t->given_up[s], __ATOMIC_RELAXED) != v + 1)
+                open[n++] = (struct open){ (uint32_t)s, v };
+        }
     }
+    /* A slot read closed: what its section did is done before what
+     * follows (the deregistration). */
+    atomic_thread_fence(memory_order_acquire);
     return n;
 }
 

@@ -10,6 +10,7 @@
 
 #include <cmocka.h>
 
+#include "device_table.h"
 #include "fake_gpu.h"
 #include "keys_fixture.h"
 #include "test_sync.h"
@@ -244,6 +245,33 @@ static void answered_key_gone_before_copies(void **state)
     assert_int_equal(atomic_load(&k->fx.fb.deregs), 1);
 }
 
-KX_MAIN(deregistration_waits_for_section, later_sections_not_waited_for,
+/* The drain reads the slots a line at a time, two to a word: a section
+ * open on either half of a word, in the first or a later line, or on the
+ * last slot of a count that ends mid-line, is seen (here: waited for in
+ * vain, and counted). */
+static void every_slot_seen(void **state)
+{
+    struct kx *k = *state;
+    k->kp.hold_slots = 37;
+    k->kp.drain_timeout_ns = 1000 * 1000;
+    struct rc_dtable *t = kx_table(k);
+    static const unsigned slots[] = { 0, 1, 14, 15, 16, 17, 33, 36 };
+    uint64_t timeouts[sizeof slots / sizeof *slots];
+    for (size_t i = 0; i < sizeof slots / sizeof *slots; i++) {
+        int confirm = regcache_device_hold_begin(&t->desc, slots[i]);
+        (void)confirm; /* nothing is looked up in it */
+        rc_dtable_drain(t, i + 1, i + 1);
+        timeouts[i] = atomic_load(&t->drain_timeouts);
+        regcache_device_hold_end(&t->desc, slots[i]);
+    }
+    rc_dtable_drain(t, 100, 100); /* every section ended */
+    uint64_t drains = atomic_load(&t->drains);
+    rc_dtable_destroy(t, false);
+    for (size_t i = 0; i < sizeof slots / sizeof *slots; i++)
+        assert_int_equal(timeouts[i], i + 1);
+    assert_int_equal(drains, sizeof slots / sizeof *slots);
+}
+
+KX_MAIN(every_slot_seen, deregistration_waits_for_section, later_sections_not_waited_for,
         closed_sections_cost_nothing, stuck_section_given_up, deregistration_waits_for_answered_key,
         answered_key_gone_before_copies)
