@@ -367,6 +367,7 @@ REGCACHE_DEVICE_FN int regcache_device_confirm(const struct regcache_device_tabl
     return regcache_device_load_sys_(&t->record_seqs[key->record]) == key->seq;
 }
 
+/* A section that ignores whether it must confirm would use stale keys. */
 #if defined(__GNUC__) || defined(__clang__)
 #define REGCACHE_DEVICE_MUST_USE_ __attribute__((warn_unused_result))
 #else
@@ -379,7 +380,7 @@ REGCACHE_DEVICE_FN int regcache_device_confirm(const struct regcache_device_tabl
  * table (confirm each key before use: regcache_device_confirm()), else 0.
  * A system fence and a read of host memory, about a PCIe round trip.
  * regcache_device_lookup(3). */
-REGCACHE_DEVICE_MUST_USE_ REGCACHE_DEVICE_FN int
+REGCACHE_DEVICE_FN REGCACHE_DEVICE_MUST_USE_ int
 regcache_device_hold_begin(const struct regcache_device_table *t, unsigned slot)
 {
     uint32_t n = t->hold_counts[slot] + 1;
@@ -393,6 +394,7 @@ regcache_device_hold_begin(const struct regcache_device_table *t, unsigned slot)
     regcache_device_fence_sys_();
     return regcache_device_load_sys_(t->unlanded) ? REGCACHE_DEVICE_CONFIRM : 0;
 }
+#undef REGCACHE_DEVICE_MUST_USE_
 
 /* End the section once every work request posted with its keys has
  * completed.  One store.  regcache_device_lookup(3). */
