@@ -3,9 +3,9 @@
  * while the table's copy in GPU memory still holds its record, is told to
  * confirm its keys, and the confirm refuses the stale one (which a section
  * that did not ask would have used); the writer lands the removal in the
- * background, `unlanded` falls back to 0, and sections need no confirm
- * again; a record freed and handed to another entry before its removal
- * landed never confirms a key of its old entry; and a free notice over an
+ * background, `unlanded` falls back to 0 once the write is done (not
+ * between its words), and sections need no confirm again; a record freed and handed to another
+ * entry before its removal landed never confirms a key of its old entry; and a free notice over an
  * entry still held returns only after the sections open at its leaving
  * ended. */
 #include <setjmp.h>
@@ -135,6 +135,49 @@ static void removal_alone_makes_writer_due(void **state)
     assert_false(again);
 }
 
+/* A section opened between any two words of the write that lands a
+ * removal (a flush: the record's steps and its slots' deletion) never uses
+ * the old key: `unlanded` falls only once the write is done. */
+static struct rc_dtable *watched;
+static long looks, used;
+
+static void section_between_words(void)
+{
+    struct regcache_device_key key;
+    int confirm = regcache_device_hold_begin(&watched->desc, 1);
+    looks++;
+    if (kx_look(watched, 8000, &key) == REGCACHE_DEVICE_HIT &&
+        (!confirm || regcache_device_confirm(&watched->desc, &key)))
+        used++;
+    regcache_device_hold_end(&watched->desc, 1);
+}
+
+static void no_old_key_while_landing(void **state)
+{
+    struct rc_dtable *t = kx_table(*state);
+    kx_publish(t, 8000, 1);
+    assert_int_equal(rc_dtable_flush(t), REGCACHE_OK);
+    kx_leave(t, 8000);
+    kx_publish(t, 8001, 2); /* the write also gives the record to another */
+    watched = t;
+    looks = used = 0;
+    fake_gpu.after_word = section_between_words;
+    atomic_store(&fake_gpu.backwards, 1); /* each record's number lands last */
+    int rc = rc_dtable_flush(t);
+    atomic_store(&fake_gpu.backwards, 0);
+    fake_gpu.after_word = NULL;
+    struct regcache_device_key key;
+    int confirm = regcache_device_hold_begin(&t->desc, 1);
+    int after = kx_look(t, 8000, &key);
+    regcache_device_hold_end(&t->desc, 1);
+    rc_dtable_destroy(t, false);
+    assert_int_equal(rc, REGCACHE_OK);
+    assert_true(looks > 0);
+    assert_int_equal(used, 0);
+    assert_int_equal(confirm, 0);
+    assert_int_equal(after, REGCACHE_DEVICE_MISS);
+}
+
 /* A record whose entry left is freed and handed to the next entry before
  * the removal reached the device: the table's copy still pairs the old
  * entry's slot with its old number, and the host's number has moved past
@@ -239,5 +282,5 @@ static void free_notice_waits_for_open_sections(void **state)
 }
 
 KX_MAIN(invalidation_waits_for_no_copy, writer_lands_in_the_background,
-        removal_alone_makes_writer_due, reused_record_refuses_old_key,
+        removal_alone_makes_writer_due, no_old_key_while_landing, reused_record_refuses_old_key,
         free_notice_waits_for_open_sections)
