@@ -3,7 +3,8 @@
 //   - lookups/s from every SM, against a kernel of plain L2 loads at random
 //     places of an array as large as the table;
 //   - one warp's hit latency (a chain of dependent lookups), against a chain
-//     of dependent L2 loads;
+//     of dependent L2 loads; a hold section's opening and end, and a key's
+//     confirm (what a section told to confirm pays per key);
 //   - a miss's round trip through the ring, as the kernel waits for it (the
 //     host waiting for the kernel with a synchronous copy of its result),
 //     and where the host's side of it went (the table's counters);
@@ -87,6 +88,34 @@ __global__ void load_chain(const unsigned long long *table, uint32_t words,
         b = w % n;
     }
     *ns = clock_ns() - t0 + (b & 1);
+}
+
+// Hold sections opened and ended one after another on one slot; `told`
+// counts those told to confirm (none while no removal is on its way).
+__global__ void section_chain(regcache_device_table t, int iters, unsigned long long *ns,
+                              unsigned long long *told)
+{
+    unsigned long long t0 = clock_ns(), n = 0;
+    for (int i = 0; i < iters; i++) {
+        n += regcache_device_hold_begin(&t, 0) == REGCACHE_DEVICE_CONFIRM;
+        regcache_device_hold_end(&t, 0);
+    }
+    *ns = clock_ns() - t0;
+    *told = n;
+}
+
+// A key confirmed again and again (each a read of host memory, acquire).
+__global__ void confirm_chain(regcache_device_table t, unsigned long long base, int iters,
+                              unsigned long long *ns, unsigned long long *good)
+{
+    regcache_device_key key;
+    unsigned long long n = 0;
+    regcache_device_lookup(&t, (const void *)(base + 64), 1, 0, &key);
+    unsigned long long t0 = clock_ns();
+    for (int i = 0; i < iters; i++)
+        n += regcache_device_confirm(&t, &key);
+    *ns = clock_ns() - t0;
+    *good = n;
 }
 
 // About two seconds of polls at most: a miss the host cannot answer shows
@@ -195,6 +224,26 @@ static void device_rows(void)
     }
     printf("row single-warp hit latency: %.0f ns a lookup, a dependent L2 load %.0f ns\n",
            median(lc), median(lo));
+    kb_enter("hold sections and confirms");
+    const int sections = 2000;
+    std::vector<double> sc, cc;
+    unsigned long long *counted, told = 0, good = 0;
+    KB_CHECK(cudaMalloc(&counted, 8));
+    for (int round = 0; round < 5; round++) {
+        unsigned long long v;
+        section_chain<<<1, 1>>>(t, sections, ns, counted);
+        KB_CHECK(cudaMemcpy(&v, ns, 8, cudaMemcpyDeviceToHost));
+        KB_CHECK(cudaMemcpy(&told, counted, 8, cudaMemcpyDeviceToHost));
+        sc.push_back((double)v / sections);
+        confirm_chain<<<1, 1>>>(t, bases[0], sections, ns, counted);
+        KB_CHECK(cudaMemcpy(&v, ns, 8, cudaMemcpyDeviceToHost));
+        KB_CHECK(cudaMemcpy(&good, counted, 8, cudaMemcpyDeviceToHost));
+        cc.push_back((double)v / sections);
+    }
+    printf("row hold section, one warp: %.0f ns to open and end one (%llu of %d told to "
+           "confirm); a confirm %.0f ns (%llu of %d good)\n",
+           median(sc), told, sections, median(cc), good, sections);
+    KB_CHECK(cudaFree(counted));
     kb_destroy(c);
 }
 

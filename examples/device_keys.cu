@@ -58,14 +58,17 @@ __global__ void build_wqes(regcache_device_table t, void *const *tensors, wqe *o
         return;
     const char *p = (const char *)tensors[w];
     regcache_device_key key;
+    int confirm;
     /* The table's key, else the ring's (about two seconds of waiting at
      * most); one that left before the section opened is asked for again. */
     for (int tries = 0;; tries++) {
         if (tries == 3 || regcache_device_get_key(&t, p, TENSOR_BYTES, 0, 1ull << 21, &key) !=
                               REGCACHE_DEVICE_HIT)
             return; /* no key: a real transport sends from a bounce buffer */
-        regcache_device_hold_begin(&t, w);
-        if (regcache_device_key_current(&t, &key))
+        /* In a section told to confirm, a removal is on its way to the
+         * table: the host's number says whether the key is still good. */
+        confirm = regcache_device_hold_begin(&t, w);
+        if (confirm ? regcache_device_confirm(&t, &key) : regcache_device_key_current(&t, &key))
             break;
         regcache_device_hold_end(&t, w);
     }
@@ -73,7 +76,8 @@ __global__ void build_wqes(regcache_device_table t, void *const *tensors, wqe *o
         if (done - at >= key.bytes) { /* past that registration: the next */
             at = done;
             if (regcache_device_lookup(&t, p + done, TENSOR_BYTES - done, 0, &key) !=
-                REGCACHE_DEVICE_HIT)
+                    REGCACHE_DEVICE_HIT ||
+                (confirm && !regcache_device_confirm(&t, &key)))
                 break;
         }
         size_t len = TENSOR_BYTES - done;

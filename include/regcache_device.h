@@ -13,23 +13,28 @@
  * A kernel's life with the table (regcache_device_lookup(3) says the whole
  * contract and what each step costs):
  *
- *   regcache_device_hold_begin(&t, slot);          keys are good from here
- *   if (regcache_device_lookup(&t, p, n, rail, &k) == REGCACHE_DEVICE_HIT)
+ *   int c = regcache_device_hold_begin(&t, slot);  keys are good from here
+ *   if (regcache_device_lookup(&t, p, n, rail, &k) == REGCACHE_DEVICE_HIT &&
+ *       (!c || regcache_device_confirm(&t, &k)))
  *       post a WQE of min(n, k.bytes) bytes with k.lkey;
  *   ... poll the completions of what was posted ...
  *   regcache_device_hold_end(&t, slot);            ... to here
  *
  * and, outside a hold section, for what missed: regcache_device_get_key()
  * (at most one post to the host per warp; the host's answer carries the
- * key), then, in the section, regcache_device_key_current() before the key
- * is used - or a fallback (a bounce buffer the table holds).
+ * key), then, in the section, regcache_device_key_current() (or, where
+ * hold_begin said REGCACHE_DEVICE_CONFIRM, regcache_device_confirm())
+ * before the key is used - or a fallback (a bounce buffer the table holds).
  *
- * Never a stale key: a registration's record leaves the table (its
- * sequence number changes) before the host deregisters it, and the host
- * then waits for every hold section that was open to end (at most
- * drain_timeout_ns) before it deregisters.  A lookup re-checks the
- * record's sequence number after reading it, so it never returns a key of
- * a record being changed.
+ * Never a stale key: a registration's record leaves the host's numbers
+ * (record_seqs, pinned host memory) and `unlanded` rises before the host
+ * deregisters it, and the host then waits for every hold section that was
+ * open to end (at most drain_timeout_ns) before it deregisters.  A section
+ * opened later reads `unlanded` after its hold store and a system fence:
+ * while removals are on their way to the table's copy in GPU memory it is
+ * told to confirm each key against the host's number.  A lookup re-checks
+ * the record's sequence number after reading it, so it never returns a key
+ * of a record being changed.
  *
  * The host answers a miss from host memory, with no GPU work of its own in
  * between: a kernel's wait never depends on a copy to the GPU, which could
@@ -47,7 +52,7 @@ extern "C" {
 #endif
 
 /* The layout's version, in struct regcache_device_table.abi. */
-#define REGCACHE_DEVICE_ABI 2
+#define REGCACHE_DEVICE_ABI 3
 
 /* Pages the table is keyed by: 64 KiB, the GPU's BAR page. */
 #define REGCACHE_DEVICE_PAGE_SHIFT 16
@@ -127,7 +132,14 @@ struct regcache_device_table {
     /* Host-mapped: each record's sequence number as the host has it now,
      * ahead of the table's copy (keys from answers are checked here). */
     const uint64_t *record_seqs;
+    /* Host-mapped: removals whose write to the table's copy has not landed
+     * yet (0: the copy holds every removal; else confirm keys). */
+    const uint64_t *unlanded;
 };
+
+/* What regcache_device_hold_begin() returns when the section must confirm
+ * every key it uses (regcache_device_confirm()). */
+#define REGCACHE_DEVICE_CONFIRM 1
 
 /* What the device functions return. */
 enum regcache_device_result {
@@ -331,8 +343,8 @@ REGCACHE_DEVICE_FN int regcache_device_lookup(const struct regcache_device_table
 }
 
 /* Does the record a key came from still hold it (1) or not (0)?  One load;
- * in a hold section, 1 makes a key found before it usable there.
- * regcache_device_lookup(3). */
+ * in a hold section that needs no confirm, 1 makes a key found before it
+ * usable there.  regcache_device_lookup(3). */
 REGCACHE_DEVICE_FN int regcache_device_key_current(const struct regcache_device_table *t,
                                                    const struct regcache_device_key *key)
 {
@@ -345,19 +357,44 @@ REGCACHE_DEVICE_FN int regcache_device_key_current(const struct regcache_device_
 /* Hold sections: how a kernel says it is done with its keys                */
 /* ------------------------------------------------------------------------ */
 
+/* Does the host still hold the key (1) or not (0)?  One load of host
+ * memory, the record's number there.  In a section that hold_begin told
+ * to confirm, 1 makes a key usable there, however it was found.
+ * regcache_device_lookup(3). */
+REGCACHE_DEVICE_FN int regcache_device_confirm(const struct regcache_device_table *t,
+                                               const struct regcache_device_key *key)
+{
+    return regcache_device_load_sys_(&t->record_seqs[key->record]) == key->seq;
+}
+
+/* A section that ignores whether it must confirm would use stale keys. */
+#if defined(__GNUC__) || defined(__clang__)
+#define REGCACHE_DEVICE_MUST_USE_ __attribute__((warn_unused_result))
+#else
+#define REGCACHE_DEVICE_MUST_USE_
+#endif
+
 /* Open a hold section on `slot` (one lane of the warp that owns it): keys
  * looked up from now on stay registered until regcache_device_hold_end().
- * About a PCIe round trip.  regcache_device_lookup(3). */
-REGCACHE_DEVICE_FN void regcache_device_hold_begin(const struct regcache_device_table *t,
-                                                   unsigned slot)
+ * Returns REGCACHE_DEVICE_CONFIRM when removals are on their way to the
+ * table (confirm each key before use: regcache_device_confirm()), else 0.
+ * A system fence and a read of host memory, about a PCIe round trip.
+ * regcache_device_lookup(3). */
+REGCACHE_DEVICE_FN REGCACHE_DEVICE_MUST_USE_ int
+regcache_device_hold_begin(const struct regcache_device_table *t, unsigned slot)
 {
     uint32_t n = t->hold_counts[slot] + 1;
     t->hold_counts[slot] = n;
     regcache_device_store_sys_32_(&t->holds[slot], 2 * n + 1);
-    /* The host reads the slot after the records it changed: either it sees
-     * this section open, or this section's lookups see the change. */
+    /* The host raises unlanded, fences, then reads the slot: either it sees
+     * this section open and waits for it, or this section sees the removal
+     * on its way and confirms keys against the host's numbers, which
+     * changed before unlanded rose.  Zero: every removal the host may
+     * deregister without waiting for this section is in the table's copy. */
     regcache_device_fence_sys_();
+    return regcache_device_load_sys_(t->unlanded) ? REGCACHE_DEVICE_CONFIRM : 0;
 }
+#undef REGCACHE_DEVICE_MUST_USE_
 
 /* End the section once every work request posted with its keys has
  * completed.  One store.  regcache_device_lookup(3). */

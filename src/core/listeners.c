@@ -38,10 +38,13 @@ void *rc_listener_arg(const struct regcache *c, const struct rc_listener *ops)
 
 void rc_listener_pending(struct regcache *c, int id, bool on)
 {
+    /* Clearing acquires: a listener that clears without the cache lock
+     * then looks again at what it keeps, and sees what the setter stored
+     * before setting. */
     if (on)
         atomic_fetch_or_explicit(&c->listeners_pending, 1u << id, memory_order_release);
     else
-        atomic_fetch_and_explicit(&c->listeners_pending, ~(1u << id), memory_order_release);
+        atomic_fetch_and_explicit(&c->listeners_pending, ~(1u << id), memory_order_acq_rel);
     /* Before the stores that follow (the unlink): a notice that sees those
      * sees this (its acquire fence, invalidate.c). */
     atomic_thread_fence(memory_order_release);

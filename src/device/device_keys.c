@@ -3,13 +3,15 @@
  * regcache_device_keys_attach() then gives it a table on a GPU
  * (device_table.h), which it keeps in step with the cache's entries:
  *   after_register  (cache lock)  the entry is queued for the table;
- *   on_leave        (cache lock)  its record reads empty at the next write,
- *                                 and its removal is numbered;
- *   on_invalidate                 the removals so far are written before a
- *                                 free notice returns (their records'
- *                                 numbers: the rest is the writer's);
- *   before_deregister             its removal is written and the hold
- *                                 sections open then have ended;
+ *   on_leave        (cache lock)  its record's number changes in host
+ *                                 memory, its removal is numbered and
+ *                                 kernels' sections are told to confirm
+ *                                 keys until the writer lands it;
+ *   on_invalidate                 the hold sections open at the removals
+ *                                 so far have ended before a free notice
+ *                                 returns (no write to the GPU);
+ *   before_deregister             the hold sections open at its removal
+ *                                 have ended (no write to the GPU);
  *   on_destroy                    every table is detached.
  * The tables are found under the cache lock by the first two, and under a
  * read lock of `users` by the others (detaching takes it to write, once
@@ -97,6 +99,8 @@ static void on_leave(void *arg, const struct rc_entry_view *v)
     {
         pthread_mutex_lock(&t->kt.lock);
         uint64_t removal = rc_kt_leave_locked(&t->kt, v->id);
+        if (removal)
+            atomic_store_explicit(&t->numbered, removal, memory_order_release);
         pthread_mutex_unlock(&t->kt.lock);
         if (removal)
             rc_listener_pending(f->cache, f->listener, true);
@@ -110,38 +114,33 @@ static void before_deregister(void *arg, const struct rc_entry_view *v)
     EACH_TABLE(f, t)
     {
         pthread_mutex_lock(&t->kt.lock);
-        uint64_t removal = rc_kt_forget_locked(&t->kt, v->id);
+        uint64_t removal = rc_kt_forget_locked(&t->kt, v->id), numbered = t->kt.removals;
         pthread_mutex_unlock(&t->kt.lock);
-        if (!removal)
-            continue;
-        if (atomic_load_explicit(&t->flushed, memory_order_acquire) < removal)
-            rc_dtable_write_removals(t);
-        rc_dtable_drain(t, removal);
+        if (removal)
+            rc_dtable_drain(t, removal, numbered);
     }
     pthread_rwlock_unlock(&f->users);
 }
 
-static bool removals_written(struct rc_dtable *t)
+/* Under a read lock of users: has every table drained the sections open
+ * at each removal numbered so far? */
+static bool all_drained(struct rc_device_keys *f)
 {
-    pthread_mutex_lock(&t->kt.lock);
-    uint64_t removals = t->kt.removals;
-    pthread_mutex_unlock(&t->kt.lock);
-    return atomic_load_explicit(&t->flushed, memory_order_acquire) >= removals;
-}
-
-/* Under the cache lock, where no entry leaves meanwhile: nothing pending
- * once every table has written its removals. */
-static void settle(void *arg)
-{
-    struct rc_device_keys *f = arg;
     EACH_TABLE(f, t)
     {
-        if (!removals_written(t))
-            return;
+        if (atomic_load_explicit(&t->drained, memory_order_acquire) <
+            atomic_load_explicit(&t->numbered, memory_order_acquire))
+            return false;
     }
-    rc_listener_pending(f->cache, f->listener, false);
+    return true;
 }
 
+/* A free notice returns once no hold section open at a removal so far is
+ * still open: a section opened later, which is all a kernel told of the
+ * memory's next allocation can look it up in, confirms keys while the
+ * removal is on its way to the table, and misses it once it landed.  An
+ * entry deregistered here was drained already; a held one's section wait
+ * is done here, and its deregistration, later, waits for nothing more. */
 static void on_invalidate(void *arg, uintptr_t start, uintptr_t end)
 {
     struct rc_device_keys *f = arg;
@@ -150,11 +149,18 @@ static void on_invalidate(void *arg, uintptr_t start, uintptr_t end)
     pthread_rwlock_rdlock(&f->users);
     EACH_TABLE(f, t)
     {
-        if (!removals_written(t))
-            rc_dtable_write_removals(t);
+        uint64_t numbered = atomic_load_explicit(&t->numbered, memory_order_acquire);
+        rc_dtable_drain(t, numbered, numbered);
+    }
+    /* Cleared without the cache lock: a removal numbered meanwhile either
+     * set the flag after this clear, or shows in the second look (the
+     * clear acquires, and on_leave numbers before it sets). */
+    if (all_drained(f)) {
+        rc_listener_pending(f->cache, f->listener, false);
+        if (!all_drained(f))
+            rc_listener_pending(f->cache, f->listener, true);
     }
     pthread_rwlock_unlock(&f->users);
-    rc_listeners_locked(f->cache, settle, f);
 }
 
 static int detach(struct rc_device_keys *f, int device);
@@ -259,7 +265,7 @@ static int detach(struct rc_device_keys *f, int device)
     uint64_t removal = ++t->kt.removals;
     pthread_mutex_unlock(&t->kt.lock);
     if (rc_dtable_flush(t) == REGCACHE_OK)
-        rc_dtable_drain(t, removal);
+        rc_dtable_drain(t, removal, removal);
     rc_dtable_destroy(t, false);
     pthread_mutex_unlock(&f->attach_lock);
     return REGCACHE_OK;

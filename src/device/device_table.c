@@ -30,7 +30,7 @@ static size_t round64(size_t n)
 /* Where each part lies in the two blocks. */
 struct layout {
     size_t records, slots, hold_counts, tail, dev_bytes;
-    size_t holds, ring, answers, record_seqs, completed, host_bytes;
+    size_t holds, ring, answers, record_seqs, completed, unlanded, host_bytes;
 };
 
 static struct layout layout_of(const struct regcache_device_keys_params *p)
@@ -42,11 +42,12 @@ static struct layout layout_of(const struct regcache_device_keys_params *p)
     l.tail = l.hold_counts + round64(p->hold_slots * sizeof(uint32_t));
     l.dev_bytes = l.tail + 64;
     l.holds = 0;
-    l.ring = round64(p->hold_slots * sizeof(uint32_t));
+    l.ring = round64(p->hold_slots * sizeof(uint32_t)); /* whole lines of RC_HOLD_LINE */
     l.answers = round64(l.ring + p->ring_slots * sizeof(struct regcache_device_request));
     l.record_seqs = l.answers + p->ring_slots * sizeof(struct regcache_device_answer);
     l.completed = round64(l.record_seqs + p->records * sizeof(uint64_t));
-    l.host_bytes = l.completed + 64;
+    l.unlanded = l.completed + 64; /* a line of its own: read by every section */
+    l.host_bytes = l.unlanded + 64;
     return l;
 }
 
@@ -71,12 +72,16 @@ static int make_memory(struct rc_dtable *t, const struct layout *l)
     t->answers = (struct regcache_device_answer *)(host + l->answers);
     t->record_seqs = (uint64_t *)(host + l->record_seqs);
     t->completed = (uint64_t *)(host + l->completed);
-    /* Every record empty; each ring cell free for its first ticket. */
+    t->unlanded = (uint64_t *)(host + l->unlanded);
+    /* No section open, the hold slots' padding included (the drain reads
+     * whole lines); every record empty; each ring cell free for its first
+     * ticket. */
+    memset(t->host_block, 0, l->host_bytes);
     for (size_t r = 0; r < t->p.records; r++)
         t->image_records[r].seq = 1;
     for (size_t i = 0; i < t->p.ring_slots; i++)
         t->ring[i].seq = i;
-    rc_kt_show(&t->kt, t->record_seqs);
+    rc_kt_show(&t->kt, t->record_seqs, t->unlanded);
     return rc_devmem_copy(&t->mem, &(struct rc_copy){ t->dev_block, t->image, t->dev_bytes }, 1);
 }
 
@@ -99,6 +104,7 @@ static void describe(struct rc_dtable *t, const struct layout *l)
         .answers = (struct regcache_device_answer *)(uintptr_t)(host + l->answers),
         .completed = (uint64_t *)(uintptr_t)(host + l->completed),
         .record_seqs = (const uint64_t *)(uintptr_t)(host + l->record_seqs),
+        .unlanded = (const uint64_t *)(uintptr_t)(host + l->unlanded),
     };
 }
 
@@ -128,8 +134,9 @@ int rc_dtable_create(struct rc_dtable **out, regcache_t *cache, int device,
     t->ncopies = RC_KT_STEPS + chunks + 1;
     t->copies = malloc(t->ncopies * sizeof *t->copies);
     t->removed = malloc(p->records * sizeof *t->removed);
-    t->given_up = calloc(p->hold_slots, sizeof *t->given_up);
-    t->open = malloc(p->hold_slots * sizeof *t->open);
+    size_t hold_lines = (p->hold_slots + RC_HOLD_LINE - 1) / RC_HOLD_LINE;
+    t->given_up = calloc(hold_lines * RC_HOLD_LINE, sizeof *t->given_up);
+    t->open = malloc(hold_lines * RC_HOLD_LINE * sizeof *t->open);
     pthread_mutex_init(&t->drain_lock, NULL);
     if (rc == REGCACHE_OK && (!t->want || !t->copies || !t->removed || !t->given_up || !t->open))
         rc = rc_fail(REGCACHE_ERR_NO_MEMORY, "out of memory for a device key table");

@@ -6,9 +6,9 @@
  *
  * GPU memory, one block: records | slots | hold counts | ring tail.
  * Pinned host memory the GPU maps, one block: holds | ring | answers |
- * record numbers | completed.  A pinned image of the GPU block is what the
- * table's copies read: it is what the device holds once the last copy is
- * done. */
+ * record numbers | completed | unlanded.  A pinned image of the GPU block
+ * is what the table's copies read: it is what the device holds once the
+ * last copy is done. */
 #ifndef RC_DEVICE_TABLE_H
 #define RC_DEVICE_TABLE_H
 
@@ -21,6 +21,10 @@
 #include "key_table.h"
 #include "regcache.h"
 #include "regcache_device.h"
+
+/* Hold slots the drain reads at once (key_drain.c): one line.  The slots
+ * are laid out, and the drain's lists sized, in whole lines. */
+#define RC_HOLD_LINE 16
 
 /* A write changes a span of records in up to three steps (key_flush.c). */
 #define RC_KT_STEPS 3
@@ -42,7 +46,7 @@ struct rc_dtable {
     uint32_t *holds;
     struct regcache_device_request *ring;
     struct regcache_device_answer *answers;
-    uint64_t *record_seqs, *completed;
+    uint64_t *record_seqs, *completed, *unlanded;
     struct regcache_device_table desc;
 
     /* The flush: one at a time; its snapshot of the records and its list
@@ -54,7 +58,7 @@ struct rc_dtable {
     struct regcache_device_record *stage; /* pinned, 2 x records: steps A and B */
     uint32_t *removed;                    /* [records]: the removals a write takes */
     atomic_bool dirty;                    /* published since the last flush */
-    atomic_uint_fast64_t flushed;         /* removals written to the device */
+    atomic_uint_fast64_t numbered;        /* removals numbered (kt.removals) */
     atomic_uint_fast64_t drained;         /* removals whose sections ended */
     uint32_t *given_up;                   /* per hold slot: a section a drain
                                              waited for in vain (+1), or 0 */
@@ -104,23 +108,28 @@ void rc_dtable_apply_lock(struct rc_dtable *t);
 int rc_dtable_flush(struct rc_dtable *t);
 
 /* Every removal numbered so far reads on the device (its record empty),
- * and nothing else is written: what a free notice and a deregistration
- * wait for.  Returns once the device holds it; REGCACHE_OK or ERR_CUDA
- * (counted as a failed write). */
+ * and nothing else is written: how the writer lands removals when nothing
+ * was published.  Returns once the device holds it; REGCACHE_OK or
+ * ERR_CUDA (counted as a failed write). */
 int rc_dtable_write_removals(struct rc_dtable *t);
 
-/* Before a deregistration: removal number `removal` is written (flushed),
- * and every hold section open then has ended, or drain_timeout_ns passed. */
-void rc_dtable_drain(struct rc_dtable *t, uint64_t removal);
+/* Before a deregistration (removal number `removal`) or the return of a
+ * free notice: every hold section open now has ended, or drain_timeout_ns
+ * passed - unless a drain did so already since `removal` was numbered.
+ * The caller read `numbered` (at least `removal`) after those removals
+ * were numbered: it is what this drain covers. */
+void rc_dtable_drain(struct rc_dtable *t, uint64_t removal, uint64_t numbered);
 
 /* The writer's write: rc_dtable_flush(), then a rest of a nanosecond for
- * each byte it copied. */
+ * each byte it copied - or, while the last rest lasts,
+ * rc_dtable_write_removals(). */
 void rc_dtable_write_and_rest(struct rc_dtable *t);
 
 /* Whether the ring's reader kicks the writer at time `now` (the clock's),
- * having last kicked it at `last`: something was published, the writer
- * sleeps and has rested as long as its last write asked, and poll_ns
- * passed since the last kick. */
+ * having last kicked it at `last`: the writer sleeps, poll_ns passed since
+ * the last kick, and either removals are not on the device yet or
+ * something was published and the writer has rested as long as its last
+ * write asked. */
 bool rc_dtable_writer_due(struct rc_dtable *t, uint64_t now, uint64_t last);
 
 /* Start and stop the table's threads: the ring's reader and the writer. */

@@ -137,12 +137,21 @@ static int write_steps(struct rc_dtable *t, uint32_t lo, uint32_t hi, size_t run
     return copy(t, first, (size_t)(t->copies + RC_KT_STEPS - first) + runs);
 }
 
+/* Removals up to number `removals` are on the device: kernels may stop
+ * confirming keys (the copies that wrote them completed before this). */
+static void landed(struct rc_dtable *t, uint64_t removals)
+{
+    pthread_mutex_lock(&t->kt.lock);
+    rc_kt_landed_locked(&t->kt, removals);
+    pthread_mutex_unlock(&t->kt.lock);
+}
+
 /* Under the writer's lock: a write that began at `begun` ended with rc;
  * when it succeeded, removals up to number `removals` are on the device. */
 static int written(struct rc_dtable *t, uint64_t begun, int rc, uint64_t removals)
 {
     if (rc == REGCACHE_OK) {
-        atomic_store_explicit(&t->flushed, removals, memory_order_release);
+        landed(t, removals);
         atomic_fetch_add_explicit(&t->flushes, 1, memory_order_relaxed);
     } else {
         atomic_fetch_add_explicit(&t->flush_failures, 1, memory_order_relaxed);
@@ -239,7 +248,7 @@ int rc_dtable_write_removals(struct rc_dtable *t)
     if (held)
         written(t, begun, rc, removals);
     else
-        atomic_store_explicit(&t->flushed, removals, memory_order_release);
+        landed(t, removals);
     pthread_mutex_unlock(&t->writer);
     return rc;
 }

@@ -142,8 +142,19 @@ static void doze(struct rc_dtable *t, uint64_t *nap)
  * whole table, and each write would copy most of it. */
 #define RC_REST_NS_PER_BYTE 1
 
+static bool rested(struct rc_dtable *t, uint64_t now)
+{
+    return now >= atomic_load_explicit(&t->rest_until, memory_order_relaxed);
+}
+
+/* Removals do not wait for the rest: sections confirm keys until they
+ * land, and their words are few. */
 void rc_dtable_write_and_rest(struct rc_dtable *t)
 {
+    if (!rested(t, rc_dtable_clock())) {
+        rc_dtable_write_removals(t);
+        return;
+    }
     uint64_t bytes = atomic_load_explicit(&t->bytes_written, memory_order_relaxed);
     rc_dtable_flush(t);
     bytes = atomic_load_explicit(&t->bytes_written, memory_order_relaxed) - bytes;
@@ -153,10 +164,9 @@ void rc_dtable_write_and_rest(struct rc_dtable *t)
 
 bool rc_dtable_writer_due(struct rc_dtable *t, uint64_t now, uint64_t last)
 {
-    return atomic_load_explicit(&t->dirty, memory_order_acquire) &&
-           atomic_load_explicit(&t->asleep, memory_order_acquire) &&
-           now >= atomic_load_explicit(&t->rest_until, memory_order_relaxed) &&
-           now - last >= t->p.poll_ns;
+    return atomic_load_explicit(&t->asleep, memory_order_acquire) && now - last >= t->p.poll_ns &&
+           (__atomic_load_n(t->unlanded, __ATOMIC_RELAXED) ||
+            (atomic_load_explicit(&t->dirty, memory_order_acquire) && rested(t, now)));
 }
 
 /* The writer sleeps: kick it when it is due (`last`: when this thread last

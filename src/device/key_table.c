@@ -162,11 +162,29 @@ static void set_seq(struct rc_key_table *t, uint32_t r, uint64_t seq)
         __atomic_store_n(&t->shown[r], seq, __ATOMIC_RELEASE);
 }
 
-void rc_kt_show(struct rc_key_table *t, uint64_t *shown)
+/* Release: after the numbers shown, which a kernel told to confirm reads
+ * next. */
+static void show_unlanded(struct rc_key_table *t)
+{
+    if (t->unlanded)
+        __atomic_store_n(t->unlanded, t->removals - t->landed, __ATOMIC_RELEASE);
+}
+
+void rc_kt_show(struct rc_key_table *t, uint64_t *shown, uint64_t *unlanded)
 {
     t->shown = shown;
+    t->unlanded = unlanded;
     for (uint32_t r = 0; r < t->nrecords; r++)
         set_seq(t, r, t->records[r].seq);
+    show_unlanded(t);
+}
+
+void rc_kt_landed_locked(struct rc_key_table *t, uint64_t removals)
+{
+    if (removals <= t->landed)
+        return;
+    t->landed = removals;
+    show_unlanded(t);
 }
 
 static void record_dirty(struct rc_key_table *t, uint32_t r)
@@ -374,6 +392,7 @@ uint64_t rc_kt_leave_locked(struct rc_key_table *t, const void *id)
     t->removed++;
     m->record = 0;
     m->removal = ++t->removals;
+    show_unlanded(t);
     return m->removal;
 }
 

@@ -14,7 +14,10 @@
  * had when the slot was written: a lookup on the device accepts a record
  * only while it still has that number.  Every change of a number is also
  * shown at once in `shown` (host memory the device maps), where a kernel
- * checks a key the host answered a miss with before the table holds it. */
+ * checks a key the host answered a miss with before the table holds it,
+ * and a key of any kind while removals are on their way to the device:
+ * how many are is shown in `unlanded`, raised after the record's number
+ * changed in `shown`, and lowered once the device holds them. */
 #ifndef RC_KEY_TABLE_H
 #define RC_KEY_TABLE_H
 
@@ -71,6 +74,8 @@ struct rc_key_table {
     uint64_t *chunk_bits;        /* bit c: chunk c changed */
     uint16_t *line_bits;         /* [nchunks]: bit l: line l of the chunk changed */
     uint64_t removals;           /* removals numbered so far */
+    uint64_t landed;             /* removals the device holds (all up to it) */
+    uint64_t *unlanded;          /* removals - landed, as kernels read it */
     uint64_t live;               /* records holding an entry */
     uint64_t unmirrored;         /* entries or pages it had no room for */
     uint64_t published, removed;
@@ -135,9 +140,15 @@ void rc_kt_take_chunk(struct rc_key_table *t, size_t c, struct regcache_device_s
  * being detached). */
 void rc_kt_clear_locked(struct rc_key_table *t);
 
-/* Where kernels read each record's number (nrecords words), from now on:
- * filled with the numbers now.  Before the table is shared. */
-void rc_kt_show(struct rc_key_table *t, uint64_t *shown);
+/* Where kernels read each record's number (nrecords words) and the
+ * removals not on the device yet (one word), from now on: filled with what
+ * holds now.  Before the table is shared. */
+void rc_kt_show(struct rc_key_table *t, uint64_t *shown, uint64_t *unlanded);
+
+/* Under t->lock.  The device holds every removal up to number `removals`
+ * (a write that took them completed): kernels stop confirming keys once it
+ * holds all numbered so far. */
+void rc_kt_landed_locked(struct rc_key_table *t, uint64_t removals);
 
 /* Under t->lock.  The record that serves [addr, addr+len) on rail, as a
  * lookup on the device will find it once written: true with *key (and the

@@ -66,6 +66,37 @@ int kx_lookup(struct kx *k, uintptr_t addr, size_t len, unsigned rail,
     return regcache_device_lookup(&k->t, (const void *)addr, len, rail, key);
 }
 
+int kx_key_good(struct kx *k, int confirm, const struct regcache_device_key *key)
+{
+    return confirm ? regcache_device_confirm(&k->t, key) : regcache_device_key_current(&k->t, key);
+}
+
+int kx_usable(struct kx *k, uintptr_t addr, size_t len, unsigned rail,
+              struct regcache_device_key *key)
+{
+    unsigned slot = k->t.hold_slots - 1;
+    int confirm = regcache_device_hold_begin(&k->t, slot);
+    int rc = kx_lookup(k, addr, len, rail, key);
+    if (rc == REGCACHE_DEVICE_HIT && confirm && !regcache_device_confirm(&k->t, key))
+        rc = REGCACHE_DEVICE_MISS;
+    regcache_device_hold_end(&k->t, slot);
+    return rc;
+}
+
+int kx_still_good(struct kx *k, const struct regcache_device_key *key)
+{
+    unsigned slot = k->t.hold_slots - 1;
+    int good = kx_key_good(k, regcache_device_hold_begin(&k->t, slot), key);
+    regcache_device_hold_end(&k->t, slot);
+    return good;
+}
+
+void kx_hold_open(struct kx *k, unsigned slot)
+{
+    int confirm = regcache_device_hold_begin(&k->t, slot);
+    (void)confirm; /* nothing is looked up in it */
+}
+
 void kx_assert_agrees(struct kx *k, uintptr_t addr, size_t len, unsigned rail)
 {
     regcache_entry_t *e = fx_get_rail(&k->fx, rail, addr, len);

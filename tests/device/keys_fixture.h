@@ -31,6 +31,22 @@ uint32_t kx_lkey(void *arg, void *handle, unsigned rail);
 int kx_lookup(struct kx *k, uintptr_t addr, size_t len, unsigned rail,
               struct regcache_device_key *key);
 
+/* What a kernel's hold section opened now may use for addr: the lookup's
+ * key, confirmed where the section is told to (on the last hold slot,
+ * which the tests leave to this): REGCACHE_DEVICE_HIT or _MISS. */
+int kx_usable(struct kx *k, uintptr_t addr, size_t len, unsigned rail,
+              struct regcache_device_key *key);
+
+/* Whether a key may be used in a section hold_begin answered `confirm`:
+ * confirmed against the host's number, or current in the table. */
+int kx_key_good(struct kx *k, int confirm, const struct regcache_device_key *key);
+
+/* Whether a section opened now (on the last hold slot) may use key. */
+int kx_still_good(struct kx *k, const struct regcache_device_key *key);
+
+/* Open a section on slot that uses no key: one a drain must see. */
+void kx_hold_open(struct kx *k, unsigned slot);
+
 /* The key a kernel gets for addr must be that of the host's get (on
  * rail), after the table is synced. */
 void kx_assert_agrees(struct kx *k, uintptr_t addr, size_t len, unsigned rail);

@@ -10,6 +10,7 @@
 
 #include <cmocka.h>
 
+#include "device_table.h"
 #include "fake_gpu.h"
 #include "keys_fixture.h"
 #include "test_sync.h"
@@ -28,8 +29,8 @@ static void hold_a(void *arg)
 {
     struct holder *h = arg;
     struct regcache_device_key key;
-    regcache_device_hold_begin(&h->k->t, h->slot);
-    if (kx_lookup(h->k, A, 64, 0, &key) == REGCACHE_DEVICE_HIT)
+    int confirm = regcache_device_hold_begin(&h->k->t, h->slot);
+    if (kx_lookup(h->k, A, 64, 0, &key) == REGCACHE_DEVICE_HIT && kx_key_good(h->k, confirm, &key))
         h->lkey = key.lkey;
     gate_pass(&h->got);
     gate_pass(&h->end);
@@ -45,7 +46,7 @@ static void invalidate_a(void *arg)
 static bool a_gone(const void *arg)
 {
     struct regcache_device_key key;
-    return kx_lookup((struct kx *)arg, A, 64, 0, &key) == REGCACHE_DEVICE_MISS;
+    return kx_usable((struct kx *)arg, A, 64, 0, &key) == REGCACHE_DEVICE_MISS;
 }
 
 static bool sleeping(const void *arg)
@@ -112,7 +113,7 @@ static void later_sections_not_waited_for(void **state)
     dthread_start(&invalidator, invalidate_a, k);
     assert_true(wait_until(a_gone, k, HANG_SECONDS));
     assert_true(wait_until(sleeping, &invalidator, HANG_SECONDS)); /* waiting for slot 0 */
-    regcache_device_hold_begin(&k->t, 1);
+    kx_hold_open(k, 1);
     gate_open(&h.end);
     assert_true(dthread_join(&holder, HANG_SECONDS));
     assert_true(dthread_join(&invalidator, HANG_SECONDS));
@@ -128,7 +129,7 @@ static void closed_sections_cost_nothing(void **state)
     fx_device_allocs(&k->fx, 2);
     kx_attach(k);
     for (unsigned s = 0; s < 8; s++) {
-        regcache_device_hold_begin(&k->t, s);
+        kx_hold_open(k, s);
         regcache_device_hold_end(&k->t, s);
     }
     kx_assert_agrees(k, A, 64, 0);
@@ -148,7 +149,7 @@ static void stuck_section_given_up(void **state)
     kx_attach(k);
     kx_assert_agrees(k, A, 64, 0);
     kx_assert_agrees(k, B, 64, 0);
-    regcache_device_hold_begin(&k->t, 7);
+    kx_hold_open(k, 7);
     assert_int_equal(regcache_invalidate(k->fx.c, (void *)A, 64), REGCACHE_OK);
     assert_int_equal(atomic_load(&k->fx.fb.deregs), 1);
     struct regcache_device_keys_stats s = kx_stats(k);
@@ -162,7 +163,7 @@ static void stuck_section_given_up(void **state)
     assert_int_equal(s.drain_timeouts, 1);
     /* A new section on the slot is waited for again. */
     regcache_device_hold_end(&k->t, 7);
-    regcache_device_hold_begin(&k->t, 7);
+    kx_hold_open(k, 7);
     kx_assert_agrees(k, A, 64, 0);
     assert_int_equal(regcache_invalidate(k->fx.c, (void *)A, 64), REGCACHE_OK);
     assert_int_equal(kx_stats(k).drain_timeouts, 2);
@@ -182,8 +183,7 @@ static void hold_answered_a(void *arg)
 {
     struct answered *h = arg;
     h->rc = regcache_device_get_key(&h->k->t, (void *)A, 64, 0, UINT64_C(1) << 40, &h->key);
-    regcache_device_hold_begin(&h->k->t, 5);
-    h->current = regcache_device_key_current(&h->k->t, &h->key);
+    h->current = kx_key_good(h->k, regcache_device_hold_begin(&h->k->t, 5), &h->key);
     gate_pass(&h->held);
     gate_pass(&h->end);
     regcache_device_hold_end(&h->k->t, 5);
@@ -232,7 +232,7 @@ static void answered_key_gone_before_copies(void **state)
     atomic_store(&fake_gpu.hold_copies, 1);
     struct dthread invalidator;
     dthread_start(&invalidator, invalidate_a, k);
-    regcache_device_hold_begin(&k->t, 2);
+    kx_hold_open(k, 2);
     bool left = wait_until(answered_gone, &(struct key_of){ k, &key }, HANG_SECONDS);
     /* The table's copy still has it: the copy that takes it out waits. */
     struct regcache_device_key looked;
@@ -245,6 +245,33 @@ static void answered_key_gone_before_copies(void **state)
     assert_int_equal(atomic_load(&k->fx.fb.deregs), 1);
 }
 
-KX_MAIN(deregistration_waits_for_section, later_sections_not_waited_for,
+/* The drain reads the slots a line at a time, two to a word: a section
+ * open on either half of a word, in the first or a later line, or on the
+ * last slot of a count that ends mid-line, is seen (here: waited for in
+ * vain, and counted). */
+static void every_slot_seen(void **state)
+{
+    struct kx *k = *state;
+    k->kp.hold_slots = 37;
+    k->kp.drain_timeout_ns = 1000 * 1000;
+    struct rc_dtable *t = kx_table(k);
+    static const unsigned slots[] = { 0, 1, 14, 15, 16, 17, 33, 36 };
+    uint64_t timeouts[sizeof slots / sizeof *slots];
+    for (size_t i = 0; i < sizeof slots / sizeof *slots; i++) {
+        int confirm = regcache_device_hold_begin(&t->desc, slots[i]);
+        (void)confirm; /* nothing is looked up in it */
+        rc_dtable_drain(t, i + 1, i + 1);
+        timeouts[i] = atomic_load(&t->drain_timeouts);
+        regcache_device_hold_end(&t->desc, slots[i]);
+    }
+    rc_dtable_drain(t, 100, 100); /* every section ended */
+    uint64_t drains = atomic_load(&t->drains);
+    rc_dtable_destroy(t, false);
+    for (size_t i = 0; i < sizeof slots / sizeof *slots; i++)
+        assert_int_equal(timeouts[i], i + 1);
+    assert_int_equal(drains, sizeof slots / sizeof *slots);
+}
+
+KX_MAIN(every_slot_seen, deregistration_waits_for_section, later_sections_not_waited_for,
         closed_sections_cost_nothing, stuck_section_given_up, deregistration_waits_for_answered_key,
         answered_key_gone_before_copies)

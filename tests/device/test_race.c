@@ -123,7 +123,7 @@ static atomic_long answers; /* keys from the host's answers, used */
  * ends. */
 static void look_up(struct warp *w)
 {
-    regcache_device_hold_begin(&w->k->t, w->slot);
+    int confirm = regcache_device_hold_begin(&w->k->t, w->slot);
     int first = w->n;
     for (int j = 0; j < 8 && w->n < MAX_USES; j++) {
         int b = (int)(test_rand(&w->seed) % BUFFERS);
@@ -132,7 +132,7 @@ static void look_up(struct warp *w)
         uint64_t t0 = now();
         int rc = kx_lookup(w->k, addr, 1, 0, &key);
         uint64_t t1 = now();
-        if (rc == REGCACHE_DEVICE_HIT)
+        if (rc == REGCACHE_DEVICE_HIT && kx_key_good(w->k, confirm, &key))
             w->uses[w->n++] = (struct use){ key.lkey, b, addr, t0, t1, 0 };
     }
     for (volatile int spin = 0; spin < 2000; spin++)
@@ -151,9 +151,8 @@ static void ask(struct warp *w)
     struct regcache_device_key key;
     uint64_t t0 = now();
     int rc = regcache_device_get_key(&w->k->t, (void *)addr, 1, 0, UINT64_C(1) << 40, &key);
-    regcache_device_hold_begin(&w->k->t, w->slot);
-    if (rc == REGCACHE_DEVICE_HIT && regcache_device_key_current(&w->k->t, &key) &&
-        w->n < MAX_USES) {
+    int confirm = regcache_device_hold_begin(&w->k->t, w->slot);
+    if (rc == REGCACHE_DEVICE_HIT && kx_key_good(w->k, confirm, &key) && w->n < MAX_USES) {
         struct use *u = &w->uses[w->n++];
         *u = (struct use){ key.lkey, b, addr, t0, now(), 0 };
         w->answered += key.answered;

@@ -131,8 +131,7 @@ static void answered_while_copies_wait(void **state)
     bool answered = dthread_join(&th, HANG_SECONDS);
     bool current = false;
     if (answered && a.rc == REGCACHE_DEVICE_HIT) {
-        regcache_device_hold_begin(&k->t, 0);
-        current = regcache_device_key_current(&k->t, &a.key);
+        current = kx_key_good(k, regcache_device_hold_begin(&k->t, 0), &a.key);
         regcache_device_hold_end(&k->t, 0);
     }
     atomic_store(&fake_gpu.hold_copies, 0);
@@ -240,8 +239,7 @@ static void post_many(void *arg)
             p->wrong++;
             continue;
         }
-        regcache_device_hold_begin(&p->k->t, slot);
-        if (regcache_device_key_current(&p->k->t, &key)) {
+        if (kx_key_good(p->k, regcache_device_hold_begin(&p->k->t, slot), &key)) {
             p->current++;
             p->wrong += key.lkey != host_key(p->k, addr);
         }

@@ -1,11 +1,10 @@
-/* What the host writes to the GPU, and when: a removal is its record's
- * number alone (one word; the span between the first and the last when
- * several records close together left, a word each when far apart), and
- * nothing at all for a record the device never held; a record that changes
- * hands goes through its three steps in one wait for the device; slot
- * changes a few chunks apart go in one copy, far apart in copies of their
- * own;
- * publishing wakes no thread - the writer sleeps until the ring's reader
+/* What the host writes to the GPU, and when: a removal the writer lands
+ * is its record's number alone (one word; the span between the first and
+ * the last when several records close together left, a word each when far
+ * apart), and nothing at all for a record the device never held; a record
+ * that changes hands goes through its three steps in one wait for the
+ * device; slot changes a few chunks apart go in one copy, far apart in
+ * copies of their own; publishing wakes no thread - the writer sleeps until the ring's reader
  * kicks it, after a rest as long as its last write was large; departures
  * are applied to the host's copy a few at a time; the host's copy of the
  * slots is in memory from the start, so that filling it faults no page
@@ -40,33 +39,6 @@ static void reset_copies(void)
 }
 
 /* ---- through the cache -------------------------------------------------- */
-
-/* An invalidation of an entry the device holds copies one word, its
- * record's number, and leaves what else was published to the writer. */
-static void removal_writes_its_number(void **state)
-{
-    struct kx *k = *state;
-    k->kp.poll_ns = 60ull * 1000 * 1000 * 1000; /* no kick of the writer here */
-    fx_device_allocs(&k->fx, 2);
-    kx_attach(k);
-    kx_assert_agrees(k, A, 64, 0);
-    struct regcache_device_key key;
-    assert_int_equal(kx_lookup(k, A, 64, 0, &key), REGCACHE_DEVICE_HIT);
-    fx_use(&k->fx, B, 64); /* published, not written */
-    reset_copies();
-    assert_int_equal(regcache_invalidate(k->fx.c, (void *)A, 64), REGCACHE_OK);
-    assert_int_equal(atomic_load(&fake_gpu.copies), 1);
-    assert_int_equal(atomic_load(&fake_gpu.bytes_copied), sizeof(uint64_t));
-    struct regcache_device_key gone;
-    assert_int_equal(kx_lookup(k, A, 64, 0, &gone), REGCACHE_DEVICE_MISS);
-    assert_false(regcache_device_key_current(&k->t, &key));
-    const struct regcache_device_record *rec = &k->t.records_at[key.record];
-    assert_true(rec->seq & 1);
-    assert_int_equal(rec->start, A);
-    assert_int_equal(rec->lkey[0], key.lkey);
-    assert_int_equal(kx_lookup(k, B, 64, 0, &gone), REGCACHE_DEVICE_MISS);
-    kx_assert_agrees(k, B, 64, 0);
-}
 
 /* The kernel's id of the table's writer thread (regcache-kwrite), or 0. */
 static pid_t writer_tid(void)
@@ -147,7 +119,8 @@ static void unwritten_record_needs_no_write(void **state)
     reset_copies();
     assert_int_equal(rc_dtable_write_removals(t), REGCACHE_OK);
     assert_int_equal(atomic_load(&fake_gpu.copies), 0);
-    assert_int_equal(atomic_load(&t->flushed), removal);
+    assert_int_equal(t->kt.landed, removal);
+    assert_int_equal(*t->unlanded, 0);
     rc_dtable_destroy(t, false);
 }
 
@@ -185,7 +158,8 @@ static void removals_write_numbers_only(void **state)
     assert_int_equal(rc_dtable_write_removals(t), REGCACHE_OK);
     assert_int_equal(atomic_load(&fake_gpu.copies), 2);
     assert_int_equal(atomic_load(&fake_gpu.bytes_copied), 2 * sizeof(uint64_t));
-    assert_int_equal(atomic_load(&t->flushed), 5);
+    assert_int_equal(t->kt.landed, 5);
+    assert_int_equal(*t->unlanded, 0);
     struct regcache_device_key found;
     for (int i = 0; i < N; i++) {
         bool left = i <= 1 || i == 3 || i == 4 || i == N - 1;
@@ -382,7 +356,7 @@ static void slots_resident_from_the_start(void **state)
     assert_int_equal(out, 0);
 }
 
-KX_MAIN(removal_writes_its_number, write_waits_once, members_stay_few, publishing_wakes_nobody,
+KX_MAIN(write_waits_once, members_stay_few, publishing_wakes_nobody,
         unwritten_record_needs_no_write, removals_write_numbers_only,
         departures_applied_a_few_at_a_time, writer_rests_by_what_it_wrote, near_chunks_share_a_copy,
         slots_resident_from_the_start)

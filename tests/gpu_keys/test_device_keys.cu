@@ -4,9 +4,11 @@
 //       buffers in hold sections while the host frees and reallocates them
 //       (stream-ordered pool, STEPS times, default 3000) and a small budget
 //       evicts; every key checked against the registrations' logged lives:
-//       0 stale, 0 wrong.  "hooks" runs under the preload hook (validation
-//       AUTO must resolve to HOOKS); "tag" is a TAG_CHECK cache whose frees
-//       the in-process interception that attach installs reports.
+//       0 stale, 0 wrong.  Sections that hold_begin tells to confirm (a
+//       removal on its way to the table) confirm each key first; how many
+//       were told, and how many keys the confirm refused, is printed.  "hooks" runs under the
+//       preload hook (validation AUTO must resolve to HOOKS); "tag" is a TAG_CHECK cache whose
+//       frees the in-process interception that attach installs reports.
 //   test_device_keys agree            1M kernel lookups over 10k packed
 //       cudaMalloc buffers give the keys host gets give.
 //   test_device_keys ring sync|copy|free   first-touch kernels (on the
@@ -55,6 +57,9 @@ struct use {
 
 #define PER_SECTION 4
 
+/* count[]: uses logged, sections told to confirm, keys the confirm refused. */
+enum { LOGGED, CONFIRMING, REFUSED, COUNTS };
+
 __global__ void race_kernel(regcache_device_table t, const unsigned long long *addrs,
                             const unsigned long long *sizes, int nbuf,
                             const unsigned long long *tick, const unsigned long long *stop,
@@ -65,7 +70,9 @@ __global__ void race_kernel(regcache_device_table t, const unsigned long long *a
     unsigned slot = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
     uint32_t seed = 0x9e3779b9u ^ (slot * 2654435761u);
     while (!sys_load(stop)) {
-        regcache_device_hold_begin(&t, slot);
+        int confirm = regcache_device_hold_begin(&t, slot);
+        if (confirm)
+            atomicAdd(&count[CONFIRMING], 1ull);
         unsigned long long mine[PER_SECTION];
         int n = 0;
         for (int j = 0; j < PER_SECTION; j++) {
@@ -80,7 +87,11 @@ __global__ void race_kernel(regcache_device_table t, const unsigned long long *a
             unsigned long long t1 = sys_load(tick);
             if (rc != REGCACHE_DEVICE_HIT)
                 continue;
-            unsigned long long i = atomicAdd(count, 1ull);
+            if (confirm && !regcache_device_confirm(&t, &key)) {
+                atomicAdd(&count[REFUSED], 1ull);
+                continue;
+            }
+            unsigned long long i = atomicAdd(&count[LOGGED], 1ull);
             if (i >= cap)
                 break;
             log[i] = use{ key.lkey, (uint32_t)b, addr, t0, t1, 0 };
@@ -125,8 +136,8 @@ static int race(const char *how, int churn)
     KB_CHECK(cudaHostAlloc((void **)&addrs, nbuf * 8, cudaHostAllocMapped));
     KB_CHECK(cudaHostAlloc((void **)&sizes, nbuf * 8, cudaHostAllocMapped));
     KB_CHECK(cudaHostAlloc((void **)&stop, 64, cudaHostAllocMapped));
-    KB_CHECK(cudaMalloc((void **)&count, 8));
-    KB_CHECK(cudaMemset(count, 0, 8));
+    KB_CHECK(cudaMalloc((void **)&count, COUNTS * 8));
+    KB_CHECK(cudaMemset(count, 0, COUNTS * 8));
     *stop = 0;
     std::vector<alloc_life> allocs;
     uint32_t seed = 12345;
@@ -186,9 +197,9 @@ static int race(const char *how, int churn)
     kb_enter("destroy");
     kb_destroy(c); // every life ends
     kb_enter("check");
-    unsigned long long n = 0;
-    KB_CHECK(cudaMemcpy(&n, count, 8, cudaMemcpyDeviceToHost));
-    n = std::min(n, cap);
+    unsigned long long counts[COUNTS];
+    KB_CHECK(cudaMemcpy(counts, count, sizeof counts, cudaMemcpyDeviceToHost));
+    unsigned long long n = std::min(counts[LOGGED], cap);
     std::vector<use> uses(n);
     KB_CHECK(cudaMemcpy(uses.data(), log, n * sizeof(use), cudaMemcpyDeviceToHost));
     // The allocations by base: those holding an address start at most
@@ -218,10 +229,12 @@ static int race(const char *how, int churn)
         }
     }
     printf("race %s: kernel lookups hit %llu, reallocations %d, registrations %u, removed %llu, "
-           "drains %llu (max %.1f us, timeouts %llu), stale %ld, wrong %ld\n",
+           "drains %llu (max %.1f us, timeouts %llu), sections told to confirm %llu, keys "
+           "refused %llu, stale %ld, wrong %ld\n",
            how, n, reallocs, kb.serials, (unsigned long long)ks_stats.removed,
            (unsigned long long)ks_stats.drains, ks_stats.drain_ns_max / 1e3,
-           (unsigned long long)ks_stats.drain_timeouts, stale, wrong);
+           (unsigned long long)ks_stats.drain_timeouts, counts[CONFIRMING], counts[REFUSED], stale,
+           wrong);
     return stale || wrong || n == 0 || reallocs == 0;
 }
 
@@ -331,10 +344,13 @@ __global__ void first_touch_kernel(regcache_device_table t, const unsigned long 
     if (lane == 0)
         ns[w] = t1 - t0;
     __syncwarp();
+    int confirm = 0;
     if (lane == 0)
-        regcache_device_hold_begin(&t, w);
-    __syncwarp();
-    current[w * 32 + lane] = rc == REGCACHE_DEVICE_HIT && regcache_device_key_current(&t, &key);
+        confirm = regcache_device_hold_begin(&t, w);
+    confirm = __shfl_sync(0xffffffffu, confirm, 0);
+    current[w * 32 + lane] =
+        rc == REGCACHE_DEVICE_HIT &&
+        (confirm ? regcache_device_confirm(&t, &key) : regcache_device_key_current(&t, &key));
     __syncwarp();
     if (lane == 0)
         regcache_device_hold_end(&t, w);
