@@ -25,6 +25,7 @@
 // host) and exits 0, 1 (a check failed) or 77 (no GPU).
 #include <algorithm>
 #include <string.h>
+#include <time.h>
 #include <vector>
 
 #include "keys_backend.h"
@@ -187,6 +188,14 @@ static int race(const char *how, int churn)
         }
         const alloc_life &now = allocs[index[b]];
         kb_host_key(c, now.base + next() % now.size, 64);
+        /* A step at most every 100 us, five of the writer's polls: what a
+         * step changed mostly lands before the next, as in an application
+         * that frees at a few kHz, so that the kernel's sections meet a
+         * current table between removals and use enough keys to check.  At
+         * full speed (the host waits for no GPU work) nearly every section
+         * would meet records still being removed, and its keys be refused. */
+        struct timespec pace = { 0, 100000 };
+        nanosleep(&pace, NULL);
     }
     __atomic_store_n(stop, 1ull, __ATOMIC_RELEASE);
     kb_enter("stopping the kernel");
