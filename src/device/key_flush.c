@@ -162,6 +162,33 @@ static int written(struct rc_dtable *t, uint64_t begun, int rc, uint64_t removal
     return rc;
 }
 
+/* Records copied into the snapshot per hold of kt's lock. */
+#define RC_KT_TAKE 64
+
+/* Under kt's lock and the applier's: records [lo, hi] into the snapshot,
+ * a few at a time, letting kt's lock go between them: a span of a thousand
+ * records is 64 KiB to copy, which a departure (under the
+ * cache lock) and a publish would otherwise wait for.  Only departures
+ * change records meanwhile (applying them takes the applier's lock, held
+ * here): a record that leaves after its piece was taken is dirty again for
+ * the next write, and its removal, numbered after `removals`, is landed by
+ * that write; one that leaves before its piece is taken is written odd here
+ * too, which does no harm. */
+static void take_records(struct rc_dtable *t, uint32_t lo, uint32_t hi)
+{
+    struct rc_key_table *kt = &t->kt;
+    if (lo > hi)
+        return;
+    for (uint32_t at = lo;; at += RC_KT_TAKE) {
+        uint32_t left = hi - at + 1, n = left < RC_KT_TAKE ? left : RC_KT_TAKE;
+        memcpy(&t->want[at], &kt->records[at], n * sizeof *t->want);
+        if (n == left)
+            return;
+        pthread_mutex_unlock(&kt->lock);
+        pthread_mutex_lock(&kt->lock);
+    }
+}
+
 int rc_dtable_flush(struct rc_dtable *t)
 {
     struct rc_key_table *kt = &t->kt;
@@ -173,12 +200,11 @@ int rc_dtable_flush(struct rc_dtable *t)
     pthread_mutex_lock(&t->applier);
     apply_queue(t);
     uint32_t lo = kt->dirty_lo, hi = kt->dirty_hi;
-    if (lo <= hi)
-        memcpy(&t->want[lo], &kt->records[lo], (size_t)(hi - lo + 1) * sizeof *t->want);
     kt->dirty_lo = 1;
     kt->dirty_hi = 0;
     rc_kt_take_unsent_locked(kt, NULL); /* their step A is below */
     uint64_t removals = kt->removals;
+    take_records(t, lo, hi);
     pthread_mutex_unlock(&kt->lock);
     /* Slots change only where the queue is applied, under the applier's
      * lock: they are taken without kt's, which publishing waits for. */
