@@ -29,6 +29,15 @@
 /* A write changes a span of records in up to three steps (key_flush.c). */
 #define RC_KT_STEPS 3
 
+/* A write rests the writer four nanoseconds for each byte it copied: the
+ * table's writes take a quarter of a gigabyte a second of the bus at most,
+ * however fast entries come (a stream of misses scatters its slots over
+ * the whole table, and each write would copy most of it), and the
+ * application's own calls into the driver meet few of them: on the H200
+ * host the table added 2-14% to an invalidation of dmabuf exports at a
+ * nanosecond a byte, 0.4-1.5% at four (bench/README.md). */
+#define RC_REST_NS_PER_BYTE 4
+
 struct rc_dtable {
     regcache_t *cache;
     int device;
@@ -82,7 +91,7 @@ struct rc_dtable {
     uint64_t kicks;
     atomic_bool asleep;
     /* Bytes the table's copies wrote, and until when the writer rests
-     * after its last write (a nanosecond a byte it copied). */
+     * after its last write (RC_REST_NS_PER_BYTE a byte it copied). */
     atomic_uint_fast64_t bytes_written, rest_until;
 
     atomic_uint_fast64_t flushes, flush_failures, flush_ns_total, flush_ns_max, requests,
@@ -120,9 +129,9 @@ int rc_dtable_write_removals(struct rc_dtable *t);
  * were numbered: it is what this drain covers. */
 void rc_dtable_drain(struct rc_dtable *t, uint64_t removal, uint64_t numbered);
 
-/* The writer's write: rc_dtable_flush(), then a rest of a nanosecond for
- * each byte it copied - or, while the last rest lasts,
- * rc_dtable_write_removals(). */
+/* The writer's write: rc_dtable_flush(), then a rest of
+ * RC_REST_NS_PER_BYTE for each byte it copied - or, while the last rest
+ * lasts, rc_dtable_write_removals(). */
 void rc_dtable_write_and_rest(struct rc_dtable *t);
 
 /* Whether the ring's reader kicks the writer at time `now` (the clock's),

@@ -136,12 +136,6 @@ static void doze(struct rc_dtable *t, uint64_t *nap)
     *nap = *nap * 2 > t->p.poll_ns ? t->p.poll_ns : *nap * 2;
 }
 
-/* A write rests the writer a nanosecond for each byte it copied: the
- * table's writes take a gigabyte a second of the bus at most, however
- * fast entries come - a stream of misses scatters its slots over the
- * whole table, and each write would copy most of it. */
-#define RC_REST_NS_PER_BYTE 1
-
 static bool rested(struct rc_dtable *t, uint64_t now)
 {
     return now >= atomic_load_explicit(&t->rest_until, memory_order_relaxed);

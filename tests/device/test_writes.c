@@ -221,7 +221,7 @@ static void writer_rests_by_what_it_wrote(void **state)
     rc_dtable_destroy(t, false);
     assert_int_equal(found, REGCACHE_DEVICE_HIT);
     assert_true(bytes >= 64 * sizeof(struct regcache_device_slot));
-    assert_true(rest >= begun + bytes);
+    assert_true(rest >= begun + bytes * RC_REST_NS_PER_BYTE);
     assert_false(early);
     assert_true(rested);
     assert_false(soon);
