@@ -167,8 +167,8 @@ static int written(struct rc_dtable *t, uint64_t begun, int rc, uint64_t removal
 
 /* Under kt's lock and the applier's: records [lo, hi] into the snapshot,
  * a few at a time, letting kt's lock go between them: a span of a thousand
- * records is 64 KiB to copy, which a departure (under the
- * cache lock) and a publish would otherwise wait for.  Only departures
+ * records is 64 KiB to copy, which a departure (under the cache lock) and
+ * a publish would otherwise wait for.  Only departures
  * change records meanwhile (applying them takes the applier's lock, held
  * here): a record that leaves after its piece was taken is dirty again for
  * the next write, and its removal, numbered after `removals`, is landed by
