@@ -66,6 +66,38 @@ static inline void bench_null_dereg(void *arg, void *handle)
     (void)arg, (void)handle;
 }
 
+/* A cache of the null registration (ab/floor.c's and ab/driver_tag.c's)
+ * whose memory query is `query` (NULL: the driver's), with the n regions
+ * from base cached in it, an entry each; NULL when its creation or a get
+ * fails, regcache_last_error() saying why. */
+static inline regcache_t *bench_null_cache(int validation,
+                                           int (*query)(void *, const void *, size_t,
+                                                        struct regcache_mem_info *),
+                                           uintptr_t base, size_t n)
+{
+    struct regcache_backend backend = { .reg = bench_null_reg,
+                                        .dereg = bench_null_dereg,
+                                        .query = query };
+    struct regcache_params params;
+    regcache_params_init(&params);
+    params.backend = &backend;
+    params.validation = validation;
+    params.whole_allocation = 0; /* each region an entry of its own */
+    params.max_bytes = (size_t)1 << 56;
+    regcache_t *c;
+    regcache_entry_t *e;
+    if (regcache_create(&params, &c) != REGCACHE_OK)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (regcache_get(c, (void *)(base + i * BENCH_REGION), BENCH_GET, &e) != REGCACHE_OK) {
+            regcache_destroy(c);
+            return NULL;
+        }
+        regcache_put(c, e);
+    }
+    return c;
+}
+
 static inline uint64_t bench_now_ns(void)
 {
     struct timespec ts;

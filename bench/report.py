@@ -75,6 +75,11 @@ def scaling(r, one):
     return "%.2fx" % p["median"] if p else ""
 
 
+def relative(a, b):
+    """a's difference to b, in parts of b."""
+    return (a - b) / b
+
+
 def series_name(r):
     mode = r["asked"] + ("->" + r["mode"] if r["mode"] not in ("", r["asked"]) else "")
     return " ".join(v for v in (r["source"], r["impl"], r["what"], mode,
@@ -135,28 +140,31 @@ class Report:
         return {"cuda": "no GPU", "ucx": "no UCX"}.get(source) if source in self.skipped \
             else "not measured: see the tables' notes"
 
-    def below(self, text, value, limit):
+    def below(self, text, value, limit, beside=""):
+        """value <= limit; `beside`: what the figure is printed with."""
         why = self.host_limit() or self.why_missing("null")
-        self.goal(text, "-" if value is None else "%.1f ns" % value,
+        self.goal(text, "-" if value is None else "%.1f ns%s" % (value, beside),
                   None if value is None or self.host_limit() else value <= limit, why)
 
     def pair(self, text, a, b, how, limit=None, unit="ns", source="null", why=None):
         """Rows a and b pair by pair: the median of a/b >= limit ("ratio") or
         <= limit ("ratio at most"), of a-b <= limit ("diff"), or of (a-b)/b = 0
-        within noise ("same").  `why` this machine cannot judge it, if so;
-        also any goal on the cuda source without a GPU."""
+        ("same") or <= 0 ("not above") within noise.  `why` this machine
+        cannot judge it, if so; also any goal on the cuda source without a
+        GPU."""
         why = self.needs(gpu=source == "cuda") or why
         if None in (a, b):
             return self.goal(text, "-", None, why or self.why_missing(source))
         p = paired(a, b, {"ratio": operator.truediv, "ratio at most": operator.truediv,
-                          "diff": operator.sub, "same": lambda x, y: (x - y) / y}[how])
+                          "diff": operator.sub, "same": relative, "not above": relative}[how])
         if p is None:
             return self.goal(text, "-", None, "not measured interleaved")
         v = p["median"]
         figure = {"ratio": "%.2fx" % v, "ratio at most": "%.2fx" % v,
-                  "diff": "%+.1f %s" % (v, unit), "same": "%+.1f%%" % (100 * v)}[how]
+                  "diff": "%+.1f %s" % (v, unit)}.get(how, "%+.1f%%" % (100 * v))
+        noise = max(NOISE, (2 if unit == "ns" else 0) / b["median"])
         met = v >= limit if how == "ratio" else v <= limit if how in ("diff", "ratio at most") \
-            else abs(v) <= max(NOISE, (2 if unit == "ns" else 0) / b["median"])
+            else abs(v) <= noise if how == "same" else v <= noise
         self.goal(text, "%s (%.1f vs %.1f %s)" % (figure, a["median"], b["median"], unit),
                   None if why else met, why)
 
@@ -178,6 +186,14 @@ class Report:
                           impl="regcache") for t in (16, 1))
             self.pair("%s 16 threads, %s set >= %dx one thread%s" % (source, what, want, machine),
                       top, one, "ratio", want, "Mops/s", source, cores)
+        hit = f(workload="hits", source="null", asked="NOTIFY", entries=1)
+        floor = f(workload="hits", source="null", impl="skeleton", entries=1)
+        self.below("null NOTIFY hit, 1 entry <= 10 ns", hit and hit["median"], 10,
+                   " (its protocol's skeleton %.1f)" % floor["median"] if floor else "")
+        for n in (1, 1000, 100000, 1000000):
+            self.pair("null NOTIFY hit <= TAG_CHECK hit within noise, %s entries" % label(n),
+                      f(workload="hits", source="null", asked="NOTIFY", entries=n),
+                      f(workload="hits", source="null", asked="TAG_CHECK", entries=n), "not above")
         for source in ("null", "cuda"):
             for n, slack in ((1, 10), (1000, 10), (100000, 40)):
                 self.pair("%s TAG_CHECK hit <= query + %d ns, %s entries" % (
@@ -216,6 +232,15 @@ class Report:
         self.pair("null get after a finished prefetch = hit within noise",
                   f(workload="prefetch", source="null", what="hit after prefetch"),
                   f(workload="prefetch", source="null", what="hit"), "same")
+        for source in ("null", "cuda"):
+            batch = {}  # "register 1000, 4 workers" by worker count
+            for r in self.rows:
+                if r["workload"] == "prefetch" and r["source"] == source and "median" in r \
+                        and r["what"].startswith("register "):
+                    batch[int(r["what"].split()[-2])] = r
+            for w in (4, 16):
+                self.pair("%s background registration, %d workers <= 1 worker within noise"
+                          % (source, w), batch.get(w), batch.get(1), "not above", source=source)
         self.below("non-blocking get that misses <= 1000 ns",
                    m(workload="prefetch", source="null", what="nonblocking miss"), 1000)
         mon = dict(workload="host_monitor", source="null")

@@ -52,25 +52,11 @@ int main(int argc, char **argv)
         fputs("regcache-driver-tag: no GPU (libcuda, a device or its memory is missing)\n", stderr);
         return 1;
     }
-    struct regcache_backend backend = { .reg = bench_null_reg, .dereg = bench_null_dereg };
-    struct regcache_params params;
-    regcache_params_init(&params);
-    params.backend = &backend;
-    params.validation = REGCACHE_VALIDATE_TAG_CHECK;
-    params.whole_allocation = 0; /* each region an entry of its own */
-    params.max_bytes = (size_t)1 << 56;
-    regcache_t *c;
+    regcache_t *c = bench_null_cache(REGCACHE_VALIDATE_TAG_CHECK, NULL, base, n);
     regcache_entry_t *e;
-    if (regcache_create(&params, &c) != REGCACHE_OK) {
-        fprintf(stderr, "regcache_create: %s\n", regcache_last_error());
+    if (!c) {
+        fprintf(stderr, "regcache-driver-tag: %s\n", regcache_last_error());
         return 1;
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (regcache_get(c, (void *)(base + i * BENCH_REGION), BENCH_GET, &e) != REGCACHE_OK) {
-            fprintf(stderr, "regcache_get: %s\n", regcache_last_error());
-            return 1;
-        }
-        regcache_put(c, e);
     }
     double *query = calloc(rounds, sizeof(double)), *hit = calloc(rounds, sizeof(double)),
            *diff = calloc(rounds, sizeof(double));

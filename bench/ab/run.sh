@@ -5,11 +5,13 @@
 #   bench/ab/run.sh churn|hooks|tag|access N REV_OR_DIR...
 #   e.g. bench/ab/run.sh churn 1000 HEAD~1 HEAD
 #
-# or, on the GPU machine, TAG_CHECK hits less the driver's tag query
-# (driver_tag.c), one build per process, PROCS processes each (default 6)
-# taking turns, then each build's median over its processes:
+# or, one build per process, PROCS processes each (default 6) taking
+# turns: on the GPU machine, TAG_CHECK hits less the driver's tag query
+# (driver_tag.c), then each build's median over its processes; anywhere,
+# the hits beside a skeleton of their protocol, the floor this machine
+# allows them (floor.c):
 #
-#   bench/ab/run.sh driver-tag N REV_OR_DIR...
+#   bench/ab/run.sh driver-tag|floor N REV_OR_DIR...
 #
 # or, on any machine with valgrind, instructions per get+put counted by
 # callgrind (one build at a time, the difference of two runs of 4 and 24
@@ -26,7 +28,7 @@
 set -eu
 
 src=$(cd "$(dirname "$0")/../.." && pwd)
-[ $# -ge 3 ] || { sed -n '2,19p' "$0"; exit 2; }
+[ $# -ge 3 ] || { sed -n '2,21p' "$0"; exit 2; }
 count=
 if [ "$1" = instructions ]; then
     count=1
@@ -65,26 +67,35 @@ for arg in "$@"; do
 done
 
 cpu=${CPU:-$(($(nproc) - 1))}
-if [ "$mode" = driver-tag ]; then
+case $mode in driver-tag | floor)
     first=${libs# }
     first=${first%% *}
-    cc -std=c11 -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -o "$dir/regcache-driver-tag" \
-        "$src/bench/ab/driver_tag.c" "$src/bench/cuda_api.c" -I"$src/include" -I"$src/bench" \
-        -I"${CUDA_HOME:-/usr/local/cuda}/include" -L"$(dirname "$first")" -lregcache -ldl
+    if [ "$mode" = driver-tag ]; then
+        cc -std=c11 -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -o "$dir/regcache-$mode" \
+            "$src/bench/ab/driver_tag.c" "$src/bench/cuda_api.c" -I"$src/include" \
+            -I"$src/bench" -I"${CUDA_HOME:-/usr/local/cuda}/include" -L"$(dirname "$first")" \
+            -lregcache -ldl
+    else
+        cc -std=c11 -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -o "$dir/regcache-$mode" \
+            "$src/bench/ab/floor.c" "$src/bench/skeleton.c" -I"$src/include" -I"$src/bench" \
+            -L"$(dirname "$first")" -lregcache
+    fi
     for _ in $(seq "${PROCS:-6}"); do
         for lib in $libs; do
             printf '%s  ' "$lib"
-            LD_LIBRARY_PATH=$(dirname "$lib") taskset -c "$cpu" "$dir/regcache-driver-tag" "$n" \
+            LD_LIBRARY_PATH=$(dirname "$lib") taskset -c "$cpu" "$dir/regcache-$mode" "$n" \
                 "${ROUNDS:-150}"
         done
-    done | tee "$dir/driver-tag.txt"
+    done | tee "$dir/$mode.txt"
+    [ "$mode" = floor ] && exit 0
     echo "median over the processes of hit - query, ns:"
     for lib in $libs; do
         printf '  %s  %s\n' "$(grep -F "$lib " "$dir/driver-tag.txt" | awk '{print $(NF-1)}' |
             sort -n | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}')" "$lib"
     done
     exit 0
-fi
+    ;;
+esac
 
 cc -std=c11 -O2 -Wall -Wextra -Werror -o "$dir/regcache-ab" "$src/bench/ab/ab.c" \
     -I"$src/include" -I"$src/bench" -ldl -lpthread

@@ -28,7 +28,7 @@ WORKLOADS = {"hits", "threads", "churn", "invalidation", "misses", "ucx", "linke
              "instructions", "leave_notice"}
 CPU_WORKLOADS = WORKLOADS - {"ucx", "linked", "pins"}
 THREADS = [1, 2, 4, 8, 16, 24, 32]
-GOALS = 43
+GOALS = 52
 
 
 def fail(msg):
