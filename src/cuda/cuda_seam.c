@@ -33,6 +33,10 @@ static const struct entry {
 static struct rc_cuda_api driver_api;    /* the driver's functions */
 static struct rc_cuda_api driver_facing; /* what rc_cuda_api() hands out */
 static const struct rc_cuda_api *loaded; /* written once, under load_once */
+/* CUDA does not survive fork(): in a child of a process that initialized
+ * it, every driver call fails (CUDA_ERROR_NOT_INITIALIZED), and no GPU
+ * memory of the parent can be used.  Such a child has no driver. */
+static atomic_bool forked_after_init;
 static _Atomic(const struct rc_cuda_api *) override_api;
 static struct rc_cuda_api override_facing;       /* of override_api */
 static const struct rc_cuda_api *override_faced; /* the api override_facing was made of */
@@ -96,6 +100,11 @@ static bool load_entries(get_proc_fn get_proc)
     return true;
 }
 
+static void forgotten_in_child(void)
+{
+    atomic_store_explicit(&forked_after_init, true, memory_order_relaxed);
+}
+
 static void load(void)
 {
     rc_dlsym_fn sym = rc_cuda_real_dlsym();
@@ -128,6 +137,7 @@ static void load(void)
         return;
     }
     loaded = &driver_facing;
+    pthread_atfork(NULL, NULL, forgotten_in_child);
 }
 
 const struct rc_cuda_api *rc_cuda_api(void)
@@ -135,9 +145,14 @@ const struct rc_cuda_api *rc_cuda_api(void)
     if (atomic_load_explicit(&override_api, memory_order_acquire))
         return &override_facing;
     pthread_once(&load_once, load);
-    if (!loaded)
+    if (loaded && !atomic_load_explicit(&forked_after_init, memory_order_relaxed))
+        return loaded;
+    if (loaded)
+        rc_set_error("no CUDA driver in this process: it was initialized before fork(), and "
+                     "CUDA cannot be used in a fork child");
+    else
         rc_set_error("%s", load_error);
-    return loaded;
+    return NULL;
 }
 
 void rc_cuda_api_override(const struct rc_cuda_api *api)

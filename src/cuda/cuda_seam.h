@@ -83,8 +83,9 @@ struct rc_cuda_api {
 #undef RC_CUDA_FIELD
 
 /* The driver's table, loaded once (thread safe), or NULL when libcuda.so.1
- * cannot be loaded or cuInit fails (rc_set_error() says why).  Its relaxed
- * entries are the seam's own functions, which call the driver's. */
+ * cannot be loaded, cuInit fails, or this is a child forked after it was
+ * loaded (rc_set_error() says why).  Its relaxed entries are the seam's own
+ * functions, which call the driver's. */
 const struct rc_cuda_api *rc_cuda_api(void);
 
 /* Tests: use `api` instead of the driver (rc_cuda_api() then returns a table

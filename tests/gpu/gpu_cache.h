@@ -150,6 +150,7 @@ void packed_small_allocations_stay_apart(void **state);
 void whole_allocations_of_every_size(void **state);
 void managed_and_host_memory_are_refused(void **state);
 void sync_memops_is_set_before_the_first_registration(void **state);
+void fork_child_has_no_driver(void **state);
 void dmabuf_export_of_every_kind(void **state);
 void budget_evicts_lru_and_never_a_held_entry(void **state);
 void threads_never_see_a_stale_handle(void **state);

@@ -27,6 +27,7 @@ int main(void)
         T(whole_allocations_of_every_size),
         T(managed_and_host_memory_are_refused),
         T(sync_memops_is_set_before_the_first_registration),
+        T(fork_child_has_no_driver),
         T(dmabuf_export_of_every_kind),
         T(budget_evicts_lru_and_never_a_held_entry),
         T(threads_never_see_a_stale_handle),
