@@ -13,6 +13,7 @@
  * library's NOTIFY and TAG_CHECK hits on the null backend (the build
  * LD_LIBRARY_PATH finds: bench/ab/run.sh floor).  Prints each row's
  * median, and medians over rounds of the differences a goal takes. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -112,9 +113,10 @@ int main(int argc, char **argv)
     r.c[0] = bench_null_cache(REGCACHE_VALIDATE_NOTIFY, bench_null_query, r.base, n);
     r.c[1] = bench_null_cache(REGCACHE_VALIDATE_TAG_CHECK, bench_null_query, r.base, n);
     double *ns[ROWS], *scratch = calloc(rounds, sizeof(double));
+    bool allocated = scratch != NULL;
     for (int k = 0; k < ROWS; k++)
-        ns[k] = calloc(rounds, sizeof(double));
-    if (!r.s || !r.c[0] || !r.c[1] || !scratch || !ns[ROWS - 1]) {
+        allocated &= (ns[k] = calloc(rounds, sizeof(double))) != NULL;
+    if (!r.s || !r.c[0] || !r.c[1] || !allocated) {
         fprintf(stderr, "regcache-floor: set-up failed (%s)\n", regcache_last_error());
         return 1;
     }
